@@ -1,0 +1,230 @@
+"""The config tree (DESIGN §6): pydantic models, YAML load, dotted CLI overrides, clear errors.
+
+Every configurable component (advantage, loss, aggregation, kl, filters, credit, rollout backend)
+is a mapping whose ``name`` selects a registry entry and whose other keys are validated by that
+entry's config class. Any mistake raises ``ConfigError`` naming the key and the allowed values,
+before a model is loaded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SerializeAsAny, ValidationError
+
+from agent_rl.algorithms import ADVANTAGES, AGGREGATIONS, CREDITS, FILTERS, KLS, POLICY_LOSSES
+from agent_rl.algorithms.registry import ComponentConfig, Registry
+from agent_rl.rollout.backends import BACKENDS
+
+
+class ConfigError(ValueError):
+    """A user mistake in a config file or override; the message names the key and allowed values."""
+
+
+def _component(registry: Registry) -> Any:
+    def parse(raw: Any) -> ComponentConfig:
+        return registry.parse_config(raw)
+
+    return Annotated[SerializeAsAny[ComponentConfig], BeforeValidator(parse)]
+
+
+AdvantageSpec = _component(ADVANTAGES)
+LossSpec = _component(POLICY_LOSSES)
+AggregationSpec = _component(AGGREGATIONS)
+KlSpec = _component(KLS)
+FilterSpec = _component(FILTERS)
+CreditSpec = _component(CREDITS)
+BackendSpec = _component(BACKENDS)
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(Section):
+    path: str = Field("runs/models/tiny", description="any from_pretrained path (local dir or hub id)")
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = Field("cpu", description="torch device for the hf backend and the learner")
+
+
+class EnvConfig(Section):
+    id: str = Field("agent_rl/Arithmetic-v0", description="a gymnasium id")
+    plugins: list[str] = Field(default_factory=list, description="modules imported to register user envs")
+    options: dict[str, Any] = Field(default_factory=dict, description="kwargs for gymnasium.make")
+
+
+class SandboxConfig(Section):
+    backend: Literal["auto", "docker", "bwrap", "process"] = "auto"
+    timeout_s: float = Field(5.0, description="wall-clock limit of one tool call")
+    memory_mb: int = Field(512, description="address-space / memory limit of one tool call")
+
+
+class RolloutConfig(Section):
+    backend: BackendSpec = Field(default_factory=lambda: BACKENDS.parse_config({"name": "hf"}))
+    group_size: int = Field(8, ge=1, description="samples per task (G)")
+    max_turns: int = Field(4, ge=1)
+    max_new_tokens: int = Field(64, ge=1, description="per assistant turn")
+    max_total_tokens: int = Field(1024, ge=8, description="whole episode: prompt + turns + observations")
+    max_tool_response_tokens: int = Field(128, ge=1, description="longer observations are cut with a marker")
+    temperature: float = Field(1.0, gt=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    concurrency: int = Field(64, ge=1, description="episodes in flight at once")
+
+
+class AlgorithmConfig(Section):
+    advantage: AdvantageSpec = Field(default_factory=lambda: ADVANTAGES.parse_config("grpo"))
+    loss: LossSpec = Field(default_factory=lambda: POLICY_LOSSES.parse_config("ppo_clip"))
+    aggregation: AggregationSpec = Field(default_factory=lambda: AGGREGATIONS.parse_config("token_mean"))
+    kl: KlSpec = Field(default_factory=lambda: KLS.parse_config("k3"))
+    filters: list[FilterSpec] = Field(default_factory=list)
+    credit: CreditSpec | None = None
+    ppo_epochs: int = Field(1, ge=1, description="passes over each step's batch")
+    mini_batches: int = Field(1, ge=1, description="optimizer steps per pass (off-policy after the first)")
+
+
+class LearnerConfig(Section):
+    lr: float = Field(1e-4, gt=0.0)
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = Field(1.0, gt=0.0)
+    warmup_steps: int = Field(0, ge=0)
+    micro_batch_size: int = Field(16, ge=1)
+    world_size: int = Field(1, ge=1)
+
+
+class SftConfig(Section):
+    demos: int = Field(4000, ge=1, description="weak-teacher demonstrations to train on")
+    epochs_max: int = Field(30, ge=1, description="upper bound; training stops when held-out success stops improving")
+    patience: int = Field(3, ge=1, description="evaluations without improvement before stopping")
+    eval_every_steps: int = Field(100, ge=1)
+    eval_episodes: int = Field(128, ge=1)
+    batch_size: int = Field(32, ge=1)
+    lr: float = Field(3e-3, gt=0.0)
+    max_steps: int = Field(3000, ge=1)
+    out: str | None = Field(None, description="where the SFT checkpoint goes (default: <run>/sft_model)")
+
+
+class TrainerConfig(Section):
+    steps: int = Field(100, ge=0)
+    prompts_per_step: int = Field(8, ge=1)
+    eval_every: int = Field(20, ge=0, description="0 disables evaluation during training")
+    save_every: int = Field(0, ge=0, description="checkpoint every N steps (0: only at the end)")
+    seed: int = 0
+    split: Literal["train", "test"] = "train"
+    difficulty_schedule: list[int] | None = None
+
+
+class EvalConfig(Section):
+    episodes: int = Field(200, ge=1)
+    k: int = Field(1, ge=1, description="samples per task for pass@k / mean@k")
+    split: Literal["train", "test"] = "test"
+    temperature: float | None = Field(None, description="None: the rollout temperature")
+
+
+class DistributedConfig(Section):
+    backend: Literal["local", "ray"] = "local"
+
+
+class TrackingConfig(Section):
+    jsonl: bool = True
+    tensorboard: bool = True
+    wandb: bool = False
+    progress: bool = True
+    save_trajectories: int = Field(16, ge=0, description="episodes per step written for the viewer")
+
+
+class RunConfig(Section):
+    name: str = "run"
+    root: str = "runs"
+    dir: str | None = Field(None, description="explicit run directory (default: <root>/<name>-<timestamp>)")
+
+
+class Config(Section):
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    sft: SftConfig = Field(default_factory=SftConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    distributed: DistributedConfig = Field(default_factory=DistributedConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    run: RunConfig = Field(default_factory=RunConfig)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+def _section_fields(loc: tuple[Any, ...]) -> list[str]:
+    """Allowed keys at the place an error points to (for the error message)."""
+    model: Any = Config
+    for part in loc[:-1]:
+        if isinstance(part, int) or model is None:
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        ann = field.annotation
+        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+    return list(model.model_fields) if model is not None else []
+
+
+def _format(e: ValidationError) -> str:
+    lines = []
+    for err in e.errors():
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        key = ".".join(str(p) for p in loc)
+        if err["type"] == "extra_forbidden":
+            allowed = _section_fields(loc)
+            lines.append(f"unknown config key '{key}'; allowed keys here: {', '.join(allowed)}")
+        elif err["type"] == "value_error":
+            msg = str(err.get("ctx", {}).get("error", err["msg"]))
+            lines.append(f"config key '{key}': {msg}")
+        else:
+            lines.append(f"config key '{key}': {err['msg']} (got {err.get('input')!r})")
+    return "\n".join(lines)
+
+
+def apply_override(raw: dict[str, Any], override: str, defaults: dict[str, Any] | None = None) -> None:
+    """Apply one ``a.b.c=value`` override (value parsed as YAML) to a raw config dict.
+
+    A section missing from ``raw`` starts as its default, so ``algorithm.loss.eps_high=0.3`` keeps
+    the default loss's name. Setting a component's ``name`` resets its other keys, since they belong
+    to the previous entry's config.
+    """
+    if "=" not in override:
+        raise ConfigError(f"override '{override}' must look like key.path=value")
+    key, value = override.split("=", 1)
+    parts = key.strip().split(".")
+    node, default = raw, defaults or {}
+    for part in parts[:-1]:
+        default = default.get(part) if isinstance(default, dict) else None
+        child = node.get(part)
+        if child is None:
+            child = node[part] = dict(default) if isinstance(default, dict) else {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"override '{key}': '{part}' is not a section")
+        node = child
+    if parts[-1] == "name" and len(parts) > 1:
+        node.clear()
+    node[parts[-1]] = yaml.safe_load(value) if value != "" else ""
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    raw: dict[str, Any] = {}
+    if path is not None:
+        text = Path(path).read_text()
+        raw = yaml.safe_load(text) or {}
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping")
+    defaults = Config().model_dump(mode="json") if overrides else None
+    for o in overrides or []:
+        apply_override(raw, o, defaults)
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as e:
+        raise ConfigError(_format(e)) from None

@@ -1,0 +1,37 @@
+"""The interface every inference backend implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+
+@dataclass
+class GenerationRequest:
+    prompt_ids: list[int]
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False  # generate exactly max_new_tokens (benchmarks)
+
+
+@dataclass
+class GenerationResult:
+    token_ids: list[int]  # exactly the sampled ids, stop token included when one was sampled
+    logprobs: list[float]  # log-prob of each sampled id under the distribution sampled from
+    finish_reason: Literal["stop", "length"]
+
+
+class InferenceBackend(Protocol):
+    policy_version: int
+
+    async def generate(self, requests: list[GenerationRequest], seed: int | None = None) -> list[GenerationResult]:
+        """Sample a continuation for every request; requests are batched together."""
+        ...
+
+    def update_weights(self, state_dict: dict, version: int) -> None:
+        """Load new policy weights; later samples carry ``version``."""
+        ...
+
+    def close(self) -> None: ...
