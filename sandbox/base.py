@@ -1,0 +1,277 @@
+"""The Sandbox protocol, its result type, limits, and the helpers every backend shares.
+
+A sandbox runs one program per ``exec`` call in a fresh process (``code`` is Python source run by a
+fresh ``python3``; ``argv`` is any command) inside a work directory that persists between calls of
+the *same* sandbox object (``write_file`` / ``read_file``) and is never visible to another one.
+
+Why a call ended is an :class:`ExecStatus`; infrastructure failures (daemon gone, executor died)
+are ``INFRA_ERROR`` and never raise, so they can never be scored as a failure of the program.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Mapping, Protocol, Sequence, runtime_checkable
+
+
+class ExecStatus(StrEnum):
+    """Why an ``exec`` call ended, most specific first (see :func:`classify`)."""
+
+    OK = "ok"                              # exit code 0, output complete
+    NONZERO_EXIT = "nonzero_exit"          # the program failed (exit code != 0)
+    TIMEOUT = "timeout"                    # wall-clock limit hit; the program was killed
+    MEMORY_EXCEEDED = "memory_exceeded"    # memory limit hit (MemoryError or OOM kill)
+    OUTPUT_TRUNCATED = "output_truncated"  # exit 0 but output was capped, or killed for flooding
+    KILLED = "killed"                      # ended by a signal (other than our timeout / OOM)
+    INFRA_ERROR = "infra_error"            # the sandbox failed, not the program: never a reward
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What one ``exec`` call did. ``exit_code`` is negative (-signal) when a signal ended it."""
+
+    status: ExecStatus
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    wall_s: float
+    cpu_s: float
+    truncated: bool = False
+    error: str = ""  # infrastructure detail when status is INFRA_ERROR (also appended to stderr)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == ExecStatus.OK
+
+    @classmethod
+    def infra(cls, message: str, wall_s: float = 0.0) -> "ExecResult":
+        return cls(ExecStatus.INFRA_ERROR, None, "", f"[sandbox infra_error] {message}", wall_s, 0.0, False, message)
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Per-call limits. Hashable: the docker / bwrap pools are shared per (backend, image, limits)."""
+
+    timeout_s: float = 5.0           # default wall-clock limit of one call (``exec`` may override)
+    memory_mb: int = 512             # memory of one call (cgroup where available, else RLIMIT_AS)
+    max_output_bytes: int = 65536    # kept per stream: the first and last halves, with a marker
+    flood_bytes: int = 8 << 20       # a stream producing more than this is killed (OUTPUT_TRUNCATED)
+    nproc: int = 64                  # processes + threads of one call (pids cgroup / RLIMIT_NPROC)
+    disk_mb: int = 64                # size of the work directory (tmpfs) and largest file
+    max_files: int = 4096            # inodes of the work directory
+    cpus: float = 1.0                # CPU share of one container (docker)
+    persist_mb: int = 16             # work-directory changes kept between calls of one sandbox
+    kill_grace_s: float = 2.0        # the caller waits this long past the timeout before giving up
+
+    def __post_init__(self):
+        for name in ("timeout_s", "memory_mb", "max_output_bytes", "flood_bytes", "nproc", "disk_mb", "cpus"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"sandbox limit {name} must be > 0, got {getattr(self, name)!r}")
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """What environments and tools code against. Every method is safe to call from any event loop."""
+
+    backend_name: str
+    limits: SandboxLimits
+
+    async def exec(
+        self,
+        code: str | None = None,
+        argv: Sequence[str] | None = None,
+        stdin: str | bytes | None = None,
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult: ...
+
+    async def write_file(self, path: str, data: str | bytes, mode: int = 0o644) -> None: ...
+
+    async def read_file(self, path: str, binary: bool = False) -> str | bytes: ...
+
+    async def close(self) -> None: ...
+
+
+# ---------------------------------------------------------------- environment of the program
+
+#: The only variables a program sees besides the ones the caller passes explicitly in ``env``.
+BASE_ENV: dict[str, str] = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONIOENCODING": "utf-8",
+    "PYTHONUNBUFFERED": "1",
+}
+#: Parent variables allowed through (harmless, locale/time only). Everything else is dropped.
+INHERITED_ENV: frozenset[str] = frozenset({"TZ"})
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def build_env(extra: Mapping[str, str] | None, home: str) -> dict[str, str]:
+    """The program's environment: ``BASE_ENV`` + allowlisted parent vars + the caller's ``env``."""
+    env = dict(BASE_ENV, HOME=home, TMPDIR="/tmp")
+    env.update({k: os.environ[k] for k in INHERITED_ENV if k in os.environ})
+    for key, value in (extra or {}).items():
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
+            raise ValueError(f"invalid environment variable name {key!r}")
+        if not isinstance(value, str) or "\0" in value:
+            raise ValueError(f"environment variable {key} must be a string without NUL bytes")
+        env[key] = value
+    return env
+
+
+def build_argv(code: str | None, argv: Sequence[str] | None, python: str) -> list[str]:
+    """``code`` -> ``[python, -I, -c, code]`` (isolated mode: ignores PYTHON* variables and cwd)."""
+    if (code is None) == (argv is None):
+        raise ValueError("exec needs exactly one of code= (python source) or argv= (a command)")
+    if code is not None:
+        if not isinstance(code, str):
+            raise ValueError("code must be a str of python source")
+        if "\0" in code or len(code.encode()) > 120_000:
+            raise ValueError("code must be under 120 kB and contain no NUL bytes")
+        return [python, "-I", "-c", code]
+    argv = list(argv)
+    if not argv or not all(isinstance(a, str) and "\0" not in a for a in argv):
+        raise ValueError("argv must be a non-empty list of strings without NUL bytes")
+    return argv
+
+
+def to_bytes(data: str | bytes | None) -> bytes | None:
+    return data.encode() if isinstance(data, str) else data
+
+
+# ---------------------------------------------------------------- output and status
+
+
+def cap_output(head: bytes, tail: bytes, total: int) -> str:
+    """Text of a capped stream: ``head`` and ``tail`` kept, the middle replaced by a marker."""
+    if total <= len(head) + len(tail):
+        return (head + tail).decode("utf-8", errors="replace")
+    dropped = total - len(head) - len(tail)
+    marker = f"\n[... {dropped} bytes truncated ...]\n"
+    return head.decode("utf-8", errors="replace") + marker + tail.decode("utf-8", errors="replace")
+
+
+def classify(
+    exit_code: int | None,
+    *,
+    timed_out: bool = False,
+    oom_killed: bool = False,
+    flooded: bool = False,
+    truncated: bool = False,
+    stderr_tail: bytes = b"",
+) -> ExecStatus:
+    """The status of a finished call, from the facts the runner observed."""
+    if timed_out:
+        return ExecStatus.TIMEOUT
+    if oom_killed or (exit_code not in (0, None) and b"MemoryError" in stderr_tail[-2048:]):
+        return ExecStatus.MEMORY_EXCEEDED
+    if flooded:
+        return ExecStatus.OUTPUT_TRUNCATED
+    if exit_code is None:
+        return ExecStatus.INFRA_ERROR
+    if exit_code < 0:
+        return ExecStatus.KILLED
+    if exit_code != 0:
+        return ExecStatus.NONZERO_EXIT
+    return ExecStatus.OUTPUT_TRUNCATED if truncated else ExecStatus.OK
+
+
+def result_from_report(report: Mapping, wall_s: float | None = None) -> ExecResult:
+    """An :class:`ExecResult` from the runner's report (see ``executor.run_child``)."""
+    out, err = report["stdout"], report["stderr"]
+    truncated = out["total"] > len(out["head"]) + len(out["tail"]) or err["total"] > len(err["head"]) + len(err["tail"])
+    stderr_tail = (err["head"] + err["tail"])[-2048:]
+    status = classify(
+        report["exit_code"],
+        timed_out=report["timed_out"],
+        oom_killed=report["oom_killed"],
+        flooded=report["flooded"],
+        truncated=truncated,
+        stderr_tail=stderr_tail,
+    )
+    stderr = cap_output(err["head"], err["tail"], err["total"])
+    for note in report.get("notes", ()):
+        stderr += f"\n[sandbox] {note}"
+    return ExecResult(
+        status=status,
+        exit_code=report["exit_code"],
+        stdout=cap_output(out["head"], out["tail"], out["total"]),
+        stderr=stderr,
+        wall_s=report["wall_s"] if wall_s is None else wall_s,
+        cpu_s=report["cpu_s"],
+        truncated=truncated or report["flooded"],
+    )
+
+
+# ---------------------------------------------------------------- the work directory
+
+
+def check_relpath(path: str) -> str:
+    """A normalised path inside the work directory, or ``ValueError`` (absolute, ``..``, empty)."""
+    if not isinstance(path, str) or not path or "\0" in path:
+        raise ValueError(f"invalid sandbox path {path!r}")
+    if path.startswith("/"):
+        if path == "/work" or path.startswith("/work/"):
+            path = path[len("/work/"):]
+        else:
+            raise ValueError(f"sandbox paths are relative to the work directory, got {path!r}")
+    norm = posixpath.normpath(path)
+    if norm in (".", "") or norm.startswith("../") or norm == "..":
+        raise ValueError(f"sandbox path {path!r} leaves the work directory")
+    return norm
+
+
+@dataclass
+class FileStore:
+    """The controller's copy of a sandbox's work directory (the docker / bwrap backends).
+
+    Each call restores it into the worker's fresh tmpfs and gets the changes back, so a sandbox
+    does not hold a container between calls and nothing survives in a worker from one call to the
+    next. Entries: ``path -> ("f", mode, bytes)`` | ``("d", mode, b"")`` | ``("l", 0, target)``.
+    """
+
+    entries: dict[str, tuple[str, int, bytes]] = field(default_factory=dict)
+
+    def write(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        path = check_relpath(path)
+        kind = self.entries.get(path, ("f",))[0]
+        if kind == "d":
+            raise IsADirectoryError(f"{path} is a directory in the sandbox")
+        parts = path.split("/")
+        for i in range(1, len(parts)):
+            parent = "/".join(parts[:i])
+            if self.entries.get(parent, ("d",))[0] != "d":
+                raise NotADirectoryError(f"{parent} is not a directory in the sandbox")
+            self.entries.setdefault(parent, ("d", 0o755, b""))
+        self.entries[path] = ("f", mode & 0o777, data)
+
+    def read(self, path: str) -> bytes:
+        path = check_relpath(path)
+        for _ in range(40):  # follow symlinks that stay inside the work directory
+            entry = self.entries.get(path)
+            if entry is None:
+                raise FileNotFoundError(f"no such file in the sandbox: {path}")
+            kind, _mode, data = entry
+            if kind == "f":
+                return data
+            if kind == "d":
+                raise IsADirectoryError(f"{path} is a directory in the sandbox")
+            target = data.decode(errors="replace")
+            path = check_relpath(posixpath.join(posixpath.dirname(path), target) if not target.startswith("/") else target)
+        raise OSError(f"too many levels of symbolic links: {path}")
+
+    def wire(self) -> list[dict]:
+        """Entries as the executor's ``restore`` list (parents first)."""
+        return [{"path": p, "kind": k, "mode": m, "data": d} for p, (k, m, d) in sorted(self.entries.items())]
+
+    def apply(self, changed: list[dict], deleted: list[str]) -> None:
+        for path in deleted:
+            self.entries.pop(path, None)
+        for e in changed:
+            self.entries[e["path"]] = (e["kind"], e["mode"], e["data"])

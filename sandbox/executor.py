@@ -1,0 +1,467 @@
+"""The runner: starts one program, enforces its limits, captures its output. Stdlib only.
+
+Two uses:
+
+* imported by the ``process`` backend, which calls :func:`run_child` in a thread;
+* shipped *as source* into docker containers and bubblewrap sandboxes (``python3 -I -S -c
+  <this file> <config json>``), where :func:`serve` runs as PID 1: a resident executor that reads
+  length-prefixed JSON requests on stdin and answers on stdout. Each ``exec`` request forks a
+  fresh program in a clean work directory (restored from the caller's copy), and afterwards kills
+  every other process in the namespace (``kill(-1)`` from PID 1), reaps them and wipes the
+  writable directories, so nothing of one call is visible to the next.
+
+As PID 1 of its PID namespace the executor cannot be killed from inside (the kernel drops
+signals to a namespace init that has no handler), and it makes itself non-dumpable so the
+program, although it runs under the same unprivileged uid, cannot ptrace it or read its memory.
+"""
+
+import base64
+import errno
+import json
+import os
+import resource
+import select
+import selectors
+import signal
+import stat
+import struct
+import subprocess
+import sys
+import time
+
+PROTOCOL_VERSION = 1
+_LEN = struct.Struct(">I")
+
+
+# ---------------------------------------------------------------- wire format
+
+
+def _default(obj):
+    if isinstance(obj, (bytes, bytearray)):
+        return {"$b": base64.b64encode(obj).decode("ascii")}
+    raise TypeError(f"cannot encode {type(obj).__name__}")
+
+
+def _hook(d):
+    if len(d) == 1 and "$b" in d:
+        return base64.b64decode(d["$b"])
+    return d
+
+
+def encode(msg):
+    """One frame: 4-byte big-endian length + JSON (bytes become ``{"$b": base64}``)."""
+    body = json.dumps(msg, default=_default, separators=(",", ":")).encode()
+    return _LEN.pack(len(body)) + body
+
+
+def decode(body):
+    return json.loads(body, object_hook=_hook)
+
+
+# ---------------------------------------------------------------- one program
+
+
+class _Capture:
+    """Keeps the first and last ``limit // 2`` bytes of a stream and counts the rest."""
+
+    def __init__(self, limit):
+        self.half = max(1, limit // 2)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, data):
+        self.total += len(data)
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            if len(self.tail) > 4 * self.half:
+                del self.tail[: -self.half]
+
+    def report(self):
+        return {"head": bytes(self.head), "tail": bytes(self.tail[-self.half:]), "total": self.total}
+
+
+def _oom_count(path):
+    if not path:
+        return 0
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _spawn_error_report(exc, t0):
+    code = 127 if exc.errno in (errno.ENOENT, errno.ENOTDIR) else 126
+    msg = f"cannot run program: {exc.strerror}: {exc.filename or ''}\n".encode()
+    empty = {"head": b"", "tail": b"", "total": 0}
+    return {"exit_code": code, "timed_out": False, "oom_killed": False, "flooded": False,
+            "stdout": empty, "stderr": {"head": msg, "tail": b"", "total": len(msg)},
+            "wall_s": time.monotonic() - t0, "cpu_s": 0.0, "notes": []}
+
+
+def _kill(pid, kill_all):
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    if kill_all:  # only as PID 1 of a private PID namespace: every process but ourselves
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def run_child(req, kill_all=False):
+    """Run ``req["argv"]`` to completion under the request's limits; returns the facts.
+
+    ``req``: argv, env, cwd, stdin (bytes or None), timeout_s, rlimits ({"as": bytes, ...}),
+    max_output, flood_bytes, optional uid/gid (drop to them; needs root), optional oom_file.
+    ``kill_all`` kills every process but the caller when the program ends (PID-1 mode only).
+    """
+    t0 = time.monotonic()
+    if kill_all and os.getpid() != 1:
+        raise RuntimeError("kill_all is only allowed as PID 1 of a private PID namespace")
+    rlimits = req.get("rlimits") or {}
+    oom_file = req.get("oom_file")
+    oom_before = _oom_count(oom_file)
+
+    def setup():  # in the child, after setsid and the uid drop, before exec
+        for name, value in rlimits.items():
+            lim = getattr(resource, "RLIMIT_" + name.upper())
+            resource.setrlimit(lim, (value, value))
+        try:
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("1000")  # the OOM killer takes the program, never the executor
+        except OSError:
+            pass
+
+    drop = {}
+    if req.get("uid") is not None:
+        drop = {"user": req["uid"], "group": req["gid"], "extra_groups": []}
+    stdin_data = req.get("stdin")
+    try:
+        proc = subprocess.Popen(
+            req["argv"], stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=req["cwd"], env=req["env"],
+            start_new_session=True, preexec_fn=setup, close_fds=True, umask=0o022, **drop)
+    except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+        return _spawn_error_report(exc, t0)
+    except OSError as exc:
+        if exc.errno == errno.ENOEXEC:
+            return _spawn_error_report(exc, t0)
+        raise
+
+    out, err = _Capture(req["max_output"]), _Capture(req["max_output"])
+    streams = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+    sel = selectors.DefaultSelector()
+    for fd in streams:
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ)
+    pending, stdin_fd = b"", None
+    if stdin_data is not None:
+        pending = memoryview(bytes(stdin_data))
+        os.set_blocking(proc.stdin.fileno(), False)
+        if pending:
+            stdin_fd = proc.stdin.fileno()
+            sel.register(stdin_fd, selectors.EVENT_WRITE)
+        else:
+            proc.stdin.close()
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+        sel.register(pidfd, selectors.EVENT_READ)
+    except (AttributeError, OSError):
+        pidfd = None
+
+    deadline = t0 + req["timeout_s"]
+    timed_out = flooded = False
+    status = rusage = None
+    while status is None:
+        now = time.monotonic()
+        if now >= deadline:
+            timed_out = True
+            _kill(proc.pid, kill_all)
+            break
+        wait = deadline - now if pidfd is not None else min(0.005, deadline - now)
+        for key, _ in sel.select(wait):
+            fd = key.fd
+            if fd in streams:
+                try:
+                    data = os.read(fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    sel.unregister(fd)
+                    continue
+                streams[fd].add(data)
+                if streams[fd].total > req["flood_bytes"] and not flooded:
+                    flooded = True
+                    _kill(proc.pid, kill_all)
+            elif fd == stdin_fd:
+                try:
+                    n = os.write(fd, pending[:1 << 16])
+                    pending = pending[n:]
+                except BlockingIOError:
+                    continue
+                except OSError:  # the program closed its stdin
+                    pending = b""
+                if not pending:
+                    sel.unregister(fd)
+                    proc.stdin.close()
+                    stdin_fd = None
+        pid, st, ru = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            status, rusage = st, ru
+    if status is None:  # killed on timeout: collect it
+        _, status, rusage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.monotonic() - t0
+    # The program is gone; anything it left behind (background jobs holding the pipes) goes too.
+    _kill(proc.pid, kill_all)
+    drain_until = time.monotonic() + 1.0
+    while sel.get_map() and time.monotonic() < drain_until:
+        for key, _ in sel.select(0.05):
+            if key.fd in streams:
+                try:
+                    data = os.read(key.fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if data and streams[key.fd].total <= req["flood_bytes"]:
+                    streams[key.fd].add(data)
+                elif not data:
+                    sel.unregister(key.fd)
+            else:
+                sel.unregister(key.fd)
+    sel.close()
+    for f in (proc.stdout, proc.stderr, proc.stdin):
+        if f is not None and not f.closed:
+            f.close()
+    if pidfd is not None:
+        os.close(pidfd)
+    code = proc.returncode
+    oom = code == -signal.SIGKILL and not timed_out and not flooded and _oom_count(oom_file) > oom_before
+    return {"exit_code": code, "timed_out": timed_out, "oom_killed": oom, "flooded": flooded,
+            "stdout": out.report(), "stderr": err.report(), "wall_s": wall,
+            "cpu_s": rusage.ru_utime + rusage.ru_stime, "notes": []}
+
+
+# ---------------------------------------------------------------- the work directory
+
+
+def restore_tree(root, entries, uid=None, gid=None):
+    """Recreate the caller's copy of the work directory under ``root`` (parents first)."""
+    for e in sorted(entries, key=lambda e: e["path"]):
+        full = os.path.join(root, e["path"])
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        if e["kind"] == "d":
+            os.makedirs(full, exist_ok=True)
+            os.chmod(full, (e["mode"] & 0o777) | 0o700)
+        elif e["kind"] == "l":
+            os.symlink(e["data"].decode(), full)
+        else:
+            fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(e["data"])
+            os.chmod(full, e["mode"] & 0o777)
+        if uid is not None:
+            os.lchown(full, uid, gid)
+
+
+def scan_tree(root, max_entries=100_000):
+    """``relpath -> (kind, mode, size, mtime_ns)`` without following symlinks."""
+    found, stack = {}, [""]
+    while stack and len(found) < max_entries:
+        rel = stack.pop()
+        try:
+            it = list(os.scandir(os.path.join(root, rel) if rel else root))
+        except OSError:
+            continue
+        for d in it:
+            path = f"{rel}/{d.name}" if rel else d.name
+            st = d.stat(follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                found[path] = ("d", st.st_mode & 0o777, 0, 0)
+                stack.append(path)
+            elif stat.S_ISLNK(st.st_mode):
+                found[path] = ("l", 0, st.st_size, st.st_mtime_ns)
+            elif stat.S_ISREG(st.st_mode):
+                found[path] = ("f", st.st_mode & 0o777, st.st_size, st.st_mtime_ns)
+    return found
+
+
+def collect_changes(root, before, max_bytes):
+    """What changed under ``root`` since ``before`` (a :func:`scan_tree`); ``None`` if too big."""
+    after = scan_tree(root)
+    deleted = [p for p in before if p not in after or after[p][0] != before[p][0]]
+    changed, size = [], 0
+    for path, meta in sorted(after.items()):
+        if before.get(path) == meta:
+            continue
+        kind, mode = meta[0], meta[1]
+        full = os.path.join(root, path)
+        if kind == "l":
+            data = os.readlink(full).encode()
+        elif kind == "f":
+            size += meta[2]
+            if size > max_bytes:
+                return None, None
+            fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as f:
+                data = f.read(max_bytes + 1)
+        else:
+            data = b""
+        changed.append({"path": path, "kind": kind, "mode": mode, "data": data})
+    return changed, deleted
+
+
+def wipe_tree(root):
+    """Remove everything under ``root`` (not ``root`` itself), whatever the modes say."""
+    for d in list(os.scandir(root)):
+        full = d.path
+        if d.is_dir(follow_symlinks=False):
+            os.chmod(full, 0o700)
+            wipe_tree(full)
+            os.rmdir(full)
+        else:
+            os.unlink(full)
+
+
+# ---------------------------------------------------------------- resident mode (PID 1)
+
+
+def _reap_all(timeout_s=2.0):
+    """Reap every child; True when no process but ourselves is left in the namespace."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        try:
+            while True:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+                if pid == 0:
+                    break
+        except ChildProcessError:
+            pass
+        others = [p for p in os.listdir("/proc") if p.isdigit() and p != "1"]
+        if not others:
+            return True
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        time.sleep(0.002)
+    return False
+
+
+def _sysv_ipc_used():
+    for name in ("shm", "msg", "sem"):
+        try:
+            with open(f"/proc/sysvipc/{name}") as f:
+                if len(f.readlines()) > 1:
+                    return True
+        except OSError:
+            pass
+    return False
+
+
+def _read_exact(n):
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = os.read(0, n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def _send(msg):
+    data = encode(msg)
+    while data:
+        n = os.write(1, data)
+        data = data[n:]
+
+
+def _no_dump():
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except Exception:  # noqa: BLE001 - best effort; the container / namespace still isolates
+        pass
+
+
+def _handle_exec(cfg, req):
+    work = cfg["workdir"]
+    try:
+        restore_tree(work, req.get("files") or [])
+    except OSError as exc:
+        _send({"op": "result", "error": f"cannot restore the work directory: {exc}"})
+        return
+    before = scan_tree(work)
+    req = dict(req, cwd=work, oom_file=cfg.get("oom_file"))
+    report = run_child(req, kill_all=True)
+    report["op"] = "result"
+    changed, deleted = collect_changes(work, before, req.get("persist_bytes", 16 << 20))
+    if changed is None:
+        report["notes"].append("work directory changes too large to keep; they were dropped")
+        changed, deleted = [], []
+    report["changed"], report["deleted"] = changed, deleted
+    _send(report)
+
+
+def _cleanup(cfg):
+    """After a call: no process, no file, no IPC object of it may remain. Returns tainted."""
+    clean = _reap_all()
+    for d in cfg.get("wipe", []):
+        try:
+            wipe_tree(d)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            clean = False
+    return not clean or _sysv_ipc_used()
+
+
+def serve(cfg):
+    """The resident loop: ``hello``, then ``ping`` / ``exec`` requests until EOF or the TTL."""
+    if os.getpid() != 1:
+        raise SystemExit("executor: serve() must run as PID 1 of its own PID namespace")
+    _no_dump()
+    os.umask(0o022)
+    born = time.monotonic()
+    ttl, idle_ttl = cfg.get("ttl_s", 3600), cfg.get("idle_ttl_s", 900)
+    _send({"op": "hello", "version": PROTOCOL_VERSION, "uid": os.getuid(), "python": sys.version.split()[0]})
+    while True:
+        now = time.monotonic()
+        remaining = min(ttl - (now - born), idle_ttl)
+        if remaining <= 0:
+            return
+        ready, _, _ = select.select([0], [], [], remaining)
+        if not ready:
+            return  # TTL or idle TTL: the container / sandbox ends even if nobody tells it to
+        head = _read_exact(4)
+        if head is None:
+            return  # the controller went away
+        body = _read_exact(_LEN.unpack(head)[0])
+        if body is None:
+            return
+        req = decode(body)
+        op = req.get("op")
+        if op == "ping":
+            _send({"op": "pong", "tainted": _sysv_ipc_used()})
+        elif op == "exec":
+            _handle_exec(cfg, req)
+            _send({"op": "ready", "tainted": _cleanup(cfg)})
+        elif op == "exit":
+            return
+        else:
+            _send({"op": "error", "error": f"unknown op {op!r}"})
+
+
+if __name__ == "__main__":
+    serve(json.loads(sys.argv[1]) if len(sys.argv) > 1 else {})

@@ -1,0 +1,148 @@
+"""The ``process`` backend: rlimits and a new session only. NOT isolated.
+
+The program sees the host's filesystem and network. It is meant for laptops without Docker or
+bubblewrap and for trusted code; a loud warning says so. When run as root it drops to an
+unprivileged uid (root ignores RLIMIT_NPROC). Never send hostile programs (fork bombs,
+``kill -9 -1``) here: nothing contains them.
+
+Each call runs in a fresh temporary directory that receives the sandbox's files and whose
+changes are copied back afterwards, the same contract as the isolated backends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from typing import Mapping, Sequence
+
+from sandbox import executor
+from sandbox.base import (
+    ExecResult,
+    FileStore,
+    SandboxLimits,
+    build_argv,
+    build_env,
+    result_from_report,
+    to_bytes,
+)
+
+log = logging.getLogger("sandbox.process")
+
+#: The uid a root controller drops to (RLIMIT_NPROC then applies). Not 65534: docker's
+#: ``nobody`` is host uid 65534 too, and the two must not share a process count.
+PROCESS_UID = 65533
+_THREADS = ThreadPoolExecutor(max_workers=64, thread_name_prefix="sandbox-process")
+_warned = False
+
+
+class SandboxIsolationWarning(UserWarning):
+    """The chosen sandbox backend does not isolate the program from the host."""
+
+
+def _warn_once() -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        msg = ("sandbox backend 'process' is NOT isolated: programs can read host files and use the "
+               "network. Install bubblewrap or Docker (see `agent-rl sandbox doctor`).")
+        log.warning(msg)
+        warnings.warn(msg, SandboxIsolationWarning, stacklevel=3)
+
+
+def rlimits_for(limits: SandboxLimits, timeout_s: float, nproc: bool) -> dict[str, int]:
+    """The rlimits of one call (``nproc`` only under a dedicated uid: it counts per uid)."""
+    rl = {
+        "as": limits.memory_mb << 20,
+        "fsize": limits.disk_mb << 20,
+        "core": 0,
+        "nofile": 256,
+        "cpu": math.ceil(timeout_s) + 1,
+    }
+    if nproc:
+        rl["nproc"] = limits.nproc
+    return rl
+
+
+class ProcessSandbox:
+    """Runs each call as a child process with rlimits, in its own session and temp directory."""
+
+    backend_name = "process"
+
+    def __init__(self, limits: SandboxLimits, python: str = "/usr/bin/python3"):
+        _warn_once()
+        self.limits = limits
+        self.python = python if os.path.exists(python) else shutil.which("python3") or python
+        self.uid = PROCESS_UID if os.geteuid() == 0 else None
+        self._files = FileStore()
+        self._closed = False
+
+    async def exec(
+        self,
+        code: str | None = None,
+        argv: Sequence[str] | None = None,
+        stdin: str | bytes | None = None,
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
+        if self._closed:
+            raise RuntimeError("exec on a closed sandbox")
+        timeout_s = self.limits.timeout_s if timeout_s is None else float(timeout_s)
+        argv = build_argv(code, argv, self.python)
+        req = {
+            "argv": argv,
+            "stdin": to_bytes(stdin),
+            "timeout_s": timeout_s,
+            "rlimits": rlimits_for(self.limits, timeout_s, nproc=self.uid is not None),
+            "max_output": self.limits.max_output_bytes,
+            "flood_bytes": self.limits.flood_bytes,
+            "uid": self.uid,
+            "gid": self.uid,
+        }
+        t0 = time.monotonic()
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(_THREADS, self._run, req, env)
+        except (OSError, RuntimeError) as exc:  # the runner itself failed: not the program
+            log.exception("process sandbox failed")
+            return ExecResult.infra(f"process backend: {exc}", time.monotonic() - t0)
+
+    def _run(self, req: dict, env: Mapping[str, str] | None) -> ExecResult:
+        work = tempfile.mkdtemp(prefix="agent_rl_process_")
+        try:
+            if self.uid is not None:
+                os.chown(work, self.uid, self.uid)
+            executor.restore_tree(work, self._files.wire(), self.uid, self.uid)
+            before = executor.scan_tree(work)
+            req = dict(req, cwd=work, env=build_env(env, home=work))
+            report = executor.run_child(req)
+            changed, deleted = executor.collect_changes(work, before, self.limits.persist_mb << 20)
+            if changed is None:
+                report["notes"].append("work directory changes too large to keep; they were dropped")
+            else:
+                self._files.apply(changed, deleted)
+            return result_from_report(report)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    async def write_file(self, path: str, data: str | bytes, mode: int = 0o644) -> None:
+        self._files.write(path, to_bytes(data), mode)
+
+    async def read_file(self, path: str, binary: bool = False) -> str | bytes:
+        data = self._files.read(path)
+        return data if binary else data.decode("utf-8", errors="replace")
+
+    async def close(self) -> None:
+        self._closed = True
+        self._files.entries.clear()
+
+
+def probe() -> tuple[bool, str]:
+    """The process backend always works; it is just not isolated."""
+    return True, "always available (NOT isolated)"

@@ -1,0 +1,94 @@
+"""Pure helpers of sandbox/base.py: output capping, status precedence, paths, the file store."""
+
+import pytest
+
+from sandbox import ExecStatus, FileStore, SandboxLimits
+from sandbox.base import build_argv, build_env, cap_output, check_relpath, classify
+from sandbox.executor import _Capture
+
+
+def test_capture_keeps_head_and_tail():
+    cap = _Capture(8)                      # 4 bytes of head, 4 of tail
+    for chunk in (b"abc", b"defgh", b"ijklmn"):
+        cap.add(chunk)
+    r = cap.report()
+    assert (r["head"], r["tail"], r["total"]) == (b"abcd", b"klmn", 14)
+    assert cap_output(r["head"], r["tail"], r["total"]) == "abcd\n[... 6 bytes truncated ...]\nklmn"
+
+
+def test_capture_short_stream_is_whole():
+    cap = _Capture(8)
+    cap.add(b"abcdef")
+    r = cap.report()
+    assert cap_output(r["head"], r["tail"], r["total"]) == "abcdef"
+
+
+@pytest.mark.parametrize(
+    "exit_code, facts, expected",
+    [
+        (0, {}, ExecStatus.OK),
+        (0, {"truncated": True}, ExecStatus.OUTPUT_TRUNCATED),
+        (1, {}, ExecStatus.NONZERO_EXIT),
+        (-9, {}, ExecStatus.KILLED),
+        (-9, {"timed_out": True}, ExecStatus.TIMEOUT),
+        (-9, {"oom_killed": True}, ExecStatus.MEMORY_EXCEEDED),
+        (1, {"stderr_tail": b"Traceback ...\nMemoryError\n"}, ExecStatus.MEMORY_EXCEEDED),
+        (-9, {"flooded": True}, ExecStatus.OUTPUT_TRUNCATED),
+        (None, {}, ExecStatus.INFRA_ERROR),
+    ],
+)
+def test_classify(exit_code, facts, expected):
+    assert classify(exit_code, **facts) == expected
+
+
+def test_status_values_are_lowercase_strings():
+    assert ExecStatus.INFRA_ERROR == "infra_error" and str(ExecStatus.OK) == "ok"
+
+
+@pytest.mark.parametrize("bad", ["", "/etc/passwd", "../x", "a/../../x", "a\0b", "/work"])
+def test_paths_outside_the_work_directory_are_refused(bad):
+    with pytest.raises(ValueError):
+        check_relpath(bad)
+
+
+def test_paths_are_normalised():
+    assert check_relpath("a/./b//c.txt") == "a/b/c.txt"
+    assert check_relpath("/work/x.py") == "x.py"
+
+
+def test_env_is_an_allowlist(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "secret")
+    monkeypatch.setenv("MY_API_KEY", "secret")
+    env = build_env({"X": "1"}, home="/work")
+    assert env["X"] == "1" and env["HOME"] == "/work"
+    assert not any("secret" in v for v in env.values())
+    with pytest.raises(ValueError):
+        build_env({"A=B": "1"}, home="/work")
+
+
+def test_argv_needs_exactly_one_of_code_and_argv():
+    assert build_argv("print(1)", None, "/usr/bin/python3") == ["/usr/bin/python3", "-I", "-c", "print(1)"]
+    with pytest.raises(ValueError):
+        build_argv(None, None, "python3")
+    with pytest.raises(ValueError):
+        build_argv("x", ["ls"], "python3")
+
+
+def test_file_store_roundtrip_and_symlinks():
+    fs = FileStore()
+    fs.write("d/a.txt", b"hi")
+    assert fs.entries["d"][0] == "d"
+    assert fs.read("d/a.txt") == b"hi"
+    fs.apply([{"path": "d/link", "kind": "l", "mode": 0, "data": b"a.txt"}], [])
+    assert fs.read("d/link") == b"hi"
+    fs.apply([{"path": "evil", "kind": "l", "mode": 0, "data": b"/etc/shadow"}], [])
+    with pytest.raises(ValueError):            # a link out of the work directory is never followed
+        fs.read("evil")
+    with pytest.raises(FileNotFoundError):
+        fs.read("nope")
+
+
+def test_limits_validate():
+    with pytest.raises(ValueError, match="timeout_s"):
+        SandboxLimits(timeout_s=0)
+    assert hash(SandboxLimits()) == hash(SandboxLimits())
