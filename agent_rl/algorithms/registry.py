@@ -44,6 +44,8 @@ KNOWN_NEEDS = frozenset(
         "old_logprobs",  # learner logprobs before the update (always computed today)
         "rollout_logprobs",  # sampler logprobs (always present)
         "task_ids",  # stable prompt ids per row (per-prompt history)
+        "rewards",  # rewards_B, the final reward of each row (group-contrastive losses, VAPO NLL)
+        "group_index",  # group_index_B, the group of each row (group-contrastive losses)
     }
 )
 
@@ -108,6 +110,11 @@ class LossInputs:
     teacher_logprobs_BT: Tensor | None = None
     rewards_B: Tensor | None = None
     group_index_B: Tensor | None = None
+    # need "topk": logprobs at the sampler's top-k candidate ids of each position (SIS, score centering)
+    rollout_topk_logprobs_BTK: Tensor | None = None  # sampler's logprobs of its top-k candidates
+    topk_logprobs_BTK: Tensor | None = None  # current policy at those ids, carries the gradient
+    old_topk_logprobs_BTK: Tensor | None = None  # learner before this step's first update, detached
+    topk_mask_BTK: Tensor | None = None  # 1 on real candidates, 0 on padding (None: all real)
     step: int = 0
     state: Any = None
 
