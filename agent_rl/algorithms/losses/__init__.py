@@ -1,0 +1,90 @@
+"""Policy losses (registry ``policy_loss``): per-token losses; only ``aggregation`` reduces them.
+
+Importing this package registers every built-in loss. Modules by family:
+
+| module        | losses                                                           |
+|---------------|------------------------------------------------------------------|
+| ppo.py        | ppo_clip, reinforce, dcpo, bapo, wapo, kimi_k3                   |
+| sequence.py   | gspo, gmpo, tic_grpo, ctpo, pnpo, dhpo, sspo, kimi               |
+| soft.py       | cispo, sapo, gipo, opefo                                         |
+| covariance.py | clip_cov, kl_cov                                                 |
+| divergence.py | dppo, drpo, bandpo                                               |
+| mismatch.py   | sis, score_centering, bpo                                        |
+| group.py      | conspo, disco, vimpo, reco                                       |
+| distill.py    | sdpo, opsd                                                       |
+
+``common.py`` holds the helpers and the cross-cutting options (``LossOptions``,
+``apply_cross_cutting``, ``compute_policy_loss``).
+"""
+
+from agent_rl.algorithms.losses.common import (
+    LOG_RATIO_CLAMP,
+    LossOptions,
+    RolloutIsOptions,
+    apply_cross_cutting,
+    compute_policy_loss,
+    masked_mean,
+    rollout_is_weights,
+)
+from agent_rl.algorithms.losses.covariance import ClipCovConfig, KlCovConfig, clip_cov, kl_cov
+from agent_rl.algorithms.losses.distill import OpsdConfig, SdpoConfig, opsd, sdpo
+from agent_rl.algorithms.losses.divergence import BandpoConfig, DppoConfig, DrpoConfig, band_bounds, bandpo, dppo, drpo
+from agent_rl.algorithms.losses.group import (
+    ConspoConfig,
+    DiscoConfig,
+    RecoConfig,
+    VimpoConfig,
+    conspo,
+    disco,
+    reco,
+    vimpo,
+)
+from agent_rl.algorithms.losses.mismatch import BpoConfig, ScoreCenteringConfig, SisConfig, bpo, score_centering, sis
+from agent_rl.algorithms.losses.ppo import (
+    BapoConfig,
+    BapoState,
+    DcpoConfig,
+    KimiK3Config,
+    PpoClipConfig,
+    WapoConfig,
+    bapo,
+    dcpo,
+    kimi_k3,
+    ppo_clip,
+    reinforce,
+    wapo,
+)
+from agent_rl.algorithms.losses.sequence import (
+    CtpoConfig,
+    DhpoConfig,
+    GmpoConfig,
+    GspoConfig,
+    KimiConfig,
+    PnpoConfig,
+    SspoConfig,
+    TicGrpoConfig,
+    ctpo,
+    dhpo,
+    gmpo,
+    gspo,
+    kimi,
+    pnpo,
+    sspo,
+    tic_grpo,
+)
+from agent_rl.algorithms.losses.soft import CispoConfig, GipoConfig, SapoConfig, cispo, gipo, opefo, sapo
+
+__all__ = [
+    "LOG_RATIO_CLAMP", "LossOptions", "RolloutIsOptions", "apply_cross_cutting", "compute_policy_loss", "masked_mean",
+    "rollout_is_weights", "band_bounds",
+    "ppo_clip", "PpoClipConfig", "reinforce", "dcpo", "DcpoConfig", "bapo", "BapoConfig", "BapoState", "wapo",
+    "WapoConfig", "kimi_k3", "KimiK3Config",
+    "gspo", "GspoConfig", "gmpo", "GmpoConfig", "tic_grpo", "TicGrpoConfig", "ctpo", "CtpoConfig", "pnpo",
+    "PnpoConfig", "dhpo", "DhpoConfig", "sspo", "SspoConfig", "kimi", "KimiConfig",
+    "cispo", "CispoConfig", "sapo", "SapoConfig", "gipo", "GipoConfig", "opefo",
+    "clip_cov", "ClipCovConfig", "kl_cov", "KlCovConfig",
+    "dppo", "DppoConfig", "drpo", "DrpoConfig", "bandpo", "BandpoConfig",
+    "sis", "SisConfig", "score_centering", "ScoreCenteringConfig", "bpo", "BpoConfig",
+    "conspo", "ConspoConfig", "disco", "DiscoConfig", "vimpo", "VimpoConfig", "reco", "RecoConfig",
+    "sdpo", "SdpoConfig", "opsd", "OpsdConfig",
+]  # fmt: skip
