@@ -10,7 +10,7 @@ A new objective is one function plus one registration line::
 | advantage   | fn(x: AdvantageInputs, cfg) -> AdvantageOutput         | advantages_BT    |
 | policy_loss | fn(x: LossInputs, cfg) -> LossOutput                   | loss_BT          |
 | aggregation | fn(loss_BT, mask_BT, x: AggregationInputs, cfg)        | scalar Tensor    |
-| kl          | fn(logprobs_BT, ref_logprobs_BT, cfg) -> kl_BT         | per-token KL     |
+| kl          | fn(logprobs_BT, ref_logprobs_BT, cfg[, x: KlInputs])   | per-token KL     |
 | filter      | fn(groups, state, cfg) -> FilterResult                 | kept groups      |
 | credit      | fn(groups, x: AdvantageInputs, state, cfg)             | AdvantageOutput  |
 
@@ -85,6 +85,9 @@ class AdvantageInputs:
     task_ids_B: list[str] | None = None
     step: int = 0  # trainer step, for schedules
     state: Any = None  # the entry's state object when it registered one
+    # coef * per-token KL estimate when ``kl.placement`` is ``in_reward`` (PPO, REINFORCE++): the
+    # estimators subtract it from the reward (token-level ones per token, outcome ones summed).
+    kl_penalty_BT: Tensor | None = None
 
 
 @dataclass
@@ -135,6 +138,15 @@ class AggregationInputs:
     group_index_B: Tensor | None = None  # group of each row of this micro-batch
     group_num_tokens_B: Tensor | None = None  # masked tokens of the row's whole group, step-global
     max_response_tokens: float | None = None  # constant normalizer (Dr. GRPO)
+
+
+@dataclass
+class KlInputs:
+    """Optional extras of a KL estimator (``cokl`` reads them); plain estimators ignore them."""
+
+    loss_mask_BT: Tensor | None = None
+    rewards_B: Tensor | None = None
+    group_index_B: Tensor | None = None
 
 
 @dataclass
