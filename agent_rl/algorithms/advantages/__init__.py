@@ -1,0 +1,18 @@
+"""Outcome / sequence-level advantage estimators (registry ``advantage``).
+
+Every estimator maps per-row rewards (plus optional extras) to per-token advantages
+``advantages_BT`` that are zero outside ``loss_mask_BT``. Importing this package registers all of
+them; one module per family:
+
+    group.py     grpo, dr_grpo, rloo, kimi, laguna_loo, passk, reinforce_pp_baseline
+    returns.py   gae, reinforce_pp, remax
+    reweight.py  tailrl, da3po, mmpo
+    history.py   dcpo_smooth (per-prompt state)
+    token.py     a3po, erpo, fipo, opsa, sc_grpo
+"""
+
+from agent_rl.algorithms.advantages.common import broadcast_to_tokens, group_stats
+from agent_rl.algorithms.advantages.group import GrpoConfig, grpo
+from agent_rl.algorithms.advantages import group, history, returns, reweight, token  # noqa: F401  (registration)
+
+__all__ = ["GrpoConfig", "broadcast_to_tokens", "group_stats", "grpo"]
