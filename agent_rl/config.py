@@ -95,6 +95,7 @@ class LearnerConfig(Section):
 
 
 class SftConfig(Section):
+    teacher: str = Field("envs.arithmetic.policies:weak_teacher", description="scripted policy, module:function")
     demos: int = Field(4000, ge=1, description="weak-teacher demonstrations to train on")
     epochs_max: int = Field(30, ge=1, description="upper bound; training stops when held-out success stops improving")
     patience: int = Field(3, ge=1, description="evaluations without improvement before stopping")
@@ -112,14 +113,14 @@ class TrainerConfig(Section):
     eval_every: int = Field(20, ge=0, description="0 disables evaluation during training")
     save_every: int = Field(0, ge=0, description="checkpoint every N steps (0: only at the end)")
     seed: int = 0
-    split: Literal["train", "test"] = "train"
-    difficulty_schedule: list[int] | None = None
+    split: Literal["train", "val", "test"] = "train"
+    refill_rounds: int = Field(1, ge=0, description="extra sampling rounds when a filter asks for more groups")
 
 
 class EvalConfig(Section):
     episodes: int = Field(200, ge=1)
     k: int = Field(1, ge=1, description="samples per task for pass@k / mean@k")
-    split: Literal["train", "test"] = "test"
+    split: Literal["train", "val", "test"] = "test"
     temperature: float | None = Field(None, description="None: the rollout temperature")
 
 

@@ -21,15 +21,21 @@ class HfBackendConfig(ComponentConfig):
 
 
 @BACKENDS.register("hf", config=HfBackendConfig)
-def make_hf(cfg: HfBackendConfig, model_cfg: Any) -> InferenceBackend:
-    """transformers, CPU or GPU: batched sampling with a KV cache, logprobs from the sampling step."""
-    from agent_rl.rollout.backends.hf import HfBackend
+def make_hf(cfg: HfBackendConfig, model_cfg: Any, model: Any = None, tokenizer: Any = None) -> InferenceBackend:
+    """transformers, CPU or GPU: batched sampling with a KV cache, logprobs from the sampling step.
 
-    return HfBackend.from_config(cfg, model_cfg)
+    Colocated with the learner when given its ``model``: the same module, no weight copy.
+    """
+    from agent_rl.rollout.backends.hf import HfBackend, load_tokenizer
+
+    if model is None:
+        return HfBackend.from_config(cfg, model_cfg)
+    tokenizer = tokenizer or load_tokenizer(model_cfg.path)
+    return HfBackend(model, tokenizer.pad_token_id, cfg.max_batch_size)
 
 
-def make_backend(cfg: ComponentConfig, model_cfg: Any) -> InferenceBackend:
-    return BACKENDS(cfg)(cfg, model_cfg)
+def make_backend(cfg: ComponentConfig, model_cfg: Any, model: Any = None, tokenizer: Any = None) -> InferenceBackend:
+    return BACKENDS(cfg)(cfg, model_cfg, model=model, tokenizer=tokenizer)
 
 
 __all__ = ["BACKENDS", "GenerationRequest", "GenerationResult", "InferenceBackend", "make_backend"]

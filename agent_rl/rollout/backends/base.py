@@ -14,6 +14,7 @@ class GenerationRequest:
     top_p: float = 1.0
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False  # generate exactly max_new_tokens (benchmarks)
+    messages: list[dict] | None = None  # the conversation so far (read by scripted policies only)
 
 
 @dataclass

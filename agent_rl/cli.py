@@ -1,0 +1,167 @@
+"""The ``agent-rl`` command line (DESIGN §6)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+
+def _config(args: argparse.Namespace):
+    from agent_rl.config import load_config
+
+    return load_config(args.config, args.overrides)
+
+
+def cmd_init_model(args: argparse.Namespace) -> int:
+    from agent_rl.tiny import init_tiny
+
+    if args.kind != "tiny":
+        raise ValueError(f"unknown model kind '{args.kind}'; known: tiny")
+    path = init_tiny(args.out, seed=args.seed)
+    print(f"tiny model and tokenizer saved to {path}")
+    return 0
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    from agent_rl.sft import sft
+
+    cfg = _config(args)
+    out, best = sft(cfg)
+    print(f"SFT model: {out} (val success {best:.3f})")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from agent_rl.trainer import train
+
+    if args.resume and args.config is None:
+        args.config = str(Path(args.resume) / "config.yaml")
+    run_dir = train(_config(args), resume=args.resume)
+    print(f"run directory: {run_dir}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from agent_rl.eval import evaluate
+    from agent_rl.runtime import Components, make_run_dir
+
+    cfg = _config(args)
+    components = Components(cfg)
+    engine = components.engine(temperature=cfg.eval.temperature)
+    result, trajectories = asyncio.run(evaluate(engine, cfg.eval.episodes, cfg.eval.k, split=cfg.eval.split))
+    engine.close()
+    run_dir = make_run_dir(cfg, suffix="-eval")
+    import json
+
+    with open(run_dir / "eval.json", "w") as f:
+        json.dump(vars(result), f, indent=2)
+    (run_dir / "trajectories").mkdir(exist_ok=True)
+    with open(run_dir / "trajectories" / "eval.jsonl", "w") as f:
+        for t in trajectories:
+            f.write(json.dumps(t.to_json()) + "\n")
+    print(f"{cfg.env.id} [{cfg.eval.split}] {result.row()}")
+    print(f"written to {run_dir}")
+    return 0
+
+
+def cmd_quickstart(args: argparse.Namespace) -> int:
+    from agent_rl.quickstart import quickstart
+
+    return quickstart(args.overrides, root=args.root)
+
+
+def cmd_objectives(args: argparse.Namespace) -> int:
+    from agent_rl.algorithms.catalog import render_catalog
+
+    print(render_catalog(markdown=args.markdown))
+    return 0
+
+
+def cmd_envs(args: argparse.Namespace) -> int:
+    import envs
+    from rich.console import Console
+    from rich.table import Table
+
+    import gymnasium as gym
+
+    table = Table("id", "description", "tools", "max turns")
+    for env_id, description in sorted(envs.REGISTERED.items()):
+        env = gym.make(env_id)
+        _, info = env.reset(seed=0)
+        tools = ", ".join(t["function"]["name"] for t in info.get("tools", []))
+        table.add_row(env_id, description, tools, str(getattr(env.unwrapped, "max_turns", "")))
+        env.close()
+    Console(width=160).print(table)
+    return 0
+
+
+def cmd_sandbox(args: argparse.Namespace) -> int:
+    from sandbox import cli as sandbox_cli
+
+    if args.action == "doctor":
+        return sandbox_cli.doctor()
+    return sandbox_cli.build_image(args.name, force=args.force)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="agent-rl", description="Train tool-using LLM agents with RL.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def with_config(sp: argparse.ArgumentParser, required: bool = True) -> None:
+        sp.add_argument("config", nargs=None if required else "?", help="YAML config")
+        sp.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.steps=10")
+
+    sp = sub.add_parser("quickstart", help="init-model + sft + train + eval, with a before/after table")
+    sp.add_argument("overrides", nargs="*", help="dotted overrides applied to configs/quickstart.yaml")
+    sp.add_argument("--root", default="runs/quickstart", help="where models and runs go")
+    sp.set_defaults(fn=cmd_quickstart)
+
+    sp = sub.add_parser("init-model", help="build a tiny model + tokenizer in Hugging Face format")
+    sp.add_argument("kind", choices=["tiny"])
+    sp.add_argument("--out", required=True)
+    sp.add_argument("--seed", type=int, default=0)
+    sp.set_defaults(fn=cmd_init_model)
+
+    sp = sub.add_parser("sft", help="supervised warm start on demonstrations")
+    with_config(sp)
+    sp.set_defaults(fn=cmd_sft)
+
+    sp = sub.add_parser("train", help="RL training")
+    with_config(sp, required=False)
+    sp.add_argument("--resume", help="run directory to continue from its last checkpoint")
+    sp.set_defaults(fn=cmd_train)
+
+    sp = sub.add_parser("eval", help="pass@k / mean@k on held-out tasks")
+    with_config(sp)
+    sp.set_defaults(fn=cmd_eval)
+
+    sp = sub.add_parser("objectives", help="the registered objectives")
+    sp.add_argument("action", choices=["list"])
+    sp.add_argument("--markdown", action="store_true")
+    sp.set_defaults(fn=cmd_objectives)
+
+    sp = sub.add_parser("envs", help="the registered environments")
+    sp.add_argument("action", choices=["list"])
+    sp.set_defaults(fn=cmd_envs)
+
+    sp = sub.add_parser("sandbox", help="sandbox backends and images")
+    sp.add_argument("action", choices=["doctor", "build-image"])
+    sp.add_argument("--name", default=None, help="image name (build-image)")
+    sp.add_argument("--force", action="store_true", help="rebuild even when the image exists")
+    sp.set_defaults(fn=cmd_sandbox)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except ValueError as e:  # user mistakes: one clear line, no traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

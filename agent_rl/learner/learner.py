@@ -1,0 +1,148 @@
+"""The policy learner: logprob recompute, the configured objective, AdamW, micro-batching.
+
+One optimizer step per call of ``update``; the loss of every micro-batch is aggregated with the
+step-global denominators, so any micro-batch size gives the same update. (Multi-rank FSDP2 wraps
+this same step; see issue 8.)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from agent_rl.algorithms import AGGREGATIONS, KLS, POLICY_LOSSES
+from agent_rl.algorithms.registry import AggregationInputs, LossInputs
+from agent_rl.learner.logprobs import token_logprobs
+from agent_rl.types import TrainBatch
+
+
+@dataclass
+class ObjectiveParts:
+    """The configured entries of one step's loss (configs from ``algorithm.*``)."""
+
+    loss: Any
+    aggregation: Any
+    kl: Any
+    loss_state: Any = None
+
+
+def step_aggregation_inputs(batch: TrainBatch) -> AggregationInputs:
+    mask = batch.loss_mask_BT
+    group_tokens = torch.zeros(int(batch.group_index_B.max()) + 1, dtype=torch.float32, device=mask.device)
+    group_tokens.index_add_(0, batch.group_index_B, mask.sum(-1))
+    return AggregationInputs(
+        num_tokens=float(mask.sum()),
+        num_sequences=float(batch.batch_size),
+        num_groups=float(batch.group_index_B.unique().numel()),
+        group_index_B=batch.group_index_B,
+        group_num_tokens_B=group_tokens[batch.group_index_B],
+        max_response_tokens=float(mask.shape[1]),
+    )
+
+
+def _rows(x: AggregationInputs, rows: slice) -> AggregationInputs:
+    return AggregationInputs(
+        **{k: (v[rows] if isinstance(v, torch.Tensor) else v) for k, v in vars(x).items()}
+    )
+
+
+class Learner:
+    def __init__(self, model: torch.nn.Module, cfg: Any, temperature: float = 1.0, total_steps: int = 1):
+        self.model = model
+        self.cfg = cfg
+        self.temperature = temperature
+        self.optimizer = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad], lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay
+        )
+        warmup = cfg.warmup_steps
+
+        def schedule(step: int) -> float:
+            return min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0
+
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
+        self.version = 0
+
+    def update(self, batch: TrainBatch, advantages_BT: torch.Tensor, parts: ObjectiveParts, step: int = 0) -> dict[str, float]:
+        """One optimizer step on ``batch``; returns metrics."""
+        self.model.train()
+        loss_entry = POLICY_LOSSES.get(parts.loss.name)
+        kl_on = parts.kl is not None and parts.kl.coef > 0 and parts.kl.placement == "in_loss"
+        need_entropy = "entropy" in loss_entry.needs
+        if kl_on or "ref_logprobs" in loss_entry.needs:
+            if batch.ref_logprobs_BT is None:
+                raise ValueError("the KL term / loss needs ref_logprobs_BT, which the batch does not have")
+        agg_all = step_aggregation_inputs(batch)
+        aggregate = AGGREGATIONS(parts.aggregation)
+        mbs = self.cfg.micro_batch_size
+        self.optimizer.zero_grad(set_to_none=True)
+        metrics: dict[str, float] = {}
+        total_loss = 0.0
+        mismatch_abs_max, mismatch_k3_sum = 0.0, 0.0
+        for s in range(0, batch.batch_size, mbs):
+            rows = slice(s, s + mbs)
+            mb = batch.select(rows)
+            logprobs_BT, entropy_BT = token_logprobs(self.model, mb, self.temperature, with_entropy=need_entropy)
+            mask = mb.loss_mask_BT
+            with torch.no_grad():
+                d = (logprobs_BT.detach() - mb.rollout_logprobs_BT) * mask
+                mismatch_abs_max = max(mismatch_abs_max, float(d.abs().max()))
+                log_r = (mb.rollout_logprobs_BT - logprobs_BT.detach()) * mask  # k3 of KL(sampler||learner)
+                mismatch_k3_sum += float(((torch.exp(-log_r) - 1 + log_r) * mask).sum())
+            old_BT = mb.old_logprobs_BT if mb.old_logprobs_BT is not None else logprobs_BT.detach()
+            x = LossInputs(
+                logprobs_BT=logprobs_BT,
+                old_logprobs_BT=old_BT,
+                advantages_BT=advantages_BT[rows],
+                loss_mask_BT=mask,
+                rollout_logprobs_BT=mb.rollout_logprobs_BT,
+                entropy_BT=entropy_BT,
+                ref_logprobs_BT=mb.ref_logprobs_BT,
+                rewards_B=mb.rewards_B,
+                group_index_B=mb.group_index_B,
+                step=step,
+                state=parts.loss_state,
+            )
+            out = loss_entry.fn(x, parts.loss)
+            loss_BT = out.loss_BT
+            if kl_on:
+                kl_BT = KLS(parts.kl)(logprobs_BT, mb.ref_logprobs_BT, parts.kl)
+                loss_BT = loss_BT + parts.kl.coef * kl_BT
+            loss = aggregate(loss_BT, mask, _rows(agg_all, rows), parts.aggregation)
+            loss.backward()
+            total_loss += float(loss.detach())
+            frac = float(mask.sum()) / max(agg_all.num_tokens, 1.0)
+            for k, v in out.metrics.items():
+                metrics[k] = metrics.get(k, 0.0) + frac * v
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        if math.isfinite(float(grad_norm)):
+            self.optimizer.step()
+        self.scheduler.step()
+        self.version += 1
+        metrics.update(
+            {
+                "train/loss": total_loss,
+                "train/grad_norm": float(grad_norm),
+                "train/lr": self.scheduler.get_last_lr()[0],
+                "train/mismatch_kl": mismatch_k3_sum / max(agg_all.num_tokens, 1.0),
+                "train/mismatch_logprob_abs_max": mismatch_abs_max,
+                "train/tokens": agg_all.num_tokens,
+            }
+        )
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "version": self.version,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.version = state["version"]

@@ -1,0 +1,152 @@
+"""The ``hf`` backend: batched sampling with transformers on CPU or GPU.
+
+A hand-written decode loop over the model's forward with a KV cache (``generate`` adds per-step
+overhead that dominates for small models). Every sampled token's log-probability is taken from
+the very distribution it was drawn from (after temperature and top-p), never recomputed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import torch
+
+from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
+
+
+def load_model(path: str, dtype: str = "float32", device: str = "cpu"):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+    return model.to(device)
+
+
+def load_tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def sample_from_logits(
+    logits_BV: torch.Tensor, temperature_B: torch.Tensor, top_p: float, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row; returns (token_B, logprob_B) under the distribution sampled from."""
+    logp_BV = torch.log_softmax(logits_BV.float() / temperature_B[:, None], dim=-1)
+    if top_p < 1.0:
+        sorted_logp, order = logp_BV.sort(dim=-1, descending=True)
+        cum = sorted_logp.exp().cumsum(-1)
+        drop_sorted = (cum - sorted_logp.exp()) >= top_p  # keep the smallest prefix with mass >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logp_BV = torch.log_softmax(logp_BV.masked_fill(drop, float("-inf")), dim=-1)
+    token_B = torch.multinomial(logp_BV.exp(), 1, generator=generator).squeeze(-1)
+    return token_B, logp_BV.gather(-1, token_B[:, None]).squeeze(-1)
+
+
+class HfBackend:
+    def __init__(self, model: Any, pad_token_id: int, max_batch_size: int = 256):
+        self.model = model
+        self.pad_token_id = pad_token_id
+        self.max_batch_size = max_batch_size
+        self.policy_version = 0
+
+    @classmethod
+    def from_config(cls, cfg: Any, model_cfg: Any) -> HfBackend:
+        model = load_model(model_cfg.path, model_cfg.dtype, model_cfg.device)
+        tokenizer = load_tokenizer(model_cfg.path)
+        return cls(model, tokenizer.pad_token_id, cfg.max_batch_size)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    async def generate(self, requests: list[GenerationRequest], seed: int | None = None) -> list[GenerationResult]:
+        # the forward passes hold the GIL only partly; run them off the event loop so env steps overlap
+        return await asyncio.to_thread(self.generate_sync, requests, seed)
+
+    def generate_sync(self, requests: list[GenerationRequest], seed: int | None = None) -> list[GenerationResult]:
+        generator = torch.Generator(device=self.device)
+        generator.manual_seed(seed if seed is not None else torch.seed() & 0x7FFFFFFF)
+        out: list[GenerationResult] = []
+        for i in range(0, len(requests), self.max_batch_size):
+            out += self._generate_batch(requests[i : i + self.max_batch_size], generator)
+        return out
+
+    @torch.no_grad()
+    def _generate_batch(self, requests: list[GenerationRequest], generator: torch.Generator) -> list[GenerationResult]:
+        if not requests:
+            return []
+        was_training = self.model.training
+        self.model.eval()
+        device = self.device
+        B = len(requests)
+        lengths = [len(r.prompt_ids) for r in requests]
+        L = max(lengths)
+        input_ids_BT = torch.full((B, L), self.pad_token_id, dtype=torch.long, device=device)
+        attention_BT = torch.zeros((B, L), dtype=torch.long, device=device)
+        for i, r in enumerate(requests):  # left padding: every row's next token is at the same column
+            input_ids_BT[i, L - lengths[i] :] = torch.tensor(r.prompt_ids, dtype=torch.long)
+            attention_BT[i, L - lengths[i] :] = 1
+        position_BT = (attention_BT.cumsum(-1) - 1).clamp(min=0)
+        temperature_B = torch.tensor([r.temperature for r in requests], dtype=torch.float32, device=device)
+        top_p = requests[0].top_p
+        max_new_B = torch.tensor([r.max_new_tokens for r in requests], device=device)
+        stop_ids = torch.tensor(sorted({t for r in requests for t in r.stop_token_ids}) or [-1], device=device)
+        ignore_eos_B = torch.tensor([r.ignore_eos for r in requests], device=device)
+        max_new = int(max_new_B.max())
+
+        tokens_BN = torch.full((B, max_new), self.pad_token_id, dtype=torch.long, device=device)
+        logprobs_BN = torch.zeros((B, max_new), dtype=torch.float32, device=device)
+        length_B = torch.zeros(B, dtype=torch.long, device=device)
+        stopped_B = torch.zeros(B, dtype=torch.bool, device=device)
+        done_B = torch.zeros(B, dtype=torch.bool, device=device)
+
+        out = self.model(input_ids=input_ids_BT, attention_mask=attention_BT, position_ids=position_BT, use_cache=True)
+        past = out.past_key_values
+        logits_BV = out.logits[:, -1]
+        position_B1 = position_BT[:, -1:]
+        for step in range(max_new):
+            token_B, logprob_B = sample_from_logits(logits_BV, temperature_B, top_p, generator)
+            active_B = ~done_B
+            tokens_BN[:, step] = torch.where(active_B, token_B, tokens_BN[:, step])
+            logprobs_BN[:, step] = torch.where(active_B, logprob_B, logprobs_BN[:, step])
+            length_B += active_B.long()
+            is_stop_B = torch.isin(token_B, stop_ids) & ~ignore_eos_B & active_B
+            stopped_B |= is_stop_B
+            done_B |= is_stop_B | (length_B >= max_new_B)
+            if bool(done_B.all()):
+                break
+            attention_BT = torch.cat([attention_BT, torch.ones((B, 1), dtype=torch.long, device=device)], dim=1)
+            position_B1 = position_B1 + 1
+            out = self.model(
+                input_ids=token_B[:, None],
+                attention_mask=attention_BT,
+                position_ids=position_B1,
+                past_key_values=past,
+                use_cache=True,
+            )
+            past = out.past_key_values
+            logits_BV = out.logits[:, -1]
+        if was_training:
+            self.model.train()
+        tokens, logprobs, lengths_out = tokens_BN.tolist(), logprobs_BN.tolist(), length_B.tolist()
+        return [
+            GenerationResult(
+                token_ids=tokens[i][: lengths_out[i]],
+                logprobs=logprobs[i][: lengths_out[i]],
+                finish_reason="stop" if bool(stopped_B[i]) else "length",
+            )
+            for i in range(B)
+        ]
+
+    def update_weights(self, state_dict: dict | None, version: int) -> None:
+        """Colocated: the learner may share this very module (``state_dict=None``: nothing to copy)."""
+        if state_dict is not None:
+            self.model.load_state_dict(state_dict)
+        self.policy_version = version
+
+    def close(self) -> None:
+        pass

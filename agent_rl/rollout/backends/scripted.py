@@ -1,0 +1,43 @@
+"""A scripted policy as a backend: text from a function of the conversation, tokenized once.
+
+Used for demonstrations (SFT data goes through the same engine and mask builder as RL) and to
+check environments end to end with an oracle. Logprobs are 0 (the policy is deterministic
+given its own random state).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
+
+Policy = Callable[[list[dict], random.Random], str]
+
+
+class ScriptedBackend:
+    def __init__(self, policy: Policy, tokenizer, seed: int = 0):
+        self.policy = policy
+        self.tokenizer = tokenizer
+        self.rng = random.Random(seed)
+        self.policy_version = 0
+        self.stop_id = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
+
+    async def generate(self, requests: list[GenerationRequest], seed: int | None = None) -> list[GenerationResult]:
+        out = []
+        for r in requests:
+            if r.messages is None:
+                raise ValueError("a scripted policy needs the conversation (GenerationRequest.messages)")
+            text = self.policy(r.messages, self.rng)
+            ids = list(self.tokenizer.encode(text, add_special_tokens=False)) + [self.stop_id]
+            finish = "stop"
+            if len(ids) > r.max_new_tokens:
+                ids, finish = ids[: r.max_new_tokens], "length"
+            out.append(GenerationResult(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason=finish))
+        return out
+
+    def update_weights(self, state_dict: dict | None, version: int) -> None:
+        self.policy_version = version
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,82 @@
+"""Shared start-up of the commands: run directory, model, tokenizer, backend, engine."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agent_rl.config import Config
+from agent_rl.envloader import env_factory
+from agent_rl.rollout.backends import BACKENDS
+from agent_rl.rollout.backends.hf import load_model, load_tokenizer
+from agent_rl.rollout.engine import EngineConfig, RolloutEngine
+from agent_rl.rollout.render import ChatRenderer
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def make_run_dir(cfg: Config, suffix: str = "") -> Path:
+    if cfg.run.dir:
+        path = Path(cfg.run.dir)
+    else:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        path = Path(cfg.run.root) / f"{cfg.run.name}{suffix}-{stamp}"
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.yaml").write_text(cfg.to_yaml())
+    return path
+
+
+class Components:
+    """What every command needs, built in the order that fails fast: env first, model last."""
+
+    def __init__(self, cfg: Config, model: torch.nn.Module | None = None, env_overrides: dict | None = None):
+        self.cfg = cfg
+        self.make_env = env_factory(cfg.env, **_sandbox_kwargs(cfg), **(env_overrides or {}))
+        self.tokenizer = load_tokenizer(cfg.model.path)
+        self.model = model if model is not None else load_model(cfg.model.path, cfg.model.dtype, cfg.model.device)
+        self.renderer = ChatRenderer(self.tokenizer, cfg.rollout.max_tool_response_tokens)
+        self.backend = make_policy_backend(cfg, self.model, self.tokenizer)
+
+    def engine(self, temperature: float | None = None, backend: Any = None) -> RolloutEngine:
+        return RolloutEngine(
+            backend or self.backend,
+            self.renderer,
+            self.make_env,
+            EngineConfig.from_rollout(self.cfg.rollout, temperature=temperature),
+        )
+
+
+def _sandbox_kwargs(cfg: Config) -> dict[str, Any]:
+    """``sandbox.backend`` reaches envs whose constructor takes ``sandbox_backend``."""
+    import inspect
+
+    import gymnasium as gym
+
+    from agent_rl.envloader import load_plugins
+
+    load_plugins(cfg.env.plugins)
+    if cfg.env.id not in gym.registry or "sandbox_backend" in cfg.env.options:
+        return {}
+    entry = gym.spec(cfg.env.id).entry_point
+    if isinstance(entry, str):
+        module, _, name = entry.partition(":")
+        import importlib
+
+        entry = getattr(importlib.import_module(module), name)
+    accepts = "sandbox_backend" in inspect.signature(entry).parameters
+    return {"sandbox_backend": cfg.sandbox.backend} if accepts else {}
+
+
+def make_policy_backend(cfg: Config, model: torch.nn.Module, tokenizer: Any) -> Any:
+    """The rollout backend; ``hf`` is colocated with the learner and shares its module."""
+    spec = cfg.rollout.backend
+    return BACKENDS(spec)(spec, cfg.model, model=model, tokenizer=tokenizer)

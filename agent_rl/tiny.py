@@ -1,0 +1,152 @@
+"""A tiny Qwen2-architecture model and byte-level BPE tokenizer, built locally (no model hub).
+
+``agent-rl init-model tiny --out DIR`` saves both in Hugging Face format; everything else loads
+them back with ``AutoModelForCausalLM`` / ``AutoTokenizer``, the path a real checkpoint such as
+``Qwen/Qwen2.5-0.5B-Instruct`` takes. The chat template is ChatML, renders tools, tool calls
+(``<tool_call>{json}</tool_call>``) and tool responses the way Qwen2.5's template does.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# added (non-special) tokens, as in Qwen2.5: they survive decoding with skip_special_tokens
+ADDED_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<answer>", "</answer>"]
+
+QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+# ChatML. Tools are listed compactly (name, argument names, description): a tiny model pays for
+# every prompt token; a real checkpoint brings its own template.
+CHAT_TEMPLATE = (
+    "{% if tools %}"
+    "<|im_start|>system\n"
+    "{% if messages[0].role == 'system' %}{{ messages[0].content }}\n\n{% endif %}"
+    "# Tools\n"
+    "{% for tool in tools %}{% set fn = tool.function if tool.function is defined else tool %}"
+    "- {{ fn.name }}({{ (fn.parameters.properties or {}).keys() | join(', ') }}): {{ fn.description }}\n"
+    "{% endfor %}"
+    "Call a tool with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>.<|im_end|>\n"
+    "{% elif messages[0].role == 'system' %}"
+    "<|im_start|>system\n{{ messages[0].content }}<|im_end|>\n"
+    "{% endif %}"
+    "{% for message in messages %}"
+    "{% if message.role == 'system' and loop.first %}"
+    "{% elif message.role == 'tool' %}"
+    "<|im_start|>user\n<tool_response>\n{{ message.content }}\n</tool_response><|im_end|>\n"
+    "{% elif message.role == 'assistant' %}"
+    "<|im_start|>assistant\n{{ message.content or '' }}"
+    "{% for call in message.tool_calls or [] %}"
+    "{% set fn = call.function if call.function is defined else call %}"
+    "<tool_call>\n{\"name\": \"{{ fn.name }}\", \"arguments\": {{ fn.arguments | tojson }}}\n</tool_call>"
+    "{% endfor %}"
+    "<|im_end|>\n"
+    "{% else %}"
+    "<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _corpus(num_texts: int, seed: int) -> Iterator[str]:
+    """Text the tokenizer learns its merges from: chat renders of the built-in tasks plus prose."""
+    from envs.arithmetic.policies import corpus_conversations
+
+    rng = random.Random(seed)
+    yield from corpus_conversations(num_texts, rng)
+    words = "the a of to and in is it you that was for on are with as be at one have this from".split()
+    for _ in range(num_texts // 50):
+        yield " ".join(rng.choice(words) for _ in range(rng.randint(5, 30))) + "."
+
+
+def build_tokenizer(vocab_size: int = 1024, seed: int = 0):
+    """Byte-level BPE (``tokenizers``) with single-digit number tokens, wrapped for transformers."""
+    from jinja2 import Environment
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    # The pre-tokenization of Qwen2's tokenizer, which transformers applies to every qwen2 model
+    # it loads: words, single digits (numbers are copied digit by digit), punctuation runs.
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS + ADDED_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        max_token_length=24,
+        show_progress=False,
+    )
+    env = Environment()
+    env.filters["tojson"] = lambda v: json.dumps(v, ensure_ascii=False)
+    render = env.from_string(CHAT_TEMPLATE)
+
+    def texts() -> Iterator[str]:
+        for item in _corpus(6000, seed):
+            if isinstance(item, str):
+                yield item
+            else:
+                messages, tools = item
+                yield render.render(messages=messages, tools=tools, add_generation_prompt=False)
+
+    tok.train_from_iterator(texts(), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=[],
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=4096,
+    )
+    fast.add_tokens(ADDED_TOKENS)  # already in the vocabulary: marks them as added tokens
+    return fast
+
+
+def build_model(vocab_size: int, seed: int = 0, hidden_size: int = 128, layers: int = 4):
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 3,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        use_sliding_window=False,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    return model
+
+
+def init_tiny(out: str | Path, seed: int = 0, vocab_size: int = 1024) -> Path:
+    """Build and save the tiny model and tokenizer to ``out``; returns the path."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer(vocab_size=vocab_size, seed=seed)
+    model = build_model(len(tokenizer), seed=seed)
+    model.config.eos_token_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = model.config.eos_token_id
+    model.generation_config.pad_token_id = model.config.pad_token_id
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out

@@ -1,0 +1,225 @@
+"""The RL loop, top to bottom: rollout -> filter -> batch -> advantages -> loss -> step -> sync -> log."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agent_rl.algorithms import ADVANTAGES, CREDITS, FILTERS
+from agent_rl.algorithms.registry import AdvantageInputs
+from agent_rl.config import Config, load_config
+from agent_rl.eval import evaluate
+from agent_rl.learner.learner import Learner, ObjectiveParts
+from agent_rl.rollout.batching import make_batch, trainable_groups
+from agent_rl.rollout.engine import EpisodeSpec
+from agent_rl.runtime import Components, make_run_dir, seed_everything
+from agent_rl.tracking import Tracker, plot_rewards
+from agent_rl.types import Trajectory, TrajectoryGroup
+
+
+def task_seed(*parts: Any) -> int:
+    """Explicit, derived seeds: the same (run seed, step, prompt) always gives the same task."""
+    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:4], "little") & 0x7FFFFFFF
+
+
+def group_trajectories(trajectories: list[Trajectory]) -> list[TrajectoryGroup]:
+    groups: dict[str, list[Trajectory]] = {}
+    for t in trajectories:
+        groups.setdefault(t.group_id, []).append(t)
+    return [TrajectoryGroup(ts[0].task_id, gid, ts) for gid, ts in groups.items()]
+
+
+def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
+    scored = [t.reward for t in trajectories if t.reward is not None]
+    stops = Counter(str(t.stop_reason) for t in trajectories)
+    m = {
+        "rollout/reward_mean": float(np.mean(scored)) if scored else 0.0,
+        "rollout/episodes": float(len(trajectories)),
+        "rollout/turns_mean": float(np.mean([len(t.turns_N) for t in trajectories])),
+        "rollout/generated_tokens": float(sum(t.num_generated_tokens for t in trajectories)),
+        "rollout/invalid_actions": float(sum(1 for t in trajectories for u in t.turns_N if not u.action_valid)),
+    }
+    m.update({f"rollout/stop_{k}": float(v) for k, v in stops.items()})
+    return m
+
+
+class Trainer:
+    def __init__(self, cfg: Config, resume: str | None = None, log: Any = print):
+        self.cfg = cfg
+        self.log = log
+        seed_everything(cfg.trainer.seed)
+        # fail fast on everything that does not need the model
+        self.filters = [(FILTERS.get(f.name), f) for f in cfg.algorithm.filters]
+        self.advantage = ADVANTAGES.get(cfg.algorithm.advantage.name)
+        self.credit = CREDITS.get(cfg.algorithm.credit.name) if cfg.algorithm.credit else None
+        self.run_dir = Path(resume) if resume else make_run_dir(cfg)
+        self.components = Components(cfg)
+        self.learner = Learner(self.components.model, cfg.learner, temperature=cfg.rollout.temperature)
+        self.engine = self.components.engine()
+        from agent_rl.algorithms import POLICY_LOSSES
+
+        # state objects of stateful entries, checkpointed with the run
+        self.states: dict[str, Any] = {
+            "advantage": self.advantage.make_state(),
+            "loss": POLICY_LOSSES.get(cfg.algorithm.loss.name).make_state(),
+            "credit": self.credit.make_state() if self.credit else None,
+            **{f"filter{i}": e.make_state() for i, (e, _) in enumerate(self.filters)},
+        }
+        self.parts = ObjectiveParts(
+            loss=cfg.algorithm.loss, aggregation=cfg.algorithm.aggregation, kl=cfg.algorithm.kl, loss_state=self.states["loss"]
+        )
+        self.tracker = Tracker(self.run_dir, cfg.tracking, cfg.model_dump(mode="json"))
+        self.start_step = 0
+        if resume:
+            self._load_checkpoint()
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def train(self) -> Path:
+        cfg = self.cfg
+        progress = _progress(cfg.tracking.progress)
+        with progress:
+            task = progress.add_task("train", total=cfg.trainer.steps, completed=self.start_step)
+            for step in range(self.start_step, cfg.trainer.steps):
+                metrics = self.step(step)
+                if cfg.trainer.eval_every and (step + 1) % cfg.trainer.eval_every == 0:
+                    result, _ = asyncio.run(evaluate(self.engine, cfg.eval.episodes, cfg.eval.k, split="val"))
+                    metrics["eval/success"] = result.success
+                self.tracker.log(step + 1, metrics)
+                progress.update(task, advance=1, description=f"reward {metrics['rollout/reward_mean']:.2f}")
+                if cfg.trainer.save_every and (step + 1) % cfg.trainer.save_every == 0:
+                    self.save_checkpoint(step + 1)
+        self.save_checkpoint(cfg.trainer.steps)
+        self.tracker.close()
+        plot_rewards(self.run_dir)
+        self.engine.close()
+        return self.run_dir
+
+    def step(self, step: int) -> dict[str, float]:
+        cfg = self.cfg
+        # 1. rollout, then group filters (which may ask for more groups)
+        trajectories = self._rollout(step, 0, cfg.trainer.prompts_per_step)
+        groups = group_trajectories(trajectories)
+        metrics: dict[str, float] = {}
+        for round_ in range(cfg.trainer.refill_rounds + 1):
+            more = 0
+            for i, (entry, fcfg) in enumerate(self.filters):
+                result = entry.fn(groups, self.states[f"filter{i}"], fcfg)
+                groups, more = result.groups, max(more, result.num_more)
+                for k, v in result.metrics.items():
+                    metrics[k] = metrics.get(k, 0.0) + v
+            if more == 0 or round_ == cfg.trainer.refill_rounds:
+                break
+            extra = self._rollout(step, round_ + 1, more)
+            trajectories += extra
+            groups += group_trajectories(extra)
+        metrics.update(rollout_metrics(trajectories))
+        metrics.update({k: float(v) for k, v in self.engine.metrics.items()})
+        self.engine.metrics.clear()
+        self._save_trajectories(step, trajectories)
+        groups = trainable_groups(groups)
+        if not groups:
+            metrics["train/skipped"] = 1.0
+            return metrics
+        # 2. batch and advantages
+        batch = make_batch(groups, self.components.tokenizer.pad_token_id, cfg.model.device)
+        x = AdvantageInputs(
+            rewards_B=batch.rewards_B,
+            loss_mask_BT=batch.loss_mask_BT,
+            group_index_B=batch.group_index_B,
+            rollout_logprobs_BT=batch.rollout_logprobs_BT,
+            turn_index_BT=batch.turn_index_BT,
+            task_ids_B=[t.task_id for g in groups for t in g.trajectories_G],
+            step=step,
+            state=self.states["advantage"],
+        )
+        adv = self.advantage.fn(x, cfg.algorithm.advantage)
+        if self.credit is not None:
+            x.state = self.states["credit"]
+            adv = self.credit.fn(groups, x, self.states["credit"], cfg.algorithm.credit)
+        metrics.update(adv.metrics)
+        # 3. loss, optimizer step, weight sync (colocated hf: the same module, only the version moves)
+        metrics.update(self.learner.update(batch, adv.advantages_BT, self.parts, step))
+        self.components.backend.update_weights(None, self.learner.version)
+        return metrics
+
+    def _rollout(self, step: int, round_: int, num_prompts: int) -> list[Trajectory]:
+        cfg = self.cfg
+        specs = []
+        for i in range(num_prompts):
+            seed = task_seed(cfg.trainer.seed, step, round_, i)
+            specs += [EpisodeSpec(seed=seed, group_id=f"s{step}r{round_}p{i}", options={"split": cfg.trainer.split})] * cfg.rollout.group_size
+        return self.engine.run_sync(specs, seed=task_seed("sample", cfg.trainer.seed, step, round_))
+
+    # -- run directory -------------------------------------------------------------------------
+    def _save_trajectories(self, step: int, trajectories: list[Trajectory]) -> None:
+        n = self.cfg.tracking.save_trajectories
+        if n <= 0:
+            return
+        out = self.run_dir / "trajectories"
+        out.mkdir(exist_ok=True)
+        with open(out / f"step_{step:06d}.jsonl", "w") as f:
+            for t in trajectories[:n]:
+                f.write(json.dumps(t.to_json()) + "\n")
+
+    def save_checkpoint(self, step: int) -> Path:
+        """Atomic: written to a temporary directory, then renamed; the newest complete one wins."""
+        root = self.run_dir / "checkpoints"
+        root.mkdir(exist_ok=True)
+        final, tmp = root / f"step_{step:06d}", root / f".tmp_step_{step:06d}"
+        tmp.mkdir(exist_ok=True)
+        torch.save(
+            {
+                "step": step,
+                "learner": self.learner.state_dict(),
+                "states": {k: v.state_dict() for k, v in self.states.items() if v is not None},
+                "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
+            },
+            tmp / "trainer.pt",
+        )
+        self.components.model.save_pretrained(tmp / "model")
+        self.components.tokenizer.save_pretrained(tmp / "model")
+        if final.exists():
+            import shutil
+
+            shutil.rmtree(final)
+        tmp.rename(final)
+        return final
+
+    def _load_checkpoint(self) -> None:
+        ckpts = sorted((self.run_dir / "checkpoints").glob("step_*"))
+        if not ckpts:
+            raise ValueError(f"--resume {self.run_dir}: no complete checkpoint in {self.run_dir / 'checkpoints'}")
+        state = torch.load(ckpts[-1] / "trainer.pt", weights_only=False)
+        self.learner.load_state_dict(state["learner"])
+        for k, v in state["states"].items():
+            self.states[k].load_state_dict(v)
+        torch.set_rng_state(state["rng"]["torch"])
+        random.setstate(state["rng"]["python"])
+        np.random.set_state(state["rng"]["numpy"])
+        self.start_step = state["step"]
+        self.components.backend.update_weights(None, self.learner.version)
+        self.log(f"resumed {self.run_dir} at step {self.start_step}")
+
+
+def _progress(enabled: bool):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), disable=not enabled
+    )
+
+
+def train(cfg: Config, resume: str | None = None) -> Path:
+    if resume:
+        saved = Path(resume) / "config.yaml"
+        if saved.exists() and cfg is None:
+            cfg = load_config(saved)
+    return Trainer(cfg, resume=resume).train()

@@ -1,0 +1,20 @@
+"""Built-in Gymnasium environments; importing this package registers ``agent_rl/<Name>-v0``."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+REGISTERED: dict[str, str] = {}  # id -> one-line description, for `agent-rl envs list`
+
+
+def _register(env_id: str, entry_point: str, description: str, **kwargs) -> None:
+    if env_id not in gym.registry:
+        gym.register(id=env_id, entry_point=entry_point, disable_env_checker=True, **kwargs)
+    REGISTERED[env_id] = description
+
+
+_register(
+    "agent_rl/Arithmetic-v0",
+    "envs.arithmetic.env:ArithmeticEnv",
+    "arithmetic questions; python tool; reward 1 for the right <answer>",
+)

@@ -1,0 +1,3 @@
+from envs.arithmetic.env import ArithmeticEnv
+
+__all__ = ["ArithmeticEnv"]

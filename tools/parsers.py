@@ -1,0 +1,61 @@
+"""Read tool calls and final answers from an assistant's text.
+
+Formats: Hermes / Qwen ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` and fenced
+code blocks (```python ... ```), which become a call of the ``python`` tool. A malformed call is
+reported in ``ParsedAction.errors``; parsing never raises.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from tools.base import ToolCall
+
+_TOOL_CALL = re.compile(r"<tool_call>(.*?)(</tool_call>|$)", re.DOTALL)
+_FENCE = re.compile(r"```(?:python|py)\s*\n(.*?)```", re.DOTALL)
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+@dataclass
+class ParsedAction:
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    answer: str | None = None
+    errors: list[str] = field(default_factory=list)  # malformed calls, one message each
+
+    @property
+    def empty(self) -> bool:
+        return not self.tool_calls and self.answer is None
+
+
+def _parse_call(body: str) -> ToolCall:
+    obj = json.loads(body)
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        raise ValueError('a tool call is a JSON object with a string "name"')
+    args = obj.get("arguments", {})
+    if isinstance(args, str):  # some models emit the arguments as a JSON string
+        args = json.loads(args)
+    if not isinstance(args, dict):
+        raise ValueError('"arguments" must be a JSON object')
+    return ToolCall(name=obj["name"], arguments=args)
+
+
+def parse_action(text: str, *, fenced_code: bool = True) -> ParsedAction:
+    out = ParsedAction()
+    for m in _TOOL_CALL.finditer(text):
+        body, closing = m.group(1).strip(), m.group(2)
+        if not closing:
+            out.errors.append("unterminated <tool_call>: expected </tool_call>")
+            continue
+        try:
+            out.tool_calls.append(_parse_call(body))
+        except (ValueError, json.JSONDecodeError) as e:
+            out.errors.append(f"malformed tool call: {e}")
+    if fenced_code and not out.tool_calls:
+        for m in _FENCE.finditer(text):
+            out.tool_calls.append(ToolCall(name="python", arguments={"code": m.group(1)}))
+    answers = _ANSWER.findall(text)
+    if answers:
+        out.answer = answers[-1].strip()
+    return out
