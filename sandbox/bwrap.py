@@ -1,0 +1,184 @@
+"""The ``bwrap`` backend: a warm pool of bubblewrap sandboxes, each with a resident executor.
+
+Each worker is ``bwrap --unshare-all --die-with-parent --as-pid-1 ...`` around
+``python3 -I -S -c <executor>``: no network, its own PID/IPC/UTS/user namespaces, the host's
+``/usr`` read-only and nothing else of the host (no ``/etc/shadow``, no home, no project
+files), tmpfs ``/work``, ``/tmp`` and ``/dev/shm`` of bounded size, no capabilities.
+
+Started as root, a worker first drops to its own unprivileged uid (``setpriv``; uid
+``BWRAP_UID_BASE + slot``) so RLIMIT_NPROC applies and no two workers share a process count, and
+it joins a per-worker memory + pids cgroup where we can create one. The executor is PID 1: a call
+cannot kill it, and after each call it kills everything else in the namespace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import glob
+import inspect
+import json
+import logging
+import os
+import shlex
+import shutil
+import subprocess
+import threading
+
+from sandbox import cgroups, executor
+from sandbox.base import SandboxLimits
+from sandbox.pool import PooledSandbox, Worker, WorkerPool, shared_pool
+
+log = logging.getLogger("sandbox.bwrap")
+
+BWRAP_UID_BASE = 1_600_000
+PYTHON = "/usr/bin/python3"
+_EXECUTOR_SRC = inspect.getsource(executor)
+_slots: set[int] = set()
+_slots_lock = threading.Lock()
+
+
+def _take_slot() -> int:
+    with _slots_lock:
+        slot = next(i for i in range(1 << 16) if i not in _slots)
+        _slots.add(slot)
+        return slot
+
+
+def _free_slot(slot: int) -> None:
+    with _slots_lock:
+        _slots.discard(slot)
+
+
+@functools.cache
+def _host_binds() -> tuple[str, ...]:
+    """Read-only view of the host: /usr, the merged-/usr links, and a few harmless /etc files."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    etc = ["/etc/ld.so.cache", "/etc/alternatives", "/etc/localtime", *sorted(glob.glob("/etc/python3*"))]
+    for path in etc:
+        args += ["--ro-bind-try", path, path]
+    return tuple(args)
+
+
+def bwrap_command(limits: SandboxLimits, uid: int | None, cfg: dict) -> list[str]:
+    """The full command of one worker (``uid``: drop to it first; needs root)."""
+    mb = 1 << 20
+    cmd = []
+    if uid is not None:
+        cmd += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+    cmd += [
+        "bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1",
+        "--cap-drop", "ALL", "--hostname", "sandbox", *_host_binds(),
+        "--proc", "/proc", "--dev", "/dev",
+        "--size", str(16 * mb), "--tmpfs", "/dev/shm", "--mqueue", "/dev/mqueue",
+        "--size", str(32 * mb), "--tmpfs", "/tmp",
+        "--size", str(limits.disk_mb * mb), "--tmpfs", "/work", "--chdir", "/work",
+        "--remount-ro", "/",
+        PYTHON, "-I", "-S", "-c", _EXECUTOR_SRC, json.dumps(cfg),
+    ]
+    return cmd
+
+
+def rlimits_for(limits: SandboxLimits) -> dict[str, int]:
+    return {"as": limits.memory_mb << 20, "fsize": limits.disk_mb << 20, "core": 0, "nofile": 256,
+            "nproc": limits.nproc}
+
+
+async def launch_worker(limits: SandboxLimits) -> Worker:
+    """Start one bubblewrap worker and wait for its executor's hello."""
+    slot = _take_slot()
+    uid = BWRAP_UID_BASE + slot if os.geteuid() == 0 else None
+    name = f"bwrap-{os.getpid()}-{slot}"
+    cfg = {"workdir": "/work", "wipe": ["/work", "/tmp", "/dev/shm", "/dev/mqueue"],
+           "ttl_s": 3600, "idle_ttl_s": 900}
+    cmd = bwrap_command(limits, uid, cfg)
+    cg = cgroups.WorkerCgroup(f"{os.getpid()}-{slot}", (limits.memory_mb + limits.disk_mb + 96) << 20,
+                              limits.nproc + 8)
+    if cg.procs_files:  # join the cgroups before bwrap starts, so every process is inside
+        joins = "; ".join(f"echo $$ > {shlex.quote(p)}" for p in cg.procs_files)
+        cmd = ["/bin/sh", "-c", f'{joins}; exec "$@"', "sh", *cmd]
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}, start_new_session=True,
+            limit=1 << 20)
+    except OSError:
+        cg.remove(0)
+        _free_slot(slot)
+        raise
+
+    async def write(data: bytes) -> None:
+        proc.stdin.write(data)
+        await proc.stdin.drain()
+
+    async def destroy() -> None:
+        try:
+            proc.kill()  # --die-with-parent takes the whole sandbox with it
+        except ProcessLookupError:
+            pass
+        await proc.wait()
+        await asyncio.to_thread(cg.remove)
+        _free_slot(slot)
+
+    async def log_stderr() -> None:
+        async for line in proc.stderr:
+            log.warning("%s: %s", name, line.decode(errors="replace").rstrip())
+
+    worker = Worker(name, proc.stdout, write, destroy)
+    worker.oom_kills = cg.oom_kills
+    worker.stderr_task = asyncio.get_running_loop().create_task(log_stderr())
+    try:
+        hello = await asyncio.wait_for(worker.recv(), 15.0)
+    except BaseException:
+        await worker.destroy()
+        raise
+    if hello.get("op") != "hello" or hello.get("version") != executor.PROTOCOL_VERSION:
+        await worker.destroy()
+        raise RuntimeError(f"{name}: unexpected executor hello {hello!r}")
+    worker.hello = hello
+    return worker
+
+
+def default_pool_size() -> int:
+    return max(4, 2 * (os.cpu_count() or 1))
+
+
+class BwrapSandbox(PooledSandbox):
+    """``make_sandbox(backend="bwrap")``: a cheap handle on the shared bubblewrap pool."""
+
+    def __init__(self, limits: SandboxLimits, pool_size: int | None = None, python: str = "python3"):
+        size = pool_size or default_pool_size()
+        key = ("bwrap", limits, size)
+        pool = shared_pool(key, lambda: _make_pool(limits, size))
+        super().__init__("bwrap", pool, limits, rlimits_for(limits), python=python)
+
+
+def _make_pool(limits: SandboxLimits, size: int) -> WorkerPool:
+    cgroups.reap_stale()
+    return WorkerPool("bwrap", lambda: launch_worker(limits), size)
+
+
+@functools.cache
+def probe() -> tuple[bool, str]:
+    """Does bubblewrap work here (unprivileged user namespaces, as our sandbox uses them)?"""
+    if shutil.which("bwrap") is None:
+        return False, "bwrap not installed (apt-get install bubblewrap)"
+    if not os.path.exists(PYTHON):
+        return False, f"{PYTHON} not found (the bwrap backend runs the host's Debian python)"
+    cmd = ["bwrap", "--unshare-all", "--die-with-parent", "--as-pid-1", *_host_binds(),
+           "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/work", PYTHON, "-I", "-S", "-c", "print(1)"]
+    if os.geteuid() == 0:
+        cmd = ["setpriv", f"--reuid={BWRAP_UID_BASE}", f"--regid={BWRAP_UID_BASE}", "--clear-groups", "--", *cmd]
+    try:
+        out = subprocess.run(cmd, capture_output=True, timeout=10, text=True)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"bwrap failed to start: {exc}"
+    if out.returncode != 0 or out.stdout.strip() != "1":
+        return False, f"bwrap failed (rc={out.returncode}): {out.stderr.strip()[:200]}"
+    extra = f"; cgroups: {', '.join(cgroups.available()) or 'none (rlimits only)'}"
+    return True, "bubblewrap " + ("as root, dropping to a per-worker uid" if os.geteuid() == 0 else "unprivileged") + extra

@@ -1,0 +1,246 @@
+"""The ``docker`` backend: a warm pool of hardened containers, each with a resident executor.
+
+A container runs ``python3 -I -S -c <executor>`` as PID 1, fed over its attached stdin: a call
+costs neither a container start nor a ``docker exec``. Hardening: ``--network none``, read-only
+root, sized tmpfs ``/work`` ``/tmp`` and ``/dev/shm``, ``--cap-drop ALL``, no-new-privileges,
+pids / memory / CPU limits, uid 65534, private IPC, no log driver, labels (run id, owner pid
+and its start time, expiry) so a later start reaps containers of dead controllers. The executor
+is the init process: it reaps orphans and, being PID 1, cannot be killed from inside. When the
+controller dies its attach connection closes, stdin ends (``StdinOnce``), the executor exits and
+``AutoRemove`` deletes the container; the executor's own TTL covers the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from sandbox import executor
+from sandbox.base import SandboxLimits
+from sandbox.image import DEFAULT_IMAGE
+from sandbox.pool import PooledSandbox, Worker, WorkerPool, shared_pool
+
+log = logging.getLogger("sandbox.docker")
+
+LABEL = "agent_rl.sandbox"
+RUN_ID = uuid.uuid4().hex[:12]
+SANDBOX_USER = "65534:65534"
+TTL_S = 3600
+_EXECUTOR_SRC = inspect.getsource(executor)
+_THREADS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="sandbox-docker")
+
+
+def _start_time(pid: int) -> str:
+    """The kernel start time of ``pid`` (tells a live owner from a reused pid)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def client(base_url: str | None = None, timeout: int = 30):
+    import docker  # the SDK is only needed by this backend
+
+    if base_url:
+        return docker.DockerClient(base_url=base_url, version="auto", timeout=timeout)
+    return docker.from_env(version="auto", timeout=timeout)
+
+
+def labels() -> dict[str, str]:
+    return {
+        LABEL: "1", "agent_rl.run_id": RUN_ID, "agent_rl.owner_pid": str(os.getpid()),
+        "agent_rl.owner_start": _start_time(os.getpid()), "agent_rl.owner_host": socket.gethostname(),
+        "agent_rl.expires": str(int(time.time()) + TTL_S + 300),
+    }
+
+
+def reap_orphans(cli) -> int:
+    """Remove sandbox containers whose controller is dead (this host) or whose TTL passed."""
+    removed = 0
+    host, now = socket.gethostname(), time.time()
+    for c in cli.api.containers(all=True, filters={"label": LABEL}):
+        lab = c.get("Labels") or {}
+        pid = int(lab.get("agent_rl.owner_pid", "0") or 0)
+        owner_alive = (lab.get("agent_rl.owner_host") == host and pid > 0
+                       and _start_time(pid) == lab.get("agent_rl.owner_start"))
+        expired = now > float(lab.get("agent_rl.expires", "0") or 0)
+        same_host = lab.get("agent_rl.owner_host") == host
+        if (same_host and not owner_alive) or expired:
+            try:
+                cli.api.remove_container(c["Id"], force=True)
+                removed += 1
+            except Exception as exc:  # noqa: BLE001 - already going away
+                log.debug("reaping %s: %s", c["Id"][:12], exc)
+    if removed:
+        log.info("reaped %d sandbox container(s) of dead runs", removed)
+    return removed
+
+
+def container_config(cli, image: str, limits: SandboxLimits) -> dict:
+    mb = limits.memory_mb + limits.disk_mb + 32 + 16 + 64  # program + tmpfs pages + executor
+    cfg = {"workdir": "/work", "wipe": ["/work", "/tmp", "/dev/shm", "/dev/mqueue"], "ttl_s": TTL_S,
+           "idle_ttl_s": 900, "oom_files": ["/sys/fs/cgroup/memory/memory.oom_control",
+                                            "/sys/fs/cgroup/memory.events"]}
+    host_config = cli.api.create_host_config(
+        network_mode="none", read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges"],
+        tmpfs={
+            "/work": f"rw,nosuid,nodev,size={limits.disk_mb}m,nr_inodes={limits.max_files},uid=65534,gid=65534,mode=0755",
+            "/tmp": "rw,nosuid,nodev,size=32m,nr_inodes=4096,mode=1777",
+        },
+        shm_size="16m", ipc_mode="private", pids_limit=limits.nproc + 8,
+        mem_limit=f"{mb}m", memswap_limit=f"{mb}m", nano_cpus=int(limits.cpus * 1e9),
+        auto_remove=True, log_config={"type": "none", "config": {}},
+        init=False,  # the executor is the init: it reaps, and signals from inside cannot kill it
+    )
+    return cli.api.create_container_config(
+        image, command=["python3", "-I", "-S", "-c", _EXECUTOR_SRC, json.dumps(cfg)], hostname="sandbox",
+        user=SANDBOX_USER, detach=False, stdin_open=True, tty=False, working_dir="/work",
+        environment={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}, labels=labels(),
+        network_disabled=True, host_config=host_config,
+    )
+
+
+async def _demux(sock_reader: asyncio.StreamReader, out: asyncio.StreamReader, name: str) -> None:
+    """Split docker's attach stream (8-byte frame headers) into the executor's stdout and a log."""
+    try:
+        while True:
+            head = await sock_reader.readexactly(8)
+            data = await sock_reader.readexactly(int.from_bytes(head[4:], "big"))
+            if head[0] == 1:
+                out.feed_data(data)
+            else:
+                log.warning("%s: %s", name, data.decode(errors="replace").rstrip())
+    except (asyncio.IncompleteReadError, OSError):
+        pass
+    finally:
+        out.feed_eof()
+
+
+async def launch_worker(cli, image: str, limits: SandboxLimits) -> Worker:
+    """Create, attach and start one container; wait for its executor's hello."""
+    loop = asyncio.get_running_loop()
+    config = container_config(cli, image, limits)
+
+    def create() -> tuple[str, Any]:
+        cid = cli.api.create_container_from_config(config)["Id"]
+        try:
+            sock = cli.api.attach_socket(cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+            cli.api.start(cid)
+        except BaseException:
+            cli.api.remove_container(cid, force=True)
+            raise
+        return cid, sock
+
+    cid, sock = await loop.run_in_executor(_THREADS, create)
+    name = f"docker-{cid[:12]}"
+    raw = socket.socket(fileno=os.dup(sock._sock.fileno() if hasattr(sock, "_sock") else sock.fileno()))
+    raw.setblocking(False)
+    sock_reader, writer = await asyncio.open_unix_connection(sock=raw, limit=1 << 20)
+    out = asyncio.StreamReader(limit=1 << 20)
+    demux = loop.create_task(_demux(sock_reader, out, name))
+
+    async def write(data: bytes) -> None:
+        writer.write(data)
+        await writer.drain()
+
+    async def destroy() -> None:
+        writer.close()
+        demux.cancel()
+        try:
+            sock.close()
+        except OSError:
+            pass
+
+        def remove():
+            try:
+                cli.api.remove_container(cid, force=True)
+            except Exception as exc:  # noqa: BLE001 - auto-remove may have won the race
+                log.debug("removing %s: %s", cid[:12], exc)
+        await loop.run_in_executor(_THREADS, remove)
+
+    worker = Worker(name, out, write, destroy)
+    worker.container_id, worker.attach = cid, sock
+    try:
+        hello = await asyncio.wait_for(worker.recv(), 30.0)
+    except BaseException:
+        await worker.destroy()
+        raise
+    if hello.get("op") != "hello" or hello.get("version") != executor.PROTOCOL_VERSION:
+        await worker.destroy()
+        raise RuntimeError(f"{name}: unexpected executor hello {hello!r}")
+    worker.hello = hello
+    return worker
+
+
+def default_pool_size() -> int:
+    return max(4, 2 * (os.cpu_count() or 1))
+
+
+class DockerSandbox(PooledSandbox):
+    """``make_sandbox(backend="docker")``: a cheap handle on the shared container pool."""
+
+    def __init__(self, limits: SandboxLimits, image: str | None = None, pool_size: int | None = None,
+                 base_url: str | None = None, python: str = "python3"):
+        image = image or os.environ.get("AGENT_RL_SANDBOX_IMAGE") or DEFAULT_IMAGE
+        size = pool_size or default_pool_size()
+        key = ("docker", base_url, image, limits, size)
+        pool = shared_pool(key, lambda: _make_pool(base_url, image, limits, size))
+        rlimits = {"as": limits.memory_mb << 20, "fsize": limits.disk_mb << 20, "core": 0, "nofile": 256}
+        super().__init__("docker", pool, limits, rlimits, python=python)
+        self.image = image
+
+
+def _make_pool(base_url: str | None, image: str, limits: SandboxLimits, size: int) -> WorkerPool:
+    state: dict[str, Any] = {}
+
+    async def launch() -> Worker:
+        loop = asyncio.get_running_loop()
+        if "client" not in state:  # first start of this pool: connect and reap dead runs' containers
+            cli = await loop.run_in_executor(_THREADS, client, base_url)
+            await loop.run_in_executor(_THREADS, reap_orphans, cli)
+            state["client"] = cli
+        try:
+            return await launch_worker(state["client"], image, limits)
+        except Exception:
+            state.pop("client", None)  # reconnect next time (the daemon may have restarted)
+            raise
+
+    return WorkerPool(f"docker:{image}", launch, size, parallel_starts=4)
+
+
+def check(base_url: str | None = None, image: str | None = None) -> tuple[bool, str]:
+    """Uncached: does a daemon answer, and does the image exist?"""
+    image = image or os.environ.get("AGENT_RL_SANDBOX_IMAGE") or DEFAULT_IMAGE
+    if base_url is None and not os.environ.get("DOCKER_HOST") and not os.path.exists("/var/run/docker.sock"):
+        return False, "no Docker daemon socket (/var/run/docker.sock)"
+    try:
+        import docker  # noqa: F401
+    except ImportError:
+        return False, "the docker Python SDK is not installed (pip install docker)"
+    try:
+        cli = client(base_url, timeout=5)
+        cli.ping()
+    except Exception as exc:  # noqa: BLE001
+        return False, f"the Docker daemon does not answer: {exc}"
+    try:
+        cli.images.get(image)
+    except Exception:  # noqa: BLE001
+        return False, f"image {image} is missing (run `agent-rl sandbox build-image`)"
+    finally:
+        cli.close()
+    return True, f"daemon answers, image {image} present"
+
+
+@functools.cache
+def probe() -> tuple[bool, str]:
+    return check()
