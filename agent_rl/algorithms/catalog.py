@@ -29,8 +29,10 @@ def _defaults(entry: Entry) -> str:
     for name, field in entry.config.model_fields.items():
         if name == "name":
             continue
-        default = "<required>" if field.is_required() else json.dumps(to_jsonable_python(field.get_default(call_default_factory=True)))
-        parts.append(f"{name}={default}")
+        if field.is_required():
+            parts.append(f"{name}=<required>")
+        else:
+            parts.append(f"{name}={json.dumps(to_jsonable_python(field.get_default(call_default_factory=True)))}")
     return ", ".join(parts)
 
 

@@ -14,6 +14,7 @@ trainer; the estimators only estimate.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Literal
 
@@ -132,7 +133,7 @@ def cokl(logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: CoklConf
         if n < 2:
             continue
         s = s_B[rows]
-        log_n = torch.log(torch.tensor(float(n), dtype=s.dtype))
+        log_n = math.log(n)
         if cfg.direction == "forward":
             log_w = torch.log_softmax(s, 0)
             c = torch.exp(log_w) * log_w + log_n / n

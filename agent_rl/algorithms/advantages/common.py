@@ -16,9 +16,9 @@ def group_stats(values_B: torch.Tensor, group_index_B: torch.Tensor) -> tuple[to
     _, inverse_B, counts = torch.unique(group_index_B, return_inverse=True, return_counts=True)
     num_groups = counts.numel()
     values_B = values_B.double()
-    sums = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, inverse_B, values_B)
+    sums = torch.zeros(num_groups, dtype=torch.float64, device=values_B.device).index_add_(0, inverse_B, values_B)
     means = sums / counts
-    sq = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, inverse_B, (values_B - means[inverse_B]) ** 2)
+    sq = torch.zeros_like(sums).index_add_(0, inverse_B, (values_B - means[inverse_B]) ** 2)
     stds = torch.where(counts > 1, (sq / (counts - 1).clamp(min=1)).sqrt(), torch.zeros_like(sq))
     return means[inverse_B], stds[inverse_B], counts[inverse_B]
 
@@ -26,7 +26,8 @@ def group_stats(values_B: torch.Tensor, group_index_B: torch.Tensor) -> tuple[to
 def group_sum(values_B: torch.Tensor, group_index_B: torch.Tensor) -> torch.Tensor:
     """Per-row sum of ``values_B`` over the row's group."""
     _, inverse_B = torch.unique(group_index_B, return_inverse=True)
-    sums = torch.zeros(int(inverse_B.max()) + 1 if inverse_B.numel() else 0, dtype=torch.float64)
+    num_groups = int(inverse_B.max()) + 1 if inverse_B.numel() else 0
+    sums = torch.zeros(num_groups, dtype=torch.float64, device=values_B.device)
     sums.index_add_(0, inverse_B, values_B.double())
     return sums[inverse_B]
 
@@ -58,11 +59,11 @@ def token_rewards(x: AdvantageInputs) -> torch.Tensor:
     """Token-level rewards: the outcome reward on each row's last loss token, minus the KL penalty."""
     mask_BT = x.loss_mask_BT.double()
     T = mask_BT.shape[1]
-    positions_T = torch.arange(T, dtype=torch.float64)
+    positions_T = torch.arange(T, dtype=torch.float64, device=mask_BT.device)
     last_B = (mask_BT * (positions_T + 1)).argmax(-1)  # index of the last masked token
     has_tokens_B = mask_BT.sum(-1) > 0
     rewards_BT = torch.zeros_like(mask_BT)
-    rows = torch.arange(mask_BT.shape[0])
+    rows = torch.arange(mask_BT.shape[0], device=mask_BT.device)
     rewards_BT[rows, last_B] = torch.where(has_tokens_B, x.rewards_B.double(), torch.zeros_like(x.rewards_B.double()))
     if x.kl_penalty_BT is not None:
         rewards_BT = rewards_BT - x.kl_penalty_BT.double() * mask_BT
@@ -77,7 +78,7 @@ def discounted_returns(rewards_BT: torch.Tensor, mask_BT: torch.Tensor, gamma: f
     """
     mask_BT = mask_BT.double()
     returns_BT = torch.zeros_like(rewards_BT, dtype=torch.float64)
-    running_B = torch.zeros(rewards_BT.shape[0], dtype=torch.float64)
+    running_B = torch.zeros(rewards_BT.shape[0], dtype=torch.float64, device=rewards_BT.device)
     for t in reversed(range(rewards_BT.shape[1])):
         m = mask_BT[:, t]
         new_B = rewards_BT[:, t].double() + gamma * running_B
@@ -93,7 +94,7 @@ def masked_whiten(values_BT: torch.Tensor, mask_BT: torch.Tensor, eps: float = 1
     n = mask_BT.sum()
     mean = (values_BT * mask_BT).sum() / n.clamp(min=1)
     sq = (((values_BT - mean) ** 2) * mask_BT).sum()
-    var = sq / (n - 1) if n > 1 else torch.zeros((), dtype=torch.float64)
+    var = sq / (n - 1) if n > 1 else torch.zeros_like(sq)
     return (values_BT - mean) * torch.rsqrt(var + eps) * mask_BT
 
 
@@ -105,7 +106,7 @@ def masked_group_norm(values_BT: torch.Tensor, mask_BT: torch.Tensor, group_inde
         v, m = values_BT[rows].double(), mask_BT[rows]
         n = m.sum()
         mean = (v * m).sum() / n.clamp(min=1)
-        std = ((((v - mean) ** 2) * m).sum() / (n - 1)).sqrt() if n > 1 else torch.zeros((), dtype=torch.float64)
+        std = ((((v - mean) ** 2) * m).sum() / (n - 1)).sqrt() if n > 1 else torch.zeros_like(mean)
         out_BT[rows] = (v - mean) / (std + eps) * m
     return out_BT
 

@@ -65,10 +65,10 @@ def dcpo_smooth(x: AdvantageInputs, cfg: DcpoSmoothConfig) -> AdvantageOutput:
         history.add(task_id, rewards)
     a_new_B = grpo_advantage_B(rewards_B, x.group_index_B, cfg.eps, norm_by_std=True)
     stats = [history.mean_std(t) for t in task_ids]
-    mean_all_B = torch.tensor([m for m, _ in stats], dtype=torch.float64)
-    std_all_B = torch.tensor([s for _, s in stats], dtype=torch.float64)
+    mean_all_B = torch.tensor([m for m, _ in stats], dtype=torch.float64, device=rewards_B.device)
+    std_all_B = torch.tensor([s for _, s in stats], dtype=torch.float64, device=rewards_B.device)
     a_total_B = (rewards_B - mean_all_B) / (std_all_B + cfg.eps)
-    i_B = torch.tensor([float(history.visits(t)) for t in task_ids], dtype=torch.float64)
+    i_B = torch.tensor([float(history.visits(t)) for t in task_ids], dtype=torch.float64, device=rewards_B.device)
     s_new_B = (i_B - 1) / i_B * a_new_B + a_total_B / i_B
     s_total_B = (i_B - 1) / i_B * a_total_B + a_new_B / i_B
     adv_B = torch.where(s_total_B.abs() < s_new_B.abs(), s_total_B, s_new_B)

@@ -35,9 +35,9 @@ def gae_scan(
     mask_BT = mask_BT.double()
     values_BT = values_BT.double()
     B, T = rewards_BT.shape
-    adv_BT = torch.zeros(B, T, dtype=torch.float64)
-    next_value_B = torch.zeros(B, dtype=torch.float64)
-    last_B = torch.zeros(B, dtype=torch.float64)
+    adv_BT = torch.zeros(B, T, dtype=torch.float64, device=values_BT.device)
+    next_value_B = torch.zeros(B, dtype=torch.float64, device=values_BT.device)
+    last_B = torch.zeros(B, dtype=torch.float64, device=values_BT.device)
     for t in reversed(range(T)):
         m = mask_BT[:, t]
         delta_B = rewards_BT[:, t] + gamma * next_value_B - values_BT[:, t]
@@ -66,11 +66,12 @@ def gae(x: AdvantageInputs, cfg: GaeConfig) -> AdvantageOutput:
         length_B = mask_BT.double().sum(-1).clamp(min=1)
         lam_B = (1.0 - 1.0 / (cfg.length_adaptive_alpha * length_B)).clamp(0.0, 1.0)
     else:
-        lam_B = torch.full((B,), cfg.lam, dtype=torch.float64)
+        lam_B = torch.full((B,), cfg.lam, dtype=torch.float64, device=rewards_BT.device)
     adv_BT = gae_scan(rewards_BT, values_BT, mask_BT, cfg.gamma, lam_B)
     critic_BT = adv_BT
     if cfg.critic_lam is not None:
-        critic_BT = gae_scan(rewards_BT, values_BT, mask_BT, cfg.gamma, torch.full((B,), cfg.critic_lam, dtype=torch.float64))
+        critic_lam_B = torch.full_like(lam_B, cfg.critic_lam)
+        critic_BT = gae_scan(rewards_BT, values_BT, mask_BT, cfg.gamma, critic_lam_B)
     returns_BT = (critic_BT + values_BT.double()) * mask_BT.double()
     if cfg.whiten:
         adv_BT = masked_whiten(adv_BT, mask_BT)

@@ -36,8 +36,8 @@ def tailrl(x: AdvantageInputs, cfg: TailRlConfig) -> AdvantageOutput:
     for rows in group_rows(x.group_index_B):
         r_sorted, order = torch.sort(rewards_B[rows], stable=True)
         n = r_sorted.numel()
-        steps = torch.diff(r_sorted, prepend=torch.zeros(1, dtype=r_sorted.dtype))
-        remaining = torch.arange(n, 0, -1, dtype=r_sorted.dtype)  # N - i + 1 for i = 1..N
+        steps = torch.diff(r_sorted, prepend=torch.zeros_like(r_sorted[:1]))
+        remaining = torch.arange(n, 0, -1, dtype=r_sorted.dtype, device=r_sorted.device)  # N - i + 1 for i = 1..N
         w_sorted = torch.cumsum(steps / remaining, 0)
         w = torch.empty_like(w_sorted)
         w[order] = w_sorted

@@ -107,13 +107,13 @@ def erpo(x: AdvantageInputs, cfg: ErpoConfig) -> AdvantageOutput:
             vals = drift_BT[sel_BT]
             if vals.numel() == 0:
                 continue
-            std = vals.std() if vals.numel() > 1 else torch.zeros((), dtype=torch.float64)
+            std = vals.std() if vals.numel() > 1 else vals.new_zeros(())
             z_BT[sel_BT] = (vals - vals.mean()) / (std + cfg.eps)
     b_BT = entropy_BT * torch.sign(adv_B)[:, None] * z_BT * mask_BT
     psi_BT = torch.zeros_like(b_BT)
     for rows in group_rows(x.group_index_B):
         vals = b_BT[rows][mask_BT[rows] > 0]
-        std = vals.std() if vals.numel() > 1 else torch.zeros((), dtype=torch.float64)
+        std = vals.std() if vals.numel() > 1 else vals.new_zeros(())
         psi_BT[rows] = b_BT[rows] * cfg.target_std / (std + cfg.eps)
     c_BT = (adv_B[:, None] + cfg.eta * psi_BT) * mask_BT
     adv_BT = masked_group_norm(c_BT, mask_BT, x.group_index_B, cfg.eps)
@@ -206,7 +206,7 @@ def sc_grpo(x: AdvantageInputs, cfg: ScGrpoConfig) -> AdvantageOutput:
     log_r_BT = ((teacher_BT - old_BT) * mask_BT).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     r_BT = torch.exp(log_r_BT)
     d_BT = (r_BT * log_r_BT - r_BT + 1.0).clamp(min=0.0) * mask_BT
-    max_B = d_BT.max(-1).values if d_BT.shape[1] else torch.zeros(d_BT.shape[0], dtype=torch.float64)
+    max_B = d_BT.max(-1).values if d_BT.shape[1] else d_BT.new_zeros(d_BT.shape[0])
     f_BT = torch.where(max_B[:, None] > 0, cfg.floor + (1 - cfg.floor) * d_BT / max_B[:, None].clamp(min=1e-300), 1.0)
     adv_BT = adv_B[:, None] * f_BT * mask_BT
     return AdvantageOutput(advantages_BT=adv_BT.to(torch.float32))
