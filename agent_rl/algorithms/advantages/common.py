@@ -98,16 +98,30 @@ def masked_whiten(values_BT: torch.Tensor, mask_BT: torch.Tensor, eps: float = 1
     return (values_BT - mean) * torch.rsqrt(var + eps) * mask_BT
 
 
+def group_inverse(group_index_B: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Dense group number (0..num_groups-1, in increasing order of id) of each row, and the group count."""
+    _, inverse_B = torch.unique(group_index_B, return_inverse=True)
+    return inverse_B, int(inverse_B.max()) + 1 if inverse_B.numel() else 0
+
+
+def segment_mean_std(values: torch.Tensor, keys: torch.Tensor, num_keys: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and unbiased std of the 1-D ``values`` per key in [0, num_keys); std 0 below two values."""
+    values = values.double()
+    counts = torch.zeros(num_keys, dtype=torch.float64, device=values.device).index_add_(0, keys, torch.ones_like(values))
+    means = torch.zeros_like(counts).index_add_(0, keys, values) / counts.clamp(min=1)
+    sq = torch.zeros_like(counts).index_add_(0, keys, (values - means[keys]) ** 2)
+    return means, torch.where(counts > 1, (sq / (counts - 1).clamp(min=1)).sqrt(), torch.zeros_like(sq))
+
+
 def masked_group_norm(values_BT: torch.Tensor, mask_BT: torch.Tensor, group_index_B: torch.Tensor, eps: float) -> torch.Tensor:
-    """Per group: (v - mean_G) / (std_G + eps) over the group's masked tokens (unbiased std)."""
-    out_BT = torch.zeros_like(values_BT, dtype=torch.float64)
-    mask_BT = mask_BT.double()
-    for rows in group_rows(group_index_B):
-        v, m = values_BT[rows].double(), mask_BT[rows]
-        n = m.sum()
-        mean = (v * m).sum() / n.clamp(min=1)
-        std = ((((v - mean) ** 2) * m).sum() / (n - 1)).sqrt() if n > 1 else torch.zeros_like(mean)
-        out_BT[rows] = (v - mean) / (std + eps) * m
+    """Per group: (v - mean_G) / (std_G + eps) over the group's masked tokens (unbiased std); 0 off the mask."""
+    inverse_B, num_groups = group_inverse(group_index_B)
+    sel_BT = mask_BT > 0
+    keys = inverse_B[:, None].expand_as(sel_BT)[sel_BT]
+    vals = values_BT.double()[sel_BT]
+    mean, std = segment_mean_std(vals, keys, num_groups)
+    out_BT = torch.zeros(values_BT.shape, dtype=torch.float64, device=values_BT.device)
+    out_BT[sel_BT] = (vals - mean[keys]) / (std[keys] + eps)
     return out_BT
 
 

@@ -13,9 +13,10 @@ from pydantic import Field
 
 from agent_rl.algorithms.advantages.common import (
     discounted_returns,
-    group_rows,
+    group_inverse,
     grpo_advantage_B,
     masked_group_norm,
+    segment_mean_std,
     sequence_rewards,
 )
 from agent_rl.algorithms.registry import AdvantageInputs, AdvantageOutput, ComponentConfig, register_advantage, require
@@ -97,24 +98,21 @@ def erpo(x: AdvantageInputs, cfg: ErpoConfig) -> AdvantageOutput:
     logp_BT = require(x, "old_logprobs_BT", "erpo").double()
     mask_BT = x.loss_mask_BT.double()
     adv_B = grpo_advantage_B(sequence_rewards(x), x.group_index_B, cfg.eps, cfg.norm_by_std)
-    drift_BT = (logp_BT - ref_BT) * mask_BT
-    bucket_BT = _stage_buckets(x.loss_mask_BT, cfg.num_buckets)
-    z_BT = torch.zeros_like(drift_BT)
-    for rows in group_rows(x.group_index_B):
-        for k in range(cfg.num_buckets):
-            sel_BT = torch.zeros_like(mask_BT, dtype=torch.bool)
-            sel_BT[rows] = (bucket_BT[rows] == k) & (mask_BT[rows] > 0)
-            vals = drift_BT[sel_BT]
-            if vals.numel() == 0:
-                continue
-            std = vals.std() if vals.numel() > 1 else vals.new_zeros(())
-            z_BT[sel_BT] = (vals - vals.mean()) / (std + cfg.eps)
-    b_BT = entropy_BT * torch.sign(adv_B)[:, None] * z_BT * mask_BT
-    psi_BT = torch.zeros_like(b_BT)
-    for rows in group_rows(x.group_index_B):
-        vals = b_BT[rows][mask_BT[rows] > 0]
-        std = vals.std() if vals.numel() > 1 else vals.new_zeros(())
-        psi_BT[rows] = b_BT[rows] * cfg.target_std / (std + cfg.eps)
+    sel_BT = mask_BT > 0
+    inverse_B, num_groups = group_inverse(x.group_index_B)
+    group_BT = inverse_B[:, None].expand_as(sel_BT)
+    # drift standardized within (group, stage bucket)
+    drift = (logp_BT - ref_BT)[sel_BT]
+    keys = (group_BT * cfg.num_buckets + _stage_buckets(x.loss_mask_BT, cfg.num_buckets))[sel_BT]
+    mean, std = segment_mean_std(drift, keys, num_groups * cfg.num_buckets)
+    z_BT = torch.zeros_like(mask_BT)
+    z_BT[sel_BT] = (drift - mean[keys]) / (std[keys] + cfg.eps)
+    # entropy-weighted, signed by the outcome, scaled to target_std within the group
+    b = (entropy_BT * torch.sign(adv_B)[:, None] * z_BT)[sel_BT]
+    group_keys = group_BT[sel_BT]
+    _, b_std = segment_mean_std(b, group_keys, num_groups)
+    psi_BT = torch.zeros_like(mask_BT)
+    psi_BT[sel_BT] = b * cfg.target_std / (b_std[group_keys] + cfg.eps)
     c_BT = (adv_B[:, None] + cfg.eta * psi_BT) * mask_BT
     adv_BT = masked_group_norm(c_BT, mask_BT, x.group_index_B, cfg.eps)
     return AdvantageOutput(advantages_BT=adv_BT.to(torch.float32))
