@@ -1,0 +1,115 @@
+"""Teacher hook for self-distillation losses (``sdpo``, ``opsd``): a second forward pass with a
+privileged teacher context (environment feedback, a verified solution) inserted before the response.
+
+    teacher = EmaTeacher(model, decay=cfg.loss.teacher_ema_decay)      # once, checkpointed
+    ids_BS, mask_BS, pos_BT = splice_teacher_context(batch.input_ids_BT, batch.attention_mask_BT,
+                                                     insert_at_B, context_ids_B, pad_id)
+    x.teacher_logprobs_BT = compute_teacher_logprobs(teacher.model, ids_BS, mask_BS, pos_BT, temperature)
+    ...optimizer step...
+    teacher.update(model)
+
+``teacher_logprobs_BT[b, t]`` is aligned with the student's ``input_ids_BT`` like the learner's
+logprobs: the teacher's log-probability of student token t, given the teacher context and the
+student tokens before t (0 where the token has no teacher position). Pure torch plus the
+transformers call convention ``model(input_ids=..., attention_mask=...).logits``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+
+class EmaTeacher:
+    """A frozen copy of the policy whose weights follow it slowly: theta_T <- d theta_T + (1 - d) theta.
+
+    ``decay = 0`` makes the teacher the current policy after every update (OPSD's self-teacher);
+    SDPO uses a slow EMA so that the student does not chase its own mistakes.
+    """
+
+    def __init__(self, model: torch.nn.Module, decay: float):
+        if not 0.0 <= decay < 1.0:
+            raise ValueError(f"EmaTeacher decay must be in [0, 1); got {decay}")
+        self.decay = decay
+        self.num_updates = 0
+        self.model = copy.deepcopy(model)
+        self.model.eval()
+        self.model.requires_grad_(False)
+
+    @torch.no_grad()
+    def update(self, model: torch.nn.Module) -> None:
+        """Move the teacher towards ``model`` (call after each optimizer step)."""
+        student = dict(model.named_parameters())
+        for name, param in self.model.named_parameters():
+            param.lerp_(student[name].detach().to(param.dtype), 1.0 - self.decay)
+        student_buffers = dict(model.named_buffers())
+        for name, buf in self.model.named_buffers():
+            buf.copy_(student_buffers[name])
+        self.num_updates += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"decay": self.decay, "num_updates": self.num_updates, "model": self.model.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.decay = float(state["decay"])
+        self.num_updates = int(state["num_updates"])
+        self.model.load_state_dict(state["model"])
+
+
+def splice_teacher_context(
+    input_ids_BT: torch.Tensor,
+    attention_mask_BT: torch.Tensor,
+    insert_at_B: list[int],
+    context_ids_B: list[list[int]],
+    pad_id: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Insert ``context_ids_B[b]`` before token ``insert_at_B[b]`` of each (right-padded) row.
+
+    Returns the teacher's ``input_ids_BS`` / ``attention_mask_BS`` (right-padded with ``pad_id``)
+    and ``positions_BT``: where student token t sits in the teacher row (-1 on padding).
+    """
+    B, T = input_ids_BT.shape
+    lengths_B = attention_mask_BT.sum(dim=-1).tolist()
+    rows, positions_BT = [], torch.full((B, T), -1, dtype=torch.long, device=input_ids_BT.device)
+    for b in range(B):
+        n, k, ctx = int(lengths_B[b]), int(insert_at_B[b]), list(context_ids_B[b])
+        if not 0 <= k <= n:
+            raise ValueError(f"insert_at_B[{b}] = {k} is outside the row's {n} tokens")
+        ids = input_ids_BT[b, :n].tolist()
+        rows.append(ids[:k] + ctx + ids[k:])
+        t_T = torch.arange(n, device=input_ids_BT.device)
+        positions_BT[b, :n] = torch.where(t_T < k, t_T, t_T + len(ctx))
+    S = max(len(r) for r in rows)
+    ids_BS = torch.full((B, S), pad_id, dtype=input_ids_BT.dtype, device=input_ids_BT.device)
+    mask_BS = torch.zeros((B, S), dtype=attention_mask_BT.dtype, device=input_ids_BT.device)
+    for b, row in enumerate(rows):
+        ids_BS[b, : len(row)] = torch.tensor(row, dtype=input_ids_BT.dtype, device=input_ids_BT.device)
+        mask_BS[b, : len(row)] = 1
+    return ids_BS, mask_BS, positions_BT
+
+
+@torch.no_grad()
+def compute_teacher_logprobs(
+    model: torch.nn.Module,
+    input_ids_BS: torch.Tensor,
+    attention_mask_BS: torch.Tensor,
+    positions_BT: torch.Tensor,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """``out[b, t]`` = log q(input_ids_BS[b, j] | input_ids_BS[b, :j]) with j = positions_BT[b, t].
+
+    Positions < 1 (padding, or the first token, which has no context) give 0. Only the needed
+    rows of the logits go through the log-softmax (``[B, T, V]``, not ``[B, S, V]``).
+    """
+    logits_BSV = model(input_ids=input_ids_BS, attention_mask=attention_mask_BS).logits
+    has_BT = positions_BT >= 1
+    target_pos_BT = positions_BT.clamp(min=1)
+    pred_pos_BT = target_pos_BT - 1  # the logits at j-1 predict token j
+    V = logits_BSV.shape[-1]
+    logits_BTV = logits_BSV.gather(1, pred_pos_BT.unsqueeze(-1).expand(-1, -1, V))
+    logp_BTV = torch.log_softmax(logits_BTV.float() / temperature, dim=-1)
+    targets_BT = input_ids_BS.gather(1, target_pos_BT)
+    logp_BT = logp_BTV.gather(-1, targets_BT.unsqueeze(-1)).squeeze(-1)
+    return torch.where(has_BT, logp_BT, torch.zeros_like(logp_BT))
