@@ -71,6 +71,7 @@ class RolloutConfig(Section):
     temperature: float = Field(1.0, gt=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     concurrency: int = Field(64, ge=1, description="episodes in flight at once")
+    ignore_eos: bool = Field(False, description="always generate max_new_tokens per turn (benchmarks)")
 
 
 class AlgorithmConfig(Section):

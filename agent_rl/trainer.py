@@ -62,7 +62,12 @@ class Trainer:
         self.credit = CREDITS.get(cfg.algorithm.credit.name) if cfg.algorithm.credit else None
         self.run_dir = Path(resume) if resume else make_run_dir(cfg)
         self.components = Components(cfg)
-        self.learner = Learner(self.components.model, cfg.learner, temperature=cfg.rollout.temperature)
+        self.learner = Learner(
+            self.components.model,
+            cfg.learner,
+            temperature=cfg.rollout.temperature,
+            max_response_tokens=cfg.rollout.max_new_tokens * cfg.rollout.max_turns,
+        )
         self.engine = self.components.engine()
         from agent_rl.algorithms import POLICY_LOSSES
 

@@ -14,7 +14,8 @@ from typing import Any
 import torch
 
 from agent_rl.algorithms import AGGREGATIONS, KLS, POLICY_LOSSES
-from agent_rl.algorithms.registry import AggregationInputs, LossInputs
+from agent_rl.algorithms.aggregation import aggregation_inputs_for, select_rows
+from agent_rl.algorithms.registry import LossInputs
 from agent_rl.learner.logprobs import token_logprobs
 from agent_rl.types import TrainBatch
 
@@ -29,31 +30,14 @@ class ObjectiveParts:
     loss_state: Any = None
 
 
-def step_aggregation_inputs(batch: TrainBatch) -> AggregationInputs:
-    mask = batch.loss_mask_BT
-    group_tokens = torch.zeros(int(batch.group_index_B.max()) + 1, dtype=torch.float32, device=mask.device)
-    group_tokens.index_add_(0, batch.group_index_B, mask.sum(-1))
-    return AggregationInputs(
-        num_tokens=float(mask.sum()),
-        num_sequences=float(batch.batch_size),
-        num_groups=float(batch.group_index_B.unique().numel()),
-        group_index_B=batch.group_index_B,
-        group_num_tokens_B=group_tokens[batch.group_index_B],
-        max_response_tokens=float(mask.shape[1]),
-    )
-
-
-def _rows(x: AggregationInputs, rows: slice) -> AggregationInputs:
-    return AggregationInputs(
-        **{k: (v[rows] if isinstance(v, torch.Tensor) else v) for k, v in vars(x).items()}
-    )
-
-
 class Learner:
-    def __init__(self, model: torch.nn.Module, cfg: Any, temperature: float = 1.0, total_steps: int = 1):
+    def __init__(
+        self, model: torch.nn.Module, cfg: Any, temperature: float = 1.0, max_response_tokens: float | None = None
+    ):
         self.model = model
         self.cfg = cfg
         self.temperature = temperature
+        self.max_response_tokens = max_response_tokens  # the generation budget (Dr. GRPO's constant)
         self.optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad], lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay
         )
@@ -74,7 +58,7 @@ class Learner:
         if kl_on or "ref_logprobs" in loss_entry.needs:
             if batch.ref_logprobs_BT is None:
                 raise ValueError("the KL term / loss needs ref_logprobs_BT, which the batch does not have")
-        agg_all = step_aggregation_inputs(batch)
+        agg_all = aggregation_inputs_for(batch.loss_mask_BT, batch.group_index_B, self.max_response_tokens)
         aggregate = AGGREGATIONS(parts.aggregation)
         mbs = self.cfg.micro_batch_size
         self.optimizer.zero_grad(set_to_none=True)
@@ -110,7 +94,7 @@ class Learner:
             if kl_on:
                 kl_BT = KLS(parts.kl)(logprobs_BT, mb.ref_logprobs_BT, parts.kl)
                 loss_BT = loss_BT + parts.kl.coef * kl_BT
-            loss = aggregate(loss_BT, mask, _rows(agg_all, rows), parts.aggregation)
+            loss = aggregate(loss_BT, mask, select_rows(agg_all, rows), parts.aggregation)
             loss.backward()
             total_loss += float(loss.detach())
             frac = float(mask.sum()) / max(agg_all.num_tokens, 1.0)

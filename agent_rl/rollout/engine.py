@@ -43,6 +43,7 @@ class EngineConfig:
     top_p: float = 1.0
     concurrency: int = 64
     check_drift: bool = True
+    ignore_eos: bool = False
 
     @classmethod
     def from_rollout(cls, cfg: Any, temperature: float | None = None) -> EngineConfig:
@@ -54,6 +55,7 @@ class EngineConfig:
             temperature=cfg.temperature if temperature is None else temperature,
             top_p=cfg.top_p,
             concurrency=cfg.concurrency,
+            ignore_eos=cfg.ignore_eos,
         )
 
 
@@ -168,6 +170,7 @@ class RolloutEngine:
             temperature=self.cfg.temperature,
             top_p=self.cfg.top_p,
             stop_token_ids=self.renderer.stop_token_ids,
+            ignore_eos=self.cfg.ignore_eos,
             messages=ep.messages,
         )
 

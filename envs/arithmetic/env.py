@@ -40,6 +40,7 @@ class ArithmeticEnv(gym.Env):
         sandbox_backend: str = "auto",
         tool_timeout_s: float = 5.0,
         max_action_chars: int = 4096,
+        use_tool: bool = True,
     ):
         self.difficulties = (difficulty,) if isinstance(difficulty, int) else tuple(difficulty)
         for d in self.difficulties:
@@ -48,6 +49,7 @@ class ArithmeticEnv(gym.Env):
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
         self.split = split
+        self.use_tool = use_tool  # False: a single question, no system prompt and no tools
         self.max_turns = max_turns
         self.sandbox_backend = sandbox_backend
         self.tool_timeout_s = tool_timeout_s
@@ -62,7 +64,7 @@ class ArithmeticEnv(gym.Env):
 
     # -- the task -------------------------------------------------------------------------------
     def _tools(self) -> list[dict]:
-        return [tool_schema(PythonTool)]
+        return [tool_schema(PythonTool)] if self.use_tool else []
 
     def _state_key(self) -> str:
         return hashlib.sha256("\x00".join(self._seen).encode()).hexdigest()[:16]
@@ -79,7 +81,9 @@ class ArithmeticEnv(gym.Env):
         self._turn = 0
         question = question_text(self._problem.expression)
         self._seen = [question]
-        obs = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": question}]
+        obs = [{"role": "user", "content": question}]
+        if self.use_tool:
+            obs.insert(0, {"role": "system", "content": SYSTEM_PROMPT})
         info = {
             "tools": self._tools(),
             "task_id": self._problem.task_id,
@@ -104,7 +108,7 @@ class ArithmeticEnv(gym.Env):
             reward, terminated = (1.0 if correct else 0.0), True
             info.update(answered=True, correct=correct)
             obs: list[dict] = []
-        elif parsed.tool_calls:
+        elif parsed.tool_calls and self.use_tool:
             call = parsed.tool_calls[0]
             info["tool_calls"] = 1
             try:
