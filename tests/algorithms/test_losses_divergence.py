@@ -1,7 +1,9 @@
 """clip_cov, kl_cov (covariance-selected tokens) and dppo, drpo, bandpo (divergence trust regions).
 
 clip_cov, kl_cov, dppo (tv and kl) numbers match verl 0.9.1 (``clip_cov`` when the candidates are no
-more than the tokens to drop, ``kl_cov``, ``dppo_tv``, ``dppo_kl``): max abs diff 0, loss and gradient.
+more than the tokens to drop, ``kl_cov``, ``dppo_tv``, ``dppo_kl``): verl gives -0.65, -0.248634 and
+-0.030010 (both dppo variants) with the same gradients on the examples below, and max abs diff 0 on
+random inputs.
 """
 
 import math

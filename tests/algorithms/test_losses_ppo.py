@@ -2,7 +2,8 @@
 
 All reductions are token_mean over the call; "grad" is d loss / d logp_t of that mean.
 ppo_clip and reinforce numbers (loss and gradient) match verl 0.9.1 (``vanilla``,
-``compute_policy_loss_reinforce``) on these inputs and on random ones (max abs diff 0).
+``compute_policy_loss_reinforce``) on these inputs (verl: 0.08 and 0.0, same gradients) and on
+random ones (max abs diff 0).
 """
 
 import math

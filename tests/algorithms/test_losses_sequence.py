@@ -2,8 +2,9 @@
 
 Sequence-level losses broadcast their per-row term to the row's tokens; reductions are token_mean.
 gspo and gmpo numbers match verl 0.9.1 (``gspo``; ``geo_mean`` with equal row lengths, where its
-mean over rows equals token_mean): max abs diff 0 for gspo, 6e-10 (loss) / 3e-10 (grad) for gmpo,
-from verl's 1e-8 in the row-length denominator.
+mean over rows equals token_mean), on the gspo example and gmpo's row 0 below (checked by running
+verl: 0.262943 and -1.142631, same gradients) and on random inputs: max abs diff 0 for gspo,
+6e-10 (loss) / 3e-10 (grad) for gmpo, from verl's 1e-8 in the row-length denominator.
 """
 
 import math

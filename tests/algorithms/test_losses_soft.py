@@ -1,7 +1,8 @@
 """cispo, sapo, gipo, opefo, and the plain-policy-gradient identity at ratio 1.
 
 cispo and sapo numbers (loss and gradient) match verl 0.9.1 (``cispo``; ``sapo`` with equal row
-lengths, where its forced seq-mean-token-mean equals token_mean): max abs diff 0 for cispo,
+lengths, where its forced seq-mean-token-mean equals token_mean), on the examples below (verl gives
+0.315561 and -0.754148 with the same gradients) and on random inputs: max abs diff 0 for cispo,
 6e-10 (loss) / 2e-10 (grad) for sapo. ppo_clip matches ``vanilla`` exactly, gmpo ``geo_mean``.
 """
 

@@ -89,8 +89,9 @@ def reward_polarity(x: LossInputs, entry: str) -> tuple[torch.Tensor, torch.Tens
 
     Above the mean, not ``reward > 0``: works for {0,1}, {-1,1} and graded rewards alike.
     """
-    rewards_B = require(x, "rewards_B", entry).to(torch.float64)
-    gid_B, n = group_ids(require(x, "group_index_B", entry))
+    device = x.logprobs_BT.device
+    rewards_B = require(x, "rewards_B", entry).to(device=device, dtype=torch.float64)
+    gid_B, n = group_ids(require(x, "group_index_B", entry).to(device))
     mean_B = group_mean(rewards_B, gid_B, n)
     tol_B = 1e-6 * (1.0 + mean_B.abs())
     return rewards_B > mean_B + tol_B, rewards_B < mean_B - tol_B, gid_B, n
@@ -247,7 +248,7 @@ def apply_cross_cutting(x: LossInputs, out: LossOutput, opts: LossOptions) -> Lo
         loss_BT = loss_BT - opts.entropy_coef * entropy_BT
         metrics.setdefault("loss/entropy", masked_mean(entropy_BT.detach(), mask))
     if opts.nll_coef > 0.0:
-        rewards_B = require(x, "rewards_B", "nll on positive samples")
+        rewards_B = require(x, "rewards_B", "nll on positive samples").to(x.logprobs_BT.device)
         positive_BT = broadcast((rewards_B > opts.nll_reward_threshold).to(x.logprobs_BT.dtype), x.logprobs_BT)
         loss_BT = loss_BT + opts.nll_coef * positive_BT * (-x.logprobs_BT)
         metrics["loss/nll_positive_frac"] = masked_mean(positive_BT, mask)

@@ -150,8 +150,8 @@ def vimpo(x: LossInputs, cfg: VimpoConfig) -> LossOutput:
     with A_t = sg(z_t) ('implicit', the paper) or ``advantages_BT`` ('given').
     """
     ref_BT = require(x, "ref_logprobs_BT", "vimpo")
-    rewards_B = require(x, "rewards_B", "vimpo").to(x.logprobs_BT.dtype)
-    gid_B, n = group_ids(require(x, "group_index_B", "vimpo"))
+    rewards_B = require(x, "rewards_B", "vimpo").to(device=x.logprobs_BT.device, dtype=x.logprobs_BT.dtype)
+    gid_B, n = group_ids(require(x, "group_index_B", "vimpo").to(x.logprobs_BT.device))
     mask = x.loss_mask_BT
     ref_lr_BT = (x.logprobs_BT - ref_BT).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     with torch.no_grad():
@@ -186,7 +186,7 @@ def reco(x: LossInputs, cfg: RecoConfig) -> LossOutput:
     Our choices: the 1/max(1, .) cap (a sampled response occurs at least once), the Bernoulli
     variance of the sampled token as the saturation measure, the ratio as a power of r.
     """
-    gid_B, n = group_ids(require(x, "group_index_B", "reco"))
+    gid_B, n = group_ids(require(x, "group_index_B", "reco").to(x.logprobs_BT.device))
     mask = x.loss_mask_BT
     behaviour_BT = x.rollout_logprobs_BT if x.rollout_logprobs_BT is not None else x.old_logprobs_BT
     with torch.no_grad():

@@ -111,7 +111,7 @@ def _bapo_search(
     with torch.no_grad():
         n_low = round(max(cfg.lower_max - cfg.lower_start, 0.0) / cfg.lower_step) if cfg.lower_step > 0 else 0
         n_high = round(max(cfg.upper_max - cfg.upper_start, 0.0) / cfg.upper_step) if cfg.upper_step > 0 else 0
-        k_K = torch.arange(max(n_low, n_high) + 1, dtype=torch.float64)
+        k_K = torch.arange(max(n_low, n_high) + 1, dtype=torch.float64, device=ratio_BT.device)
         low_K = (cfg.lower_start + k_K * cfg.lower_step).clamp(max=max(cfg.lower_max, cfg.lower_start))
         high_K = (cfg.upper_start + k_K * cfg.upper_step).clamp(max=max(cfg.upper_max, cfg.upper_start))
         m = mask_BT.bool()
