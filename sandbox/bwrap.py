@@ -14,9 +14,11 @@ cannot kill it, and after each call it kills everything else in the namespace.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import functools
 import glob
 import inspect
+import itertools
 import json
 import logging
 import os
@@ -34,20 +36,40 @@ log = logging.getLogger("sandbox.bwrap")
 BWRAP_UID_BASE = 1_600_000
 PYTHON = "/usr/bin/python3"
 _EXECUTOR_SRC = inspect.getsource(executor)
-_slots: set[int] = set()
+UID_LOCK_DIR = "/run/agent_rl_sandbox_uids"
+UID_SLOTS = 4096
+_names = itertools.count(UID_SLOTS)
+_held: dict[int, int] = {}  # slot -> fd of its lock file
 _slots_lock = threading.Lock()
 
 
 def _take_slot() -> int:
+    """A worker slot (uid ``BWRAP_UID_BASE + slot``) no other worker on this machine holds.
+
+    Slots are ``flock``-ed files, so concurrent controllers never share a uid (and with it a
+    process count) and a dead controller's slots free themselves.
+    """
     with _slots_lock:
-        slot = next(i for i in range(1 << 16) if i not in _slots)
-        _slots.add(slot)
-        return slot
+        os.makedirs(UID_LOCK_DIR, mode=0o700, exist_ok=True)
+        for slot in range(UID_SLOTS):
+            if slot in _held:
+                continue
+            fd = os.open(os.path.join(UID_LOCK_DIR, str(slot)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            _held[slot] = fd
+            return slot
+    raise RuntimeError(f"all {UID_SLOTS} bwrap worker uids are in use")
 
 
 def _free_slot(slot: int) -> None:
     with _slots_lock:
-        _slots.discard(slot)
+        fd = _held.pop(slot, None)
+        if fd is not None:
+            os.close(fd)
 
 
 @functools.cache
@@ -72,10 +94,11 @@ def bwrap_command(limits: SandboxLimits, uid: int | None, cfg: dict) -> list[str
     if uid is not None:
         cmd += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
     cmd += [
-        "bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1",
+        "bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+        "--as-pid-1",
         "--cap-drop", "ALL", "--hostname", "sandbox", *_host_binds(),
         "--proc", "/proc", "--dev", "/dev",
-        "--size", str(16 * mb), "--tmpfs", "/dev/shm", "--mqueue", "/dev/mqueue",
+        "--size", str(16 * mb), "--tmpfs", "/dev/shm", "--mqueue", "/dev/mqueue", "--remount-ro", "/dev",
         "--size", str(32 * mb), "--tmpfs", "/tmp",
         "--size", str(limits.disk_mb * mb), "--tmpfs", "/work", "--chdir", "/work",
         "--remount-ro", "/",
@@ -91,14 +114,15 @@ def rlimits_for(limits: SandboxLimits) -> dict[str, int]:
 
 async def launch_worker(limits: SandboxLimits) -> Worker:
     """Start one bubblewrap worker and wait for its executor's hello."""
-    slot = _take_slot()
-    uid = BWRAP_UID_BASE + slot if os.geteuid() == 0 else None
+    root = os.geteuid() == 0
+    slot = _take_slot() if root else next(_names)  # unprivileged: the slot only names the worker
+    uid = BWRAP_UID_BASE + slot if root else None
     name = f"bwrap-{os.getpid()}-{slot}"
     cfg = {"workdir": "/work", "wipe": ["/work", "/tmp", "/dev/shm", "/dev/mqueue"],
            "ttl_s": 3600, "idle_ttl_s": 900}
     cmd = bwrap_command(limits, uid, cfg)
     cg = cgroups.WorkerCgroup(f"{os.getpid()}-{slot}", (limits.memory_mb + limits.disk_mb + 96) << 20,
-                              limits.nproc + 8)
+                              limits.nproc + 8, limits.cpus)
     if cg.procs_files:  # join the cgroups before bwrap starts, so every process is inside
         joins = "; ".join(f"echo $$ > {shlex.quote(p)}" for p in cg.procs_files)
         cmd = ["/bin/sh", "-c", f'{joins}; exec "$@"', "sh", *cmd]

@@ -1,4 +1,4 @@
-"""Per-worker cgroups (memory + pids) for the bubblewrap backend, when we may create them.
+"""Per-worker cgroups (memory, pids, cpu) for the bubblewrap backend, when we may create them.
 
 Root on cgroup v1 (separate ``memory`` and ``pids`` hierarchies) or on a writable cgroup v2
 subtree. Rlimits remain the fallback: RLIMIT_NPROC under a dedicated uid and RLIMIT_AS per
@@ -36,7 +36,7 @@ def _base_dirs() -> dict[str, str]:
     if os.geteuid() != 0:
         return {}
     dirs = {}
-    for ctl in ("memory", "pids"):
+    for ctl in ("memory", "pids", "cpu"):
         own = _own_path(ctl)
         if own is not None and os.path.isdir(os.path.join(ROOT, ctl)):
             d = os.path.join(ROOT, ctl) + own
@@ -48,7 +48,7 @@ def _base_dirs() -> dict[str, str]:
 class WorkerCgroup:
     """One cgroup per worker in each available v1 controller; ``procs_files`` to join them."""
 
-    def __init__(self, name: str, memory_bytes: int, pids: int):
+    def __init__(self, name: str, memory_bytes: int, pids: int, cpus: float = 1.0):
         self.dirs: dict[str, str] = {}
         for ctl, base in _base_dirs().items():
             d = os.path.join(base, PREFIX + name)
@@ -58,8 +58,11 @@ class WorkerCgroup:
                     _write(d, "memory.limit_in_bytes", memory_bytes)
                     if os.path.exists(os.path.join(d, "memory.memsw.limit_in_bytes")):
                         _write(d, "memory.memsw.limit_in_bytes", memory_bytes)
-                else:
+                elif ctl == "pids":
                     _write(d, "pids.max", pids)
+                else:
+                    _write(d, "cpu.cfs_period_us", 100_000)
+                    _write(d, "cpu.cfs_quota_us", int(cpus * 100_000))
                 self.dirs[ctl] = d
             except OSError as exc:
                 log.debug("cgroup %s unavailable: %s", ctl, exc)

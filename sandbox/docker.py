@@ -86,6 +86,32 @@ def reap_orphans(cli) -> int:
     return removed
 
 
+#: Containers we failed to remove (daemon down): retried when the daemon answers again.
+_pending_removal: set[tuple[str, str]] = set()
+
+
+def _remove(cli, cid: str) -> None:
+    import docker.errors
+
+    try:
+        cli.api.remove_container(cid, force=True)
+        _pending_removal.discard((cli.api.base_url, cid))
+    except docker.errors.NotFound:
+        _pending_removal.discard((cli.api.base_url, cid))
+    except docker.errors.APIError as exc:
+        if "already in progress" not in str(exc):  # auto-remove won the race otherwise
+            _pending_removal.add((cli.api.base_url, cid))
+    except Exception as exc:  # noqa: BLE001 - connection refused etc.: try again later
+        log.debug("removing %s failed (%s); will retry", cid[:12], exc)
+        _pending_removal.add((cli.api.base_url, cid))
+
+
+def retry_removals(cli) -> None:
+    for base_url, cid in list(_pending_removal):
+        if base_url == cli.api.base_url:
+            _remove(cli, cid)
+
+
 def container_config(cli, image: str, limits: SandboxLimits) -> dict:
     mb = limits.memory_mb + limits.disk_mb + 32 + 16 + 64  # program + tmpfs pages + executor
     cfg = {"workdir": "/work", "wipe": ["/work", "/tmp", "/dev/shm", "/dev/mqueue"], "ttl_s": TTL_S,
@@ -161,12 +187,7 @@ async def launch_worker(cli, image: str, limits: SandboxLimits) -> Worker:
         except OSError:
             pass
 
-        def remove():
-            try:
-                cli.api.remove_container(cid, force=True)
-            except Exception as exc:  # noqa: BLE001 - auto-remove may have won the race
-                log.debug("removing %s: %s", cid[:12], exc)
-        await loop.run_in_executor(_THREADS, remove)
+        await loop.run_in_executor(_THREADS, _remove, cli, cid)
 
     worker = Worker(name, out, write, destroy)
     worker.container_id, worker.attach = cid, sock
@@ -209,6 +230,8 @@ def _make_pool(base_url: str | None, image: str, limits: SandboxLimits, size: in
             cli = await loop.run_in_executor(_THREADS, client, base_url)
             await loop.run_in_executor(_THREADS, reap_orphans, cli)
             state["client"] = cli
+        if _pending_removal:
+            await loop.run_in_executor(_THREADS, retry_removals, state["client"])
         try:
             return await launch_worker(state["client"], image, limits)
         except Exception:

@@ -315,9 +315,11 @@ def scan_tree(root, max_entries=100_000):
     return found
 
 
-def collect_changes(root, before, max_bytes):
+def collect_changes(root, before, max_bytes, max_entries=4096):
     """What changed under ``root`` since ``before`` (a :func:`scan_tree`); ``None`` if too big."""
-    after = scan_tree(root)
+    after = scan_tree(root, max_entries + 1)
+    if len(after) > max_entries:
+        return None, None
     deleted = [p for p in before if p not in after or after[p][0] != before[p][0]]
     changed, size = [], 0
     for path, meta in sorted(after.items()):
@@ -425,9 +427,10 @@ def _handle_exec(cfg, req):
     req = dict(req, cwd=work, oom_file=cfg.get("oom_file"))
     report = run_child(req, kill_all=True)
     report["op"] = "result"
-    changed, deleted = collect_changes(work, before, req.get("persist_bytes", 16 << 20))
+    changed, deleted = collect_changes(work, before, req.get("persist_bytes", 16 << 20),
+                                       req.get("persist_files", 4096))
     if changed is None:
-        report["notes"].append("work directory changes too large to keep; they were dropped")
+        report["notes"].append("work directory changes too large to keep (size or file count); dropped")
         changed, deleted = [], []
     report["changed"], report["deleted"] = changed, deleted
     _send(report)

@@ -359,7 +359,8 @@ class PooledSandbox:
             "op": "exec", "argv": argv, "stdin": stdin, "timeout_s": timeout_s,
             "env": build_env(env, home="/work"), "rlimits": rlimits,
             "max_output": self.limits.max_output_bytes, "flood_bytes": self.limits.flood_bytes,
-            "persist_bytes": self.limits.persist_mb << 20, "files": self._files.wire(),
+            "persist_bytes": self.limits.persist_mb << 20, "persist_files": self.limits.max_files,
+            "files": self._files.wire(),
         }
 
     async def exec(

@@ -122,9 +122,10 @@ class ProcessSandbox:
             before = executor.scan_tree(work)
             req = dict(req, cwd=work, env=build_env(env, home=work))
             report = executor.run_child(req)
-            changed, deleted = executor.collect_changes(work, before, self.limits.persist_mb << 20)
+            changed, deleted = executor.collect_changes(work, before, self.limits.persist_mb << 20,
+                                                       self.limits.max_files)
             if changed is None:
-                report["notes"].append("work directory changes too large to keep; they were dropped")
+                report["notes"].append("work directory changes too large to keep (size or file count); dropped")
             else:
                 self._files.apply(changed, deleted)
             return result_from_report(report)

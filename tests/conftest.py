@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from pathlib import Path
@@ -36,3 +37,23 @@ def cli_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONWARNINGS"] = "ignore"
     return env
+
+
+# --- docker-marked tests (sandbox session): skip with a reason without a Docker engine; in CI fail.
+
+
+@functools.cache
+def _docker_status() -> tuple[bool, str]:
+    from sandbox.docker import check
+
+    return check()
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("docker") is None:
+        return
+    ok, why = _docker_status()
+    if not ok:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"docker-marked test without a working Docker engine in CI: {why}", pytrace=False)
+        pytest.skip(f"no Docker engine here: {why}")

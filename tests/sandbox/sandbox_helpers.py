@@ -1,0 +1,98 @@
+"""Helpers of the sandbox suite (limits, backends, host guard); fixtures live in conftest.py."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from sandbox import SandboxLimits
+
+#: Limits of the security suite: short, so each hostile test costs ~its timeout.
+HOSTILE = SandboxLimits(timeout_s=2.0, memory_mb=256, nproc=64, disk_mb=32, max_files=2048,
+                        flood_bytes=4 << 20, persist_mb=4)
+DOCKER_UID = 65534
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+@functools.cache
+def bwrap_status() -> tuple[bool, str]:
+    from sandbox.bwrap import probe
+
+    return probe()
+
+
+def require_bwrap() -> None:
+    ok, why = bwrap_status()
+    if not ok:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"bwrap does not work in CI: {why}", pytrace=False)
+        pytest.skip(f"bwrap does not work here: {why}")
+
+
+ISOLATED = [pytest.param("docker", marks=pytest.mark.docker), "bwrap"]
+
+
+def _sandbox_processes() -> list[tuple[int, int, str]]:
+    """(pid, uid, cmdline) of host processes running under a sandbox uid."""
+    from sandbox.bwrap import BWRAP_UID_BASE
+
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                uid = int(next(line for line in f if line.startswith("Uid:")).split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, StopIteration, ValueError):
+            continue
+        if uid == DOCKER_UID or uid >= BWRAP_UID_BASE:
+            found.append((int(pid), uid, cmd))
+    return found
+
+
+def _is_worker(cmd: str) -> bool:
+    return cmd.startswith(("bwrap ", "python3 -I -S -c", "/usr/bin/python3 -I -S -c"))
+
+
+class HostGuard:
+    """Checks that a hostile test left the host as it found it."""
+
+    def __init__(self):
+        self.canaries: list[subprocess.Popen] = []
+        if os.geteuid() == 0 and shutil.which("setpriv"):
+            from sandbox.bwrap import BWRAP_UID_BASE
+
+            for uid in (DOCKER_UID, BWRAP_UID_BASE, BWRAP_UID_BASE + 1):  # same uids as the sandboxes
+                self.canaries.append(subprocess.Popen(
+                    ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "300"]))
+        self.free = {p: shutil.disk_usage(p).free for p in ("/", "/tmp")}
+
+    def check(self) -> None:
+        dead = [c.args[1] for c in self.canaries if c.poll() is not None]
+        assert not dead, f"host processes under sandbox uids were killed: {dead}"
+        for path, before in self.free.items():
+            assert shutil.disk_usage(path).free > before - (200 << 20), f"host disk {path} filled"
+        canary_pids = {c.pid for c in self.canaries}
+        deadline = time.monotonic() + 5
+        while True:  # only workers (bwrap / executor) may run under sandbox uids
+            strays = [p for p in _sandbox_processes() if p[0] not in canary_pids and not _is_worker(p[2])]
+            if not strays or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert not strays, f"processes escaped the sandbox onto the host: {strays[:5]}"
+
+    def close(self) -> None:
+        for c in self.canaries:
+            c.kill()
+            c.wait()
