@@ -225,3 +225,16 @@ def test_compute_policy_loss_runs_the_registered_loss_then_the_options():
     out = compute_policy_loss(x, cfg, LossOptions(entropy_coef=1.0))
     assert_close(out.loss_BT.detach(), (ppo_clip(x, PpoClipConfig(eps_high=0.3)).loss_BT - x.entropy_BT).detach())
     assert LossOptions.model_validate({"kl": {"name": "k3"}, "kl_coef": 0.1}).kl.name == "k3"
+
+
+def test_kl_term_passes_mask_rewards_and_groups_to_the_estimator():
+    # cokl reads KlInputs (mask, rewards, groups): two correct rows of one group, log(ref/pi) sums s = [ln 2, 0]
+    #  forward: w = softmax(s) = [2/3, 1/3], c_i = w_i ln w_i + ln 2 / 2 on each row's tokens
+    x = inputs(
+        [logs([0.25]), logs([0.5])], [logs([0.25]), logs([0.5])], [[0.0], [0.0]],
+        ref_logprobs_BT=[logs([0.5]), logs([0.5])],
+        rewards_B=torch.tensor([1.0, 1.0]), group_index_B=torch.tensor([0, 0]),
+    )  # fmt: skip
+    out = apply_cross_cutting(x, plain(x), LossOptions(kl_coef=1.0, kl={"name": "cokl"}))
+    w = [2 / 3, 1 / 3]
+    assert_close(out.loss_BT.detach(), [[wi * math.log(wi) + math.log(2) / 2] for wi in w])

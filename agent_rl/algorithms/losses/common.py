@@ -20,7 +20,15 @@ from typing import Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validator
 
-from agent_rl.algorithms.registry import KLS, POLICY_LOSSES, ComponentConfig, LossInputs, LossOutput, require
+from agent_rl.algorithms.registry import (
+    KLS,
+    POLICY_LOSSES,
+    ComponentConfig,
+    KlInputs,
+    LossInputs,
+    LossOutput,
+    require,
+)
 
 # clamp log-ratios before exp(): sampler/learner mismatch can overflow
 LOG_RATIO_CLAMP = 20.0
@@ -206,7 +214,7 @@ class LossOptions(BaseModel):
         if self.nll_coef > 0.0:
             out.add("rewards")
         if self.kl_coef > 0.0:
-            out.add("ref_logprobs")
+            out |= {"ref_logprobs", *KLS.get(self.kl.name).needs}
         return out
 
 
@@ -254,7 +262,8 @@ def apply_cross_cutting(x: LossInputs, out: LossOutput, opts: LossOptions) -> Lo
         metrics["loss/nll_positive_frac"] = masked_mean(positive_BT, mask)
     if opts.kl_coef > 0.0:
         ref_BT = require(x, "ref_logprobs_BT", "kl term")
-        kl_BT = KLS(opts.kl)(x.logprobs_BT, ref_BT, opts.kl)
+        kl_x = KlInputs(loss_mask_BT=x.loss_mask_BT, rewards_B=x.rewards_B, group_index_B=x.group_index_B)
+        kl_BT = KLS(opts.kl)(x.logprobs_BT, ref_BT, opts.kl, kl_x)
         loss_BT = loss_BT + opts.kl_coef * kl_BT
         metrics["loss/kl_ref"] = masked_mean(kl_BT.detach(), mask)
     return LossOutput(loss_BT=loss_BT, metrics=metrics)
