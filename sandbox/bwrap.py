@@ -155,6 +155,7 @@ async def launch_worker(limits: SandboxLimits) -> Worker:
 
     worker = Worker(name, proc.stdout, write, destroy)
     worker.oom_kills = cg.oom_kills
+    worker.pid, worker.uid = proc.pid, uid
     worker.stderr_task = asyncio.get_running_loop().create_task(log_stderr())
     try:
         hello = await asyncio.wait_for(worker.recv(), 15.0)

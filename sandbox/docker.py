@@ -130,6 +130,7 @@ def container_config(cli, image: str, limits: SandboxLimits) -> dict:
     )
     return cli.api.create_container_config(
         image, command=["python3", "-I", "-S", "-c", _EXECUTOR_SRC, json.dumps(cfg)], hostname="sandbox",
+        stop_signal="SIGKILL",  # nothing to stop gracefully: `docker stop` / daemon shutdown are instant
         user=SANDBOX_USER, detach=False, stdin_open=True, tty=False, working_dir="/work",
         environment={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}, labels=labels(),
         network_disabled=True, host_config=host_config,
@@ -226,16 +227,18 @@ def _make_pool(base_url: str | None, image: str, limits: SandboxLimits, size: in
 
     async def launch() -> Worker:
         loop = asyncio.get_running_loop()
-        if "client" not in state:  # first start of this pool: connect and reap dead runs' containers
+        cli = state.get("client")
+        if cli is None:  # first start (or after a failure): connect and reap dead runs' containers
             cli = await loop.run_in_executor(_THREADS, client, base_url)
             await loop.run_in_executor(_THREADS, reap_orphans, cli)
             state["client"] = cli
         if _pending_removal:
-            await loop.run_in_executor(_THREADS, retry_removals, state["client"])
+            await loop.run_in_executor(_THREADS, retry_removals, cli)
         try:
-            return await launch_worker(state["client"], image, limits)
+            return await launch_worker(cli, image, limits)
         except Exception:
-            state.pop("client", None)  # reconnect next time (the daemon may have restarted)
+            if state.get("client") is cli:
+                state.pop("client")  # reconnect next time (the daemon may have restarted)
             raise
 
     return WorkerPool(f"docker:{image}", launch, size, parallel_starts=4)

@@ -146,6 +146,7 @@ class WorkerPool:
         self.ping_after_s, self.lease_timeout_s = ping_after_s, lease_timeout_s
         self.parallel_starts = parallel_starts
         self._idle: collections.deque[Worker] = collections.deque()
+        self.workers: set[Worker] = set()  # every live worker, idle or busy (for stats and tests)
         self._busy = 0
         self._starting = 0
         self._failures = 0
@@ -194,10 +195,12 @@ class WorkerPool:
                 if self.closed:
                     self._spawn(worker.destroy())
                 else:
+                    self.workers.add(worker)
                     self._idle.append(worker)
             self._c.notify_all()
 
     def _retire(self, worker: Worker) -> None:
+        self.workers.discard(worker)
         self.stats.recycled += 1
         self._spawn(worker.destroy())
 
@@ -332,6 +335,7 @@ class WorkerPool:
             async with self._c:
                 self.closed = True
                 idle, self._idle = list(self._idle), collections.deque()
+                self.workers.difference_update(idle)
                 self._c.notify_all()
             await asyncio.gather(*(w.destroy() for w in idle), return_exceptions=True)
         await on_io(_close())

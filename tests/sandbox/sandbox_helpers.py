@@ -96,3 +96,76 @@ class HostGuard:
         for c in self.canaries:
             c.kill()
             c.wait()
+
+
+class OwnDockerd:
+    """A private Docker daemon (own data-root, exec-root, pidfile and socket under /tmp).
+
+    Tests that stop or restart a daemon use this one and never touch the main daemon.
+    """
+
+    def __init__(self):
+        import tempfile
+
+        self.dir = tempfile.mkdtemp(prefix="ardd", dir="/tmp")  # short: unix socket paths are limited
+        self.sock = os.path.join(self.dir, "d.sock")
+        self.url = f"unix://{self.sock}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        log = open(os.path.join(self.dir, "dockerd.log"), "ab")
+        self.proc = subprocess.Popen(
+            ["dockerd", "--data-root", os.path.join(self.dir, "data"), "--exec-root", os.path.join(self.dir, "x"),
+             "--pidfile", os.path.join(self.dir, "d.pid"), "-H", self.url, "--bridge=none", "--iptables=false",
+             "--ip-masq=false", "--cgroup-parent=/agent_rl_test_dockerd"],
+            stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if self.docker("info", check=False).returncode == 0:
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        with open(os.path.join(self.dir, "dockerd.log"), errors="replace") as f:
+            tail = f.read()[-3000:]
+        raise RuntimeError(f"private dockerd did not start:\n{tail}")
+
+    def docker(self, *args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+        return subprocess.run(["docker", "-H", self.url, *args], capture_output=True, check=check, timeout=300, **kw)
+
+    def load_image(self, image: str) -> None:
+        save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
+        self.docker("load", stdin=save.stdout)
+        save.stdout.close()
+        save.wait()
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """Stop the daemon as a service manager would (SIGTERM, wait); ``start()`` restarts it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout_s)
+
+    def containers(self) -> list[str]:
+        out = self.docker("ps", "-aq", "--filter", "label=agent_rl.sandbox", check=False)
+        return out.stdout.decode().split()
+
+    def stop_and_remove(self) -> None:
+        for cid in self.containers():
+            self.docker("rm", "-f", cid, check=False)
+        try:
+            self.stop(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, 9)
+            self.proc.wait()
+        for ctl in os.listdir("/sys/fs/cgroup"):
+            top = f"/sys/fs/cgroup/{ctl}/agent_rl_test_dockerd"
+            for sub, _, _ in sorted(os.walk(top), key=lambda w: -len(w[0])):
+                try:
+                    os.rmdir(sub)
+                except OSError:
+                    pass
+        for mnt in reversed(open("/proc/mounts").read().split("\n")):
+            parts = mnt.split()
+            if len(parts) > 1 and parts[1].startswith(self.dir):
+                subprocess.run(["umount", "-l", parts[1]], capture_output=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
