@@ -101,7 +101,9 @@ class HostGuard:
 class OwnDockerd:
     """A private Docker daemon (own data-root, exec-root, pidfile and socket under /tmp).
 
-    Tests that stop or restart a daemon use this one and never touch the main daemon.
+    Tests that stop or restart a daemon use this one and never touch the main daemon. It runs in a
+    network namespace of its own: a second dockerd in the host's namespace deletes the main
+    daemon's ``docker0`` bridge when it starts with ``--bridge=none``.
     """
 
     def __init__(self):
@@ -115,7 +117,7 @@ class OwnDockerd:
     def start(self, timeout_s: float = 60.0) -> None:
         log = open(os.path.join(self.dir, "dockerd.log"), "ab")
         self.proc = subprocess.Popen(
-            ["dockerd", "--data-root", os.path.join(self.dir, "data"), "--exec-root", os.path.join(self.dir, "x"),
+            ["unshare", "--net", "--", "dockerd", "--data-root", os.path.join(self.dir, "data"), "--exec-root", os.path.join(self.dir, "x"),
              "--pidfile", os.path.join(self.dir, "d.pid"), "-H", self.url, "--bridge=none", "--iptables=false",
              "--ip-masq=false", "--cgroup-parent=/agent_rl_test_dockerd"],
             stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
