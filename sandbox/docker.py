@@ -112,7 +112,7 @@ def retry_removals(cli) -> None:
             _remove(cli, cid)
 
 
-def container_config(cli, image: str, limits: SandboxLimits) -> dict:
+def container_config(cli, image: str, limits: SandboxLimits, cgroup_parent: str | None = None) -> dict:
     mb = limits.memory_mb + limits.disk_mb + 32 + 16 + 64  # program + tmpfs pages + executor
     cfg = {"workdir": "/work", "wipe": ["/work", "/tmp", "/dev/shm", "/dev/mqueue"], "ttl_s": TTL_S,
            "idle_ttl_s": 900, "oom_files": ["/sys/fs/cgroup/memory/memory.oom_control",
@@ -127,6 +127,7 @@ def container_config(cli, image: str, limits: SandboxLimits) -> dict:
         mem_limit=f"{mb}m", memswap_limit=f"{mb}m", nano_cpus=int(limits.cpus * 1e9),
         auto_remove=True, log_config={"type": "none", "config": {}},
         init=False,  # the executor is the init: it reaps, and signals from inside cannot kill it
+        cgroup_parent=cgroup_parent,
     )
     return cli.api.create_container_config(
         image, command=["python3", "-I", "-S", "-c", _EXECUTOR_SRC, json.dumps(cfg)], hostname="sandbox",
@@ -153,10 +154,10 @@ async def _demux(sock_reader: asyncio.StreamReader, out: asyncio.StreamReader, n
         out.feed_eof()
 
 
-async def launch_worker(cli, image: str, limits: SandboxLimits) -> Worker:
+async def launch_worker(cli, image: str, limits: SandboxLimits, cgroup_parent: str | None = None) -> Worker:
     """Create, attach and start one container; wait for its executor's hello."""
     loop = asyncio.get_running_loop()
-    config = container_config(cli, image, limits)
+    config = container_config(cli, image, limits, cgroup_parent)
 
     def create() -> tuple[str, Any]:
         cid = cli.api.create_container_from_config(config)["Id"]
@@ -204,6 +205,22 @@ async def launch_worker(cli, image: str, limits: SandboxLimits) -> Worker:
     return worker
 
 
+def default_cgroup_parent(cli) -> str | None:
+    """Where containers' cgroups go. With the cgroupfs driver: ``/`` (top level), so each container
+    competes for CPU like a process of its own. Under docker's default ``/docker`` group all of them
+    together weigh as much as ONE top-level process, and a busy host (a trainer on every core)
+    starves the sandboxes. ``AGENT_RL_SANDBOX_CGROUP_PARENT`` overrides (``docker``: the default).
+    Limits (memory, pids, CPU quota) are per container either way."""
+    env = os.environ.get("AGENT_RL_SANDBOX_CGROUP_PARENT")
+    if env:
+        return None if env == "docker" else env
+    try:
+        driver = cli.info().get("CgroupDriver")
+    except Exception:  # noqa: BLE001 - keep docker's default
+        return None
+    return "/" if driver == "cgroupfs" else None
+
+
 def default_pool_size() -> int:
     return max(4, 2 * (os.cpu_count() or 1))
 
@@ -231,11 +248,13 @@ def _make_pool(base_url: str | None, image: str, limits: SandboxLimits, size: in
         if cli is None:  # first start (or after a failure): connect and reap dead runs' containers
             cli = await loop.run_in_executor(_THREADS, client, base_url)
             await loop.run_in_executor(_THREADS, reap_orphans, cli)
+            if "cgroup_parent" not in state:
+                state["cgroup_parent"] = await loop.run_in_executor(_THREADS, default_cgroup_parent, cli)
             state["client"] = cli
         if _pending_removal:
             await loop.run_in_executor(_THREADS, retry_removals, cli)
         try:
-            return await launch_worker(cli, image, limits)
+            return await launch_worker(cli, image, limits, state["cgroup_parent"])
         except Exception:
             if state.get("client") is cli:
                 state.pop("client")  # reconnect next time (the daemon may have restarted)
