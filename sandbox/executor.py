@@ -275,8 +275,14 @@ def run_child(req, kill_all=False):
 
 
 def restore_tree(root, entries, uid=None, gid=None):
-    """Recreate the caller's copy of the work directory under ``root`` (parents first)."""
+    """Recreate the caller's copy of the work directory under ``root`` (parents first).
+
+    Never writes through a symlink: an entry below a symlink entry is refused."""
+    links = {e["path"] for e in entries if e["kind"] == "l"}
     for e in sorted(entries, key=lambda e: e["path"]):
+        parts = e["path"].split("/")
+        if any("/".join(parts[:i]) in links for i in range(1, len(parts))) or ".." in parts or not e["path"]:
+            raise ValueError(f"refusing to restore {e['path']!r} (below a symlink or outside the directory)")
         full = os.path.join(root, e["path"])
         os.makedirs(os.path.dirname(full), exist_ok=True)
         if e["kind"] == "d":
@@ -343,15 +349,20 @@ def collect_changes(root, before, max_bytes, max_entries=4096):
 
 
 def wipe_tree(root):
-    """Remove everything under ``root`` (not ``root`` itself), whatever the modes say."""
-    for d in list(os.scandir(root)):
-        full = d.path
-        if d.is_dir(follow_symlinks=False):
-            os.chmod(full, 0o700)
-            wipe_tree(full)
-            os.rmdir(full)
-        else:
-            os.unlink(full)
+    """Remove everything under ``root`` (not ``root`` itself), whatever the modes or the depth."""
+    stack, dirs = [root], []
+    while stack:
+        d = stack.pop()
+        if d != root:
+            os.chmod(d, 0o700)
+            dirs.append(d)
+        for e in list(os.scandir(d)):
+            if e.is_dir(follow_symlinks=False):
+                stack.append(e.path)
+            else:
+                os.unlink(e.path)
+    for d in reversed(dirs):  # children were pushed after their parents
+        os.rmdir(d)
 
 
 # ---------------------------------------------------------------- resident mode (PID 1)
@@ -416,24 +427,27 @@ def _no_dump():
         pass
 
 
-def _handle_exec(cfg, req):
-    work = cfg["workdir"]
+def execute(req, workdir, kill_all, oom_file=None):
+    """One call: restore the files, run the program, collect the changes. Returns the result."""
     try:
-        restore_tree(work, req.get("files") or [])
-    except OSError as exc:
-        _send({"op": "result", "error": f"cannot restore the work directory: {exc}"})
-        return
-    before = scan_tree(work)
-    req = dict(req, cwd=work, oom_file=cfg.get("oom_file"))
-    report = run_child(req, kill_all=True)
+        restore_tree(workdir, req.get("files") or [])
+    except (OSError, ValueError) as exc:
+        return {"op": "result", "error": f"cannot restore the work directory: {exc}"}
+    before = scan_tree(workdir)
+    req = dict(req, cwd=workdir, oom_file=oom_file)
+    report = run_child(req, kill_all=kill_all)
     report["op"] = "result"
-    changed, deleted = collect_changes(work, before, req.get("persist_bytes", 16 << 20),
-                                       req.get("persist_files", 4096))
+    try:
+        changed, deleted = collect_changes(workdir, before, req.get("persist_bytes", 16 << 20),
+                                           req.get("persist_files", 4096))
+    except (OSError, RecursionError) as exc:
+        changed = None
+        report["notes"].append(f"cannot read the work directory back: {exc}")
     if changed is None:
         report["notes"].append("work directory changes too large to keep (size or file count); dropped")
         changed, deleted = [], []
     report["changed"], report["deleted"] = changed, deleted
-    _send(report)
+    return report
 
 
 def _cleanup(cfg):
@@ -444,7 +458,7 @@ def _cleanup(cfg):
             wipe_tree(d)
         except FileNotFoundError:
             pass
-        except OSError:
+        except Exception:  # noqa: BLE001 - whatever the program left: recycle this worker
             clean = False
     return not clean or _sysv_ipc_used()
 
@@ -478,13 +492,27 @@ def serve(cfg):
         if op == "ping":
             _send({"op": "pong", "tainted": _sysv_ipc_used()})
         elif op == "exec":
-            _handle_exec(cfg, req)
-            _send({"op": "ready", "tainted": _cleanup(cfg)})
+            try:
+                result = execute(req, cfg["workdir"], kill_all=True, oom_file=cfg.get("oom_file"))
+            except Exception as exc:  # noqa: BLE001 - report it; the controller recycles us
+                result = {"op": "result", "error": f"executor failed: {type(exc).__name__}: {exc}"}
+            _send(result)
+            _send({"op": "ready", "tainted": _cleanup(cfg) or "error" in result})
         elif op == "exit":
             return
         else:
             _send({"op": "error", "error": f"unknown op {op!r}"})
 
 
+def once(workdir):
+    """One request on stdin, its result on stdout (the ``process`` backend's helper under root)."""
+    head = _read_exact(4)
+    req = decode(_read_exact(_LEN.unpack(head)[0]))
+    _send(execute(req, workdir, kill_all=False))
+
+
 if __name__ == "__main__":
-    serve(json.loads(sys.argv[1]) if len(sys.argv) > 1 else {})
+    if sys.argv[1:2] == ["--once"]:
+        once(sys.argv[2])
+    else:
+        serve(json.loads(sys.argv[1]) if len(sys.argv) > 1 else {})

@@ -12,10 +12,12 @@ changes are copied back afterwards, the same contract as the isolated backends.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import math
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 import warnings
@@ -39,6 +41,7 @@ log = logging.getLogger("sandbox.process")
 #: ``nobody`` is host uid 65534 too, and the two must not share a process count.
 PROCESS_UID = 65533
 _THREADS = ThreadPoolExecutor(max_workers=64, thread_name_prefix="sandbox-process")
+_EXECUTOR_SRC = inspect.getsource(executor)
 _warned = False
 
 
@@ -95,6 +98,7 @@ class ProcessSandbox:
             raise RuntimeError("exec on a closed sandbox")
         timeout_s = self.limits.timeout_s if timeout_s is None else float(timeout_s)
         argv = build_argv(code, argv, self.python)
+        build_env(env, home="/")  # invalid names raise ValueError here, in the caller
         req = {
             "argv": argv,
             "stdin": to_bytes(stdin),
@@ -102,35 +106,49 @@ class ProcessSandbox:
             "rlimits": rlimits_for(self.limits, timeout_s, nproc=self.uid is not None),
             "max_output": self.limits.max_output_bytes,
             "flood_bytes": self.limits.flood_bytes,
-            "uid": self.uid,
-            "gid": self.uid,
+            "persist_bytes": self.limits.persist_mb << 20,
+            "persist_files": self.limits.max_files,
         }
         t0 = time.monotonic()
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(_THREADS, self._run, req, env)
-        except (OSError, RuntimeError) as exc:  # the runner itself failed: not the program
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:  # the runner itself failed
             log.exception("process sandbox failed")
             return ExecResult.infra(f"process backend: {exc}", time.monotonic() - t0)
 
     def _run(self, req: dict, env: Mapping[str, str] | None) -> ExecResult:
         work = tempfile.mkdtemp(prefix="agent_rl_process_")
         try:
-            if self.uid is not None:
-                os.chown(work, self.uid, self.uid)
-            executor.restore_tree(work, self._files.wire(), self.uid, self.uid)
-            before = executor.scan_tree(work)
-            req = dict(req, cwd=work, env=build_env(env, home=work))
-            report = executor.run_child(req)
-            changed, deleted = executor.collect_changes(work, before, self.limits.persist_mb << 20,
-                                                       self.limits.max_files)
-            if changed is None:
-                report["notes"].append("work directory changes too large to keep (size or file count); dropped")
+            req = dict(req, env=build_env(env, home=work), files=self._files.wire())
+            if self.uid is None:
+                result = executor.execute(req, work, kill_all=False)
             else:
-                self._files.apply(changed, deleted)
-            return result_from_report(report)
+                os.chown(work, self.uid, self.uid)
+                result = self._run_as_uid(req, work)
+            if result.get("error"):
+                return ExecResult.infra(result["error"])
+            self._files.apply(result["changed"], result["deleted"])
+            return result_from_report(result)
         finally:
-            shutil.rmtree(work, ignore_errors=True)
+            shutil.rmtree(work, ignore_errors=True)  # fd-based: safe against symlinks planted in it
+
+    def _run_as_uid(self, req: dict, work: str) -> dict:
+        """Under root, even the file copying runs as the unprivileged uid, in a helper process:
+        a root controller must never follow a path the program could have swapped for a symlink."""
+        helper = subprocess.Popen(
+            [self.python, "-I", "-S", "-c", _EXECUTOR_SRC, "--once", work], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=work, start_new_session=True,
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, user=self.uid, group=self.uid, extra_groups=[])
+        try:
+            out, err = helper.communicate(executor.encode(req), timeout=req["timeout_s"] + self.limits.kill_grace_s + 10)
+        except subprocess.TimeoutExpired:
+            os.killpg(helper.pid, 9)
+            helper.communicate()
+            return {"error": "the process backend's helper did not finish in time"}
+        if helper.returncode != 0 or len(out) < 4:
+            return {"error": f"the process backend's helper failed (rc={helper.returncode}): {err.decode(errors='replace')[-500:]}"}
+        return executor.decode(out[4:])
 
     async def write_file(self, path: str, data: str | bytes, mode: int = 0o644) -> None:
         self._files.write(path, to_bytes(data), mode)

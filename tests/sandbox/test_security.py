@@ -63,7 +63,8 @@ def test_fork_bomb(hostile_sb):
 
 def test_shell_fork_bomb(hostile_sb):
     res = hostile(hostile_sb, argv=["sh", "-c", "f(){ f|f& };f; sleep 60"])
-    assert res.status == ExecStatus.TIMEOUT
+    # the shell itself may die of "Cannot fork" when the process table is full: both are contained
+    assert res.status in (ExecStatus.TIMEOUT, ExecStatus.NONZERO_EXIT), res
     assert_clean_and_usable(hostile_sb)
 
 
