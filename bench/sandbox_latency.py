@@ -78,7 +78,8 @@ def bwrap_oneshot() -> None:
     cmd = ["bwrap", "--unshare-all", "--die-with-parent", *_host_binds(), "--proc", "/proc", "--dev", "/dev",
            "--tmpfs", "/work", PYTHON, *PROGRAM]
     if os.geteuid() == 0:
-        cmd = ["setpriv", f"--reuid={BWRAP_UID_BASE + 4000}", f"--regid={BWRAP_UID_BASE + 4000}", "--clear-groups", *cmd]
+        uid = BWRAP_UID_BASE + 4000
+        cmd = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *cmd]
     out = subprocess.run(cmd, capture_output=True)
     assert out.stdout == b"1\n", out
 
@@ -114,7 +115,7 @@ def main() -> int:
 
     works = {name: ok for name, (ok, _) in available_backends().items()}
     pools = {b: make_sandbox(backend=b, limits=LIMITS) for b in ("bwrap", "docker") if works[b]}
-    for b, sb in pools.items():
+    for sb in pools.values():
         asyncio.run(sb.pool.wait_warm(60))
     peers = Peers(DEFAULT_IMAGE) if works["docker"] else None
 

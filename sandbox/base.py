@@ -263,7 +263,9 @@ class FileStore:
             if kind == "d":
                 raise IsADirectoryError(f"{path} is a directory in the sandbox")
             target = data.decode(errors="replace")
-            path = check_relpath(posixpath.join(posixpath.dirname(path), target) if not target.startswith("/") else target)
+            if not target.startswith("/"):
+                target = posixpath.join(posixpath.dirname(path), target)
+            path = check_relpath(target)
         raise OSError(f"too many levels of symbolic links: {path}")
 
     def wire(self) -> list[dict]:

@@ -206,4 +206,5 @@ def probe() -> tuple[bool, str]:
     if out.returncode != 0 or out.stdout.strip() != "1":
         return False, f"bwrap failed (rc={out.returncode}): {out.stderr.strip()[:200]}"
     extra = f"; cgroups: {', '.join(cgroups.available()) or 'none (rlimits only)'}"
-    return True, "bubblewrap " + ("as root, dropping to a per-worker uid" if os.geteuid() == 0 else "unprivileged") + extra
+    mode = "as root, dropping to a per-worker uid" if os.geteuid() == 0 else "unprivileged"
+    return True, f"bubblewrap {mode}{extra}"

@@ -14,7 +14,8 @@ import time
 
 def build_image(name: str | None = None, force: bool = False) -> int:
     """Build (or reuse) the default docker image. 0: ready; 1: could not build (reason printed)."""
-    from sandbox.image import ImageBuildError, build_image as _build
+    from sandbox.image import ImageBuildError
+    from sandbox.image import build_image as _build
 
     try:
         _build(name, force=force, say=lambda msg: print(f"build-image: {msg}", flush=True))
@@ -61,7 +62,8 @@ def doctor(calls: int = 20) -> int:
     from sandbox.registry import BACKENDS, available_backends, resolve_backend
 
     warnings.simplefilter("ignore", SandboxIsolationWarning)
-    print(f"user: uid {os.geteuid()}" + (" (root: sandboxed code drops to unprivileged uids)" if os.geteuid() == 0 else ""))
+    root = " (root: sandboxed code drops to unprivileged uids)" if os.geteuid() == 0 else ""
+    print(f"user: uid {os.geteuid()}{root}")
     image = os.environ.get("AGENT_RL_SANDBOX_IMAGE") or DEFAULT_IMAGE
     print(f"image: {image} " + ("present" if image_exists(image) else "MISSING (agent-rl sandbox build-image)"))
     print(f"cgroups for bwrap workers: {', '.join(cgroups.available()) or 'none (rlimits only)'}")

@@ -120,7 +120,8 @@ def container_config(cli, image: str, limits: SandboxLimits, cgroup_parent: str 
     host_config = cli.api.create_host_config(
         network_mode="none", read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges"],
         tmpfs={
-            "/work": f"rw,nosuid,nodev,size={limits.disk_mb}m,nr_inodes={limits.max_files},uid=65534,gid=65534,mode=0755",
+            "/work": (f"rw,nosuid,nodev,size={limits.disk_mb}m,nr_inodes={limits.max_files},"
+                      "uid=65534,gid=65534,mode=0755"),
             "/tmp": "rw,nosuid,nodev,size=32m,nr_inodes=4096,mode=1777",
         },
         shm_size="16m", ipc_mode="private", pids_limit=limits.nproc + 8,
@@ -160,7 +161,12 @@ async def launch_worker(cli, image: str, limits: SandboxLimits, cgroup_parent: s
     config = container_config(cli, image, limits, cgroup_parent)
 
     def create() -> tuple[str, Any]:
-        cid = cli.api.create_container_from_config(config)["Id"]
+        import docker.errors
+
+        try:
+            cid = cli.api.create_container_from_config(config)["Id"]
+        except docker.errors.ImageNotFound:
+            raise RuntimeError(f"image {image} is missing: run `agent-rl sandbox build-image`") from None
         try:
             sock = cli.api.attach_socket(cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
             cli.api.start(cid)

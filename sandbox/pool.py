@@ -25,8 +25,16 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Coroutine, Mapping, Sequence
 
 from sandbox import executor
-from sandbox.base import ExecResult, ExecStatus, FileStore, SandboxLimits, build_argv, build_env
-from sandbox.base import result_from_report, to_bytes
+from sandbox.base import (
+    ExecResult,
+    ExecStatus,
+    FileStore,
+    SandboxLimits,
+    build_argv,
+    build_env,
+    result_from_report,
+    to_bytes,
+)
 
 log = logging.getLogger("sandbox.pool")
 
@@ -304,7 +312,9 @@ class WorkerPool:
             raise
 
     async def _shielded(self, request: dict, wait_s: float) -> dict:
-        return await asyncio.shield(self._call(request, wait_s))
+        task = asyncio.ensure_future(self._call(request, wait_s))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved even if abandoned
+        return await asyncio.shield(task)
 
     def warm(self) -> None:
         """Start workers in the background up to ``size`` (returns at once)."""

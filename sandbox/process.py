@@ -141,13 +141,15 @@ class ProcessSandbox:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=work, start_new_session=True,
             env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, user=self.uid, group=self.uid, extra_groups=[])
         try:
-            out, err = helper.communicate(executor.encode(req), timeout=req["timeout_s"] + self.limits.kill_grace_s + 10)
+            wait_s = req["timeout_s"] + self.limits.kill_grace_s + 10
+            out, err = helper.communicate(executor.encode(req), timeout=wait_s)
         except subprocess.TimeoutExpired:
             os.killpg(helper.pid, 9)
             helper.communicate()
             return {"error": "the process backend's helper did not finish in time"}
         if helper.returncode != 0 or len(out) < 4:
-            return {"error": f"the process backend's helper failed (rc={helper.returncode}): {err.decode(errors='replace')[-500:]}"}
+            why = err.decode(errors="replace")[-500:]
+            return {"error": f"the process backend's helper failed (rc={helper.returncode}): {why}"}
         return executor.decode(out[4:])
 
     async def write_file(self, path: str, data: str | bytes, mode: int = 0o644) -> None:

@@ -117,9 +117,10 @@ class OwnDockerd:
     def start(self, timeout_s: float = 60.0) -> None:
         log = open(os.path.join(self.dir, "dockerd.log"), "ab")
         self.proc = subprocess.Popen(
-            ["unshare", "--net", "--", "dockerd", "--data-root", os.path.join(self.dir, "data"), "--exec-root", os.path.join(self.dir, "x"),
-             "--pidfile", os.path.join(self.dir, "d.pid"), "-H", self.url, "--bridge=none", "--iptables=false",
-             "--ip-masq=false", "--cgroup-parent=/agent_rl_test_dockerd"],
+            ["unshare", "--net", "--", "dockerd", "--data-root", os.path.join(self.dir, "data"),
+             "--exec-root", os.path.join(self.dir, "x"), "--pidfile", os.path.join(self.dir, "d.pid"),
+             "-H", self.url, "--bridge=none", "--iptables=false", "--ip-masq=false",
+             "--cgroup-parent=/agent_rl_test_dockerd"],
             stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
         end = time.monotonic() + timeout_s
         while time.monotonic() < end:

@@ -92,3 +92,33 @@ def test_limits_validate():
     with pytest.raises(ValueError, match="timeout_s"):
         SandboxLimits(timeout_s=0)
     assert hash(SandboxLimits()) == hash(SandboxLimits())
+
+
+def test_restore_never_writes_below_a_symlink(tmp_path):
+    from sandbox.executor import restore_tree
+
+    entries = [{"path": "d", "kind": "l", "mode": 0, "data": str(tmp_path / "outside").encode()},
+               {"path": "d/evil", "kind": "f", "mode": 0o644, "data": b"x"}]
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "work").mkdir()
+    with pytest.raises(ValueError, match="below a symlink"):
+        restore_tree(str(tmp_path / "work"), entries)
+    assert not (tmp_path / "outside" / "evil").exists()
+
+
+def test_wipe_tree_handles_depth_and_modes(tmp_path):
+    import os
+
+    from sandbox.executor import wipe_tree
+
+    fd = os.open(tmp_path, os.O_RDONLY)
+    for _ in range(1200):          # deeper than Python's recursion limit
+        os.mkdir("d", dir_fd=fd)
+        fd, old = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+        os.close(old)
+    os.close(fd)
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "locked" / "f").write_text("x")
+    os.chmod(tmp_path / "locked", 0)
+    wipe_tree(str(tmp_path))
+    assert os.listdir(tmp_path) == []
