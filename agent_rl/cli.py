@@ -36,6 +36,9 @@ def cmd_sft(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from agent_rl.trainer import train
 
+    if args.config is not None and "=" in args.config:  # `train --resume RUN k=v`: no config file given
+        args.overrides.insert(0, args.config)
+        args.config = None
     if args.resume and args.config is None:
         args.config = str(Path(args.resume) / "config.yaml")
     run_dir = train(_config(args), resume=args.resume)

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SerializeAsAny, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator
 
 from agent_rl.algorithms import ADVANTAGES, AGGREGATIONS, CREDITS, FILTERS, KLS, POLICY_LOSSES
+from agent_rl.algorithms.losses import LossOptions
 from agent_rl.algorithms.registry import ComponentConfig, Registry
 from agent_rl.rollout.backends import BACKENDS
 
@@ -68,7 +69,7 @@ class RolloutConfig(Section):
     max_new_tokens: int = Field(64, ge=1, description="per assistant turn")
     max_total_tokens: int = Field(1024, ge=8, description="whole episode: prompt + turns + observations")
     max_tool_response_tokens: int = Field(128, ge=1, description="longer observations are cut with a marker")
-    temperature: float = Field(1.0, gt=0.0)
+    temperature: float = Field(1.0, gt=0.0, description="sampling temperature; the learner applies the same")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     concurrency: int = Field(64, ge=1, description="episodes in flight at once")
     ignore_eos: bool = Field(False, description="always generate max_new_tokens per turn (benchmarks)")
@@ -79,10 +80,17 @@ class AlgorithmConfig(Section):
     loss: LossSpec = Field(default_factory=lambda: POLICY_LOSSES.parse_config("ppo_clip"))
     aggregation: AggregationSpec = Field(default_factory=lambda: AGGREGATIONS.parse_config("token_mean"))
     kl: KlSpec = Field(default_factory=lambda: KLS.parse_config("k3"))
+    loss_options: LossOptions = Field(
+        default_factory=LossOptions, description="cross-cutting loss terms: rollout_is, entropy_coef, nll_coef"
+    )
     filters: list[FilterSpec] = Field(default_factory=list)
     credit: CreditSpec | None = None
-    ppo_epochs: int = Field(1, ge=1, description="passes over each step's batch")
-    mini_batches: int = Field(1, ge=1, description="optimizer steps per pass (off-policy after the first)")
+
+    @model_validator(mode="after")
+    def _one_kl(self) -> AlgorithmConfig:
+        if self.loss_options.kl_coef != 0.0:
+            raise ValueError("set the KL term with algorithm.kl.coef (and .placement), not algorithm.loss_options.kl_coef")
+        return self
 
 
 class LearnerConfig(Section):
@@ -191,6 +199,12 @@ def _format(e: ValidationError) -> str:
     return "\n".join(lines)
 
 
+# where a registry entry is selected by ``name`` (its other keys belong to that entry)
+COMPONENT_PATHS = frozenset(
+    {"algorithm.advantage", "algorithm.loss", "algorithm.aggregation", "algorithm.kl", "algorithm.credit", "rollout.backend"}
+)
+
+
 def apply_override(raw: dict[str, Any], override: str, defaults: dict[str, Any] | None = None) -> None:
     """Apply one ``a.b.c=value`` override (value parsed as YAML) to a raw config dict.
 
@@ -211,7 +225,7 @@ def apply_override(raw: dict[str, Any], override: str, defaults: dict[str, Any] 
         if not isinstance(child, dict):
             raise ConfigError(f"override '{key}': '{part}' is not a section")
         node = child
-    if parts[-1] == "name" and len(parts) > 1:
+    if parts[-1] == "name" and ".".join(parts[:-1]) in COMPONENT_PATHS:
         node.clear()
     node[parts[-1]] = yaml.safe_load(value) if value != "" else ""
 
@@ -219,6 +233,8 @@ def apply_override(raw: dict[str, Any], override: str, defaults: dict[str, Any] 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     raw: dict[str, Any] = {}
     if path is not None:
+        if not Path(path).is_file():
+            raise ConfigError(f"config file not found: {path}")
         text = Path(path).read_text()
         raw = yaml.safe_load(text) or {}
         if not isinstance(raw, dict):

@@ -31,7 +31,7 @@ CHAT_TEMPLATE = (
     "{% for tool in tools %}{% set fn = tool.function if tool.function is defined else tool %}"
     "- {{ fn.name }}({{ (fn.parameters.properties or {}).keys() | join(', ') }}): {{ fn.description }}\n"
     "{% endfor %}"
-    "Call a tool with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>.<|im_end|>\n"
+    "Call one as <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>.<|im_end|>\n"
     "{% elif messages[0].role == 'system' %}"
     "<|im_start|>system\n{{ messages[0].content }}<|im_end|>\n"
     "{% endif %}"

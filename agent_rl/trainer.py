@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import json
 import random
@@ -13,11 +14,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from agent_rl.algorithms import ADVANTAGES, CREDITS, FILTERS
+from agent_rl.algorithms import ADVANTAGES, CREDITS, FILTERS, KLS
 from agent_rl.algorithms.registry import AdvantageInputs
-from agent_rl.config import Config, load_config
+from agent_rl.config import Config
 from agent_rl.eval import evaluate
 from agent_rl.learner.learner import Learner, ObjectiveParts
+from agent_rl.learner.logprobs import token_logprobs
 from agent_rl.rollout.batching import make_batch, trainable_groups
 from agent_rl.rollout.engine import EpisodeSpec
 from agent_rl.runtime import Components, make_run_dir, seed_everything
@@ -79,8 +81,21 @@ class Trainer:
             **{f"filter{i}": e.make_state() for i, (e, _) in enumerate(self.filters)},
         }
         self.parts = ObjectiveParts(
-            loss=cfg.algorithm.loss, aggregation=cfg.algorithm.aggregation, kl=cfg.algorithm.kl, loss_state=self.states["loss"]
+            loss=cfg.algorithm.loss,
+            aggregation=cfg.algorithm.aggregation,
+            kl=cfg.algorithm.kl,
+            options=cfg.algorithm.loss_options,
+            loss_state=self.states["loss"],
         )
+        # what the advantage / credit entries read, computed before the update
+        self.adv_needs = set(self.advantage.needs) | (set(self.credit.needs) if self.credit else set())
+        kl = cfg.algorithm.kl
+        if kl.coef > 0 and kl.placement == "in_reward":
+            self.adv_needs.add("ref_logprobs")
+        # a frozen copy of the initial policy, when the KL term or an entry needs reference logprobs
+        self.ref_model = None
+        if "ref_logprobs" in self.adv_needs | self.parts.needs():
+            self.ref_model = copy.deepcopy(self.components.model).eval().requires_grad_(False)
         self.tracker = Tracker(self.run_dir, cfg.tracking, cfg.model_dump(mode="json"))
         self.start_step = 0
         if resume:
@@ -135,6 +150,20 @@ class Trainer:
             return metrics
         # 2. batch and advantages
         batch = make_batch(groups, self.components.tokenizer.pad_token_id, cfg.model.device)
+        x = self._advantage_inputs(batch, groups, step)
+        adv = self.advantage.fn(x, cfg.algorithm.advantage)
+        if self.credit is not None:
+            x.state = self.states["credit"]
+            adv = self.credit.fn(groups, x, self.states["credit"], cfg.algorithm.credit)
+        metrics.update(adv.metrics)
+        # 3. loss, optimizer step, weight sync (colocated hf: the same module, only the version moves)
+        metrics.update(self.learner.update(batch, adv.advantages_BT, self.parts, step))
+        self.components.backend.update_weights(None, self.learner.version)
+        return metrics
+
+    def _advantage_inputs(self, batch: Any, groups: list[TrajectoryGroup], step: int) -> AdvantageInputs:
+        cfg, needs = self.cfg, self.adv_needs
+        temperature = cfg.rollout.temperature
         x = AdvantageInputs(
             rewards_B=batch.rewards_B,
             loss_mask_BT=batch.loss_mask_BT,
@@ -145,15 +174,30 @@ class Trainer:
             step=step,
             state=self.states["advantage"],
         )
-        adv = self.advantage.fn(x, cfg.algorithm.advantage)
-        if self.credit is not None:
-            x.state = self.states["credit"]
-            adv = self.credit.fn(groups, x, self.states["credit"], cfg.algorithm.credit)
-        metrics.update(adv.metrics)
-        # 3. loss, optimizer step, weight sync (colocated hf: the same module, only the version moves)
-        metrics.update(self.learner.update(batch, adv.advantages_BT, self.parts, step))
-        self.components.backend.update_weights(None, self.learner.version)
-        return metrics
+        with torch.no_grad():
+            if needs & {"old_logprobs", "entropy"}:
+                x.old_logprobs_BT, x.entropy_BT = token_logprobs(
+                    self.components.model, batch, temperature, with_entropy="entropy" in needs
+                )
+            if self.ref_model is not None:
+                batch.ref_logprobs_BT, _ = token_logprobs(self.ref_model, batch, temperature)
+                x.ref_logprobs_BT = batch.ref_logprobs_BT
+            kl = cfg.algorithm.kl
+            if kl.coef > 0 and kl.placement == "in_reward":
+                # the sampler's logprobs stand for the policy that produced the tokens
+                kl_BT = KLS(kl)(batch.rollout_logprobs_BT, batch.ref_logprobs_BT, kl)
+                x.kl_penalty_BT = kl.coef * kl_BT * batch.loss_mask_BT
+        if "greedy_rewards" in needs:
+            x.greedy_rewards_B = self._greedy_rewards(groups)
+        return x
+
+    def _greedy_rewards(self, groups: list[TrajectoryGroup]) -> torch.Tensor:
+        """ReMax's baseline: the reward of one greedy (temperature 0) episode per group's task."""
+        engine = self.components.engine(temperature=0.0)
+        specs = [EpisodeSpec(seed=g.trajectories_G[0].info["seed"], group_id=g.group_id, options=g.trajectories_G[0].info["options"]) for g in groups]
+        greedy = {t.group_id: (t.reward or 0.0) for t in engine.run_sync(specs)}
+        engine.close()
+        return torch.tensor([greedy[g.group_id] for g in groups for _ in g.trajectories_G], dtype=torch.float32)
 
     def _rollout(self, step: int, round_: int, num_prompts: int) -> list[Trajectory]:
         cfg = self.cfg
@@ -223,8 +267,5 @@ def _progress(enabled: bool):
 
 
 def train(cfg: Config, resume: str | None = None) -> Path:
-    if resume:
-        saved = Path(resume) / "config.yaml"
-        if saved.exists() and cfg is None:
-            cfg = load_config(saved)
+    """Run RL training; with ``resume`` (a run directory), continue from its newest checkpoint."""
     return Trainer(cfg, resume=resume).train()

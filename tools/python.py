@@ -8,12 +8,12 @@ from tools.base import Tool
 
 
 class PythonArgs(BaseModel):
-    code: str = Field(description="Python source to run; print what you want to see")
+    code: str = Field(description="Python source; print what you want to see")
 
 
 class PythonTool(Tool):
     name = "python"
-    description = "Run Python code and return what it prints."
+    description = "Run Python code; returns what it prints."
     Args = PythonArgs
 
     def __init__(self, sandbox, timeout_s: float = 5.0, max_output_chars: int = 2000):

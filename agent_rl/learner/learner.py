@@ -13,8 +13,9 @@ from typing import Any
 
 import torch
 
-from agent_rl.algorithms import AGGREGATIONS, KLS, POLICY_LOSSES
+from agent_rl.algorithms import AGGREGATIONS, POLICY_LOSSES
 from agent_rl.algorithms.aggregation import aggregation_inputs_for, select_rows
+from agent_rl.algorithms.losses import LossOptions, apply_cross_cutting
 from agent_rl.algorithms.registry import LossInputs
 from agent_rl.learner.logprobs import token_logprobs
 from agent_rl.types import TrainBatch
@@ -27,7 +28,17 @@ class ObjectiveParts:
     loss: Any
     aggregation: Any
     kl: Any
+    options: LossOptions | None = None  # cross-cutting: rollout_is, entropy bonus, NLL (KL comes from ``kl``)
     loss_state: Any = None
+
+    def loss_options(self) -> LossOptions:
+        """``options`` with the KL term of ``algorithm.kl`` when it is placed in the loss."""
+        opts = self.options or LossOptions()
+        kl_on = self.kl is not None and self.kl.coef > 0 and self.kl.placement == "in_loss"
+        return opts.model_copy(update={"kl_coef": self.kl.coef if kl_on else 0.0, "kl": self.kl or opts.kl})
+
+    def needs(self) -> set[str]:
+        return set(POLICY_LOSSES.get(self.loss.name).needs) | self.loss_options().needs()
 
 
 class Learner:
@@ -53,11 +64,11 @@ class Learner:
         """One optimizer step on ``batch``; returns metrics."""
         self.model.train()
         loss_entry = POLICY_LOSSES.get(parts.loss.name)
-        kl_on = parts.kl is not None and parts.kl.coef > 0 and parts.kl.placement == "in_loss"
-        need_entropy = "entropy" in loss_entry.needs
-        if kl_on or "ref_logprobs" in loss_entry.needs:
-            if batch.ref_logprobs_BT is None:
-                raise ValueError("the KL term / loss needs ref_logprobs_BT, which the batch does not have")
+        opts = parts.loss_options()
+        needs = parts.needs()
+        need_entropy = "entropy" in needs
+        if "ref_logprobs" in needs and batch.ref_logprobs_BT is None:
+            raise ValueError("the KL term / loss needs ref_logprobs_BT, which the batch does not have")
         agg_all = aggregation_inputs_for(batch.loss_mask_BT, batch.group_index_B, self.max_response_tokens)
         aggregate = AGGREGATIONS(parts.aggregation)
         mbs = self.cfg.micro_batch_size
@@ -89,12 +100,8 @@ class Learner:
                 step=step,
                 state=parts.loss_state,
             )
-            out = loss_entry.fn(x, parts.loss)
-            loss_BT = out.loss_BT
-            if kl_on:
-                kl_BT = KLS(parts.kl)(logprobs_BT, mb.ref_logprobs_BT, parts.kl)
-                loss_BT = loss_BT + parts.kl.coef * kl_BT
-            loss = aggregate(loss_BT, mask, select_rows(agg_all, rows), parts.aggregation)
+            out = apply_cross_cutting(x, loss_entry.fn(x, parts.loss), opts)
+            loss = aggregate(out.loss_BT, mask, select_rows(agg_all, rows), parts.aggregation)
             loss.backward()
             total_loss += float(loss.detach())
             frac = float(mask.sum()) / max(agg_all.num_tokens, 1.0)

@@ -159,7 +159,7 @@ class RolloutEngine:
         ep.tools = info.get("tools")
         ep.task_id = info.get("task_id") or _hash_task(obs)
         ep.state_key = info.get("state_key")
-        ep.info["task"] = info.get("task")
+        ep.info.update(task=info.get("task"), seed=ep.spec.seed, options=ep.spec.options)
         ep.append(self.renderer.prompt_ids(ep.messages, ep.tools), mask=0)
 
     def _request(self, ep: _Episode) -> GenerationRequest:

@@ -21,7 +21,7 @@ from tools.base import ToolError, tool_schema
 from tools.parsers import parse_action
 from tools.python import PythonTool
 
-SYSTEM_PROMPT = "Compute the answer. Use the python tool if it helps, then reply <answer>NUMBER</answer>."
+SYSTEM_PROMPT = "Use the python tool if it helps, then reply <answer>N</answer>."
 
 
 def question_text(expression: str) -> str:

@@ -34,8 +34,12 @@ def load_tokenizer(path: str):
 def sample_from_logits(
     logits_BV: torch.Tensor, temperature_B: torch.Tensor, top_p: float, generator: torch.Generator | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one token per row; returns (token_B, logprob_B) under the distribution sampled from."""
-    logp_BV = torch.log_softmax(logits_BV.float() / temperature_B[:, None], dim=-1)
+    """Draw one token per row; returns (token_B, logprob_B) under the distribution sampled from.
+
+    Rows with temperature 0 are greedy: the argmax, with logprob 0 (a point mass).
+    """
+    greedy_B = temperature_B <= 0
+    logp_BV = torch.log_softmax(logits_BV.float() / temperature_B.clamp(min=1e-6)[:, None], dim=-1)
     if top_p < 1.0:
         sorted_logp, order = logp_BV.sort(dim=-1, descending=True)
         cum = sorted_logp.exp().cumsum(-1)
@@ -43,7 +47,9 @@ def sample_from_logits(
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logp_BV = torch.log_softmax(logp_BV.masked_fill(drop, float("-inf")), dim=-1)
     token_B = torch.multinomial(logp_BV.exp(), 1, generator=generator).squeeze(-1)
-    return token_B, logp_BV.gather(-1, token_B[:, None]).squeeze(-1)
+    token_B = torch.where(greedy_B, logits_BV.argmax(-1), token_B)
+    logprob_B = torch.where(greedy_B, torch.zeros_like(logp_BV[:, 0]), logp_BV.gather(-1, token_B[:, None]).squeeze(-1))
+    return token_B, logprob_B
 
 
 class HfBackend:
