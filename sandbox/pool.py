@@ -228,26 +228,32 @@ class WorkerPool:
 
     async def _lease(self) -> Worker:
         deadline = time.monotonic() + self.lease_timeout_s
-        async with self._c:
-            while True:
-                if self.closed:
-                    raise InfraError(f"sandbox pool {self.name} is closed")
-                while self._idle:
-                    worker = self._idle.pop()  # most recently used first: its pages are warm
-                    if await self._usable(worker):
+        while True:
+            async with self._c:
+                while True:
+                    if self.closed:
+                        raise InfraError(f"sandbox pool {self.name} is closed")
+                    if self._idle:
+                        worker = self._idle.pop()  # most recently used first: its pages are warm
                         self._busy += 1
-                        return worker
-                    self._retire(worker)
+                        break
+                    self._fill()
+                    if self._starting == 0 and self._busy == 0 and self.stats.start_error:
+                        why = self.stats.start_error
+                        raise InfraError(f"sandbox pool {self.name}: no worker could start: {why}")
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise InfraError(f"sandbox pool {self.name}: no worker free within {self.lease_timeout_s:.0f} s")
+                    try:
+                        await asyncio.wait_for(self._c.wait(), min(remaining, 1.0))
+                    except asyncio.TimeoutError:
+                        pass
+            if await self._usable(worker):  # outside the lock: a health check may take a while
+                return worker
+            async with self._c:
+                self._busy -= 1
+                self._retire(worker)
                 self._fill()
-                if self._starting == 0 and self._busy == 0 and self.stats.start_error:
-                    raise InfraError(f"sandbox pool {self.name}: no worker could start: {self.stats.start_error}")
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise InfraError(f"sandbox pool {self.name}: no worker free within {self.lease_timeout_s:.0f} s")
-                try:
-                    await asyncio.wait_for(self._c.wait(), min(remaining, 1.0))
-                except asyncio.TimeoutError:
-                    pass
 
     async def _release(self, worker: Worker, reusable: bool) -> None:
         async with self._c:
