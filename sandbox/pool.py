@@ -243,7 +243,8 @@ class WorkerPool:
                         raise InfraError(f"sandbox pool {self.name}: no worker could start: {why}")
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
-                        raise InfraError(f"sandbox pool {self.name}: no worker free within {self.lease_timeout_s:.0f} s")
+                        wait = f"{self.lease_timeout_s:.0f} s"
+                        raise InfraError(f"sandbox pool {self.name}: no worker free within {wait}")
                     try:
                         await asyncio.wait_for(self._c.wait(), min(remaining, 1.0))
                     except asyncio.TimeoutError:
