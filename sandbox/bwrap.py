@@ -29,7 +29,7 @@ import threading
 
 from sandbox import cgroups, executor
 from sandbox.base import SandboxLimits
-from sandbox.pool import PooledSandbox, Worker, WorkerPool, shared_pool
+from sandbox.pool import PooledSandbox, Worker, WorkerPool
 
 log = logging.getLogger("sandbox.bwrap")
 
@@ -179,8 +179,7 @@ class BwrapSandbox(PooledSandbox):
     def __init__(self, limits: SandboxLimits, pool_size: int | None = None, python: str = "python3"):
         size = pool_size or default_pool_size()
         key = ("bwrap", limits, size)
-        pool = shared_pool(key, lambda: _make_pool(limits, size))
-        super().__init__("bwrap", pool, limits, rlimits_for(limits), python=python)
+        super().__init__("bwrap", key, lambda: _make_pool(limits, size), limits, rlimits_for(limits), python=python)
 
 
 def _make_pool(limits: SandboxLimits, size: int) -> WorkerPool:

@@ -27,7 +27,7 @@ from typing import Any
 from sandbox import executor
 from sandbox.base import SandboxLimits
 from sandbox.image import DEFAULT_IMAGE
-from sandbox.pool import PooledSandbox, Worker, WorkerPool, shared_pool
+from sandbox.pool import PooledSandbox, Worker, WorkerPool
 
 log = logging.getLogger("sandbox.docker")
 
@@ -239,9 +239,9 @@ class DockerSandbox(PooledSandbox):
         image = image or os.environ.get("AGENT_RL_SANDBOX_IMAGE") or DEFAULT_IMAGE
         size = pool_size or default_pool_size()
         key = ("docker", base_url, image, limits, size)
-        pool = shared_pool(key, lambda: _make_pool(base_url, image, limits, size))
         rlimits = {"as": limits.memory_mb << 20, "fsize": limits.disk_mb << 20, "core": 0, "nofile": 256}
-        super().__init__("docker", pool, limits, rlimits, python=python)
+        super().__init__("docker", key, lambda: _make_pool(base_url, image, limits, size), limits, rlimits,
+                         python=python)
         self.image = image
 
 

@@ -364,11 +364,12 @@ class WorkerPool:
 class PooledSandbox:
     """A sandbox whose calls lease a worker from a shared pool; its files live in a FileStore."""
 
-    def __init__(self, backend_name: str, pool: WorkerPool, limits: SandboxLimits, rlimits: dict,
-                 python: str = "python3"):
+    def __init__(self, backend_name: str, pool_key: tuple, make_pool: Callable[[], WorkerPool],
+                 limits: SandboxLimits, rlimits: dict, python: str = "python3"):
         self.backend_name = backend_name
         self.limits = limits
-        self.pool = pool
+        self._pool_key, self._make_pool = pool_key, make_pool
+        self.pool = shared_pool(pool_key, make_pool)
         self.python = python
         self._rlimits = rlimits
         self._files = FileStore()
@@ -396,6 +397,8 @@ class PooledSandbox:
             raise RuntimeError("exec on a closed sandbox")
         timeout_s = self.limits.timeout_s if timeout_s is None else float(timeout_s)
         request = self._request(build_argv(code, argv, self.python), to_bytes(stdin), timeout_s, env)
+        if self.pool.closed:  # the shared pools were closed (e.g. close_all_pools): use the new one
+            self.pool = shared_pool(self._pool_key, self._make_pool)
         t0 = time.monotonic()
         try:
             msg = await self.pool.call(request, timeout_s + self.limits.kill_grace_s + 3.0)

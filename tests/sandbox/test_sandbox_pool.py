@@ -63,6 +63,15 @@ def test_make_sandbox_is_cheap_and_shares_one_pool(backend):
         run(b.close())
 
 
+def test_a_sandbox_outlives_the_closing_of_its_pool(backend):
+    sb = make_sandbox(backend=backend, limits=ONE, pool_size=1)
+    assert run(sb.exec(code="print(1)")).stdout == "1\n"
+    old = sb.pool
+    run(old.close())  # e.g. close_all_pools() between two users of a long-lived sandbox
+    assert run(sb.exec(code="print(2)")).stdout == "2\n" and sb.pool is not old
+    run(sb.close())
+
+
 def test_unreachable_docker_daemon_is_an_infra_error():
     pytest.importorskip("docker")
     sb = make_sandbox(backend="docker", base_url="unix:///tmp/agent_rl_no_such_docker.sock", pool_size=1)
