@@ -77,7 +77,7 @@ def sft(cfg: Config, log: Any = print) -> tuple[Path, float]:
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             step += 1
-            metrics = {"sft/loss": float(loss)}
+            metrics = {"sft/loss": float(loss.detach())}
             if step % cfg.sft.eval_every_steps == 0 or step >= cfg.sft.max_steps:
                 result, _ = asyncio.run(evaluate(engine, cfg.sft.eval_episodes, 1, split="val"))
                 metrics["sft/val_success"] = result.success

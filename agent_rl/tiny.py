@@ -139,6 +139,9 @@ def build_model(vocab_size: int, seed: int = 0, hidden_size: int = 128, layers: 
 
 def init_tiny(out: str | Path, seed: int = 0, vocab_size: int = 1024) -> Path:
     """Build and save the tiny model and tokenizer to ``out``; returns the path."""
+    from agent_rl.rollout.backends.hf import quiet_transformers
+
+    quiet_transformers()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(vocab_size=vocab_size, seed=seed)

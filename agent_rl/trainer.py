@@ -124,22 +124,23 @@ class Trainer:
 
     def step(self, step: int) -> dict[str, float]:
         cfg = self.cfg
-        # 1. rollout, then group filters (which may ask for more groups)
+        # 1. rollout, then group filters; a filter that drops groups may ask for more (refill)
         trajectories = self._rollout(step, 0, cfg.trainer.prompts_per_step)
-        groups = group_trajectories(trajectories)
+        pending, groups = group_trajectories(trajectories), []
         metrics: dict[str, float] = {}
         for round_ in range(cfg.trainer.refill_rounds + 1):
             more = 0
             for i, (entry, fcfg) in enumerate(self.filters):
-                result = entry.fn(groups, self.states[f"filter{i}"], fcfg)
-                groups, more = result.groups, max(more, result.num_more)
+                result = entry.fn(pending, self.states[f"filter{i}"], fcfg)
+                pending, more = result.groups, max(more, result.num_more)
                 for k, v in result.metrics.items():
                     metrics[k] = metrics.get(k, 0.0) + v
+            groups += pending
             if more == 0 or round_ == cfg.trainer.refill_rounds:
                 break
             extra = self._rollout(step, round_ + 1, more)
             trajectories += extra
-            groups += group_trajectories(extra)
+            pending = group_trajectories(extra)
         metrics.update(rollout_metrics(trajectories))
         metrics.update({k: float(v) for k, v in self.engine.metrics.items()})
         self.engine.metrics.clear()

@@ -62,12 +62,18 @@ def test_sft_train_resume_eval(tmp_path, tiny_model_dir):
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "sft" / "model.safetensors").exists() and "val success" in r.stdout
 
-    r = run("train", QUICK, *common, f"model.path={tmp_path / 'sft'}", "trainer.steps=2", "run.name=smoke")
+    r = run("train", QUICK, *common, f"model.path={tmp_path / 'sft'}", "trainer.steps=2", "run.name=smoke",
+            "algorithm.filters=[{name: dynamic_sampling}]")
     assert r.returncode == 0, r.stderr
     [run_dir] = list(runs.glob("smoke-*"))
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [1, 2]
-    assert rows[0]["rollout/episodes"] == 4 and "train/loss" in rows[0] or rows[0].get("train/skipped") == 1.0
+    # 2 prompts x 2 samples; dynamic sampling drops all-equal groups and refills once (trainer.refill_rounds)
+    # (d0 groups dropped in round 0 -> d0 more prompts sampled; the metric sums both rounds' drops)
+    for row in rows:
+        refilled = (row["rollout/episodes"] - 4) / 2
+        assert refilled in (0, 1, 2) and refilled <= row["filter/dynamic_sampling_dropped"]
+        assert ("train/loss" in row) != (row.get("train/skipped") == 1.0)
     for name in ("config.yaml", "reward.png", "trajectories", "checkpoints/step_000002/model/config.json"):
         assert (run_dir / name).exists(), name
 

@@ -15,9 +15,17 @@ import torch
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 
 
+def quiet_transformers() -> None:
+    """No per-file progress bars when loading or saving small checkpoints."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+
+
 def load_model(path: str, dtype: str = "float32", device: str = "cpu"):
     from transformers import AutoModelForCausalLM
 
+    quiet_transformers()
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
     return model.to(device)
 
