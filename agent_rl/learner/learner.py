@@ -41,6 +41,11 @@ class ObjectiveParts:
         return set(POLICY_LOSSES.get(self.loss.name).needs) | self.loss_options().needs()
 
 
+def _fused_ok(params: list[torch.nn.Parameter]) -> bool:
+    """Fused AdamW (one kernel for all parameters) where torch has it for these tensors."""
+    return bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+
+
 class Learner:
     def __init__(
         self, model: torch.nn.Module, cfg: Any, temperature: float = 1.0, max_response_tokens: float | None = None
@@ -49,8 +54,9 @@ class Learner:
         self.cfg = cfg
         self.temperature = temperature
         self.max_response_tokens = max_response_tokens  # the generation budget (Dr. GRPO's constant)
+        params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad], lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay
+            params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay, fused=_fused_ok(params)
         )
         warmup = cfg.warmup_steps
 
