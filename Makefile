@@ -19,4 +19,4 @@ demo: $(STAMP)
 	$(VENV)/bin/agent-rl quickstart
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not gpu"
