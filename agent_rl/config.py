@@ -124,6 +124,7 @@ class TrainerConfig(Section):
     seed: int = 0
     split: Literal["train", "val", "test"] = "train"
     refill_rounds: int = Field(1, ge=0, description="extra sampling rounds when a filter asks for more groups")
+    task_pool: int = Field(0, ge=0, description="0: a fresh task per prompt; N: revisit a fixed pool of N tasks")
 
 
 class EvalConfig(Section):

@@ -81,7 +81,7 @@ def sft(cfg: Config, log: Any = print) -> tuple[Path, float]:
             if step % cfg.sft.eval_every_steps == 0 or step >= cfg.sft.max_steps:
                 result, _ = asyncio.run(evaluate(engine, cfg.sft.eval_episodes, 1, split="val"))
                 metrics["sft/val_success"] = result.success
-                log(f"sft step {step}: loss {float(loss):.4f}  val success {result.success:.3f}")
+                log(f"sft step {step}: loss {float(loss.detach()):.4f}  val success {result.success:.3f}")
                 if result.success > best:
                     best, best_state, bad_evals = result.success, copy.deepcopy(model.state_dict()), 0
                 else:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import hashlib
 import json
 import random
 from collections import Counter
@@ -23,13 +22,9 @@ from agent_rl.learner.logprobs import token_logprobs
 from agent_rl.rollout.batching import make_batch, trainable_groups
 from agent_rl.rollout.engine import EpisodeSpec
 from agent_rl.runtime import Components, make_run_dir, seed_everything
+from agent_rl.task_sampler import TaskSampler, derive_seed
 from agent_rl.tracking import Tracker, plot_rewards
 from agent_rl.types import Trajectory, TrajectoryGroup
-
-
-def task_seed(*parts: Any) -> int:
-    """Explicit, derived seeds: the same (run seed, step, prompt) always gives the same task."""
-    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:4], "little") & 0x7FFFFFFF
 
 
 def group_trajectories(trajectories: list[Trajectory]) -> list[TrajectoryGroup]:
@@ -80,6 +75,12 @@ class Trainer:
             "credit": self.credit.make_state() if self.credit else None,
             **{f"filter{i}": e.make_state() for i, (e, _) in enumerate(self.filters)},
         }
+        self.sampler = TaskSampler(
+            cfg.trainer.seed,
+            cfg.trainer.task_pool,
+            [(e, c, self.states[f"filter{i}"]) for i, (e, c) in enumerate(self.filters) if e.sampler is not None],
+        )
+        self.states["task_sampler"] = self.sampler
         self.parts = ObjectiveParts(
             loss=cfg.algorithm.loss,
             aggregation=cfg.algorithm.aggregation,
@@ -203,10 +204,13 @@ class Trainer:
     def _rollout(self, step: int, round_: int, num_prompts: int) -> list[Trajectory]:
         cfg = self.cfg
         specs = []
-        for i in range(num_prompts):
-            seed = task_seed(cfg.trainer.seed, step, round_, i)
-            specs += [EpisodeSpec(seed=seed, group_id=f"s{step}r{round_}p{i}", options={"split": cfg.trainer.split})] * cfg.rollout.group_size
-        return self.engine.run_sync(specs, seed=task_seed("sample", cfg.trainer.seed, step, round_))
+        for i, seed in enumerate(self.sampler.draw(step, round_, num_prompts)):
+            spec = EpisodeSpec(seed=seed, group_id=f"s{step}r{round_}p{i}", options={"split": cfg.trainer.split})
+            specs += [spec] * cfg.rollout.group_size
+        trajectories = self.engine.run_sync(specs, seed=derive_seed("sample", cfg.trainer.seed, step, round_))
+        for spec, t in zip(specs, trajectories, strict=True):
+            self.sampler.observe(spec.seed, t.task_id)
+        return trajectories
 
     # -- run directory -------------------------------------------------------------------------
     def _save_trajectories(self, step: int, trajectories: list[Trajectory]) -> None:

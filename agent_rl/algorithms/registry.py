@@ -176,6 +176,8 @@ class Entry:
     config: type[ComponentConfig]
     needs: frozenset[str]
     state: type | None  # class of the state object, for stateful entries
+    # filters that steer which tasks are drawn: fn(state, task_ids, cfg) -> a weight per task
+    sampler: Callable[..., list[float]] | None = None
 
     @property
     def doc(self) -> str:
@@ -201,6 +203,7 @@ class Registry:
         config: type[ComponentConfig] = ComponentConfig,
         needs: set[str] | frozenset[str] = frozenset(),
         state: type | None = None,
+        sampler: Callable[..., list[float]] | None = None,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         unknown = set(needs) - KNOWN_NEEDS
         if unknown:
@@ -211,7 +214,7 @@ class Registry:
         def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
             if name in self._entries:
                 raise ValueError(f"{self.kind} '{name}' is registered twice")
-            self._entries[name] = Entry(self.kind, name, fn, config, frozenset(needs), state)
+            self._entries[name] = Entry(self.kind, name, fn, config, frozenset(needs), state, sampler)
             return fn
 
         return decorator

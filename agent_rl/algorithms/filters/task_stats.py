@@ -57,7 +57,12 @@ class PassRateFilterConfig(ComponentConfig):
     correct_threshold: float = Field(0.5, description="a reward above this counts as a pass")
 
 
-@register_filter("pass_rate_filter", config=PassRateFilterConfig, state=TaskStats)
+def pass_rate_weights(state: TaskStats, task_ids: list[str], cfg: PassRateFilterConfig) -> list[float]:
+    """Sampling weight of each task: 0 once retired, else 1 (retired prompts are not drawn again)."""
+    return [0.0 if t in state.retired else 1.0 for t in task_ids]
+
+
+@register_filter("pass_rate_filter", config=PassRateFilterConfig, state=TaskStats, sampler=pass_rate_weights)
 def pass_rate_filter(groups: list[TrajectoryGroup], state: TaskStats, cfg: PassRateFilterConfig) -> FilterResult:
     """ScaleRL no-positive-resampling (The Art of Scaling RL Compute, 2025): retire easy prompts.
 
@@ -109,7 +114,7 @@ def curriculum_weights(state: TaskStats, task_ids: list[str], cfg: CurriculumCon
     return [1.0 if state.success_rate(t, cfg.init_success_rate) >= bar else 0.0 for t in task_ids]
 
 
-@register_filter("curriculum", config=CurriculumConfig, state=TaskStats)
+@register_filter("curriculum", config=CurriculumConfig, state=TaskStats, sampler=curriculum_weights)
 def curriculum(groups: list[TrajectoryGroup], state: TaskStats, cfg: CurriculumConfig) -> FilterResult:
     """Kimi k1.5 curriculum sampling (Kimi Team 2025): easy tasks first, then progressively harder.
 
@@ -136,7 +141,7 @@ def prioritized_weights(state: TaskStats, task_ids: list[str], cfg: PrioritizedC
     return [max(1.0 - state.success_rate(t, cfg.init_success_rate), cfg.min_weight) for t in task_ids]
 
 
-@register_filter("prioritized", config=PrioritizedConfig, state=TaskStats)
+@register_filter("prioritized", config=PrioritizedConfig, state=TaskStats, sampler=prioritized_weights)
 def prioritized(groups: list[TrajectoryGroup], state: TaskStats, cfg: PrioritizedConfig) -> FilterResult:
     """Kimi k1.5 prioritized sampling (Kimi Team 2025): draw task i with probability proportional to 1 - s_i.
 

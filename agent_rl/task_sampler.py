@@ -1,0 +1,57 @@
+"""Which tasks a training step draws.
+
+``trainer.task_pool: 0`` draws a fresh task per prompt (procedural envs: seeds derived from the run
+seed, step and prompt index). ``task_pool: N`` fixes a pool of N tasks, revisited across steps,
+drawn without replacement each step with probability proportional to the product of the weights
+of every configured filter that steers sampling (``sampler=`` in its registration: the pass-rate
+filter retires easy tasks, Kimi's curriculum and prioritized sampling reweight them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+
+
+def derive_seed(*parts: Any) -> int:
+    """Explicit, derived seeds: the same parts always give the same seed."""
+    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:4], "little") & 0x7FFFFFFF
+
+
+class TaskSampler:
+    def __init__(self, run_seed: int, pool_size: int, steering: list[tuple[Any, Any, Any]]):
+        """``steering``: (registry entry, its config, its state) of each filter with a sampler."""
+        self.run_seed = run_seed
+        self.pool_seeds = [derive_seed("pool", run_seed, i) for i in range(pool_size)]
+        self.steering = steering
+        self.task_ids: dict[int, str] = {}  # seed -> task id, learned from the rollouts
+
+    def observe(self, seed: int, task_id: str) -> None:
+        self.task_ids[seed] = task_id
+
+    def weights(self) -> np.ndarray:
+        ids = [self.task_ids.get(s, f"unseen-seed-{s}") for s in self.pool_seeds]
+        w = np.ones(len(ids))
+        for entry, cfg, state in self.steering:
+            w *= np.asarray(entry.sampler(state, ids, cfg), dtype=np.float64)
+        return w
+
+    def draw(self, step: int, round_: int, n: int) -> list[int]:
+        if not self.pool_seeds:
+            return [derive_seed(self.run_seed, step, round_, i) for i in range(n)]
+        w = self.weights()
+        if w.sum() <= 0:  # every task excluded (e.g. all retired): fall back to uniform
+            w = np.ones_like(w)
+        rng = np.random.default_rng(derive_seed("draw", self.run_seed, step, round_))
+        n_nonzero = int((w > 0).sum())
+        replace = n > n_nonzero
+        idx = rng.choice(len(w), size=n, replace=replace, p=w / w.sum())
+        return [self.pool_seeds[i] for i in idx]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"task_ids": {str(k): v for k, v in self.task_ids.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.task_ids = {int(k): v for k, v in state["task_ids"].items()}
