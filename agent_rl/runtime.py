@@ -46,12 +46,13 @@ class Components:
         self.renderer = ChatRenderer(self.tokenizer, cfg.rollout.max_tool_response_tokens)
         self.backend = make_policy_backend(cfg, self.model, self.tokenizer)
 
-    def engine(self, temperature: float | None = None, backend: Any = None) -> RolloutEngine:
+    def engine(self, temperature: float | None = None, backend: Any = None, **options: Any) -> RolloutEngine:
+        """A rollout engine; ``options`` set further ``EngineConfig`` fields (e.g. from filters)."""
         return RolloutEngine(
             backend or self.backend,
             self.renderer,
             self.make_env,
-            EngineConfig.from_rollout(self.cfg.rollout, temperature=temperature),
+            EngineConfig.from_rollout(self.cfg.rollout, temperature=temperature, **options),
         )
 
 

@@ -65,7 +65,11 @@ class Trainer:
             temperature=cfg.rollout.temperature,
             max_response_tokens=cfg.rollout.max_new_tokens * cfg.rollout.max_turns,
         )
-        self.engine = self.components.engine()
+        engine_options: dict[str, Any] = {}
+        for entry, fcfg in self.filters:  # filters that change the rollout itself (forced interruption)
+            if entry.rollout is not None:
+                engine_options.update(entry.rollout(fcfg))
+        self.engine = self.components.engine(**engine_options)
         from agent_rl.algorithms import POLICY_LOSSES
 
         # state objects of stateful entries, checkpointed with the run

@@ -19,6 +19,10 @@ from typing import Any
 from torch import Tensor
 
 
+class InfraError(RuntimeError):
+    """A sandbox / server / backend failure, not the policy's: the episode ends as INFRA_ERROR."""
+
+
 class StopReason(StrEnum):
     """Why an episode ended. Truncation (a budget) is not termination (the task is over)."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from agent_rl.types import InfraError
 from tools.base import Tool
 
 
@@ -37,5 +38,5 @@ class PythonTool(Tool):
         return out.strip()
 
 
-class SandboxInfraError(RuntimeError):
+class SandboxInfraError(InfraError):
     """The sandbox, not the program, failed: the episode ends as INFRA_ERROR."""

@@ -178,6 +178,8 @@ class Entry:
     state: type | None  # class of the state object, for stateful entries
     # filters that steer which tasks are drawn: fn(state, task_ids, cfg) -> a weight per task
     sampler: Callable[..., list[float]] | None = None
+    # entries that change how episodes are rolled out: fn(cfg) -> EngineConfig fields to set
+    rollout: Callable[..., dict[str, Any]] | None = None
 
     @property
     def doc(self) -> str:
@@ -204,6 +206,7 @@ class Registry:
         needs: set[str] | frozenset[str] = frozenset(),
         state: type | None = None,
         sampler: Callable[..., list[float]] | None = None,
+        rollout: Callable[..., dict[str, Any]] | None = None,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         unknown = set(needs) - KNOWN_NEEDS
         if unknown:
@@ -214,7 +217,7 @@ class Registry:
         def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
             if name in self._entries:
                 raise ValueError(f"{self.kind} '{name}' is registered twice")
-            self._entries[name] = Entry(self.kind, name, fn, config, frozenset(needs), state, sampler)
+            self._entries[name] = Entry(self.kind, name, fn, config, frozenset(needs), state, sampler, rollout)
             return fn
 
         return decorator

@@ -21,7 +21,7 @@ import gymnasium as gym
 
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult, InferenceBackend
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.types import StopReason, Trajectory, Turn
+from agent_rl.types import InfraError, StopReason, Trajectory, Turn
 
 
 @dataclass
@@ -44,10 +44,17 @@ class EngineConfig:
     concurrency: int = 64
     check_drift: bool = True
     ignore_eos: bool = False
+    # ScaleRL forced interruption (set by the ``forced_interruption`` filter): after this many
+    # generated tokens, ``interrupt_message`` is appended (mask 0) inside the assistant's turn and
+    # it may generate ``answer_budget_tokens`` more before the turn is cut.
+    think_budget_tokens: int | None = None
+    answer_budget_tokens: int = 0
+    interrupt_message: str = ""
 
     @classmethod
-    def from_rollout(cls, cfg: Any, temperature: float | None = None) -> EngineConfig:
+    def from_rollout(cls, cfg: Any, temperature: float | None = None, **extra: Any) -> EngineConfig:
         return cls(
+            **extra,
             max_turns=cfg.max_turns,
             max_new_tokens=cfg.max_new_tokens,
             max_total_tokens=cfg.max_total_tokens,
@@ -74,6 +81,9 @@ class _Episode:
         self.stop: StopReason | None = None
         self.state_key: str | None = None
         self.info: dict[str, Any] = {}
+        self.generated = 0  # policy tokens so far (for the forced-interruption budget)
+        self.interrupted = False
+        self.turn_start: int | None = None  # set while an assistant turn continues after an interruption
 
     def append(self, ids: list[int], mask: int, logprobs: list[float] | None = None) -> None:
         self.token_ids += ids
@@ -163,10 +173,15 @@ class RolloutEngine:
         ep.append(self.renderer.prompt_ids(ep.messages, ep.tools), mask=0)
 
     def _request(self, ep: _Episode) -> GenerationRequest:
-        budget = self.cfg.max_total_tokens - len(ep.token_ids)
+        budget = min(self.cfg.max_new_tokens, self.cfg.max_total_tokens - len(ep.token_ids))
+        if self.cfg.think_budget_tokens is not None:
+            if ep.turn_start is not None:  # continuing after the interruption message
+                budget = min(budget, self.cfg.answer_budget_tokens)
+            elif not ep.interrupted:
+                budget = min(budget, self.cfg.think_budget_tokens - ep.generated)
         return GenerationRequest(
             prompt_ids=list(ep.token_ids),
-            max_new_tokens=max(1, min(self.cfg.max_new_tokens, budget)),
+            max_new_tokens=max(1, budget),
             temperature=self.cfg.temperature,
             top_p=self.cfg.top_p,
             stop_token_ids=self.renderer.stop_token_ids,
@@ -174,19 +189,34 @@ class RolloutEngine:
             messages=ep.messages,
         )
 
+    def _interrupt(self, ep: _Episode, res: GenerationResult) -> bool:
+        """Append the interruption message inside the turn when the thinking budget ran out."""
+        budget = self.cfg.think_budget_tokens
+        if budget is None or ep.interrupted or res.finish_reason != "length" or ep.generated < budget:
+            return False
+        ep.interrupted = True
+        ep.info["forced_interruption"] = True
+        ep.append(self.renderer.encode(self.cfg.interrupt_message), mask=0)
+        self.metrics["rollout/forced_interruptions"] += 1
+        return self.cfg.answer_budget_tokens > 0
+
     async def _turn(self, ep: _Episode, res: GenerationResult) -> None:
-        start = len(ep.token_ids)
+        start = len(ep.token_ids) if ep.turn_start is None else ep.turn_start
         ep.append(res.token_ids, mask=1, logprobs=res.logprobs)
+        ep.generated += len(res.token_ids)
+        if self._interrupt(ep, res):
+            ep.turn_start = start  # the same turn goes on in the next round
+            return
+        ep.turn_start = None
         turn = Turn(start=start, end=len(ep.token_ids), obs_start=len(ep.token_ids), obs_end=len(ep.token_ids))
         turn.state_key = ep.state_key
         turn.policy_version = self.backend.policy_version
         ep.turns.append(turn)
-        text = self.renderer.assistant_text(res.token_ids)
+        text = self.renderer.assistant_text(ep.token_ids[start:])
         try:
             obs, reward, terminated, truncated, info = await _call_env(ep.env, "step", text)
         except Exception as e:
-            infra = type(e).__name__ == "SandboxInfraError"
-            ep.stop = StopReason.INFRA_ERROR if infra else StopReason.ENV_ERROR
+            ep.stop = StopReason.INFRA_ERROR if isinstance(e, InfraError) else StopReason.ENV_ERROR
             ep.info["error"] = f"step: {e!r}"
             self.metrics["episodes/" + ep.stop] += 1
             return

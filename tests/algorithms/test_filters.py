@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from agent_rl.algorithms import FILTERS
-from agent_rl.algorithms.filters.length import interruption_due
+from agent_rl.algorithms.filters.length import interruption_engine_options
 from agent_rl.algorithms.filters.sampling import replay_correction
 from agent_rl.algorithms.filters.task_stats import curriculum_weights, prioritized_weights
 from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
@@ -99,8 +99,9 @@ def test_forced_interruption_truncates_the_loss_after_the_budgets():
     assert second.loss_mask_T == [0, 0, 1, 1, 1, 1, 1]
     assert out.metrics == {"filter/forced_interrupted": 1.0, "filter/forced_truncated": 1.0}
     cfg = FILTERS.get("forced_interruption").config(think_budget_tokens=4)
-    assert [interruption_due(n, False, cfg) for n in (3, 4)] == [False, True]
-    assert interruption_due(9, True, cfg) is False
+    options = interruption_engine_options(cfg)
+    assert options["think_budget_tokens"] == cfg.think_budget_tokens
+    assert options["answer_budget_tokens"] == cfg.answer_budget_tokens and options["interrupt_message"] == cfg.message
 
 
 def test_popo_replay_replaces_ineffective_groups_from_the_buffer():

@@ -130,3 +130,21 @@ def test_learner_logprobs_match_sampler_at_version_0(sampled, tiny_tokenizer):
     assert mask.sum() > 50
     diff = (logprobs_BT - batch.rollout_logprobs_BT)[mask].abs().max().item()
     assert diff <= 1e-4, diff
+
+
+def test_forced_interruption_injects_the_message_inside_the_turn(tiny_tokenizer):
+    """ScaleRL: after 10 generated tokens the message (mask 0) is appended, then 8 more tokens."""
+    tok = tiny_tokenizer
+    renderer = ChatRenderer(tok, 64)
+    cfg = EngineConfig(max_turns=1, think_budget_tokens=10, answer_budget_tokens=8, interrupt_message=" Time is up.")
+    engine = RolloutEngine(ScriptedBackend(lambda m, r: CALL, tok), renderer, make_env, cfg)
+    [traj] = engine.run_sync([EpisodeSpec(seed=0, group_id="g", options=TASK)])
+    engine.close()
+    [turn] = traj.turns_N
+    message = tok.encode(" Time is up.", add_special_tokens=False)
+    call = tok.encode(CALL, add_special_tokens=False)
+    #   call[:10]  message  call[:8]      (the scripted policy restarts its text after the message)
+    #   1 ... 1    0 ... 0  1 ... 1
+    assert traj.token_ids_T[turn.start : turn.end] == call[:10] + message + call[:8]
+    assert traj.loss_mask_T[turn.start : turn.end] == [1] * 10 + [0] * len(message) + [1] * 8
+    assert traj.info["forced_interruption"] is True and traj.stop_reason == StopReason.MAX_TURNS

@@ -91,9 +91,13 @@ class ForcedInterruptionConfig(ComponentConfig):
     )
 
 
-def interruption_due(num_generated_tokens: int, already_interrupted: bool, cfg: ForcedInterruptionConfig) -> bool:
-    """Rollout-engine hook: inject ``cfg.message`` now? (budget reached and not injected yet)."""
-    return not already_interrupted and num_generated_tokens >= cfg.think_budget_tokens
+def interruption_engine_options(cfg: ForcedInterruptionConfig) -> dict[str, object]:
+    """What the rollout engine needs to interrupt: its budgets and the message."""
+    return {
+        "think_budget_tokens": cfg.think_budget_tokens,
+        "answer_budget_tokens": cfg.answer_budget_tokens,
+        "interrupt_message": cfg.message,
+    }
 
 
 def _truncate_loss(t: Trajectory, keep_tokens: int) -> Trajectory:
@@ -105,14 +109,14 @@ def _truncate_loss(t: Trajectory, keep_tokens: int) -> Trajectory:
     return replace(t, loss_mask_T=mask, info={**t.info, "forced_truncated": True})
 
 
-@register_filter("forced_interruption", config=ForcedInterruptionConfig)
+@register_filter("forced_interruption", config=ForcedInterruptionConfig, rollout=interruption_engine_options)
 def forced_interruption(groups: list[TrajectoryGroup], state: object, cfg: ForcedInterruptionConfig) -> FilterResult:
     """ScaleRL forced interruption (The Art of Scaling RL Compute, 2025), instead of an overlong penalty.
 
     During generation, once a trajectory has think_budget_tokens generated tokens, the engine
-    injects ``message`` (not trained on; ``interruption_due`` is the hook, and the engine marks the
-    trajectory ``info["forced_interruption"] = True``) and lets it answer for answer_budget_tokens
-    more. This filter enforces the hard truncation: generated tokens beyond
+    injects ``message`` inside the assistant's turn (not trained on; the engine reads the budgets
+    through ``interruption_engine_options`` and marks the trajectory
+    ``info["forced_interruption"] = True``) and lets it answer for answer_budget_tokens more. This filter enforces the hard truncation: generated tokens beyond
     think_budget_tokens + answer_budget_tokens get no loss, and it counts the interruptions.
     """
     cap = cfg.think_budget_tokens + cfg.answer_budget_tokens
