@@ -19,6 +19,7 @@ from agent_rl.config import Config
 from agent_rl.eval import evaluate
 from agent_rl.learner.learner import Learner, ObjectiveParts
 from agent_rl.learner.logprobs import token_logprobs
+from agent_rl.learner.teacher import EmaTeacher, compute_teacher_logprobs, splice_teacher_context
 from agent_rl.rollout.batching import make_batch, trainable_groups
 from agent_rl.rollout.engine import EpisodeSpec
 from agent_rl.runtime import Components, make_run_dir, seed_everything
@@ -101,6 +102,13 @@ class Trainer:
         self.ref_model = None
         if "ref_logprobs" in self.adv_needs | self.parts.needs():
             self.ref_model = copy.deepcopy(self.components.model).eval().requires_grad_(False)
+        # self-distillation (sdpo / opsd / sc_grpo): a teacher that sees the env's privileged context
+        self.teacher = None
+        if "teacher_logprobs" in self.adv_needs | self.parts.needs():
+            loss_cfg = cfg.algorithm.loss
+            decay = loss_cfg.teacher_ema_decay if "teacher_ema_decay" in type(loss_cfg).model_fields else 0.0
+            self.teacher = EmaTeacher(self.components.model, decay=decay)
+            self.states["teacher"] = self.teacher
         self.tracker = Tracker(self.run_dir, cfg.tracking, cfg.model_dump(mode="json"))
         self.start_step = 0
         if resume:
@@ -156,6 +164,8 @@ class Trainer:
             return metrics
         # 2. batch and advantages
         batch = make_batch(groups, self.components.tokenizer.pad_token_id, cfg.model.device)
+        if self.teacher is not None:
+            batch.teacher_logprobs_BT = self._teacher_logprobs(batch, groups)
         x = self._advantage_inputs(batch, groups, step)
         adv = self.advantage.fn(x, cfg.algorithm.advantage)
         if self.credit is not None:
@@ -164,6 +174,8 @@ class Trainer:
         metrics.update(adv.metrics)
         # 3. loss, optimizer step, weight sync (colocated hf: the same module, only the version moves)
         metrics.update(self.learner.update(batch, adv.advantages_BT, self.parts, step))
+        if self.teacher is not None:
+            self.teacher.update(self.components.model)
         self.components.backend.update_weights(None, self.learner.version)
         return metrics
 
@@ -179,6 +191,7 @@ class Trainer:
             task_ids_B=[t.task_id for g in groups for t in g.trajectories_G],
             step=step,
             state=self.states["advantage"],
+            teacher_logprobs_BT=batch.teacher_logprobs_BT,
         )
         with torch.no_grad():
             if needs & {"old_logprobs", "entropy"}:
@@ -196,6 +209,23 @@ class Trainer:
         if "greedy_rewards" in needs:
             x.greedy_rewards_B = self._greedy_rewards(groups)
         return x
+
+    def _teacher_logprobs(self, batch: Any, groups: list[TrajectoryGroup]) -> torch.Tensor:
+        """The teacher's logprobs of the sampled tokens, with the env's ``teacher_context`` (feedback,
+        a verified solution) added to the prompt as one more user message."""
+        renderer, insert_at_B, context_ids_B = self.components.renderer, [], []
+        for t in (t for g in groups for t in g.trajectories_G):
+            if "teacher_context" not in t.info:
+                raise ValueError(
+                    f"the objective needs a teacher context, but {self.cfg.env.id} gives no info['teacher_context'] at reset"
+                )
+            k, ids = renderer.context_insertion(t.info["prompt_messages"], t.info["tools"], t.info["teacher_context"])
+            insert_at_B.append(k)
+            context_ids_B.append(ids)
+        ids_BS, mask_BS, positions_BT = splice_teacher_context(
+            batch.input_ids_BT, batch.attention_mask_BT, insert_at_B, context_ids_B, self.components.tokenizer.pad_token_id
+        )
+        return compute_teacher_logprobs(self.teacher.model, ids_BS, mask_BS, positions_BT, self.cfg.rollout.temperature)
 
     def _greedy_rewards(self, groups: list[TrajectoryGroup]) -> torch.Tensor:
         """ReMax's baseline: the reward of one greedy (temperature 0) episode per group's task."""

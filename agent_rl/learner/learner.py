@@ -101,6 +101,7 @@ class Learner:
                 rollout_logprobs_BT=mb.rollout_logprobs_BT,
                 entropy_BT=entropy_BT,
                 ref_logprobs_BT=mb.ref_logprobs_BT,
+                teacher_logprobs_BT=mb.teacher_logprobs_BT,
                 rewards_B=mb.rewards_B,
                 group_index_B=mb.group_index_B,
                 step=step,

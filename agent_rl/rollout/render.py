@@ -73,6 +73,15 @@ class ChatRenderer:
             cut += len(self.end_of_turn)
         return self.encode(full[cut:])
 
+    def context_insertion(self, messages: list[dict], tools: list[dict] | None, context: str) -> tuple[int, list[int]]:
+        """Where and what to insert into a rendered prompt so it also holds ``context`` as one more
+        user message (a self-distillation teacher's privileged view): (token index, token ids)."""
+        before = self._text(messages, tools, add_generation_prompt=False)
+        after = self._text(messages + [{"role": "user", "content": context}], tools, add_generation_prompt=False)
+        if not after.startswith(before):
+            raise ValueError("the chat template does not render the prompt as a prefix of its extension")
+        return len(self.encode(before)), self.encode(after[len(before) :])
+
     def full_ids(self, messages: list[dict], tools: list[dict] | None, add_generation_prompt: bool) -> list[int]:
         return self.encode(self._text(messages, tools, add_generation_prompt))
 

@@ -89,6 +89,8 @@ class ArithmeticEnv(gym.Env):
             "task_id": self._problem.task_id,
             "task": self._problem.to_dict(),
             "state_key": self._state_key(),
+            # the verified solution, for self-distillation teachers (never shown to the policy)
+            "teacher_context": f"Verified solution: {self._problem.expression} = {self._problem.answer}",
         }
         return obs, info
 

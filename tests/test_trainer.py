@@ -1,0 +1,71 @@
+"""The training loop with objectives that need extra inputs: reference model, teacher context."""
+
+from __future__ import annotations
+
+import torch
+
+from agent_rl.config import load_config
+from agent_rl.learner.logprobs import token_logprobs
+from agent_rl.rollout.batching import make_batch
+from agent_rl.trainer import Trainer, group_trajectories
+from tests.conftest import ROOT
+
+SMALL = [
+    "sandbox.backend=process",
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=12",
+    "rollout.max_turns=2",
+    "trainer.prompts_per_step=2",
+    "trainer.eval_every=0",
+    "tracking.tensorboard=false",
+    "tracking.progress=false",
+    "tracking.save_trajectories=0",
+]
+
+
+def trainer(tmp_path, tiny_model_dir, *overrides: str) -> Trainer:
+    cfg = load_config(
+        ROOT / "configs" / "quickstart.yaml", [f"model.path={tiny_model_dir}", f"run.root={tmp_path}", *SMALL, *overrides]
+    )
+    return Trainer(cfg, log=lambda *a: None)
+
+
+def test_sdpo_teacher_sees_the_verified_solution(tmp_path, tiny_model_dir):
+    t = trainer(tmp_path, tiny_model_dir, "algorithm.loss.name=sdpo")
+    assert t.teacher is not None and t.teacher.decay == 0.99
+    trajectories = t._rollout(0, 0, 2)
+    groups = group_trajectories(trajectories)
+    batch = make_batch(groups, t.components.tokenizer.pad_token_id)
+    teacher_BT = t._teacher_logprobs(batch, groups)
+    # by hand for row 0: its prompt messages + a user message with the context, then its tokens
+    traj = groups[0].trajectories_G[0]
+    renderer = t.components.renderer
+    k, ctx = renderer.context_insertion(traj.info["prompt_messages"], traj.info["tools"], traj.info["teacher_context"])
+    assert traj.info["teacher_context"].startswith("Verified solution: ")
+    assert renderer.decode(ctx).startswith("<|im_start|>user\nVerified solution: ")
+    row = traj.token_ids_T[:k] + ctx + traj.token_ids_T[k:]
+    with torch.no_grad():
+        logp = torch.log_softmax(t.teacher.model(input_ids=torch.tensor([row])).logits[0].float(), -1)
+    n = len(traj.token_ids_T)
+    expected = [0.0] + [float(logp[j - 1, row[j]]) for j in (i if i < k else i + len(ctx) for i in range(1, n))]
+    mask = batch.loss_mask_BT[0, :n].bool()
+    torch.testing.assert_close(teacher_BT[0, :n][mask], torch.tensor(expected)[mask], atol=1e-4, rtol=0)
+    # the student without the context differs from the teacher on those tokens
+    student_BT, _ = token_logprobs(t.components.model, batch)
+    assert (student_BT[0, :n][mask] - teacher_BT[0, :n][mask]).abs().max() > 1e-3
+    metrics = t.step(1)
+    assert "train/loss" in metrics or metrics.get("train/skipped") == 1.0
+    assert t.teacher.num_updates == (1 if "train/loss" in metrics else 0)
+
+
+def test_kl_in_loss_uses_a_frozen_reference(tmp_path, tiny_model_dir):
+    # an entropy bonus moves the policy even when every reward is 0 (the untrained model)
+    t = trainer(tmp_path, tiny_model_dir, "algorithm.kl.coef=0.1", "algorithm.loss_options.entropy_coef=0.1", "learner.lr=0.01")
+    assert t.ref_model is not None
+    before = {k: v.clone() for k, v in t.ref_model.state_dict().items()}
+    metrics = [t.step(step) for step in range(2)]
+    after = t.ref_model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    # the policy moved away from the reference
+    assert any(not torch.equal(p, after[k]) for k, p in t.components.model.state_dict().items())
+    assert metrics[0]["loss/kl_ref"] < 1e-6 < metrics[1]["loss/kl_ref"]  # identical at first, then apart
