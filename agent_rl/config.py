@@ -73,6 +73,7 @@ class RolloutConfig(Section):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     concurrency: int = Field(64, ge=1, description="episodes in flight at once")
     ignore_eos: bool = Field(False, description="always generate max_new_tokens per turn (benchmarks)")
+    topk: int = Field(0, ge=0, description="record the sampler's top-k candidates per token (sis, score_centering)")
 
 
 class AlgorithmConfig(Section):

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agent_rl.algorithms import ADVANTAGES, CREDITS, FILTERS, KLS
+from agent_rl.algorithms import ADVANTAGES, CREDITS, FILTERS, KLS, POLICY_LOSSES
 from agent_rl.algorithms.registry import AdvantageInputs
 from agent_rl.config import Config
 from agent_rl.eval import evaluate
@@ -58,6 +58,8 @@ class Trainer:
         self.filters = [(FILTERS.get(f.name), f) for f in cfg.algorithm.filters]
         self.advantage = ADVANTAGES.get(cfg.algorithm.advantage.name)
         self.credit = CREDITS.get(cfg.algorithm.credit.name) if cfg.algorithm.credit else None
+        if "topk" in POLICY_LOSSES.get(cfg.algorithm.loss.name).needs and cfg.rollout.topk == 0:
+            raise ValueError(f"loss '{cfg.algorithm.loss.name}' needs the sampler's top-k candidates: set rollout.topk (e.g. 8)")
         self.run_dir = Path(resume) if resume else make_run_dir(cfg)
         self.components = Components(cfg)
         self.learner = Learner(
@@ -71,7 +73,6 @@ class Trainer:
             if entry.rollout is not None:
                 engine_options.update(entry.rollout(fcfg))
         self.engine = self.components.engine(**engine_options)
-        from agent_rl.algorithms import POLICY_LOSSES
 
         # state objects of stateful entries, checkpointed with the run
         self.states: dict[str, Any] = {

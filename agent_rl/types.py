@@ -138,6 +138,10 @@ class TrainBatch:
     values_BT: Tensor | None = None
     entropy_BT: Tensor | None = None
     teacher_logprobs_BT: Tensor | None = None
+    # the sampler's top-k candidates of generated tokens, when recorded (``rollout.topk``)
+    topk_ids_BTK: Tensor | None = None
+    rollout_topk_logprobs_BTK: Tensor | None = None
+    topk_mask_BTK: Tensor | None = None  # 1 on recorded candidates
 
     @property
     def batch_size(self) -> int:

@@ -69,3 +69,25 @@ def test_kl_in_loss_uses_a_frozen_reference(tmp_path, tiny_model_dir):
     # the policy moved away from the reference
     assert any(not torch.equal(p, after[k]) for k, p in t.components.model.state_dict().items())
     assert metrics[0]["loss/kl_ref"] < 1e-6 < metrics[1]["loss/kl_ref"]  # identical at first, then apart
+
+
+def test_topk_candidates_recorded_and_recomputed(tmp_path, tiny_model_dir):
+    import pytest
+
+    with pytest.raises(ValueError, match="set rollout.topk"):
+        trainer(tmp_path, tiny_model_dir, "algorithm.loss.name=sis")
+    t = trainer(tmp_path, tiny_model_dir, "algorithm.loss.name=sis", "rollout.topk=4")
+    trajectories = t._rollout(0, 0, 2)
+    batch = make_batch(group_trajectories(trajectories), t.components.tokenizer.pad_token_id)
+    assert batch.topk_ids_BTK.shape[-1] == 4
+    # the sampled token's logprob is at most the best candidate's; masks agree with the loss mask
+    mask_BT = batch.loss_mask_BT.bool()
+    assert torch.equal(batch.topk_mask_BTK.any(-1) & mask_BT, mask_BT)
+    best_BT = batch.rollout_topk_logprobs_BTK[..., 0]
+    assert (batch.rollout_logprobs_BT[mask_BT] <= best_BT[mask_BT] + 1e-6).all()
+    with torch.no_grad():
+        _, _, topk_BTK = token_logprobs(t.components.model, batch, topk_ids_BTK=batch.topk_ids_BTK)
+    m = batch.topk_mask_BTK.bool()
+    assert (topk_BTK[m] - batch.rollout_topk_logprobs_BTK[m]).abs().max() <= 1e-4
+    metrics = t.step(1)
+    assert "train/loss" in metrics or metrics.get("train/skipped") == 1.0

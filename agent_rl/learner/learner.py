@@ -85,7 +85,15 @@ class Learner:
         for s in range(0, batch.batch_size, mbs):
             rows = slice(s, s + mbs)
             mb = batch.select(rows)
-            logprobs_BT, entropy_BT = token_logprobs(self.model, mb, self.temperature, with_entropy=need_entropy)
+            topk_BTK = None
+            if "topk" in needs:
+                if mb.topk_ids_BTK is None:
+                    raise ValueError("the loss needs the sampler's top-k candidates: set rollout.topk > 0")
+                logprobs_BT, entropy_BT, topk_BTK = token_logprobs(
+                    self.model, mb, self.temperature, with_entropy=need_entropy, topk_ids_BTK=mb.topk_ids_BTK
+                )
+            else:
+                logprobs_BT, entropy_BT = token_logprobs(self.model, mb, self.temperature, with_entropy=need_entropy)
             mask = mb.loss_mask_BT
             with torch.no_grad():
                 d = (logprobs_BT.detach() - mb.rollout_logprobs_BT) * mask
@@ -102,6 +110,10 @@ class Learner:
                 entropy_BT=entropy_BT,
                 ref_logprobs_BT=mb.ref_logprobs_BT,
                 teacher_logprobs_BT=mb.teacher_logprobs_BT,
+                rollout_topk_logprobs_BTK=mb.rollout_topk_logprobs_BTK,
+                topk_logprobs_BTK=topk_BTK,
+                old_topk_logprobs_BTK=None if topk_BTK is None else topk_BTK.detach(),
+                topk_mask_BTK=mb.topk_mask_BTK,
                 rewards_B=mb.rewards_B,
                 group_index_B=mb.group_index_B,
                 step=step,

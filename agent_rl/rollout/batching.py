@@ -38,6 +38,7 @@ def make_batch(groups: list[TrajectoryGroup], pad_token_id: int, device: str | t
         for k, turn in enumerate(t.turns_N):
             turn_index[i, turn.start : turn.end] = k
     loss_mask[:, 0] = 0.0  # the first token has no prediction
+    topk = _topk_tensors(rows, T) if any(t.topk_ids_TK for _, t in rows) else (None, None, None)
     position_ids = torch.arange(T).expand(B, T).clone()
     return TrainBatch(
         input_ids_BT=input_ids.to(device),
@@ -50,4 +51,25 @@ def make_batch(groups: list[TrajectoryGroup], pad_token_id: int, device: str | t
         group_index_B=torch.tensor([gi for gi, _ in rows], dtype=torch.long, device=device),
         turn_index_BT=turn_index.to(device),
         policy_version_B=torch.tensor([max((u.policy_version for u in t.turns_N), default=0) for _, t in rows], device=device),
+        topk_ids_BTK=_to(topk[0], device),
+        rollout_topk_logprobs_BTK=_to(topk[1], device),
+        topk_mask_BTK=_to(topk[2], device),
     )
+
+
+def _to(x: torch.Tensor | None, device: str | torch.device) -> torch.Tensor | None:
+    return None if x is None else x.to(device)
+
+
+def _topk_tensors(rows: list[tuple[int, Trajectory]], T: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    K = max(len(c) for _, t in rows for c in (t.topk_ids_TK or []))
+    ids = torch.zeros((len(rows), T, K), dtype=torch.long)
+    logprobs = torch.zeros((len(rows), T, K), dtype=torch.float32)
+    mask = torch.zeros((len(rows), T, K), dtype=torch.float32)
+    for i, (_, t) in enumerate(rows):
+        for pos, (cand, lp) in enumerate(zip(t.topk_ids_TK or [], t.topk_logprobs_TK or [], strict=True)):
+            if cand:
+                ids[i, pos, : len(cand)] = torch.tensor(cand)
+                logprobs[i, pos, : len(lp)] = torch.tensor(lp)
+                mask[i, pos, : len(cand)] = 1.0
+    return ids, logprobs, mask

@@ -44,6 +44,7 @@ class EngineConfig:
     concurrency: int = 64
     check_drift: bool = True
     ignore_eos: bool = False
+    topk: int = 0  # record the sampler's top-k candidates of every generated token
     # ScaleRL forced interruption (set by the ``forced_interruption`` filter): after this many
     # generated tokens, ``interrupt_message`` is appended (mask 0) inside the assistant's turn and
     # it may generate ``answer_budget_tokens`` more before the turn is cut.
@@ -63,6 +64,7 @@ class EngineConfig:
             top_p=cfg.top_p,
             concurrency=cfg.concurrency,
             ignore_eos=cfg.ignore_eos,
+            topk=cfg.topk,
         )
 
 
@@ -76,6 +78,8 @@ class _Episode:
         self.token_ids: list[int] = []
         self.loss_mask: list[int] = []
         self.logprobs: list[float] = []
+        self.topk_ids: list[list[int]] = []  # filled only when the engine records top-k
+        self.topk_logprobs: list[list[float]] = []
         self.turns: list[Turn] = []
         self.reward = 0.0
         self.stop: StopReason | None = None
@@ -85,10 +89,22 @@ class _Episode:
         self.interrupted = False
         self.turn_start: int | None = None  # set while an assistant turn continues after an interruption
 
-    def append(self, ids: list[int], mask: int, logprobs: list[float] | None = None) -> None:
+    def append(
+        self,
+        ids: list[int],
+        mask: int,
+        logprobs: list[float] | None = None,
+        topk: tuple[list[list[int]], list[list[float]]] | None = None,
+    ) -> None:
         self.token_ids += ids
         self.loss_mask += [mask] * len(ids)
         self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
+        if topk is not None:
+            self.topk_ids += topk[0]
+            self.topk_logprobs += topk[1]
+        else:
+            self.topk_ids += [[] for _ in ids]
+            self.topk_logprobs += [[] for _ in ids]
 
     def trajectory(self) -> Trajectory:
         failed = self.stop in (StopReason.ENV_ERROR, StopReason.INFRA_ERROR)
@@ -102,6 +118,8 @@ class _Episode:
             turns_N=self.turns,
             reward=None if failed else self.reward,
             stop_reason=self.stop or StopReason.DONE,
+            topk_ids_TK=self.topk_ids if any(self.topk_ids) else None,
+            topk_logprobs_TK=self.topk_logprobs if any(self.topk_ids) else None,
             info=self.info,
         )
 
@@ -189,6 +207,7 @@ class RolloutEngine:
             stop_token_ids=self.renderer.stop_token_ids,
             ignore_eos=self.cfg.ignore_eos,
             messages=ep.messages,
+            topk=self.cfg.topk,
         )
 
     def _interrupt(self, ep: _Episode, res: GenerationResult) -> bool:
@@ -204,7 +223,8 @@ class RolloutEngine:
 
     async def _turn(self, ep: _Episode, res: GenerationResult) -> None:
         start = len(ep.token_ids) if ep.turn_start is None else ep.turn_start
-        ep.append(res.token_ids, mask=1, logprobs=res.logprobs)
+        topk = (res.topk_ids, res.topk_logprobs) if res.topk_ids is not None else None
+        ep.append(res.token_ids, mask=1, logprobs=res.logprobs, topk=topk)
         ep.generated += len(res.token_ids)
         if self._interrupt(ep, res):
             ep.turn_start = start  # the same turn goes on in the next round

@@ -15,6 +15,7 @@ class GenerationRequest:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False  # generate exactly max_new_tokens (benchmarks)
     messages: list[dict] | None = None  # the conversation so far (read by scripted policies only)
+    topk: int = 0  # also return the top-k candidates of each sampling distribution
 
 
 @dataclass
@@ -22,6 +23,8 @@ class GenerationResult:
     token_ids: list[int]  # exactly the sampled ids, stop token included when one was sampled
     logprobs: list[float]  # log-prob of each sampled id under the distribution sampled from
     finish_reason: Literal["stop", "length"]
+    topk_ids: list[list[int]] | None = None  # per sampled token, the k most likely ids
+    topk_logprobs: list[list[float]] | None = None  # and their logprobs (same distribution)
 
 
 class InferenceBackend(Protocol):

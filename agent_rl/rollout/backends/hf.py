@@ -40,8 +40,8 @@ def load_tokenizer(path: str):
 
 def sample_from_logits(
     logits_BV: torch.Tensor, temperature_B: torch.Tensor, top_p: float, generator: torch.Generator | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one token per row; returns (token_B, logprob_B) under the distribution sampled from.
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Draw one token per row; returns (token_B, logprob_B, logp_BV) under the distribution sampled from.
 
     Rows with temperature 0 are greedy: the argmax, with logprob 0 (a point mass).
     """
@@ -56,7 +56,7 @@ def sample_from_logits(
     token_B = torch.multinomial(logp_BV.exp(), 1, generator=generator).squeeze(-1)
     token_B = torch.where(greedy_B, logits_BV.argmax(-1), token_B)
     logprob_B = torch.where(greedy_B, torch.zeros_like(logp_BV[:, 0]), logp_BV.gather(-1, token_B[:, None]).squeeze(-1))
-    return token_B, logprob_B
+    return token_B, logprob_B, logp_BV
 
 
 class HfBackend:
@@ -112,9 +112,13 @@ class HfBackend:
         stop_ids = torch.tensor(sorted({t for r in requests for t in r.stop_token_ids}) or [-1], device=device)
         ignore_eos_B = torch.tensor([r.ignore_eos for r in requests], device=device)
         max_new = int(max_new_B.max())
+        K = max(r.topk for r in requests)
 
         tokens_BN = torch.full((B, max_new), self.pad_token_id, dtype=torch.long, device=device)
         logprobs_BN = torch.zeros((B, max_new), dtype=torch.float32, device=device)
+        if K:
+            topk_ids_BNK = torch.zeros((B, max_new, K), dtype=torch.long, device=device)
+            topk_lp_BNK = torch.zeros((B, max_new, K), dtype=torch.float32, device=device)
         length_B = torch.zeros(B, dtype=torch.long, device=device)
         stopped_B = torch.zeros(B, dtype=torch.bool, device=device)
         done_B = torch.zeros(B, dtype=torch.bool, device=device)
@@ -126,7 +130,9 @@ class HfBackend:
         logits_BV = out.logits[:, -1]
         position_B1 = position_BT[:, -1:]
         for step in range(max_new):
-            token_B, logprob_B = sample_from_logits(logits_BV, temperature_B, top_p, generator)
+            token_B, logprob_B, logp_BV = sample_from_logits(logits_BV, temperature_B, top_p, generator)
+            if K:
+                topk_lp_BNK[:, step], topk_ids_BNK[:, step] = logp_BV.topk(K, dim=-1)
             active_B = ~done_B
             tokens_BN[:, step] = torch.where(active_B, token_B, tokens_BN[:, step])
             logprobs_BN[:, step] = torch.where(active_B, logprob_B, logprobs_BN[:, step])
@@ -149,14 +155,19 @@ class HfBackend:
         if was_training:
             self.model.train()
         tokens, logprobs, lengths_out = tokens_BN.tolist(), logprobs_BN.tolist(), length_B.tolist()
-        return [
-            GenerationResult(
-                token_ids=tokens[i][: lengths_out[i]],
-                logprobs=logprobs[i][: lengths_out[i]],
-                finish_reason="stop" if bool(stopped_B[i]) else "length",
+        topk_ids = topk_ids_BNK.tolist() if K else None
+        topk_lp = topk_lp_BNK.tolist() if K else None
+        out = []
+        for i, r in enumerate(requests):
+            n = lengths_out[i]
+            result = GenerationResult(
+                token_ids=tokens[i][:n], logprobs=logprobs[i][:n], finish_reason="stop" if bool(stopped_B[i]) else "length"
             )
-            for i in range(B)
-        ]
+            if r.topk:
+                result.topk_ids = [row[: r.topk] for row in topk_ids[i][:n]]
+                result.topk_logprobs = [row[: r.topk] for row in topk_lp[i][:n]]
+            out.append(result)
+        return out
 
     def update_weights(self, state_dict: dict | None, version: int) -> None:
         """Colocated: the learner may share this very module (``state_dict=None``: nothing to copy)."""
