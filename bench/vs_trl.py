@@ -59,12 +59,12 @@ def step_prompts(step: int) -> list[tuple[list[dict], int]]:
     import gymnasium as gym
 
     import envs  # noqa: F401  (registers agent_rl/Arithmetic-v0)
-    from agent_rl.trainer import task_seed
+    from agent_rl.task_sampler import TaskSampler
 
     env = gym.make("agent_rl/Arithmetic-v0", difficulty=[1], use_tool=False, max_turns=1)
     out = []
-    for i in range(PROMPTS_PER_STEP):
-        messages, info = env.reset(seed=task_seed(SEED, step, 0, i), options={"split": "train"})
+    for seed in TaskSampler(SEED, 0, []).draw(step, 0, PROMPTS_PER_STEP):  # the trainer's draw
+        messages, info = env.reset(seed=seed, options={"split": "train"})
         out.append((messages, int(info["task"]["answer"])))
     env.close()
     return out
