@@ -87,11 +87,16 @@ class Trainer:
             [(e, c, self.states[f"filter{i}"]) for i, (e, c) in enumerate(self.filters) if e.sampler is not None],
         )
         self.states["task_sampler"] = self.sampler
+        options = cfg.algorithm.loss_options
+        for entry, fcfg in self.filters:  # corrections a filter's data needs (POPO replay), unless set
+            if entry.loss_options is not None:
+                required = {k: v for k, v in entry.loss_options(fcfg).items() if getattr(options, k) is None}
+                options = options.model_validate({**options.model_dump(), **required})
         self.parts = ObjectiveParts(
             loss=cfg.algorithm.loss,
             aggregation=cfg.algorithm.aggregation,
             kl=cfg.algorithm.kl,
-            options=cfg.algorithm.loss_options,
+            options=options,
             loss_state=self.states["loss"],
         )
         # what the advantage / credit entries read, computed before the update

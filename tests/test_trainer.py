@@ -91,3 +91,15 @@ def test_topk_candidates_recorded_and_recomputed(tmp_path, tiny_model_dir):
     assert (topk_BTK[m] - batch.rollout_topk_logprobs_BTK[m]).abs().max() <= 1e-4
     metrics = t.step(1)
     assert "train/loss" in metrics or metrics.get("train/skipped") == 1.0
+
+
+def test_popo_replay_switches_on_its_importance_correction(tmp_path, tiny_model_dir):
+    t = trainer(tmp_path, tiny_model_dir, "algorithm.filters=[{name: popo_replay, correction_cap: 3.0}]")
+    ris = t.parts.loss_options().rollout_is
+    assert (ris.level, ris.mode, ris.threshold) == ("token", "truncate", 3.0)
+    # a user's own rollout_is wins
+    t = trainer(
+        tmp_path, tiny_model_dir, "algorithm.filters=[{name: popo_replay}]",
+        "algorithm.loss_options.rollout_is={level: sequence, threshold: 5.0}",
+    )
+    assert t.parts.loss_options().rollout_is.level == "sequence"

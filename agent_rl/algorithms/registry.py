@@ -180,6 +180,8 @@ class Entry:
     sampler: Callable[..., list[float]] | None = None
     # entries that change how episodes are rolled out: fn(cfg) -> EngineConfig fields to set
     rollout: Callable[..., dict[str, Any]] | None = None
+    # entries whose data needs a loss-side correction: fn(cfg) -> LossOptions fields to set
+    loss_options: Callable[..., dict[str, Any]] | None = None
 
     @property
     def doc(self) -> str:
@@ -207,6 +209,7 @@ class Registry:
         state: type | None = None,
         sampler: Callable[..., list[float]] | None = None,
         rollout: Callable[..., dict[str, Any]] | None = None,
+        loss_options: Callable[..., dict[str, Any]] | None = None,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         unknown = set(needs) - KNOWN_NEEDS
         if unknown:
@@ -217,7 +220,7 @@ class Registry:
         def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
             if name in self._entries:
                 raise ValueError(f"{self.kind} '{name}' is registered twice")
-            self._entries[name] = Entry(self.kind, name, fn, config, frozenset(needs), state, sampler, rollout)
+            self._entries[name] = Entry(self.kind, name, fn, config, frozenset(needs), state, sampler, rollout, loss_options)
             return fn
 
         return decorator

@@ -70,6 +70,16 @@ class PopoReplayConfig(ComponentConfig):
     max_replays: int = Field(1, ge=1, description="times one stored group may be replayed")
     refill_unreplaced: bool = Field(False, description="ask for new groups for ineffective ones the buffer could not replace")
     atol: float = Field(1e-8, description="rewards closer than this count as equal")
+    correction_cap: float = Field(2.0, gt=0.0, description="cap of the correction min(pi_old / mu, cap) (our choice)")
+
+
+def replay_loss_options(cfg: PopoReplayConfig) -> dict[str, object]:
+    """The loss-side correction replayed rows need: token-level truncated weights pi_old / mu.
+
+    For fresh rows pi_old = mu (up to float noise), so the weight is 1 there; for replayed rows it
+    is exactly ``replay_correction``. The trainer sets it unless the user configured rollout_is.
+    """
+    return {"rollout_is": {"level": "token", "mode": "truncate", "threshold": cfg.correction_cap}}
 
 
 def replay_correction(
@@ -85,7 +95,7 @@ def replay_correction(
     return torch.where(loss_mask_BT > 0, torch.exp(log_w_BT).clamp(max=cap), torch.ones_like(log_w_BT))
 
 
-@register_filter("popo_replay", config=PopoReplayConfig, state=ReplayBuffer)
+@register_filter("popo_replay", config=PopoReplayConfig, state=ReplayBuffer, loss_options=replay_loss_options)
 def popo_replay(groups: list[TrajectoryGroup], state: ReplayBuffer, cfg: PopoReplayConfig) -> FilterResult:
     """POPO group-prioritized off-policy replay (RLVR without Ineffective Samples, 2026).
 
