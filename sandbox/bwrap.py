@@ -157,16 +157,7 @@ async def launch_worker(limits: SandboxLimits) -> Worker:
     worker.oom_kills = cg.oom_kills
     worker.pid, worker.uid = proc.pid, uid
     worker.stderr_task = asyncio.get_running_loop().create_task(log_stderr())
-    try:
-        hello = await asyncio.wait_for(worker.recv(), 15.0)
-    except BaseException:
-        await worker.destroy()
-        raise
-    if hello.get("op") != "hello" or hello.get("version") != executor.PROTOCOL_VERSION:
-        await worker.destroy()
-        raise RuntimeError(f"{name}: unexpected executor hello {hello!r}")
-    worker.hello = hello
-    return worker
+    return await worker.handshake(15.0)
 
 
 def default_pool_size() -> int:

@@ -199,16 +199,7 @@ async def launch_worker(cli, image: str, limits: SandboxLimits, cgroup_parent: s
 
     worker = Worker(name, out, write, destroy)
     worker.container_id, worker.attach = cid, sock
-    try:
-        hello = await asyncio.wait_for(worker.recv(), 30.0)
-    except BaseException:
-        await worker.destroy()
-        raise
-    if hello.get("op") != "hello" or hello.get("version") != executor.PROTOCOL_VERSION:
-        await worker.destroy()
-        raise RuntimeError(f"{name}: unexpected executor hello {hello!r}")
-    worker.hello = hello
-    return worker
+    return await worker.handshake(30.0)
 
 
 def default_cgroup_parent(cli) -> str | None:

@@ -121,6 +121,19 @@ class Worker:
             raise InfraError(f"{self.name}: executor connection lost ({type(exc).__name__})") from None
         return executor.decode(body)
 
+    async def handshake(self, timeout_s: float) -> Worker:
+        """Wait for the executor's hello and check its protocol version; destroy the worker on failure."""
+        try:
+            hello = await asyncio.wait_for(self.recv(), timeout_s)
+        except BaseException:
+            await self.destroy()
+            raise
+        if hello.get("op") != "hello" or hello.get("version") != executor.PROTOCOL_VERSION:
+            await self.destroy()
+            raise RuntimeError(f"{self.name}: unexpected executor hello {hello!r}")
+        self.hello = hello
+        return self
+
     async def destroy(self) -> None:
         self.broken = True
         try:

@@ -21,6 +21,7 @@ import gymnasium as gym
 
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult, InferenceBackend
 from agent_rl.rollout.render import ChatRenderer
+from agent_rl.task_sampler import derive_seed
 from agent_rl.types import InfraError, StopReason, Trajectory, Turn
 
 
@@ -164,7 +165,7 @@ class RolloutEngine:
             requests = [self._request(ep) for ep in live]
             t0 = time.perf_counter()
             try:
-                results = await self.backend.generate(requests, seed=_derive_seed(seed, round_))
+                results = await self.backend.generate(requests, seed=derive_seed(seed, round_))
             except Exception as e:  # the backend failed: these episodes end as infra errors
                 for ep in live:
                     ep.stop, ep.info["error"] = StopReason.INFRA_ERROR, f"backend: {e!r}"
@@ -269,10 +270,6 @@ class RolloutEngine:
         if self.cfg.check_drift:
             drift = self.renderer.drift(ep.token_ids, ep.messages, ep.tools)
             self.metrics["render_drift"] += int(drift)
-
-
-def _derive_seed(*parts: Any) -> int:
-    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:4], "little") & 0x7FFFFFFF
 
 
 def _hash_task(obs: list[dict]) -> str:
