@@ -16,6 +16,9 @@ class GenerationRequest:
     ignore_eos: bool = False  # generate exactly max_new_tokens (benchmarks)
     messages: list[dict] | None = None  # the conversation so far (read by scripted policies only)
     topk: int = 0  # also return the top-k candidates of each sampling distribution
+    # per-request sampling seed: the same prompt, parameters and seed give the same tokens whatever
+    # else is in the batch (the engine derives it from the episode's seed and the turn index)
+    seed: int | None = None
 
 
 @dataclass
