@@ -18,3 +18,8 @@ _register(
     "envs.arithmetic.env:ArithmeticEnv",
     "arithmetic questions; python tool; reward 1 for the right <answer>",
 )
+_register(
+    "agent_rl/MathTool-v0",
+    "envs.math_tool.env:MathToolEnv",
+    "reasoning-gym math problems (7 generators, 3 difficulties); python tool; math-verify checks <answer>",
+)

@@ -1,0 +1,3 @@
+from envs.math_tool.env import MathToolEnv
+
+__all__ = ["MathToolEnv"]
