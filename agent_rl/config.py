@@ -68,12 +68,17 @@ class RolloutConfig(Section):
     max_turns: int = Field(4, ge=1)
     max_new_tokens: int = Field(64, ge=1, description="per assistant turn")
     max_total_tokens: int = Field(1024, ge=8, description="whole episode: prompt + turns + observations")
-    max_tool_response_tokens: int = Field(128, ge=1, description="longer observations are cut with a marker")
+    max_tool_response_tokens: int = Field(128, ge=1, description="longer tool responses are cut with a visible marker")
     temperature: float = Field(1.0, gt=0.0, description="sampling temperature; the learner applies the same")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     concurrency: int = Field(64, ge=1, description="episodes in flight at once")
     ignore_eos: bool = Field(False, description="always generate max_new_tokens per turn (benchmarks)")
     topk: int = Field(0, ge=0, description="record the sampler's top-k candidates per token (sis, score_centering)")
+    layout: Literal["concat", "per_turn"] = Field(
+        "concat",
+        description="concat: one training row per episode; per_turn: one row per assistant turn with the context "
+        "the model saw (re-rendered each turn, for templates that rewrite history)",
+    )
 
 
 class AlgorithmConfig(Section):
@@ -129,14 +134,64 @@ class TrainerConfig(Section):
 
 
 class EvalConfig(Section):
-    episodes: int = Field(200, ge=1)
+    episodes: int = Field(200, ge=1, description="tasks (seeds 10000.. of the split); each is sampled k times")
     k: int = Field(1, ge=1, description="samples per task for pass@k / mean@k")
-    split: Literal["train", "val", "test"] = "test"
+    split: Literal["train", "val", "test", "all"] = Field("test", description="'all': every task (envs with a fixed set)")
     temperature: float | None = Field(None, description="None: the rollout temperature")
+    policy: str | None = Field(
+        None, description="module:function, a scripted policy instead of the model (e.g. envs.code_exec.policies:canonical)"
+    )
+    bootstrap: int = Field(1000, ge=10, description="bootstrap resamples (over tasks) for the 95% intervals")
+
+
+class RayConfig(Section):
+    """Ray resources (``distributed.backend: ray``); see docs/distributed.md."""
+
+    address: str | None = Field(
+        None, description="None: start a local Ray instance; 'auto': join the cluster of `ray start`; or 'host:port'"
+    )
+    num_cpus: int | None = Field(None, ge=1, description="CPUs of a local instance (None: what the workers need, + 1)")
+    num_rollout_workers: int = Field(1, ge=1, description="rollout actors, each an inference backend + env episodes")
+    cpus_per_worker: float = Field(1.0, gt=0.0, description="CPUs reserved per rollout worker (its torch threads)")
+    gpus_per_worker: float = Field(0.0, ge=0.0, description="GPUs per rollout worker (fractions share a device)")
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
+        "PACK", description="how the workers' placement-group bundles spread over nodes"
+    )
+    sandbox_pools: bool = Field(True, description="one named sandbox-pool actor per node, shared by that node's envs")
+    max_worker_restarts: int = Field(3, ge=0, description="dead rollout workers replaced before the run stops")
+    namespace: str = Field("agent_rl", description="Ray namespace of the named actors")
+    startup_timeout_s: float = Field(300.0, gt=0.0, description="placement group and worker start-up limit")
 
 
 class DistributedConfig(Section):
-    backend: Literal["local", "ray"] = "local"
+    backend: Literal["local", "ray"] = Field("local", description="local: one process; ray: Ray actors (docs/distributed.md)")
+    mode: Literal["auto", "colocated", "disaggregated"] = Field(
+        "auto",
+        description="colocated: samplers share the learner's devices (synchronous only); "
+        "disaggregated: own devices and a weight copy; auto: colocated iff max_staleness is 0",
+    )
+    max_staleness: int = Field(
+        0, ge=0, description="0: synchronous; k: rollouts run ahead, no sample older than k versions is trained on"
+    )
+    lookahead_steps: int | None = Field(None, ge=0, description="steps produced ahead of the trainer (None: max_staleness)")
+    stale_policy: Literal["drop", "requeue"] = Field("requeue", description="what happens to a group staler than the bound")
+    partial_rollouts: bool = Field(
+        True, description="new weights at the next turn boundary (later turns carry the new version); false: between episodes"
+    )
+    ray: RayConfig = Field(default_factory=RayConfig)
+
+    @model_validator(mode="after")
+    def _mode(self) -> DistributedConfig:
+        if self.mode == "colocated" and (self.max_staleness > 0 or self.lookahead_steps):
+            raise ValueError(
+                "mode 'colocated' time-shares the learner's devices, so it is synchronous: "
+                "set distributed.max_staleness=0, or distributed.mode to auto / disaggregated"
+            )
+        return self
+
+    @property
+    def colocated(self) -> bool:
+        return self.mode == "colocated" or (self.mode == "auto" and self.max_staleness == 0 and not self.lookahead_steps)
 
 
 class TrackingConfig(Section):

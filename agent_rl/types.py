@@ -51,6 +51,7 @@ class Turn:
     state_key: str | None = None  # key of the state the agent saw before this turn (GiGPO/G2PO)
     action_valid: bool = True  # False when the action failed to parse / was rejected
     policy_version: int = 0  # weights version that sampled this turn
+    prompt_ids: list[int] | None = None  # per_turn layout: the exact context ids sent for this turn
 
 
 @dataclass
@@ -142,6 +143,9 @@ class TrainBatch:
     topk_ids_BTK: Tensor | None = None
     rollout_topk_logprobs_BTK: Tensor | None = None
     topk_mask_BTK: Tensor | None = None  # 1 on recorded candidates
+    # which episode (trainable trajectory, in group order) each row comes from: arange(B) for the
+    # concat layout, repeated per turn for per_turn
+    episode_index_B: Tensor | None = None
 
     @property
     def batch_size(self) -> int:

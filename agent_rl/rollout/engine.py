@@ -1,57 +1,87 @@
-"""The multi-turn rollout engine: many episodes at once, exact token trajectories.
+"""The multi-turn rollout engine: many episodes in flight, exact token trajectories.
 
-Each round, the pending assistant turns of all live episodes are generated in one batched call,
-then all environment steps run concurrently (``astep`` when the env has one, else ``step`` in a
-thread). Sampled ids are appended as sampled (mask 1, the sampler's logprobs); observations are
-rendered by the chat template and appended with mask 0. Every episode ends with a ``StopReason``;
-env and infrastructure failures get ``reward=None`` and are never trained on as failures.
+Each episode is its own coroutine: reset -> [generate -> env step]* -> end. Up to ``concurrency``
+episodes are in flight; their generation requests go through one ``GenerationScheduler``, which
+batches whatever is waiting into one backend call while other episodes are still in their
+environment step (``astep`` when the env has one, else ``step`` in a thread), so tool time hides
+behind generation. Sampled ids are appended as sampled (mask 1, the sampler's logprobs);
+observations are rendered by the chat template and appended with mask 0. Every episode ends with
+a ``StopReason``; env and infrastructure failures get ``reward=None`` and are never trained on as
+failures. Each request carries a seed derived from the episode's sampling seed and the turn, so an
+episode samples the same tokens whatever else runs beside it.
+
+Layouts (``EngineConfig.layout``): ``concat`` sends the stored ids (prompt + turns + observations)
+as each turn's prompt; ``per_turn`` re-renders the conversation with the chat template before each
+turn and sends that (what a template that rewrites history, e.g. drops earlier thinking, shows the
+model); it is recorded in ``Turn.prompt_ids`` and each turn becomes its own training sample.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
-import time
 import uuid
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 
-from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult, InferenceBackend
+from agent_rl.rollout.backends.base import (
+    GenerationRequest,
+    GenerationResult,
+    InferenceBackend,
+)
+from agent_rl.rollout.branching import branch_turn, replay_prefix
 from agent_rl.rollout.render import ChatRenderer
+from agent_rl.rollout.scheduler import GenerationScheduler
 from agent_rl.task_sampler import derive_seed
 from agent_rl.types import InfraError, StopReason, Trajectory, Turn
+
+LAYOUTS = ("concat", "per_turn")
 
 
 @dataclass
 class EpisodeSpec:
-    """What to run: the env is reset with ``seed`` and ``options`` (same seed = same task)."""
+    """What to run: the env is reset with ``seed`` and ``options`` (same seed = same task).
+
+    ``sample_seed`` seeds the policy's sampling; None derives it from the run's seed and the spec's
+    position, so the G copies of one task in a group sample differently.
+    """
 
     seed: int
     group_id: str
     options: dict[str, Any] = field(default_factory=dict)
+    sample_seed: int | None = None
 
 
 @dataclass
 class EngineConfig:
     max_turns: int = 4
-    max_new_tokens: int = 64
-    max_total_tokens: int = 1024
-    max_tool_response_tokens: int | None = 128
+    max_new_tokens: int = 64  # per assistant turn
+    max_total_tokens: int = 1024  # whole episode (per_turn: each turn's context + its tokens)
+    max_tool_response_tokens: int | None = None  # None: the renderer's own limit
     temperature: float = 1.0
     top_p: float = 1.0
-    concurrency: int = 64
+    concurrency: int = 64  # episodes in flight at once
     check_drift: bool = True
     ignore_eos: bool = False
     topk: int = 0  # record the sampler's top-k candidates of every generated token
+    layout: Literal["concat", "per_turn"] = "concat"
     # ScaleRL forced interruption (set by the ``forced_interruption`` filter): after this many
     # generated tokens, ``interrupt_message`` is appended (mask 0) inside the assistant's turn and
     # it may generate ``answer_budget_tokens`` more before the turn is cut.
     think_budget_tokens: int | None = None
     answer_budget_tokens: int = 0
     interrupt_message: str = ""
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"rollout.layout: unknown layout '{self.layout}'; allowed: {', '.join(LAYOUTS)}")
+        if self.concurrency < 1:
+            raise ValueError(f"rollout.concurrency must be >= 1, got {self.concurrency}")
 
     @classmethod
     def from_rollout(cls, cfg: Any, temperature: float | None = None, **extra: Any) -> EngineConfig:
@@ -66,12 +96,15 @@ class EngineConfig:
             concurrency=cfg.concurrency,
             ignore_eos=cfg.ignore_eos,
             topk=cfg.topk,
+            layout=cfg.layout,
         )
 
 
 class _Episode:
-    def __init__(self, spec: EpisodeSpec, env: gym.Env):
-        self.spec, self.env = spec, env
+    def __init__(self, spec: EpisodeSpec, sample_seed: int):
+        self.spec = spec
+        self.sample_seed = sample_seed
+        self.env: gym.Env | None = None
         self.episode_id = uuid.uuid4().hex[:12]
         self.messages: list[dict] = []
         self.tools: list[dict] | None = None
@@ -88,7 +121,11 @@ class _Episode:
         self.info: dict[str, Any] = {}
         self.generated = 0  # policy tokens so far (for the forced-interruption budget)
         self.interrupted = False
-        self.turn_start: int | None = None  # set while an assistant turn continues after an interruption
+        self.turn_start: int | None = None  # set while an assistant turn goes on over several requests
+        self.context_ids: list[int] | None = None  # per_turn: the rendered context of the current turn
+        self.requests_in_turn = 0
+        self.parent_id: str | None = None
+        self.branch_point: int | None = None
 
     def append(
         self,
@@ -107,6 +144,9 @@ class _Episode:
             self.topk_ids += [[] for _ in ids]
             self.topk_logprobs += [[] for _ in ids]
 
+    def fail(self, stop: StopReason, error: str) -> None:
+        self.stop, self.info["error"] = stop, error
+
     def trajectory(self) -> Trajectory:
         failed = self.stop in (StopReason.ENV_ERROR, StopReason.INFRA_ERROR)
         return Trajectory(
@@ -121,15 +161,18 @@ class _Episode:
             stop_reason=self.stop or StopReason.DONE,
             topk_ids_TK=self.topk_ids if any(self.topk_ids) else None,
             topk_logprobs_TK=self.topk_logprobs if any(self.topk_ids) else None,
+            parent_id=self.parent_id,
+            branch_point=self.branch_point,
             info=self.info,
         )
 
 
-async def _call_env(env: gym.Env, name: str, *args: Any, **kwargs: Any) -> Any:
+async def call_env(env: gym.Env, name: str, *args: Any, pool: ThreadPoolExecutor | None = None, **kwargs: Any) -> Any:
+    """``env.a<name>`` when the env has it, else the sync method in a thread of ``pool``."""
     method = getattr(env.unwrapped, "a" + name, None)
     if method is not None:
         return await method(*args, **kwargs)
-    return await asyncio.to_thread(getattr(env, name), *args, **kwargs)
+    return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(getattr(env, name), *args, **kwargs))
 
 
 class RolloutEngine:
@@ -140,68 +183,133 @@ class RolloutEngine:
         self.cfg = cfg
         self._idle_envs: list[gym.Env] = []
         self.metrics: Counter[str] = Counter()
+        # sync envs step in these threads: one per episode in flight (asyncio's default pool has
+        # only cpu_count + 4, which would serialize 64 episodes' tool calls on a small machine)
+        self._env_pool: ThreadPoolExecutor | None = None
 
     def close(self) -> None:
         for env in self._idle_envs:
             env.close()
         self._idle_envs.clear()
+        if self._env_pool is not None:
+            self._env_pool.shutdown(wait=True)
+            self._env_pool = None
+
+    async def env_call(self, env: gym.Env, name: str, *args: Any, **kwargs: Any) -> Any:
+        """``call_env`` on the engine's thread pool."""
+        if self._env_pool is None:
+            self._env_pool = ThreadPoolExecutor(max_workers=min(self.cfg.concurrency, 256), thread_name_prefix="env")
+        return await call_env(env, name, *args, pool=self._env_pool, **kwargs)
 
     async def run(self, specs: list[EpisodeSpec], seed: int = 0) -> list[Trajectory]:
-        """Run every episode to its end; returns trajectories in the order of ``specs``."""
-        out: list[Trajectory] = []
-        for i in range(0, len(specs), self.cfg.concurrency):
-            out += await self._run_wave(specs[i : i + self.cfg.concurrency], seed=seed + i)
-        return out
+        """Run every episode to its end; returns trajectories in the order of ``specs``.
+
+        Episode i samples with ``spec.sample_seed`` or else ``derive_seed(seed, "episode", i)``.
+        """
+        episodes = [
+            _Episode(s, s.sample_seed if s.sample_seed is not None else derive_seed(seed, "episode", i))
+            for i, s in enumerate(specs)
+        ]
+        await self._run_episodes(episodes, [self._reset] * len(episodes))
+        return [ep.trajectory() for ep in episodes]
 
     def run_sync(self, specs: list[EpisodeSpec], seed: int = 0) -> list[Trajectory]:
         return asyncio.run(self.run(specs, seed))
 
-    # ------------------------------------------------------------------------------------------
-    async def _run_wave(self, specs: list[EpisodeSpec], seed: int) -> list[Trajectory]:
-        episodes = [_Episode(s, self._idle_envs.pop() if self._idle_envs else self.make_env()) for s in specs]
-        await asyncio.gather(*(self._reset(ep) for ep in episodes))
-        round_ = 0
-        while live := [ep for ep in episodes if ep.stop is None]:
-            requests = [self._request(ep) for ep in live]
-            t0 = time.perf_counter()
-            try:
-                results = await self.backend.generate(requests, seed=derive_seed(seed, round_))
-            except Exception as e:  # the backend failed: these episodes end as infra errors
-                for ep in live:
-                    ep.stop, ep.info["error"] = StopReason.INFRA_ERROR, f"backend: {e!r}"
-                break
-            self.metrics["time/generate_s"] += time.perf_counter() - t0
-            t0 = time.perf_counter()
-            await asyncio.gather(*(self._turn(ep, res) for ep, res in zip(live, results, strict=True)))
-            self.metrics["time/env_s"] += time.perf_counter() - t0
-            round_ += 1
-        self._idle_envs += [ep.env for ep in episodes]
+    async def fork(
+        self, trajectory: Trajectory, at_token: int, n: int, seed: int = 0, group_id: str | None = None
+    ) -> list[Trajectory]:
+        """Start ``n`` continuations that share the exact prefix ``trajectory.token_ids_T[:at_token]``.
+
+        ``at_token`` must index a token the policy sampled (``loss_mask_T[at_token] == 1``): inside an
+        assistant turn, or its first token (the turn boundary right after the prompt/observation);
+        anything else raises ``ValueError``. Each child gets the parent's token ids, mask, logprobs
+        and top-k up to ``at_token`` verbatim, then samples the rest of that turn and goes on as a
+        normal episode. The environment is brought to the state before that turn by replaying: a
+        reset with the stored ``info["seed"]``/``info["options"]``, then a step with the text of each
+        completed turn before the branch point (observations that re-render differently from the
+        stored ones are counted in ``fork/replay_drift``). Children have fresh episode ids,
+        ``parent_id`` = the parent's episode id, ``branch_point`` = ``at_token`` and the parent's
+        group id unless ``group_id`` is given; child i samples with
+        ``derive_seed(seed, parent episode id, at_token, i)``. Used by CBPO, ARPO and VinePPO.
+        """
+        if n < 1:
+            raise ValueError(f"fork: n must be >= 1, got {n}")
+        k = branch_turn(trajectory, at_token)
+        spec = EpisodeSpec(
+            seed=trajectory.info.get("seed", 0),
+            group_id=group_id if group_id is not None else trajectory.group_id,
+            options=trajectory.info.get("options") or {},
+        )
+        episodes = [_Episode(spec, derive_seed(seed, trajectory.episode_id, at_token, i)) for i in range(n)]
+        await self._run_episodes(episodes, [lambda ep: replay_prefix(self, ep, trajectory, at_token, k)] * n)
         return [ep.trajectory() for ep in episodes]
+
+    def fork_sync(
+        self, trajectory: Trajectory, at_token: int, n: int, seed: int = 0, group_id: str | None = None
+    ) -> list[Trajectory]:
+        return asyncio.run(self.fork(trajectory, at_token, n, seed, group_id))
+
+    # ------------------------------------------------------------------------------------------
+    async def _run_episodes(self, episodes: list[_Episode], starters: list[Any]) -> None:
+        scheduler = GenerationScheduler(self.backend, self.metrics)
+        slots = asyncio.Semaphore(self.cfg.concurrency)
+
+        async def one(ep: _Episode, start: Any) -> None:
+            async with slots:
+                ep.env = self._idle_envs.pop() if self._idle_envs else self.make_env()
+                try:
+                    await start(ep)
+                    while ep.stop is None:
+                        await self._step(ep, scheduler)
+                finally:
+                    self._idle_envs.append(ep.env)
+                    self.metrics["episodes/" + (ep.stop or StopReason.DONE)] += 1
+
+        await asyncio.gather(*(one(ep, s) for ep, s in zip(episodes, starters, strict=True)))
+
+    async def _step(self, ep: _Episode, scheduler: GenerationScheduler) -> None:
+        """One generation request of ``ep``, then (when its turn is over) the env's answer."""
+        request = self._request(ep)
+        try:
+            result = await scheduler.generate(request)
+        except Exception as e:  # noqa: BLE001 - the backend failed: this episode ends as an infra error
+            ep.fail(StopReason.INFRA_ERROR, f"backend: {e!r}")
+            return
+        await self._turn(ep, result, len(request.prompt_ids))
 
     async def _reset(self, ep: _Episode) -> None:
         try:
-            obs, info = await _call_env(ep.env, "reset", seed=ep.spec.seed, options=ep.spec.options)
-        except Exception as e:
-            ep.stop, ep.info["error"] = StopReason.ENV_ERROR, f"reset: {e!r}"
+            obs, info = await self.env_call(ep.env, "reset", seed=ep.spec.seed, options=ep.spec.options)
+        except Exception as e:  # noqa: BLE001 - env failures end the episode, never the run
+            ep.fail(StopReason.INFRA_ERROR if isinstance(e, InfraError) else StopReason.ENV_ERROR, f"reset: {e!r}")
             return
         ep.messages = list(obs)
         ep.tools = info.get("tools")
         ep.task_id = info.get("task_id") or _hash_task(obs)
         ep.state_key = info.get("state_key")
-        ep.info.update(task=info.get("task"), seed=ep.spec.seed, options=ep.spec.options)
+        ep.info.update(task=info.get("task"), seed=ep.spec.seed, options=ep.spec.options, sample_seed=ep.sample_seed)
         if info.get("teacher_context"):  # privileged view for self-distillation (sdpo / opsd)
             ep.info.update(teacher_context=info["teacher_context"], prompt_messages=ep.messages, tools=ep.tools)
         ep.append(self.renderer.prompt_ids(ep.messages, ep.tools), mask=0)
 
     def _request(self, ep: _Episode) -> GenerationRequest:
-        budget = min(self.cfg.max_new_tokens, self.cfg.max_total_tokens - len(ep.token_ids))
+        if ep.turn_start is None:  # a new assistant turn
+            ep.turn_start, ep.requests_in_turn = len(ep.token_ids), 0
+            if self.cfg.layout == "per_turn":
+                ep.context_ids = self.renderer.prompt_ids(ep.messages, ep.tools)
+        so_far = ep.token_ids[ep.turn_start :]
+        prompt = (ep.context_ids + so_far) if self.cfg.layout == "per_turn" else list(ep.token_ids)
+        budget = min(self.cfg.max_new_tokens - sum(ep.loss_mask[ep.turn_start :]), self.cfg.max_total_tokens - len(prompt))
         if self.cfg.think_budget_tokens is not None:
-            if ep.turn_start is not None:  # continuing after the interruption message
-                budget = min(budget, self.cfg.answer_budget_tokens)
+            if ep.interrupted and so_far:  # continuing after the interruption message
+                budget = min(self.cfg.answer_budget_tokens, self.cfg.max_total_tokens - len(prompt))
             elif not ep.interrupted:
                 budget = min(budget, self.cfg.think_budget_tokens - ep.generated)
+        seed = derive_seed(ep.sample_seed, "turn", len(ep.turns), ep.requests_in_turn)
+        ep.requests_in_turn += 1
         return GenerationRequest(
-            prompt_ids=list(ep.token_ids),
+            prompt_ids=prompt,
             max_new_tokens=max(1, budget),
             temperature=self.cfg.temperature,
             top_p=self.cfg.top_p,
@@ -209,6 +317,7 @@ class RolloutEngine:
             ignore_eos=self.cfg.ignore_eos,
             messages=ep.messages,
             topk=self.cfg.topk,
+            seed=seed,
         )
 
     def _interrupt(self, ep: _Episode, res: GenerationResult) -> bool:
@@ -222,26 +331,24 @@ class RolloutEngine:
         self.metrics["rollout/forced_interruptions"] += 1
         return self.cfg.answer_budget_tokens > 0
 
-    async def _turn(self, ep: _Episode, res: GenerationResult) -> None:
-        start = len(ep.token_ids) if ep.turn_start is None else ep.turn_start
+    async def _turn(self, ep: _Episode, res: GenerationResult, prompt_len: int) -> None:
         topk = (res.topk_ids, res.topk_logprobs) if res.topk_ids is not None else None
         ep.append(res.token_ids, mask=1, logprobs=res.logprobs, topk=topk)
         ep.generated += len(res.token_ids)
         if self._interrupt(ep, res):
-            ep.turn_start = start  # the same turn goes on in the next round
-            return
-        ep.turn_start = None
+            return  # the same turn goes on with the next request
+        start, ep.turn_start = ep.turn_start, None
         turn = Turn(start=start, end=len(ep.token_ids), obs_start=len(ep.token_ids), obs_end=len(ep.token_ids))
         turn.state_key = ep.state_key
         turn.policy_version = self.backend.policy_version
+        if self.cfg.layout == "per_turn":
+            turn.prompt_ids = ep.context_ids
         ep.turns.append(turn)
         text = self.renderer.assistant_text(ep.token_ids[start:])
         try:
-            obs, reward, terminated, truncated, info = await _call_env(ep.env, "step", text)
-        except Exception as e:
-            ep.stop = StopReason.INFRA_ERROR if isinstance(e, InfraError) else StopReason.ENV_ERROR
-            ep.info["error"] = f"step: {e!r}"
-            self.metrics["episodes/" + ep.stop] += 1
+            obs, reward, terminated, truncated, info = await self.env_call(ep.env, "step", text)
+        except Exception as e:  # noqa: BLE001 - env failures end the episode, never the run
+            ep.fail(StopReason.INFRA_ERROR if isinstance(e, InfraError) else StopReason.ENV_ERROR, f"step: {e!r}")
             return
         turn.reward = float(reward)
         turn.action_valid = bool(info.get("action_valid", True))
@@ -253,15 +360,12 @@ class RolloutEngine:
             ep.stop = StopReason.DONE
         elif truncated or len(ep.turns) >= self.cfg.max_turns:
             ep.stop = StopReason.MAX_TURNS
-        elif res.finish_reason == "length" and len(ep.token_ids) >= self.cfg.max_total_tokens:
+        elif res.finish_reason == "length" and prompt_len + len(res.token_ids) >= self.cfg.max_total_tokens:
             ep.stop = StopReason.MAX_TOKENS
         if ep.stop is not None:
             ep.info.update({k: v for k, v in info.items() if k not in ("state_key",) and _json_safe(v)})
             return
-        obs, cut = self.renderer.truncate_observation(list(obs))
-        self.metrics["obs/truncated"] += cut
-        obs_ids = self.renderer.observation_ids(ep.messages, obs, ep.tools, res.finish_reason == "stop")
-        ep.messages = ep.messages + obs
+        obs_ids = self.observation(ep, list(obs), res.finish_reason == "stop")
         if len(ep.token_ids) + len(obs_ids) >= self.cfg.max_total_tokens:
             ep.stop = StopReason.MAX_TOKENS
             return
@@ -270,6 +374,14 @@ class RolloutEngine:
         if self.cfg.check_drift:
             drift = self.renderer.drift(ep.token_ids, ep.messages, ep.tools)
             self.metrics["render_drift"] += int(drift)
+
+    def observation(self, ep: _Episode, obs: list[dict], turn_ended_with_stop: bool) -> list[int]:
+        """Truncate the observation's tool responses, add it to ``ep.messages``; its token ids."""
+        obs, cut = self.renderer.truncate_observation(obs, self.cfg.max_tool_response_tokens)
+        self.metrics["obs/truncated"] += cut
+        obs_ids = self.renderer.observation_ids(ep.messages, obs, ep.tools, turn_ended_with_stop)
+        ep.messages = ep.messages + obs
+        return obs_ids
 
 
 def _hash_task(obs: list[dict]) -> str:

@@ -42,14 +42,15 @@ class ChatRenderer:
             sampled_ids = sampled_ids[:-1]
         return self.decode(sampled_ids)
 
-    def truncate_observation(self, messages: list[dict]) -> tuple[list[dict], int]:
-        """Cut tool responses longer than ``max_tool_response_tokens``, with a visible marker."""
-        limit = self.max_tool_response_tokens
+    def truncate_observation(self, messages: list[dict], limit: int | None = None) -> tuple[list[dict], int]:
+        """Cut tool responses longer than ``limit`` tokens (default: ``max_tool_response_tokens``),
+        ending them with a visible marker; returns the messages and how many were cut."""
+        limit = self.max_tool_response_tokens if limit is None else limit
         if limit is None:
             return messages, 0
         out, cut = [], 0
         for m in messages:
-            ids = self.encode(m.get("content", ""))
+            ids = self.encode(m.get("content") or "")
             if m.get("role") == "tool" and len(ids) > limit:
                 m = {**m, "content": self.decode(ids[:limit]) + f"\n...[truncated {len(ids) - limit} tokens]"}
                 cut += 1
@@ -62,13 +63,21 @@ class ChatRenderer:
         """Token ids to append after the assistant's sampled ids: closing of its message (when it
         did not sample the end-of-turn token itself), the observation, the next generation prompt.
 
-        ``history`` ends with the assistant message just sampled.
+        ``history`` ends with the assistant message just sampled. The cut point is found by
+        counting end-of-turn markers, not by a prefix match, so a template that rewrites earlier
+        messages (drops old thinking) still yields the rendered tail; the rewrite itself shows up
+        in ``drift``.
         """
         prefix = self._text(history, tools, add_generation_prompt=False)
         full = self._text(history + observation, tools, add_generation_prompt=True)
-        cut = prefix.rfind(self.end_of_turn)
-        if cut < 0 or not full.startswith(prefix[:cut]):
-            raise ValueError("the chat template does not render the conversation as a prefix of its extension")
+        closed = prefix.count(self.end_of_turn)  # the assistant's own end marker is the last of these
+        cut = -1
+        for _ in range(closed):
+            cut = full.find(self.end_of_turn, cut + 1)
+            if cut < 0:
+                break
+        if cut < 0:
+            raise ValueError("the chat template does not close every message with the tokenizer's eos_token")
         if turn_ended_with_stop:
             cut += len(self.end_of_turn)
         return self.encode(full[cut:])

@@ -7,11 +7,15 @@ the very distribution it was drawn from (after temperature and top-p), never rec
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
+from agent_rl.task_sampler import derive_seed
 
 
 def quiet_transformers() -> None:
@@ -39,24 +43,46 @@ def load_tokenizer(path: str):
 
 
 def sample_from_logits(
-    logits_BV: torch.Tensor, temperature_B: torch.Tensor, top_p: float, generator: torch.Generator | None
+    logits_BV: torch.Tensor, temperature_B: torch.Tensor, top_p_B: torch.Tensor, uniform_B: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Draw one token per row; returns (token_B, logprob_B, logp_BV) under the distribution sampled from.
 
-    Rows with temperature 0 are greedy: the argmax, with logprob 0 (a point mass).
+    Inverse-CDF sampling with one uniform in (0, 1] per row (``uniform_B``, drawn from the row's own
+    seed): a row's token depends only on its own logits and uniform, never on the other rows of
+    the batch. Rows with temperature 0 are greedy: the argmax, with logprob 0 (a point mass).
     """
     greedy_B = temperature_B <= 0
     logp_BV = torch.log_softmax(logits_BV.float() / temperature_B.clamp(min=1e-6)[:, None], dim=-1)
-    if top_p < 1.0:
+    if bool((top_p_B < 1.0).any()):
         sorted_logp, order = logp_BV.sort(dim=-1, descending=True)
-        cum = sorted_logp.exp().cumsum(-1)
-        drop_sorted = (cum - sorted_logp.exp()) >= top_p  # keep the smallest prefix with mass >= top_p
+        sorted_p = sorted_logp.exp()
+        drop_sorted = (sorted_p.cumsum(-1) - sorted_p) >= top_p_B[:, None]  # smallest prefix with mass >= top_p
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logp_BV = torch.log_softmax(logp_BV.masked_fill(drop, float("-inf")), dim=-1)
-    token_B = torch.multinomial(logp_BV.exp(), 1, generator=generator).squeeze(-1)
+    cdf_BV = logp_BV.exp().cumsum(-1)
+    # first index whose cdf reaches u * total: its probability is > 0 since u > 0
+    target_B1 = (uniform_B * cdf_BV[:, -1])[:, None]
+    token_B = torch.searchsorted(cdf_BV, target_B1).squeeze(-1).clamp(max=logp_BV.shape[-1] - 1)
     token_B = torch.where(greedy_B, logits_BV.argmax(-1), token_B)
     logprob_B = torch.where(greedy_B, torch.zeros_like(logp_BV[:, 0]), logp_BV.gather(-1, token_B[:, None]).squeeze(-1))
     return token_B, logprob_B, logp_BV
+
+
+def request_uniforms(requests: list[GenerationRequest], steps: int) -> torch.Tensor:
+    """[B, steps] uniforms in (0, 1], row i from its request's own seed (batch-composition independent)."""
+    out_BN = torch.empty((len(requests), steps), dtype=torch.float32)
+    generator = torch.Generator()
+    for i, r in enumerate(requests):
+        generator.manual_seed(r.seed)
+        out_BN[i] = torch.rand(steps, generator=generator)
+    return 1.0 - out_BN
+
+
+def _row_seed(call_seed: int | None, row: int) -> int:
+    """The seed of a request that brings none: derived from the call's seed and its row, else fresh."""
+    if call_seed is None:
+        return torch.seed() & 0x7FFFFFFF
+    return derive_seed(call_seed, row)
 
 
 class HfBackend:
@@ -65,6 +91,7 @@ class HfBackend:
         self.pad_token_id = pad_token_id
         self.max_batch_size = max_batch_size
         self.policy_version = 0
+        self._executor: ThreadPoolExecutor | None = None
 
     @classmethod
     def from_config(cls, cfg: Any, model_cfg: Any) -> HfBackend:
@@ -77,21 +104,23 @@ class HfBackend:
         return next(self.model.parameters()).device
 
     async def generate(self, requests: list[GenerationRequest], seed: int | None = None) -> list[GenerationResult]:
-        # Runs on the caller's thread: hopping to a worker thread per call made CPU sampling 2-3x
-        # slower with 2 torch threads (measured by bench/vs_trl.py); the engine's waves do not
-        # overlap generation with env steps yet, so nothing is lost by blocking here.
-        return self.generate_sync(requests, seed)
+        # The blocking decode loop runs on ONE persistent worker thread, so the event loop keeps
+        # stepping environments meanwhile. A thread per call (``asyncio.to_thread``) made CPU
+        # sampling 2-3x slower: each new thread starts its own OpenMP team. One long-lived thread
+        # keeps one team; bench/rollout_throughput.py measures it against raw ``model.generate``.
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-generate")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self.generate_sync, requests, seed)
 
     def generate_sync(self, requests: list[GenerationRequest], seed: int | None = None) -> list[GenerationResult]:
-        generator = torch.Generator(device=self.device)
-        generator.manual_seed(seed if seed is not None else torch.seed() & 0x7FFFFFFF)
+        requests = [r if r.seed is not None else replace(r, seed=_row_seed(seed, i)) for i, r in enumerate(requests)]
         out: list[GenerationResult] = []
         for i in range(0, len(requests), self.max_batch_size):
-            out += self._generate_batch(requests[i : i + self.max_batch_size], generator)
+            out += self._generate_batch(requests[i : i + self.max_batch_size])
         return out
 
     @torch.no_grad()
-    def _generate_batch(self, requests: list[GenerationRequest], generator: torch.Generator) -> list[GenerationResult]:
+    def _generate_batch(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         if not requests:
             return []
         was_training = self.model.training
@@ -107,12 +136,13 @@ class HfBackend:
             attention_BT[i, L - lengths[i] :] = 1
         position_BT = (attention_BT.cumsum(-1) - 1).clamp(min=0)
         temperature_B = torch.tensor([r.temperature for r in requests], dtype=torch.float32, device=device)
-        top_p = requests[0].top_p
+        top_p_B = torch.tensor([r.top_p for r in requests], dtype=torch.float32, device=device)
         max_new_B = torch.tensor([r.max_new_tokens for r in requests], device=device)
         stop_ids = torch.tensor(sorted({t for r in requests for t in r.stop_token_ids}) or [-1], device=device)
         ignore_eos_B = torch.tensor([r.ignore_eos for r in requests], device=device)
         max_new = int(max_new_B.max())
         K = max(r.topk for r in requests)
+        uniform_BN = request_uniforms(requests, max_new).to(device)
 
         tokens_BN = torch.full((B, max_new), self.pad_token_id, dtype=torch.long, device=device)
         logprobs_BN = torch.zeros((B, max_new), dtype=torch.float32, device=device)
@@ -130,7 +160,7 @@ class HfBackend:
         logits_BV = out.logits[:, -1]
         position_B1 = position_BT[:, -1:]
         for step in range(max_new):
-            token_B, logprob_B, logp_BV = sample_from_logits(logits_BV, temperature_B, top_p, generator)
+            token_B, logprob_B, logp_BV = sample_from_logits(logits_BV, temperature_B, top_p_B, uniform_BN[:, step])
             if K:
                 topk_lp_BNK[:, step], topk_ids_BNK[:, step] = logp_BV.topk(K, dim=-1)
             active_B = ~done_B
@@ -176,4 +206,6 @@ class HfBackend:
         self.policy_version = version
 
     def close(self) -> None:
-        pass
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None

@@ -1,0 +1,77 @@
+"""Branching (``RolloutEngine.fork``): a child episode that starts from a parent's exact prefix.
+
+The child's token ids, mask, logprobs and top-k up to the branch point are the parent's, copied.
+Its environment is brought to the state the parent's env had before the branching turn by
+replaying: reset with the parent's seed and options, then one step per completed turn with that
+turn's assistant text. Observations that re-render differently from the parent's stored ids (a
+non-deterministic env) are counted in ``fork/replay_drift``; the child keeps the parent's ids.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING
+
+from agent_rl.types import InfraError, StopReason, Trajectory
+
+if TYPE_CHECKING:
+    from agent_rl.rollout.engine import RolloutEngine, _Episode
+
+
+def branch_turn(trajectory: Trajectory, at_token: int) -> int:
+    """Index of the assistant turn that ``at_token`` falls in; ValueError when it is not a sampled token."""
+    T = len(trajectory.token_ids_T)
+    if not 0 <= at_token < T or trajectory.loss_mask_T[at_token] != 1:
+        spans = ", ".join(f"[{u.start}, {u.end})" for u in trajectory.turns_N)
+        raise ValueError(
+            f"fork: at_token={at_token} is not a sampled token of the trajectory (length {T}); "
+            f"branch inside an assistant turn or at its first token; turns: {spans}"
+        )
+    for k, turn in enumerate(trajectory.turns_N):
+        if turn.start <= at_token < turn.end:
+            return k
+    raise ValueError(f"fork: at_token={at_token} is in no recorded turn of the trajectory")
+
+
+async def replay_prefix(engine: RolloutEngine, ep: _Episode, parent: Trajectory, at_token: int, k: int) -> None:
+    """Set ``ep`` (a fresh episode with an env) to the parent's state at ``at_token`` in turn ``k``."""
+    ep.parent_id, ep.branch_point = parent.episode_id, at_token
+    info = parent.info
+    ep.info.update({key: copy.deepcopy(v) for key, v in info.items() if key in _KEPT_INFO})
+    ep.info.update(sample_seed=ep.sample_seed)
+    try:
+        obs, reset_info = await engine.env_call(ep.env, "reset", seed=info.get("seed"), options=info.get("options") or {})
+        ep.messages, ep.tools = list(obs), reset_info.get("tools")
+        ep.state_key = reset_info.get("state_key")
+        for j, turn in enumerate(parent.turns_N[:k]):
+            text = engine.renderer.assistant_text(parent.token_ids_T[turn.start : turn.end])
+            obs, reward, terminated, truncated, step_info = await engine.env_call(ep.env, "step", text)
+            if terminated or truncated:
+                raise RuntimeError(f"replayed turn {j} ended the episode; the parent went on (a non-deterministic env?)")
+            ep.messages = ep.messages + [{"role": "assistant", "content": text}]
+            ended_with_stop = parent.token_ids_T[turn.end - 1] in engine.renderer.stop_token_ids
+            obs_ids = engine.observation(ep, list(obs), ended_with_stop)
+            engine.metrics["fork/replay_drift"] += int(obs_ids != parent.token_ids_T[turn.obs_start : turn.obs_end])
+            ep.state_key = step_info.get("state_key")
+            ep.reward += float(reward)
+    except Exception as e:  # noqa: BLE001 - env failures end the child, never the run
+        ep.fail(StopReason.INFRA_ERROR if isinstance(e, InfraError) else StopReason.ENV_ERROR, f"fork replay: {e!r}")
+        return
+    ep.task_id = parent.task_id
+    ep.token_ids = list(parent.token_ids_T[:at_token])
+    ep.loss_mask = list(parent.loss_mask_T[:at_token])
+    ep.logprobs = list(parent.rollout_logprobs_T[:at_token])
+    ep.topk_ids = [list(c) for c in (parent.topk_ids_TK or [[]] * len(parent.token_ids_T))[:at_token]]
+    ep.topk_logprobs = [list(c) for c in (parent.topk_logprobs_TK or [[]] * len(parent.token_ids_T))[:at_token]]
+    ep.turns = [copy.deepcopy(u) for u in parent.turns_N[:k]]
+    branching = parent.turns_N[k]
+    ep.turn_start, ep.requests_in_turn = branching.start, 0
+    ep.context_ids = list(branching.prompt_ids) if branching.prompt_ids is not None else None
+    if engine.cfg.layout == "per_turn" and ep.context_ids is None:
+        ep.context_ids = engine.renderer.prompt_ids(ep.messages, ep.tools)
+    ep.generated = sum(ep.loss_mask)
+    ep.interrupted = any(0 in parent.loss_mask_T[u.start : min(u.end, at_token)] for u in parent.turns_N[: k + 1])
+
+
+# parent info carried over to children (the task, and what self-distillation needs)
+_KEPT_INFO = ("task", "seed", "options", "teacher_context", "prompt_messages", "tools")

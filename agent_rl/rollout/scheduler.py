@@ -1,0 +1,63 @@
+"""Continuous batching at turn granularity: one backend call for every episode waiting on the model.
+
+Episodes submit their next request with ``await scheduler.generate(request)``. While the backend
+is busy, requests queue up; as soon as it is free, everything queued goes out as one batch. Nobody
+waits for stragglers: episodes still in an environment step join a later batch, so tool time
+overlaps generation. A failed call fails only the episodes whose requests were in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+
+from agent_rl.rollout.backends.base import (
+    GenerationRequest,
+    GenerationResult,
+    InferenceBackend,
+)
+
+# event-loop turns to let episodes that are ready right now (an env step just finished) submit
+# before a batch goes out; each turn costs microseconds
+SETTLE_TURNS = 4
+
+
+class GenerationScheduler:
+    def __init__(self, backend: InferenceBackend, metrics: Counter[str]):
+        self.backend = backend
+        self.metrics = metrics
+        self._pending: list[tuple[GenerationRequest, asyncio.Future[GenerationResult]]] = []
+        self._worker: asyncio.Task[None] | None = None
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        """The backend's result for ``request``; raises what the backend raised for its batch."""
+        future: asyncio.Future[GenerationResult] = asyncio.get_running_loop().create_future()
+        self._pending.append((request, future))
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        while self._pending:
+            for _ in range(SETTLE_TURNS):
+                await asyncio.sleep(0)
+            batch, self._pending = self._pending, []
+            t0 = time.perf_counter()
+            try:
+                results = await self.backend.generate([r for r, _ in batch])
+                if len(results) != len(batch):
+                    raise RuntimeError(f"the backend returned {len(results)} results for {len(batch)} requests")
+            except Exception as e:  # noqa: BLE001 - handed to exactly the episodes of this batch
+                self.metrics["rollout/failed_generate_calls"] += 1
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(e)
+                continue
+            finally:
+                self.metrics["time/generate_s"] += time.perf_counter() - t0
+            self.metrics["rollout/generate_calls"] += 1
+            self.metrics["rollout/generate_requests"] += len(batch)
+            for (_, future), result in zip(batch, results, strict=True):
+                if not future.done():
+                    future.set_result(result)
