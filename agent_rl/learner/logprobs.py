@@ -1,10 +1,154 @@
-"""Per-token log-probabilities (and entropy) of a batch under a model, at the sampling temperature."""
+"""Per-token log-probabilities (and entropy, top-k logprobs) of a batch under a model, memory-lean.
+
+The model runs to its last hidden states; the LM head and the log-softmax then run over chunks
+of ``chunk_tokens`` tokens inside a custom autograd function that keeps only the hidden states,
+the targets and the per-token results, and recomputes each chunk's logits in the backward pass.
+So neither the ``[B, T, V]`` logits nor their fp32 log-softmax is ever held at once: the peak
+extra memory is a few ``[chunk_tokens, V]`` fp32 tensors, whatever B and T are.
+
+How the hidden states are reached: during the call, the model's output-embedding module (its LM
+head, ``get_output_embeddings()``) gets a temporary ``forward`` that computes our per-token
+results instead of logits. The head still runs inside the model's own forward, so a model
+sharded with FSDP2 has its head weight gathered exactly as for a normal forward, and the results
+come out as ``out.logits`` (packed ``[B, T, C]``), where FSDP's backward hooks see them.
+Models whose forward transforms the logits after the head (Gemma-2's final soft-capping) are not
+supported by this path; ``direct_token_logprobs`` is the plain reference computation.
+"""
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import dataclass
 import torch
+import torch.nn.functional as F
 
 from agent_rl.types import TrainBatch
+
+
+def _chunk_logprobs(
+    hidden_NH: torch.Tensor, weight_VH: torch.Tensor, bias_V: torch.Tensor | None, temperature: float, fp32: bool
+) -> torch.Tensor:
+    """fp32 log-softmax of one chunk's logits / temperature."""
+    if fp32:
+        logits_NV = F.linear(hidden_NH.float(), weight_VH.float(), None if bias_V is None else bias_V.float())
+    else:
+        logits_NV = F.linear(hidden_NH, weight_VH, bias_V).float()
+    return torch.log_softmax(logits_NV / temperature, dim=-1)
+
+
+class _ChunkedHead(torch.autograd.Function):
+    """(hidden_NH, W, b) -> logprob of targets_N, entropy_N, logprobs at topk_NK; chunked, recomputed."""
+
+    @staticmethod
+    def forward(ctx, hidden_NH, weight_VH, bias_V, targets_N, topk_NK, temperature, chunk, with_entropy, fp32):
+        N = hidden_NH.shape[0]
+        logprobs_N = torch.zeros(N, dtype=torch.float32, device=hidden_NH.device)
+        entropy_N = torch.zeros(N if with_entropy else 0, dtype=torch.float32, device=hidden_NH.device)
+        K = 0 if topk_NK is None else topk_NK.shape[1]
+        topk_NK_out = torch.zeros((N, K), dtype=torch.float32, device=hidden_NH.device)
+        with torch.no_grad():
+            for s in range(0, N, chunk):
+                logp_nV = _chunk_logprobs(hidden_NH[s : s + chunk], weight_VH, bias_V, temperature, fp32)
+                logprobs_N[s : s + chunk] = logp_nV.gather(-1, targets_N[s : s + chunk, None]).squeeze(-1)
+                if with_entropy:
+                    entropy_N[s : s + chunk] = -(logp_nV.exp() * logp_nV).sum(-1)
+                if K:
+                    topk_NK_out[s : s + chunk] = logp_nV.gather(-1, topk_NK[s : s + chunk])
+        ctx.save_for_backward(hidden_NH, weight_VH, bias_V, targets_N, topk_NK, entropy_N)
+        ctx.options = (temperature, chunk, with_entropy, fp32)
+        ctx.set_materialize_grads(False)
+        return logprobs_N, entropy_N, topk_NK_out
+
+    @staticmethod
+    def backward(ctx, g_logprobs_N, g_entropy_N, g_topk_NK):
+        hidden_NH, weight_VH, bias_V, targets_N, topk_NK, entropy_N = ctx.saved_tensors
+        temperature, chunk, with_entropy, fp32 = ctx.options
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_h = torch.zeros_like(hidden_NH) if need_h else None
+        acc_dtype = torch.float32 if fp32 else weight_VH.dtype
+        grad_w = torch.zeros(weight_VH.shape, dtype=acc_dtype, device=weight_VH.device) if need_w else None
+        grad_b = torch.zeros(bias_V.shape, dtype=torch.float32, device=bias_V.device) if need_b else None
+        for s in range(0, hidden_NH.shape[0], chunk):
+            h_nH = hidden_NH[s : s + chunk]
+            logp_nV = _chunk_logprobs(h_nH, weight_VH, bias_V, temperature, fp32)
+            p_nV = logp_nV.exp()
+            dz_nV = torch.zeros_like(p_nV)
+            # d log p_y / dz_j = [j = y] - p_j
+            if g_logprobs_N is not None:
+                g_n = g_logprobs_N[s : s + chunk].float()
+                dz_nV -= p_nV * g_n[:, None]
+                dz_nV.scatter_add_(1, targets_N[s : s + chunk, None], g_n[:, None])
+            # H = -sum_j p_j log p_j;  dH / dz_j = -p_j (log p_j + H)
+            if with_entropy and g_entropy_N is not None:
+                g_n = g_entropy_N[s : s + chunk].float()
+                dz_nV -= g_n[:, None] * p_nV * (logp_nV + entropy_N[s : s + chunk, None])
+            if topk_NK is not None and g_topk_NK is not None:
+                g_nK = g_topk_NK[s : s + chunk].float()
+                dz_nV -= p_nV * g_nK.sum(-1, keepdim=True)
+                dz_nV.scatter_add_(1, topk_NK[s : s + chunk], g_nK)
+            dz_nV /= temperature
+            if need_h:
+                w = weight_VH.float() if fp32 else weight_VH
+                grad_h[s : s + chunk] = (dz_nV.to(w.dtype) @ w).to(hidden_NH.dtype)
+            if need_w:
+                h = h_nH.float() if fp32 else h_nH
+                grad_w += dz_nV.to(h.dtype).T @ h
+            if need_b:
+                grad_b += dz_nV.sum(0)
+        grad_w = grad_w.to(weight_VH.dtype) if grad_w is not None else None
+        grad_b = grad_b.to(bias_V.dtype) if grad_b is not None else None
+        return grad_h, grad_w, grad_b, None, None, None, None, None, None
+
+
+@dataclass
+class _Request:
+    """What the patched head computes during one model call."""
+
+    targets_BT: torch.Tensor  # token t+1 is the target of hidden state t (last column unused)
+    valid_BT: torch.Tensor  # positions whose next token is real (attention mask of t+1)
+    topk_ids_BTK: torch.Tensor | None  # candidate ids of position t+1, aligned like targets_BT
+    temperature: float
+    chunk: int
+    with_entropy: bool
+    fp32: bool
+
+
+def _head_forward(head: torch.nn.Module, request: _Request, hidden_BTH: torch.Tensor) -> torch.Tensor:
+    """Packed per-token results ``[B, T, 1 + E + K]`` aligned with the input ids (column 0 zero)."""
+    B, T, _ = hidden_BTH.shape
+    b_N, t_N = request.valid_BT.nonzero(as_tuple=True)
+    topk_NK = None if request.topk_ids_BTK is None else request.topk_ids_BTK[b_N, t_N]
+    logprobs_N, entropy_N, topk_NK_out = _ChunkedHead.apply(
+        hidden_BTH[b_N, t_N],
+        head.weight,
+        getattr(head, "bias", None),
+        request.targets_BT[b_N, t_N],
+        topk_NK,
+        request.temperature,
+        request.chunk,
+        request.with_entropy,
+        request.fp32,
+    )
+    cols = [logprobs_N[:, None]]
+    if request.with_entropy:
+        cols.append(entropy_N[:, None])
+    if topk_NK is not None:
+        cols.append(topk_NK_out)
+    packed_NC = torch.cat(cols, dim=1)
+    out_BTC = torch.zeros((B, T, packed_NC.shape[1]), dtype=packed_NC.dtype, device=packed_NC.device)
+    return out_BTC.index_put((b_N, t_N + 1), packed_NC)
+
+
+@contextlib.contextmanager
+def _chunked_head(model: torch.nn.Module, request: _Request):
+    head = model.get_output_embeddings()
+    if head is None or not hasattr(head, "weight"):
+        raise ValueError(f"{type(model).__name__} has no linear output embedding (LM head) for chunked logprobs")
+    head.forward = lambda hidden_BTH: _head_forward(head, request, hidden_BTH)
+    try:
+        yield
+    finally:
+        del head.forward  # back to the class's forward (generation sees a plain LM head)
 
 
 def token_logprobs(
@@ -12,38 +156,55 @@ def token_logprobs(
     batch: TrainBatch,
     temperature: float = 1.0,
     with_entropy: bool = False,
-    chunk_tokens: int = 4096,
+    chunk_tokens: int = 1024,
     topk_ids_BTK: torch.Tensor | None = None,
+    fp32_lm_head: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None] | tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """``logprobs_BT[:, t]`` = log p(input_ids[:, t] | input_ids[:, :t]); column 0 is 0.
+    """``logprobs_BT[:, t]`` = log p(input_ids[:, t] | input_ids[:, :t]) at ``temperature``; column 0 is 0.
 
-    The log-softmax is taken over chunks of the sequence so the fp32 ``[B, T, V]`` tensor is
-    never materialized at once. With ``topk_ids_BTK`` it also returns the logprobs at those ids
-    (position t: the distribution that predicted token t), as a third value.
+    Positions whose token is padding (attention mask 0) are 0 and cost nothing. ``entropy_BT`` is
+    the entropy of the distribution that predicted token t (None unless ``with_entropy``). With
+    ``topk_ids_BTK`` it also returns the logprobs at those ids, as a third value. ``fp32_lm_head``
+    runs the head's matmul in fp32 (bf16 models: the logits keep their precision).
     """
-    out = model(
+    mask_BT = batch.attention_mask_BT.bool()
+    targets_BT = torch.cat([batch.input_ids_BT[:, 1:], batch.input_ids_BT[:, :1]], dim=1)
+    valid_BT = torch.cat([mask_BT[:, 1:], torch.zeros_like(mask_BT[:, :1])], dim=1)
+    topk_next_BTK = None
+    if topk_ids_BTK is not None:
+        topk_next_BTK = torch.cat([topk_ids_BTK[:, 1:], topk_ids_BTK[:, :1]], dim=1)
+    request = _Request(targets_BT, valid_BT, topk_next_BTK, temperature, max(1, chunk_tokens), with_entropy, fp32_lm_head)
+    with _chunked_head(model, request):
+        packed_BTC = model(
+            input_ids=batch.input_ids_BT,
+            attention_mask=batch.attention_mask_BT,
+            position_ids=batch.position_ids_BT,
+            use_cache=False,
+        ).logits
+    logprobs_BT = packed_BTC[..., 0]
+    entropy_BT = packed_BTC[..., 1] if with_entropy else None
+    if topk_ids_BTK is None:
+        return logprobs_BT, entropy_BT
+    return logprobs_BT, entropy_BT, packed_BTC[..., 1 + int(with_entropy) :]
+
+
+def direct_token_logprobs(
+    model: torch.nn.Module, batch: TrainBatch, temperature: float = 1.0, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The reference computation: full ``[B, T, V]`` fp32 log-softmax (tests and the benchmark)."""
+    logits_BTV = model(
         input_ids=batch.input_ids_BT,
         attention_mask=batch.attention_mask_BT,
         position_ids=batch.position_ids_BT,
         use_cache=False,
-    )
-    logits_BTV = out.logits[:, :-1]
-    targets_BT = batch.input_ids_BT[:, 1:]
-    B, T1 = targets_BT.shape
-    step = max(1, chunk_tokens // max(B, 1))
-    lp_chunks, ent_chunks, topk_chunks = [], [], []
-    for s in range(0, T1, step):
-        logp = torch.log_softmax(logits_BTV[:, s : s + step].float() / temperature, dim=-1)
-        lp_chunks.append(logp.gather(-1, targets_BT[:, s : s + step, None]).squeeze(-1))
-        if with_entropy:
-            ent_chunks.append(-(logp.exp() * logp).sum(-1))
-        if topk_ids_BTK is not None:
-            topk_chunks.append(logp.gather(-1, topk_ids_BTK[:, 1:][:, s : s + step]))
-    zeros = torch.zeros((B, 1), dtype=torch.float32, device=targets_BT.device)
-    logprobs_BT = torch.cat([zeros, *lp_chunks], dim=1)
-    entropy_BT = torch.cat([zeros, *ent_chunks], dim=1) if with_entropy else None
-    if topk_ids_BTK is None:
-        return logprobs_BT, entropy_BT
-    K = topk_ids_BTK.shape[-1]
-    topk_BTK = torch.cat([torch.zeros((B, 1, K), device=targets_BT.device), *topk_chunks], dim=1)
-    return logprobs_BT, entropy_BT, topk_BTK
+    ).logits
+    logp_BTV = torch.log_softmax(logits_BTV[:, :-1].float() / temperature, dim=-1)
+    lp_BT = logp_BTV.gather(-1, batch.input_ids_BT[:, 1:, None]).squeeze(-1)
+    zeros_B1 = torch.zeros_like(lp_BT[:, :1])
+    valid_BT = batch.attention_mask_BT[:, 1:].to(lp_BT.dtype)
+    logprobs_BT = torch.cat([zeros_B1, lp_BT * valid_BT], dim=1)
+    if not with_entropy:
+        return logprobs_BT, None
+    ent_BT = -(logp_BTV.exp() * logp_BTV).sum(-1) * valid_BT
+    return logprobs_BT, torch.cat([zeros_B1, ent_BT], dim=1)
+
