@@ -108,6 +108,18 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
     return sandbox_cli.build_image(args.name, force=args.force)
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from agent_rl.rollout.backends.server import build_state, serve
+
+    if not Path(args.model).exists():
+        raise ValueError(f"--model {args.model}: no such directory (a from_pretrained checkpoint)")
+    state = build_state(
+        args.model, args.dtype, args.device, args.served_model_name, batch_wait_ms=args.batch_wait_ms, max_batch_size=args.max_batch_size
+    )
+    serve(state, args.host, args.port)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agent-rl", description="Train tool-using LLM agents with RL.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -139,6 +151,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("eval", help="pass@k / mean@k on held-out tasks")
     with_config(sp)
     sp.set_defaults(fn=cmd_eval)
+
+    sp = sub.add_parser("serve", help="our OpenAI-compatible completions server over the hf backend")
+    sp.add_argument("--model", required=True, help="from_pretrained checkpoint directory")
+    sp.add_argument("--host", default="127.0.0.1")
+    sp.add_argument("--port", type=int, default=8000, help="0: a free port (printed)")
+    sp.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    sp.add_argument("--device", default="cpu")
+    sp.add_argument("--served-model-name", default=None, help="name in /v1/models (default: --model)")
+    sp.add_argument("--batch-wait-ms", type=float, default=5.0, help="gather requests this long into one batch")
+    sp.add_argument("--max-batch-size", type=int, default=64)
+    sp.set_defaults(fn=cmd_serve)
 
     sp = sub.add_parser("objectives", help="the registered objectives")
     sp.add_argument("action", choices=["list"])

@@ -6,7 +6,7 @@ Backend modules are imported lazily by their factories, so the config layer stay
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -32,6 +32,49 @@ def make_hf(cfg: HfBackendConfig, model_cfg: Any, model: Any = None, tokenizer: 
         return HfBackend.from_config(cfg, model_cfg)
     tokenizer = tokenizer or load_tokenizer(model_cfg.path)
     return HfBackend(model, tokenizer.pad_token_id, cfg.max_batch_size)
+
+
+class OpenAIBackendConfig(ComponentConfig):
+    base_url: str = Field("http://127.0.0.1:8000/v1", description="server root including /v1, e.g. http://host:8000/v1")
+    model: str | None = Field(None, description="model name sent in requests; None: the config's model.path")
+    timeout_s: float = Field(120.0, gt=0, description="per HTTP request (connect, read, write)")
+    max_retries: int = Field(4, ge=0, description="retries after a connection error or HTTP 429/502/503/504")
+    backoff_s: float = Field(0.25, ge=0, description="first retry delay; doubled at every further retry")
+    max_backoff_s: float = Field(8.0, ge=0, description="cap of the retry delay")
+    max_concurrent_requests: int = Field(64, ge=1, description="HTTP requests of one generate call in flight at once")
+    api_key_env: str | None = Field(
+        "OPENAI_API_KEY", description="environment variable holding the bearer token (unset: no auth header)"
+    )
+
+
+@BACKENDS.register("openai", config=OpenAIBackendConfig)
+def make_openai(cfg: OpenAIBackendConfig, model_cfg: Any, model: Any = None, tokenizer: Any = None) -> InferenceBackend:
+    """Any OpenAI-compatible /v1/completions server with token-id prompts (``vllm serve``, ``agent-rl serve``).
+
+    Given the learner's ``model``, ``update_weights(None, v)`` sends its weights to the server.
+    """
+    from agent_rl.rollout.backends.openai_http import OpenAIBackend
+
+    return OpenAIBackend(cfg, cfg.model or model_cfg.path, model=model)
+
+
+class VllmBackendConfig(ComponentConfig):
+    gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="share of GPU memory vLLM may take (KV cache included)")
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs one engine shards the model over")
+    max_model_len: int | None = Field(None, ge=1, description="context length; None: the model's")
+    enforce_eager: bool = Field(False, description="no CUDA graphs (faster start, slower decode)")
+    enable_prefix_caching: bool = Field(True, description="reuse the KV cache of shared prefixes (multi-turn, groups)")
+    logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = Field(
+        "processed_logprobs", description="processed: after temperature/top-p, the distribution sampled from"
+    )
+
+
+@BACKENDS.register("vllm", config=VllmBackendConfig)
+def make_vllm(cfg: VllmBackendConfig, model_cfg: Any, model: Any = None, tokenizer: Any = None) -> InferenceBackend:
+    """In-process vLLM (``AsyncLLM``): token prompts, logprobs, weight updates from the learner."""
+    from agent_rl.rollout.backends.vllm import VllmBackend
+
+    return VllmBackend(cfg, model_cfg, model=model)
 
 
 def make_backend(cfg: ComponentConfig, model_cfg: Any, model: Any = None, tokenizer: Any = None) -> InferenceBackend:

@@ -1,0 +1,224 @@
+"""The ``openai`` backend: any OpenAI-compatible ``/v1/completions`` server that speaks token ids.
+
+Prompts go out as token ids (``prompt: [int, ...]``) and the sampled ids come back as ids, never
+as text re-encoded here. Two response conventions of ``vllm serve`` are read (both are requested):
+
+- ``return_token_ids: true`` adds ``choices[i].token_ids`` (and ``prompt_token_ids``);
+- ``return_tokens_as_token_ids: true`` writes every token of ``logprobs.tokens`` (and the keys of
+  ``logprobs.top_logprobs``) as ``"token_id:<int>"``.
+
+(vLLM's OpenAI-compatible server docs, "Extra parameters" of the Completions API:
+https://docs.vllm.ai/en/latest/serving/openai_compatible_server.html, and its
+``CompletionRequest`` protocol: https://docs.vllm.ai/en/latest/api/vllm/entrypoints/openai/completion/protocol/.)
+The sampler's logprobs are ``logprobs.token_logprobs``. For them to be the log-probabilities of
+the distribution actually sampled from (after temperature / top-p), start vLLM with
+``--logprobs-mode processed_logprobs`` (its default, ``raw_logprobs``, is before temperature).
+``agent-rl serve`` (``server.py``) answers in the same shape and always reports processed logprobs.
+
+The requests of one ``generate`` call go out concurrently (bounded by ``max_concurrent_requests``),
+one HTTP request per episode, each with its own seed: the server batches concurrent requests.
+Connection failures, 429 and 502/503/504 are retried with exponential backoff (a request with a
+seed is idempotent: the retry samples the same tokens). A server still unreachable after the
+retries raises ``ServerUnavailableError`` (an ``InfraError``): the engine ends those episodes as
+``infra_error``, never as failures of the policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import httpx
+from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
+from agent_rl.types import InfraError
+
+RETRY_STATUS = frozenset({429, 502, 503, 504})
+TOKEN_ID_PREFIX = "token_id:"
+
+
+class ServerUnavailableError(InfraError):
+    """The inference server could not be reached (or kept failing) after every retry."""
+
+
+class OpenAIBackend:
+    """Token ids in, token ids + logprobs out, over HTTP (``cfg``: ``OpenAIBackendConfig``)."""
+
+    def __init__(self, cfg: Any, model_name: str, model: Any = None):
+        self.cfg = cfg
+        self.model_name = model_name
+        self.base_url = cfg.base_url.rstrip("/")
+        self.policy_version = 0
+        self._local_model = model  # the learner's module, sent when update_weights gets None
+        key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
+        self.headers = {"Authorization": f"Bearer {key}"} if key else {}
+
+    # ------------------------------------------------------------------------------------------
+    async def generate(self, requests: list[GenerationRequest], seed: int | None = None) -> list[GenerationResult]:
+        from agent_rl.task_sampler import derive_seed
+
+        limit = asyncio.Semaphore(self.cfg.max_concurrent_requests)
+        timeout = httpx.Timeout(self.cfg.timeout_s)
+        # a request without its own seed gets one derived from the call's seed and its index
+        seeds = [r.seed if r.seed is not None else (None if seed is None else derive_seed(seed, i)) for i, r in enumerate(requests)]
+        async with httpx.AsyncClient(timeout=timeout, headers=self.headers) as client:
+
+            async def one(r: GenerationRequest, s: int | None) -> GenerationResult:
+                async with limit:
+                    body = await self._post(client, "/completions", json=self.completion_body(r, s))
+                return self.parse_choice(body, r)
+
+            tasks = [asyncio.ensure_future(one(r, s)) for r, s in zip(requests, seeds, strict=True)]
+            try:
+                return list(await asyncio.gather(*tasks))
+            finally:
+                for t in tasks:
+                    t.cancel()
+
+    def completion_body(self, r: GenerationRequest, seed: int | None) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model_name,
+            "prompt": list(r.prompt_ids),
+            "max_tokens": r.max_new_tokens,
+            "temperature": r.temperature,
+            "top_p": r.top_p,
+            "n": 1,
+            "stream": False,
+            "logprobs": r.topk,  # vLLM: 0 = the sampled token's logprob only
+            "stop_token_ids": list(r.stop_token_ids),
+            "ignore_eos": r.ignore_eos,
+            "skip_special_tokens": False,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+        }
+        if seed is not None:
+            body["seed"] = seed
+        return body
+
+    def parse_choice(self, body: dict[str, Any], r: GenerationRequest) -> GenerationResult:
+        """One completion choice -> a ``GenerationResult``; a clear ValueError when ids or logprobs are missing."""
+        choices = body.get("choices") or []
+        if len(choices) != 1:
+            raise ValueError(f"the server at {self.base_url} returned {len(choices)} choices for one prompt (n=1)")
+        choice = choices[0]
+        logprobs = choice.get("logprobs") or {}
+        token_logprobs = logprobs.get("token_logprobs")
+        token_ids = choice.get("token_ids")
+        if token_ids is None:
+            tokens = logprobs.get("tokens") or []
+            if tokens and all(isinstance(t, str) and t.startswith(TOKEN_ID_PREFIX) for t in tokens):
+                token_ids = [_token_id(t) for t in tokens]
+        if token_ids is None:
+            raise ValueError(
+                f"the server at {self.base_url} cannot return token ids: its completion has neither "
+                f"choices[].token_ids (vLLM's `return_token_ids`) nor logprobs.tokens as 'token_id:<int>' "
+                f"(vLLM's `return_tokens_as_token_ids`); the rollout needs exactly the sampled ids, never re-encoded text"
+            )
+        if token_logprobs is None or len(token_logprobs) != len(token_ids):
+            raise ValueError(
+                f"the server at {self.base_url} returned no logprobs.token_logprobs for its {len(token_ids)} tokens "
+                f"(request field `logprobs`); the learner needs the sampler's logprob of every token"
+            )
+        finish = choice.get("finish_reason")
+        if finish not in ("stop", "length"):
+            raise ValueError(f"the server at {self.base_url} finished with {finish!r}; expected 'stop' or 'length'")
+        result = GenerationResult(
+            token_ids=[int(t) for t in token_ids],
+            logprobs=[float(x) if x is not None else 0.0 for x in token_logprobs],
+            finish_reason=finish,
+        )
+        if r.topk:
+            result.topk_ids, result.topk_logprobs = _topk(logprobs.get("top_logprobs"), r.topk, self.base_url)
+        version = body.get("policy_version")  # our server reports the weights that sampled
+        if isinstance(version, int):
+            self.policy_version = version
+        return result
+
+    async def _post(self, client: httpx.AsyncClient, path: str, **kwargs: Any) -> dict[str, Any]:
+        url = self.base_url + path
+        last: str = ""
+        for attempt in range(self.cfg.max_retries + 1):
+            if attempt:
+                await asyncio.sleep(min(self.cfg.backoff_s * 2 ** (attempt - 1), self.cfg.max_backoff_s))
+            try:
+                response = await client.post(url, **kwargs)
+            except (httpx.TransportError, httpx.TimeoutException) as e:
+                last = f"{type(e).__name__}: {e}"
+                continue
+            if response.status_code in RETRY_STATUS:
+                last = f"HTTP {response.status_code}: {response.text[:200]}"
+                continue
+            return _json_or_raise(response, url)
+        raise ServerUnavailableError(f"{url} failed after {self.cfg.max_retries + 1} attempts; last: {last}")
+
+    # ------------------------------------------------------------------------------------------
+    def update_weights(self, state_dict: dict | None, version: int) -> None:
+        """POST the weights to ``/update_weights`` (``agent-rl serve``); plain servers cannot take them.
+
+        ``state_dict=None`` (the trainer's colocated call) sends the learner module given at build time.
+        """
+        if state_dict is None:
+            if self._local_model is None:
+                raise ValueError("update_weights(None, ...): the openai backend was built without the learner's model")
+            state_dict = self._local_model.state_dict()
+        payload = serialize_state_dict(state_dict)
+        url = f"{self.base_url}/update_weights"
+        try:
+            response = httpx.post(
+                url,
+                params={"version": version},
+                content=payload,
+                headers={**self.headers, "Content-Type": "application/octet-stream"},
+                timeout=self.cfg.timeout_s,
+            )
+        except httpx.TransportError as e:
+            raise ServerUnavailableError(f"{url}: {type(e).__name__}: {e}") from e
+        if response.status_code in (404, 405):
+            raise NotImplementedError(
+                f"the server at {self.base_url} has no weight-update endpoint (POST /v1/update_weights): a plain "
+                f"OpenAI-compatible server cannot take new weights; serve the model with `agent-rl serve`, or use "
+                f"the in-process `vllm` backend"
+            )
+        body = _json_or_raise(response, url)
+        self.policy_version = int(body.get("policy_version", version))
+
+    def server_policy_version(self) -> int:
+        url = f"{self.base_url}/policy_version"
+        return int(_json_or_raise(httpx.get(url, headers=self.headers, timeout=self.cfg.timeout_s), url)["policy_version"])
+
+    def close(self) -> None:
+        pass
+
+
+def serialize_state_dict(state_dict: dict) -> bytes:
+    """safetensors bytes (tied weights are written once per name, as separate tensors)."""
+    from safetensors.torch import save
+
+    return save({k: v.detach().to("cpu").contiguous().clone() for k, v in state_dict.items()})
+
+
+def _json_or_raise(response: httpx.Response, url: str) -> dict[str, Any]:
+    if response.status_code >= 500:
+        raise ServerUnavailableError(f"{url}: HTTP {response.status_code}: {response.text[:300]}")
+    if response.status_code >= 400:
+        raise ValueError(f"{url} rejected the request: HTTP {response.status_code}: {response.text[:300]}")
+    return response.json()
+
+
+def _token_id(token: str) -> int:
+    return int(token[len(TOKEN_ID_PREFIX) :])
+
+
+def _topk(top: list[dict[str, float]] | None, k: int, url: str) -> tuple[list[list[int]], list[list[float]]]:
+    """vLLM's ``top_logprobs`` (one dict per token, keys 'token_id:<int>') -> the k best ids and logprobs."""
+    if top is None or not all(isinstance(key, str) and key.startswith(TOKEN_ID_PREFIX) for d in top for key in d):
+        raise ValueError(f"the server at {url} returned no top_logprobs keyed by 'token_id:<int>' (needed for rollout.topk)")
+    ids, lps = [], []
+    for d in top:
+        best = sorted(d.items(), key=lambda kv: -kv[1])[:k]  # vLLM may add the sampled token as a k+1-th entry
+        ids.append([_token_id(key) for key, _ in best])
+        lps.append([float(v) for _, v in best])
+    return ids, lps
+
+
+__all__ = ["OpenAIBackend", "ServerUnavailableError", "serialize_state_dict"]

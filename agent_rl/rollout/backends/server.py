@@ -1,0 +1,350 @@
+"""``agent-rl serve``: our own OpenAI-compatible completions server over the ``hf`` backend.
+
+It implements the token-id subset of ``/v1/completions`` that the ``openai`` backend uses, in the
+response shape of ``vllm serve`` (token-id prompts, ``n=1`` per prompt item, ``temperature``,
+``top_p``, ``max_tokens``, ``seed``, ``stop_token_ids``, ``ignore_eos``, ``logprobs`` with top
+logprobs, ``return_token_ids``, ``return_tokens_as_token_ids``, ``skip_special_tokens``), plus
+``/v1/models``, ``/health`` and what a trainer needs to keep the server's policy current:
+
+- ``POST /v1/update_weights?version=N`` with a safetensors-serialized state dict as the body, or
+  with JSON ``{"path": ..., "version": N}`` naming a ``.safetensors`` file, a directory of them, or
+  a ``torch.save``-d state dict on disk;
+- ``GET /v1/policy_version``; every completion also reports the ``policy_version`` that sampled it.
+
+Concurrent HTTP requests are batched: a queue gathers the requests that arrive within
+``batch_wait_ms`` of the first (and all that queued up during the previous batch), and one hf
+generate call samples them together in a worker thread, off the event loop. Logprobs are those of
+the distribution sampled from (after temperature and top-p), like vLLM's ``processed_logprobs``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
+
+TOKEN_ID_PREFIX = "token_id:"
+
+
+class CompletionRequest(BaseModel):
+    """The accepted fields; anything else is rejected by name (a silently ignored option is a bug)."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = None
+    prompt: list[int] | list[list[int]] = Field(description="token ids, or a list of token-id prompts")
+    max_tokens: int = Field(16, ge=1)
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    n: int = 1
+    stream: bool = False
+    echo: bool = False
+    seed: int | None = None
+    stop_token_ids: list[int] = Field(default_factory=list)
+    ignore_eos: bool = False
+    logprobs: int | None = Field(None, ge=0, description="top logprobs per token; 0: only the sampled token's")
+    skip_special_tokens: bool = True
+    return_token_ids: bool = False
+    return_tokens_as_token_ids: bool = False
+    user: str | None = None
+
+
+class ServerState:
+    """The model behind the endpoints: one hf backend, a batching queue and a lock against updates."""
+
+    def __init__(self, backend: Any, tokenizer: Any, model_name: str, batch_wait_ms: float = 5.0, max_batch_size: int = 64):
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.model_name = model_name
+        self.batch_wait_s = batch_wait_ms / 1000.0
+        self.max_batch_size = max_batch_size
+        self.queue: asyncio.Queue[tuple[GenerationRequest, asyncio.Future]] | None = None
+        self.lock: asyncio.Lock | None = None
+        self.metrics = {"batches": 0, "requests": 0, "max_batch": 0}
+
+    async def start(self) -> asyncio.Task:
+        self.queue, self.lock = asyncio.Queue(), asyncio.Lock()
+        return asyncio.create_task(self._batch_loop())
+
+    async def generate(self, request: GenerationRequest) -> tuple[GenerationResult, int]:
+        """Queue one request; returns its result and the policy version that sampled it."""
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        await self.queue.put((request, future))
+        return await future
+
+    async def _batch_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            items = [await self.queue.get()]
+            deadline = loop.time() + self.batch_wait_s
+            while len(items) < self.max_batch_size:
+                if not self.queue.empty():
+                    items.append(self.queue.get_nowait())
+                    continue
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                try:
+                    items.append(await asyncio.wait_for(self.queue.get(), remaining))
+                except TimeoutError:
+                    break
+            # one generate call per top_p (the hf sampler applies one top_p to a whole batch)
+            by_top_p: dict[float, list[tuple[GenerationRequest, asyncio.Future]]] = {}
+            for item in items:
+                by_top_p.setdefault(item[0].top_p, []).append(item)
+            for group in by_top_p.values():
+                await self._run(group)
+
+    async def _run(self, group: list[tuple[GenerationRequest, asyncio.Future]]) -> None:
+        requests = [r for r, _ in group]
+        async with self.lock:
+            version = self.backend.policy_version
+            try:
+                results = await asyncio.to_thread(self.backend.generate_sync, requests)
+            except Exception as e:  # the model failed: every request of the batch gets the error
+                for _, future in group:
+                    if not future.done():
+                        future.set_exception(e)
+                return
+        self.metrics["batches"] += 1
+        self.metrics["requests"] += len(group)
+        self.metrics["max_batch"] = max(self.metrics["max_batch"], len(group))
+        for (_, future), result in zip(group, results, strict=True):
+            if not future.done():
+                future.set_result((result, version))
+
+    async def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        model = self.backend.model
+        own = model.state_dict()
+        unexpected = sorted(set(state_dict) - set(own))
+        if unexpected:
+            raise ValueError(f"unknown parameter names {unexpected[:5]} (the model has e.g. {sorted(own)[:3]})")
+        wrong = [k for k, v in state_dict.items() if tuple(v.shape) != tuple(own[k].shape)]
+        if wrong:
+            raise ValueError(f"shape mismatch for {wrong[:5]}: got {[tuple(state_dict[k].shape) for k in wrong[:5]]}")
+        async with self.lock:  # never in the middle of a batch
+            await asyncio.to_thread(self.backend.update_weights, _complete(state_dict, own), version)
+
+    # ------------------------------------------------------------------------------------------
+    def choice(self, index: int, req: CompletionRequest, prompt: list[int], result: GenerationResult) -> dict[str, Any]:
+        """One completion choice in vLLM's response shape."""
+        ids = result.token_ids
+        as_ids = req.return_tokens_as_token_ids
+        pieces = [self.tokenizer.decode([t], skip_special_tokens=False) for t in ids]
+        logprobs = None
+        if req.logprobs is not None:
+            offsets, pos = [], 0
+            for p in pieces:
+                offsets.append(pos)
+                pos += len(p)
+            top = None
+            if req.logprobs > 0:
+                top = [
+                    {self._key(t, as_ids): lp for t, lp in zip(tids, tlps, strict=True)}
+                    for tids, tlps in zip(result.topk_ids or [], result.topk_logprobs or [], strict=True)
+                ]
+            logprobs = {
+                "text_offset": offsets,
+                "token_logprobs": list(result.logprobs),
+                "tokens": [self._key(t, as_ids) for t in ids],
+                "top_logprobs": top,
+            }
+        stopped = result.finish_reason == "stop" and ids and ids[-1] in req.stop_token_ids
+        return {
+            "index": index,
+            "text": self.tokenizer.decode(ids, skip_special_tokens=req.skip_special_tokens),
+            "logprobs": logprobs,
+            "finish_reason": result.finish_reason,
+            "stop_reason": ids[-1] if stopped else None,
+            "prompt_token_ids": prompt if req.return_token_ids else None,
+            "token_ids": ids if req.return_token_ids else None,
+        }
+
+    def _key(self, token_id: int, as_ids: bool) -> str:
+        return f"{TOKEN_ID_PREFIX}{token_id}" if as_ids else self.tokenizer.decode([token_id], skip_special_tokens=False)
+
+
+def _complete(state_dict: dict[str, torch.Tensor], own: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A partial update keeps the current values of the parameters it does not name."""
+    return {k: state_dict.get(k, v) for k, v in own.items()}
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    kind = {400: "BadRequestError", 404: "NotFoundError", 422: "BadRequestError"}.get(status, "InternalServerError")
+    return JSONResponse({"object": "error", "message": message, "type": kind, "param": None, "code": status}, status)
+
+
+def load_state_dict_file(path: str) -> dict[str, torch.Tensor]:
+    """A ``.safetensors`` file, a directory of them (a saved checkpoint), or a ``torch.save``-d dict."""
+    from safetensors.torch import load_file
+
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(p.glob("*.safetensors"))
+        if not files:
+            raise ValueError(f"path '{path}': a directory without .safetensors files")
+        out: dict[str, torch.Tensor] = {}
+        for f in files:
+            out.update(load_file(f))
+        return out
+    if not p.is_file():
+        raise ValueError(f"path '{path}' does not exist")
+    if p.suffix == ".safetensors":
+        return load_file(p)
+    return torch.load(p, map_location="cpu", weights_only=True)
+
+
+def create_app(state: ServerState) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        task = await state.start()
+        yield
+        task.cancel()
+
+    app = FastAPI(title="agent-rl serve", lifespan=lifespan)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError):
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg']}" for e in exc.errors())
+        return _error(400, problems)
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": state.model_name, "object": "model", "owned_by": "agent-rl"}]}
+
+    @app.get("/v1/policy_version")
+    async def policy_version():
+        return {"policy_version": state.backend.policy_version}
+
+    @app.post("/v1/completions")
+    async def completions(req: CompletionRequest):
+        if req.n != 1 or req.stream or req.echo:
+            return _error(400, f"supported: n=1, stream=false, echo=false; got n={req.n}, stream={req.stream}, echo={req.echo}")
+        prompts = req.prompt if req.prompt and isinstance(req.prompt[0], list) else [req.prompt]
+        if not all(prompts):
+            return _error(400, "prompt: every prompt needs at least one token id")
+        vocab = state.backend.model.get_input_embeddings().num_embeddings
+        if any(not 0 <= t < vocab for p in prompts for t in p):
+            return _error(400, f"prompt: token ids must be in [0, {vocab})")
+        requests = [
+            GenerationRequest(
+                prompt_ids=list(p),
+                max_new_tokens=req.max_tokens,
+                temperature=req.temperature,
+                top_p=req.top_p,
+                stop_token_ids=list(req.stop_token_ids),
+                ignore_eos=req.ignore_eos,
+                topk=req.logprobs or 0,
+                seed=req.seed,
+            )
+            for p in prompts
+        ]
+        outs = await asyncio.gather(*(state.generate(r) for r in requests))
+        choices = [state.choice(i, req, p, res) for i, (p, (res, _)) in enumerate(zip(prompts, outs, strict=True))]
+        completion_tokens = sum(len(res.token_ids) for res, _ in outs)
+        prompt_tokens = sum(len(p) for p in prompts)
+        return {
+            "id": f"cmpl-{uuid.uuid4().hex}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": state.model_name,
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+            "policy_version": min(v for _, v in outs),
+        }
+
+    @app.post("/v1/update_weights")
+    async def update_weights(request: Request, version: int | None = None):
+        try:
+            if request.headers.get("content-type", "").startswith("application/json"):
+                body = await request.json()
+                if "path" not in body or "version" not in body:
+                    return _error(400, "JSON body needs 'path' and 'version'")
+                version = int(body["version"])
+                state_dict = await asyncio.to_thread(load_state_dict_file, str(body["path"]))
+            else:
+                if version is None:
+                    return _error(400, "query parameter 'version' is required with a safetensors body")
+                from safetensors.torch import load
+
+                state_dict = load(await request.body())
+            await state.update_weights(state_dict, version)
+        except ValueError as e:
+            return _error(400, str(e))
+        return {"policy_version": state.backend.policy_version, "num_tensors": len(state_dict)}
+
+    return app
+
+
+def build_state(
+    model_path: str, dtype: str = "float32", device: str = "cpu", served_name: str | None = None, **batching: Any
+) -> ServerState:
+    from agent_rl.rollout.backends.hf import HfBackend, load_model, load_tokenizer
+
+    tokenizer = load_tokenizer(model_path)
+    model = load_model(model_path, dtype, device)
+    backend = HfBackend(model, tokenizer.pad_token_id, max_batch_size=batching.get("max_batch_size", 64))
+    return ServerState(backend, tokenizer, served_name or model_path, **batching)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket (``port=0``: a free one, read back with ``getsockname``)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def uvicorn_server(app: Any) -> Any:
+    import uvicorn
+
+    return uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
+
+
+def serve(state: ServerState, host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Blocks until interrupted; prints the base URL once the socket is bound."""
+    sock = bind(host, port)
+    actual = sock.getsockname()[1]
+    print(f"agent-rl serve: http://{host}:{actual}/v1 (model {state.model_name})", flush=True)
+    uvicorn_server(create_app(state)).run(sockets=[sock])
+
+
+@contextmanager
+def serve_in_thread(app: Any, host: str = "127.0.0.1") -> Iterator[str]:
+    """Run an ASGI app (e.g. ``create_app(state)``) on a free port in a background thread; yields its /v1 URL."""
+    sock = bind(host, 0)
+    server = uvicorn_server(app)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("agent-rl serve did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://{host}:{sock.getsockname()[1]}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
