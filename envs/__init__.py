@@ -23,3 +23,13 @@ _register(
     "envs.math_tool.env:MathToolEnv",
     "reasoning-gym math problems (7 generators, 3 difficulties); python tool; math-verify checks <answer>",
 )
+_register(
+    "agent_rl/Maze-v0",
+    "envs.maze.env:MazeEnv",
+    "maze walk, one step per turn (up/down/left/right); reward 1 on reaching G",
+)
+_register(
+    "agent_rl/Sokoban-v0",
+    "envs.sokoban.env:SokobanEnv",
+    "Sokoban, one step per turn (up/down/left/right); reward 1 when every box is on a goal",
+)

@@ -1,0 +1,3 @@
+from envs.maze.env import MazeEnv
+
+__all__ = ["MazeEnv"]

@@ -1,0 +1,39 @@
+"""Scripted policies for Maze-v0: a BFS oracle and a noisy-BFS weak teacher (SFT demonstrations).
+
+Both read the last board of the conversation and reply with one plain-text move.
+"""
+
+from __future__ import annotations
+
+import random
+
+from envs.grid_puzzle import DIRECTIONS, last_board
+from envs.maze.tasks import FLOOR, GOAL, PLAYER, START, WALL, Maze, shortest_path
+
+
+def _position(messages: list[dict]) -> tuple[Maze, tuple[int, int]] | None:
+    rows = last_board(messages, WALL + FLOOR + GOAL + PLAYER)
+    if rows is None or "".join(rows).count(PLAYER) != 1 or "".join(rows).count(GOAL) != 1:
+        return None
+    maze = Maze(tuple(row.replace(PLAYER, START) for row in rows))
+    return maze, maze.find(START)
+
+
+def oracle(messages: list[dict], rng: random.Random | None = None) -> str:
+    """The first move of a shortest path (BFS)."""
+    found = _position(messages)
+    path = shortest_path(*found) if found else None
+    return path[0] if path else "up"
+
+
+def weak_teacher(messages: list[dict], rng: random.Random, p_noise: float = 0.25) -> str:
+    """Like ``oracle``, but with probability ``p_noise`` a random other open move (a detour)."""
+    found = _position(messages)
+    path = shortest_path(*found) if found else None
+    if not path:
+        return "up"
+    maze, (r, c) = found
+    others = [d for d, (dr, dc) in DIRECTIONS.items() if d != path[0] and maze.open(r + dr, c + dc)]
+    if others and rng.random() < p_noise:
+        return rng.choice(others)
+    return path[0]

@@ -1,0 +1,3 @@
+from envs.sokoban.env import SokobanEnv
+
+__all__ = ["SokobanEnv"]
