@@ -94,6 +94,9 @@ class AdvantageInputs:
 class AdvantageOutput:
     advantages_BT: Tensor
     returns_BT: Tensor | None = None
+    # credit methods that drop tokens from the loss (copied prefixes of forked branches) return the
+    # mask to train with; None keeps the batch's loss mask
+    loss_mask_BT: Tensor | None = None
     metrics: dict[str, float] = field(default_factory=dict)
 
 
