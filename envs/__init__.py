@@ -33,3 +33,8 @@ _register(
     "envs.sokoban.env:SokobanEnv",
     "Sokoban, one step per turn (up/down/left/right); reward 1 when every box is on a goal",
 )
+_register(
+    "agent_rl/ShellTask-v0",
+    "envs.shell_task.env:ShellTaskEnv",
+    "long-horizon file-tree tasks in a sandbox (find a file, fix a config, collect values); in-sandbox check",
+)

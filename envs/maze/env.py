@@ -19,6 +19,7 @@ class MazeEnv(GridPuzzleEnv):
     description = "Maze: one step per turn (up/down/left/right); reward 1 on reaching G."
     metadata = {"render_modes": [], "tools": ("move",), "reward": "1 on reaching G"}
     system_prompt = SYSTEM_PROMPT
+    tokenizer_corpus = "envs.maze.policies:corpus_conversations"  # text for the tiny tokenizer
     levels = LEVELS
 
     def __init__(

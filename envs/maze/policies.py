@@ -37,3 +37,20 @@ def weak_teacher(messages: list[dict], rng: random.Random, p_noise: float = 0.25
     if others and rng.random() < p_noise:
         return rng.choice(others)
     return path[0]
+
+
+def corpus_conversations(n: int, rng: random.Random):
+    """Weak-teacher episodes as ``(messages, tools)`` for the tiny tokenizer (at most 1000)."""
+    from envs.maze.env import MazeEnv
+
+    env = MazeEnv(difficulty=[1, 2, 3, 4], max_turns=24)
+    for _ in range(min(n, 1000)):
+        obs, info = env.reset(seed=rng.randrange(2**31))
+        messages = list(obs)
+        while True:
+            action = weak_teacher(messages, rng)
+            obs, _, terminated, truncated, _ = env.step(action)
+            messages += [{"role": "assistant", "content": action}] + obs
+            if terminated or truncated:
+                break
+        yield messages, info["tools"]

@@ -1,0 +1,3 @@
+from envs.shell_task.env import ShellTaskEnv
+
+__all__ = ["ShellTaskEnv"]
