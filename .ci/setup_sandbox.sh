@@ -15,6 +15,7 @@ command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
+command -v chromium >/dev/null 2>&1 || need+=(chromium fonts-dejavu-core)  # the trajectory viewer test (headless)
 if ((${#need[@]})); then
   echo "setup_sandbox: installing ${need[*]}"
   apt-get update -q

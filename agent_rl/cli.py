@@ -120,6 +120,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_view(args: argparse.Namespace) -> int:
+    from agent_rl.viewer import write_view
+
+    out = write_view(args.run, args.out, tokenizer_path=args.tokenizer)
+    print(f"viewer written to {out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agent-rl", description="Train tool-using LLM agents with RL.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -162,6 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--batch-wait-ms", type=float, default=5.0, help="gather requests this long into one batch")
     sp.add_argument("--max-batch-size", type=int, default=64)
     sp.set_defaults(fn=cmd_serve)
+
+    sp = sub.add_parser("view", help="static HTML page of a run's trajectories")
+    sp.add_argument("run", help="run directory (its trajectories/*.jsonl) or one .jsonl file")
+    sp.add_argument("--out", default=None, help="HTML file (default: RUN/trajectories.html)")
+    sp.add_argument("--tokenizer", default=None, help="tokenizer path (default: model.path of RUN/config.yaml)")
+    sp.set_defaults(fn=cmd_view)
 
     sp = sub.add_parser("objectives", help="the registered objectives")
     sp.add_argument("action", choices=["list"])

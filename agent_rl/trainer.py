@@ -49,6 +49,15 @@ def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     return m
 
 
+def advantages_by_episode(groups: list[TrajectoryGroup], advantages_BT: torch.Tensor) -> dict[str, list[float]]:
+    """Per-token advantages of each trained episode, when the batch has one row per episode (concat)."""
+    episodes = [t for g in groups for t in g.trajectories_G]
+    if advantages_BT.shape[0] != len(episodes):
+        return {}
+    rows = advantages_BT.detach().float().cpu().tolist()
+    return {t.episode_id: [round(a, 5) for a in row[: len(t.token_ids_T)]] for t, row in zip(episodes, rows, strict=True)}
+
+
 class Trainer:
     def __init__(self, cfg: Config, resume: str | None = None, log: Any = print):
         self.cfg = cfg
@@ -163,9 +172,9 @@ class Trainer:
         metrics.update(rollout_metrics(trajectories))
         metrics.update({k: float(v) for k, v in self.engine.metrics.items()})
         self.engine.metrics.clear()
-        self._save_trajectories(step, trajectories)
         groups = trainable_groups(groups)
         if not groups:
+            self._save_trajectories(step, trajectories)
             metrics["train/skipped"] = 1.0
             return metrics
         # 2. batch and advantages
@@ -178,6 +187,7 @@ class Trainer:
             x.state = self.states["credit"]
             adv = self.credit.fn(groups, x, self.states["credit"], cfg.algorithm.credit)
         metrics.update(adv.metrics)
+        self._save_trajectories(step, trajectories, advantages_by_episode(groups, adv.advantages_BT))
         # 3. loss, optimizer step, weight sync (colocated hf: the same module, only the version moves)
         metrics.update(self.learner.update(batch, adv.advantages_BT, self.parts, step))
         if self.teacher is not None:
@@ -253,7 +263,8 @@ class Trainer:
         return trajectories
 
     # -- run directory -------------------------------------------------------------------------
-    def _save_trajectories(self, step: int, trajectories: list[Trajectory]) -> None:
+    def _save_trajectories(self, step: int, trajectories: list[Trajectory], advantages: dict | None = None) -> None:
+        """For ``agent-rl view``; ``advantages``: episode id -> per-token advantages (``info.advantages_T``)."""
         n = self.cfg.tracking.save_trajectories
         if n <= 0:
             return
@@ -261,7 +272,10 @@ class Trainer:
         out.mkdir(exist_ok=True)
         with open(out / f"step_{step:06d}.jsonl", "w") as f:
             for t in trajectories[:n]:
-                f.write(json.dumps(t.to_json()) + "\n")
+                d = t.to_json()
+                if advantages and t.episode_id in advantages:
+                    d["info"]["advantages_T"] = advantages[t.episode_id]
+                f.write(json.dumps(d) + "\n")
 
     def save_checkpoint(self, step: int) -> Path:
         """Atomic: written to a temporary directory, then renamed; the newest complete one wins."""
