@@ -6,6 +6,33 @@ import gymnasium as gym
 
 REGISTERED: dict[str, str] = {}  # id -> one-line description, for `agent-rl envs list`
 
+# The listing convention: the description is the registration's; an env class's Gymnasium
+# ``metadata`` dict also holds ``tools`` (tuple of tool names) and ``reward`` (one line); max turns
+# is the ``max_turns`` default of its constructor (or of the registration's kwargs).
+CARD_KEYS = ("tools", "reward")
+
+
+def card(env_id: str) -> dict:
+    """What ``agent-rl envs list`` prints for ``env_id``: id, description, tools, max turns, reward."""
+    import importlib
+    import inspect
+
+    spec = gym.spec(env_id)
+    cls = spec.entry_point
+    if isinstance(cls, str):
+        module, _, name = cls.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+    meta = getattr(cls, "metadata", {}) or {}
+    param = inspect.signature(cls).parameters.get("max_turns")
+    max_turns = spec.kwargs.get("max_turns", param.default if param is not None else None)
+    return {
+        "id": env_id,
+        "description": REGISTERED.get(env_id, ""),
+        "tools": tuple(meta.get("tools", ())),
+        "max_turns": max_turns,
+        "reward": meta.get("reward", ""),
+    }
+
 
 def _register(env_id: str, entry_point: str, description: str, **kwargs) -> None:
     if env_id not in gym.registry:
@@ -17,6 +44,11 @@ _register(
     "agent_rl/Arithmetic-v0",
     "envs.arithmetic.env:ArithmeticEnv",
     "arithmetic questions; python tool; reward 1 for the right <answer>",
+)
+_register(
+    "agent_rl/CodeExec-v0",
+    "envs.code_exec.env:CodeExecEnv",
+    "HumanEval's 164 problems; python + submit tools; reward 1 when the hidden tests pass in the sandbox",
 )
 _register(
     "agent_rl/MathTool-v0",

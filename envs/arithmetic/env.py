@@ -29,7 +29,7 @@ def question_text(expression: str) -> str:
 
 
 class ArithmeticEnv(gym.Env):
-    metadata = {"render_modes": []}
+    metadata = {"render_modes": [], "tools": ("python",), "reward": "1 for the right <answer>, else 0"}
     description = "Arithmetic question; a python tool; reward 1 for the right <answer>."
 
     def __init__(

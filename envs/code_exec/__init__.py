@@ -1,0 +1,3 @@
+from envs.code_exec.env import CodeExecEnv
+
+__all__ = ["CodeExecEnv"]
