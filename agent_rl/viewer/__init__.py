@@ -8,7 +8,12 @@ from pathlib import Path
 def write_view(run: str | Path, out: str | Path | None = None, tokenizer_path: str | None = None) -> Path:
     """Write the page for a run directory (its ``trajectories/*.jsonl``) or one JSONL file; returns its path."""
     from agent_rl.viewer.html import render_page
-    from agent_rl.viewer.load import TokenTexts, load_decoder, read_steps, tokenizer_path_of
+    from agent_rl.viewer.load import (
+        TokenTexts,
+        load_decoder,
+        read_steps,
+        tokenizer_path_of,
+    )
 
     steps = read_steps(run)
     path = tokenizer_path or tokenizer_path_of(run)

@@ -20,7 +20,7 @@ from typing import Any
 from agent_rl.viewer.load import Step, TokenTexts
 
 MASK_COLOURS = {0: "#e8e8e8", 1: "#b7e4b0"}  # prompt / observation, policy
-TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
 CSS = """
 body { font-family: sans-serif; margin: 0 1.5em 2em; color: #222; }

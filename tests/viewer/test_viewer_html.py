@@ -37,7 +37,7 @@ def chromium():
 
 
 def build(tok) -> list[Trajectory]:
-    enc = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
+    enc = lambda s: tok.encode(s, add_special_tokens=False)
     end = tok.convert_tokens_to_ids("<|im_end|>")
     prompt = enc("<|im_start|>user\nWhat is 6*7?<|im_end|>\n<|im_start|>assistant\n")
     obs = enc("\n<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
@@ -122,14 +122,14 @@ def test_view_renders_masks_advantages_rewards(tmp_path, tiny_model_dir, tiny_to
     out = tmp_path / "view.html"
     r = subprocess.run(
         [sys.executable, "-m", "agent_rl.cli", "view", str(run), "--out", str(out)],
-        capture_output=True, text=True, cwd=ROOT, env=cli_env(), timeout=120,
+        capture_output=True, text=True, cwd=ROOT, env=cli_env(), timeout=120, check=False,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert out.stat().st_size > 5000
 
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
              "--disable-component-update", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}"]  # fmt: skip
-    dom = subprocess.run([chromium, *flags, "--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120)
+    dom = subprocess.run([chromium, *flags, "--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120, check=False)
     assert dom.returncode == 0, dom.stderr[-2000:]
     parser = Dom()
     parser.feed(dom.stdout)
@@ -151,12 +151,12 @@ def test_view_renders_masks_advantages_rewards(tmp_path, tiny_model_dir, tiny_to
         url = out.as_uri() + ("#advantage" if mode == "advantage" else "")
         shot = subprocess.run(
             [chromium, *flags, "--window-size=1000,1400", "--hide-scrollbars", f"--screenshot={png}", url],
-            capture_output=True, text=True, timeout=120,
+            capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
         assert shot.returncode == 0 and png.exists(), shot.stderr[-2000:]
         shots[mode] = pixels(png)
     mask_px = shots["mask"]
-    count = lambda px, rgb: int((px == torch.tensor(rgb)).all(-1).sum())  # noqa: E731
+    count = lambda px, rgb: int((px == torch.tensor(rgb)).all(-1).sum())
     assert len(torch.unique(mask_px, dim=0)) > 50  # not blank: text, colours, anti-aliasing
     assert count(mask_px, GREEN) > 2000 and count(mask_px, GREY) > 5000
     adv_px = shots["advantage"]

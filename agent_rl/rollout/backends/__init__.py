@@ -11,7 +11,11 @@ from typing import Any, Literal
 from pydantic import Field
 
 from agent_rl.algorithms.registry import ComponentConfig, Registry
-from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult, InferenceBackend
+from agent_rl.rollout.backends.base import (
+    GenerationRequest,
+    GenerationResult,
+    InferenceBackend,
+)
 
 BACKENDS = Registry("rollout_backend")
 

@@ -30,6 +30,7 @@ import os
 from typing import Any
 
 import httpx
+
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 from agent_rl.types import InfraError
 

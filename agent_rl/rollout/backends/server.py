@@ -114,7 +114,7 @@ class ServerState:
             version = self.backend.policy_version
             try:
                 results = await asyncio.to_thread(self.backend.generate_sync, requests)
-            except Exception as e:  # the model failed: every request of the batch gets the error
+            except Exception as e:  # noqa: BLE001 - the model failed: every request of the batch gets the error
                 for _, future in group:
                     if not future.done():
                         future.set_exception(e)

@@ -13,7 +13,7 @@ from agent_rl.config import ConfigError, load_config
 from agent_rl.rollout.backends import BACKENDS, GenerationRequest
 from agent_rl.rollout.backends.hf import HfBackend, load_model
 from agent_rl.rollout.backends.openai_http import OpenAIBackend, ServerUnavailableError
-from agent_rl.rollout.backends.server import bind, create_app, serve_in_thread
+from agent_rl.rollout.backends.server import bind, serve_in_thread
 from agent_rl.types import InfraError
 
 
