@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from agent_rl.algorithms import ADVANTAGES, CREDITS, FILTERS, KLS, POLICY_LOSSES
+from agent_rl.algorithms.credit import BRANCH_PLANNERS
 from agent_rl.algorithms.registry import AdvantageInputs
 from agent_rl.config import Config
 from agent_rl.eval import evaluate
@@ -69,6 +70,8 @@ class Trainer:
         self.credit = CREDITS.get(cfg.algorithm.credit.name) if cfg.algorithm.credit else None
         if "topk" in POLICY_LOSSES.get(cfg.algorithm.loss.name).needs and cfg.rollout.topk == 0:
             raise ValueError(f"loss '{cfg.algorithm.loss.name}' needs the sampler's top-k candidates: set rollout.topk (e.g. 8)")
+        if self.credit is not None and "topk" in self.credit.needs and cfg.rollout.topk == 0:
+            raise ValueError(f"credit '{self.credit.name}' needs the sampler's top-k candidates: set rollout.topk (e.g. 10)")
         self.run_dir = Path(resume) if resume else make_run_dir(cfg)
         self.components = Components(cfg)
         self.learner = Learner(
@@ -90,11 +93,10 @@ class Trainer:
             "credit": self.credit.make_state() if self.credit else None,
             **{f"filter{i}": e.make_state() for i, (e, _) in enumerate(self.filters)},
         }
-        self.sampler = TaskSampler(
-            cfg.trainer.seed,
-            cfg.trainer.task_pool,
-            [(e, c, self.states[f"filter{i}"]) for i, (e, c) in enumerate(self.filters) if e.sampler is not None],
-        )
+        steering = [(e, c, self.states[f"filter{i}"]) for i, (e, c) in enumerate(self.filters) if e.sampler is not None]
+        if self.credit is not None and self.credit.sampler is not None:  # SPO's prioritised prompts
+            steering.append((self.credit, cfg.algorithm.credit, self.states["credit"]))
+        self.sampler = TaskSampler(cfg.trainer.seed, cfg.trainer.task_pool, steering)
         self.states["task_sampler"] = self.sampler
         options = cfg.algorithm.loss_options
         for entry, fcfg in self.filters:  # corrections a filter's data needs (POPO replay), unless set
@@ -169,6 +171,10 @@ class Trainer:
             extra = self._rollout(step, round_ + 1, more)
             trajectories += extra
             pending = group_trajectories(extra)
+        if self.credit is not None and self.credit.name in BRANCH_PLANNERS:  # cbpo / arpo / vineppo: grow trees
+            grown = self._grow_branches(step, groups)
+            trajectories += [t for ts in grown.values() for t in ts]
+            groups = [TrajectoryGroup(g.task_id, g.group_id, g.trajectories_G + grown.get(g.group_id, [])) for g in groups]
         metrics.update(rollout_metrics(trajectories))
         metrics.update({k: float(v) for k, v in self.engine.metrics.items()})
         self.engine.metrics.clear()
@@ -182,10 +188,13 @@ class Trainer:
         if self.teacher is not None:
             batch.teacher_logprobs_BT = self._teacher_logprobs(batch, groups)
         x = self._advantage_inputs(batch, groups, step)
-        adv = self.advantage.fn(x, cfg.algorithm.advantage)
-        if self.credit is not None:
+        if self.credit is not None:  # turn / branch credit replaces the outcome estimator
             x.state = self.states["credit"]
             adv = self.credit.fn(groups, x, self.states["credit"], cfg.algorithm.credit)
+            if adv.loss_mask_BT is not None:  # copied prefixes of forked branches leave the loss
+                batch.loss_mask_BT = adv.loss_mask_BT
+        else:
+            adv = self.advantage.fn(x, cfg.algorithm.advantage)
         metrics.update(adv.metrics)
         self._save_trajectories(step, trajectories, advantages_by_episode(groups, adv.advantages_BT))
         # 3. loss, optimizer step, weight sync (colocated hf: the same module, only the version moves)
@@ -250,6 +259,29 @@ class Trainer:
         greedy = {t.group_id: (t.reward or 0.0) for t in engine.run_sync(specs)}
         engine.close()
         return torch.tensor([greedy[g.group_id] for g in groups for _ in g.trajectories_G], dtype=torch.float32)
+
+    def _grow_branches(self, step: int, groups: list[TrajectoryGroup]) -> dict[str, list[Trajectory]]:
+        """Fork where the credit's planner says (exact prefixes) and fill its left-over slots with fresh episodes."""
+        cfg = self.cfg
+        planner = BRANCH_PLANNERS[self.credit.name]
+        groups = trainable_groups(groups)  # never fork an episode that ended in an env / infra error
+        plan = planner(groups, cfg.algorithm.credit, self.components.model.config.vocab_size, step)
+        seed = derive_seed("branch", cfg.trainer.seed, step)
+        first = {g.group_id: g.trajectories_G[0] for g in groups}
+        fresh = [
+            EpisodeSpec(seed=first[gid].info["seed"], group_id=gid, options=first[gid].info.get("options") or {})
+            for gid, n in plan.fresh.items()
+            for _ in range(n)
+        ]
+
+        async def run() -> list[list[Trajectory]]:
+            forks = [self.engine.fork(b.trajectory, b.at_token, b.n, seed=seed) for b in plan.branches]
+            return await asyncio.gather(*forks, self.engine.run(fresh, seed=seed))
+
+        out: dict[str, list[Trajectory]] = {}
+        for t in (t for ts in asyncio.run(run()) for t in ts):
+            out.setdefault(t.group_id, []).append(t)
+        return out
 
     def _rollout(self, step: int, round_: int, num_prompts: int) -> list[Trajectory]:
         cfg = self.cfg
