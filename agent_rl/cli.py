@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
 
@@ -47,25 +46,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from agent_rl.eval import evaluate
-    from agent_rl.runtime import Components, make_run_dir
+    from agent_rl.eval import run_eval
 
-    cfg = _config(args)
-    components = Components(cfg)
-    engine = components.engine(temperature=cfg.eval.temperature)
-    result, trajectories = asyncio.run(evaluate(engine, cfg.eval.episodes, cfg.eval.k, split=cfg.eval.split))
-    engine.close()
-    run_dir = make_run_dir(cfg, suffix="-eval")
-    import json
-
-    with open(run_dir / "eval.json", "w") as f:
-        json.dump(vars(result), f, indent=2)
-    (run_dir / "trajectories").mkdir(exist_ok=True)
-    with open(run_dir / "trajectories" / "eval.jsonl", "w") as f:
-        for t in trajectories:
-            f.write(json.dumps(t.to_json()) + "\n")
-    print(f"{cfg.env.id} [{cfg.eval.split}] {result.row()}")
-    print(f"written to {run_dir}")
+    run_eval(_config(args))
     return 0
 
 
@@ -87,16 +70,14 @@ def cmd_envs(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    import gymnasium as gym
+    from agent_rl.envloader import load_plugins
 
-    table = Table("id", "description", "tools", "max turns")
-    for env_id, description in sorted(envs.REGISTERED.items()):
-        env = gym.make(env_id)
-        _, info = env.reset(seed=0)
-        tools = ", ".join(t["function"]["name"] for t in info.get("tools", []))
-        table.add_row(env_id, description, tools, str(getattr(env.unwrapped, "max_turns", "")))
-        env.close()
-    Console(width=160).print(table)
+    load_plugins(args.plugins)
+    table = Table("id", "description", "tools", "max turns", "reward", show_lines=True)
+    for env_id in sorted(envs.REGISTERED):
+        c = envs.card(env_id)
+        table.add_row(c["id"], c["description"], ", ".join(c["tools"]), str(c["max_turns"]), c["reward"])
+    Console(width=args.width).print(table)
     return 0
 
 
@@ -184,6 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("envs", help="the registered environments")
     sp.add_argument("action", choices=["list"])
+    sp.add_argument("--plugins", nargs="*", default=[], help="also import these modules (a user's env package)")
+    sp.add_argument("--width", type=int, default=160, help="table width in characters")
     sp.set_defaults(fn=cmd_envs)
 
     sp = sub.add_parser("sandbox", help="sandbox backends and images")

@@ -1,13 +1,34 @@
-"""pass@k / mean@k on held-out tasks, with confidence intervals."""
+"""pass@k / mean@k on held-out tasks, with 95% confidence intervals, per-task results and errors.
+
+Estimators, per task with ``n`` scored samples of which ``c`` are correct (reward 1):
+
+* pass@k = 1 - C(n-c, k) / C(n, k), the unbiased estimator of Chen et al. 2021 (k <= n), averaged
+  over tasks;
+* mean@k = the task's mean reward over its samples, averaged over tasks (partial credit counts).
+
+Intervals: percentile bootstrap over tasks (tasks are resampled with replacement, the samples of
+one task stay together since they are correlated), ``resamples`` draws with a fixed seed, 2.5th and
+97.5th percentiles (nearest rank). Episodes that ended in ENV_ERROR / INFRA_ERROR (reward None) are
+excluded from every score and counted in ``errors``.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import math
+import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from agent_rl.rollout.engine import EpisodeSpec, RolloutEngine
 from agent_rl.types import Trajectory
+
+CI_METHOD = "95% percentile bootstrap over tasks"
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -17,57 +38,91 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
 
 
-def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    if n == 0:
+def bootstrap_ci(values_T: list[float], resamples: int = 1000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of the mean of per-task values (nearest-rank percentiles)."""
+    if not values_T:
         return (0.0, 1.0)
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    values = np.asarray(values_T, dtype=np.float64)
+    idx = np.random.default_rng(seed).integers(0, len(values), size=(resamples, len(values)))
+    means = values[idx].mean(axis=1)
+    lo, hi = np.quantile(means, [0.025, 0.975], method="nearest")
+    return (float(lo), float(hi))
+
+
+@dataclass
+class TaskResult:
+    task_id: str
+    group_id: str
+    samples: int  # scored samples (errors excluded)
+    correct: int  # samples with reward 1
+    errors: int
+    mean_reward: float
+    pass_at_k: float
 
 
 @dataclass
 class EvalResult:
-    episodes: int
-    tasks: int
+    episodes: int  # scored episodes
+    tasks: int  # tasks with at least one scored episode
     k: int
-    success: float  # mean@k: mean reward over all scored episodes
+    success: float  # mean@k
     success_ci: tuple[float, float]
     pass_at_k: float
     pass_at_k_ci: tuple[float, float]
     errors: int  # env / infra failures, excluded from the scores
     multi_turn: float  # fraction of episodes with more than one assistant turn (e.g. used a tool)
+    ci_method: str = CI_METHOD
+    per_task: list[TaskResult] = field(default_factory=list)
 
     def row(self) -> str:
-        lo, hi = self.success_ci
-        return f"mean@{self.k} {self.success:.3f} [{lo:.3f}, {hi:.3f}]  pass@{self.k} {self.pass_at_k:.3f}  (n={self.episodes}, errors={self.errors})"
+        (lo, hi), (plo, phi) = self.success_ci, self.pass_at_k_ci
+        return (
+            f"mean@{self.k} {self.success:.3f} [{lo:.3f}, {hi:.3f}]  pass@{self.k} {self.pass_at_k:.3f} [{plo:.3f}, {phi:.3f}]"
+            f"  (tasks={self.tasks}, n={self.episodes}, errors={self.errors})"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
-def score(trajectories: list[Trajectory], k: int) -> EvalResult:
-    by_task: dict[str, list[float]] = defaultdict(list)
-    errors = 0
+def _correct(reward: float) -> bool:
+    return reward >= 1.0 - 1e-9
+
+
+def score(trajectories: list[Trajectory], k: int, resamples: int = 1000, seed: int = 0) -> EvalResult:
+    """Group by ``group_id`` (one task, its k samples) and score; see the module docstring."""
+    rewards: dict[str, list[float]] = defaultdict(list)
+    errors: dict[str, int] = defaultdict(int)
+    task_ids: dict[str, str] = {}
     for t in trajectories:
+        task_ids.setdefault(t.group_id, t.task_id)
         if t.reward is None:
-            errors += 1
-            continue
-        by_task[t.group_id].append(1.0 if t.reward >= 1.0 - 1e-9 else float(t.reward))
-    rewards = [r for rs in by_task.values() for r in rs]
-    n = len(rewards)
-    mean = sum(rewards) / n if n else 0.0
-    passes = [pass_at_k(len(rs), sum(1 for r in rs if r >= 1.0 - 1e-9), min(k, len(rs))) for rs in by_task.values()]
-    pk = sum(passes) / len(passes) if passes else 0.0
-    multi_turn = sum(1 for t in trajectories if len(t.turns_N) > 1) / max(len(trajectories), 1)
+            errors[t.group_id] += 1
+        else:
+            rewards[t.group_id].append(float(t.reward))
+    per_task = []
+    for gid in task_ids:
+        rs = rewards.get(gid, [])
+        c = sum(1 for r in rs if _correct(r))
+        per_task.append(TaskResult(
+            task_id=task_ids[gid], group_id=gid, samples=len(rs), correct=c, errors=errors[gid],
+            mean_reward=sum(rs) / len(rs) if rs else 0.0,
+            pass_at_k=pass_at_k(len(rs), c, min(k, len(rs))) if rs else 0.0,
+        ))
+    scored = [r for r in per_task if r.samples]
+    means_T = [r.mean_reward for r in scored]
+    passes_T = [r.pass_at_k for r in scored]
     return EvalResult(
-        episodes=n,
-        tasks=len(by_task),
+        episodes=sum(r.samples for r in scored),
+        tasks=len(scored),
         k=k,
-        success=mean,
-        success_ci=wilson_interval(sum(rewards), n),
-        pass_at_k=pk,
-        pass_at_k_ci=wilson_interval(pk * len(passes), len(passes)),
-        errors=errors,
-        multi_turn=multi_turn,
+        success=sum(means_T) / len(means_T) if means_T else 0.0,
+        success_ci=bootstrap_ci(means_T, resamples, seed),
+        pass_at_k=sum(passes_T) / len(passes_T) if passes_T else 0.0,
+        pass_at_k_ci=bootstrap_ci(passes_T, resamples, seed),
+        errors=sum(errors.values()),
+        multi_turn=sum(1 for t in trajectories if len(t.turns_N) > 1) / max(len(trajectories), 1),
+        per_task=per_task,
     )
 
 
@@ -80,6 +135,83 @@ def eval_specs(episodes: int, k: int, split: str, seed: int = 10_000) -> list[Ep
     ]
 
 
-async def evaluate(engine: RolloutEngine, episodes: int, k: int = 1, split: str = "test", seed: int = 10_000) -> tuple[EvalResult, list[Trajectory]]:
+async def evaluate(
+    engine: RolloutEngine, episodes: int, k: int = 1, split: str = "test", seed: int = 10_000, resamples: int = 1000
+) -> tuple[EvalResult, list[Trajectory]]:
     trajectories = await engine.run(eval_specs(episodes, k, split, seed), seed=seed)
-    return score(trajectories, k), trajectories
+    return score(trajectories, k, resamples=resamples), trajectories
+
+
+# ---------------------------------------------------------------- `agent-rl eval`
+
+
+def _load_policy(path: str) -> Any:
+    import pkgutil
+
+    try:
+        policy = pkgutil.resolve_name(path)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ValueError(f"config key 'eval.policy': cannot load '{path}' ({e}); expected module:function") from None
+    if not callable(policy):
+        raise ValueError(f"config key 'eval.policy': '{path}' is not a function of (messages, rng)")
+    return policy
+
+
+def _engine(cfg: Any) -> RolloutEngine:
+    """The model's backend (any registered rollout backend), or a scripted policy (``eval.policy``)."""
+    from agent_rl.envloader import env_factory
+    from agent_rl.rollout.backends import make_backend
+    from agent_rl.rollout.backends.hf import load_tokenizer
+    from agent_rl.rollout.backends.scripted import ScriptedBackend
+    from agent_rl.rollout.engine import EngineConfig
+    from agent_rl.rollout.render import ChatRenderer
+    from agent_rl.runtime import _sandbox_kwargs
+
+    make_env = env_factory(cfg.env, **_sandbox_kwargs(cfg))
+    env = make_env()
+    try:  # a split the env does not know fails now, not in every episode
+        env.reset(seed=0, options={"split": cfg.eval.split})
+    except ValueError as e:
+        raise ValueError(f"config key 'eval.split': {e}") from None
+    finally:
+        env.close()
+    tokenizer = load_tokenizer(cfg.model.path)
+    if cfg.eval.policy:
+        backend = ScriptedBackend(_load_policy(cfg.eval.policy), tokenizer, seed=cfg.trainer.seed)
+    else:
+        backend = make_backend(cfg.rollout.backend, cfg.model, tokenizer=tokenizer)
+    renderer = ChatRenderer(tokenizer, cfg.rollout.max_tool_response_tokens)
+    return RolloutEngine(backend, renderer, make_env, EngineConfig.from_rollout(cfg.rollout, temperature=cfg.eval.temperature))
+
+
+def run_eval(cfg: Any, log: Any = print) -> tuple[EvalResult, Path]:
+    """``agent-rl eval``: score, print, and write ``eval.json`` + ``trajectories/eval.jsonl``."""
+    from agent_rl.runtime import make_run_dir
+
+    engine = _engine(cfg)
+    t0 = time.perf_counter()
+    try:
+        result, trajectories = asyncio.run(
+            evaluate(engine, cfg.eval.episodes, cfg.eval.k, split=cfg.eval.split, resamples=cfg.eval.bootstrap)
+        )
+    finally:
+        engine.close()
+        engine.backend.close()
+    wall_s = time.perf_counter() - t0
+    run_dir = make_run_dir(cfg, suffix="-eval")
+    summary = {**result.to_json(), "wall_s": wall_s, "env": cfg.env.id, "split": cfg.eval.split,
+               "policy": cfg.eval.policy or cfg.model.path}
+    (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
+    (run_dir / "trajectories").mkdir(exist_ok=True)
+    with open(run_dir / "trajectories" / "eval.jsonl", "w") as f:
+        for t in trajectories:
+            f.write(json.dumps(t.to_json()) + "\n")
+    distinct = len({r.task_id for r in result.per_task})
+    log(f"{cfg.env.id} [{cfg.eval.split}] {result.row()}")
+    log(f"  intervals: {result.ci_method}; {distinct} distinct tasks; "
+        f"{cfg.eval.episodes} x {cfg.eval.k} episodes in {wall_s:.1f} s")
+    failed = [r.task_id for r in result.per_task if r.samples and r.correct < r.samples]
+    if failed:
+        log(f"  tasks not always solved ({len(failed)}): {', '.join(failed[:10])}{' ...' if len(failed) > 10 else ''}")
+    log(f"written to {run_dir}")
+    return result, run_dir

@@ -155,12 +155,11 @@ def test_splits_are_disjoint_deterministic_and_enumerable():
     env.close()
 
 
+@pytest.mark.docker
 def test_infrastructure_failure_raises_not_zero():
-    from sandbox import ExecResult
+    from sandbox import make_sandbox
 
-    class BrokenSandbox:  # what every backend returns when its machinery fails
-        async def exec(self, **kwargs):
-            return ExecResult.infra("executor died")
-
-    with pytest.raises(SandboxInfraError, match="executor died"):
-        asyncio.run(grade(BrokenSandbox(), by_id()["HumanEval/0"], by_id()["HumanEval/0"].reference))
+    broken = make_sandbox(backend="docker", image="agent-rl-no-such-image:0", pool_size=1)  # cannot start
+    task = by_id()["HumanEval/0"]
+    with pytest.raises(SandboxInfraError, match="no-such-image"):
+        asyncio.run(grade(broken, task, task.reference))

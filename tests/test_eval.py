@@ -1,0 +1,97 @@
+"""pass@k / mean@k estimators with hand-computed values, and `agent-rl eval` end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from agent_rl.config import load_config
+from agent_rl.eval import bootstrap_ci, pass_at_k, run_eval, score
+from agent_rl.types import StopReason, Trajectory
+from tests.conftest import ROOT, cli_env
+
+CODE = str(ROOT / "configs" / "code_exec.yaml")
+
+
+def test_pass_at_k_unbiased_estimator():
+    # n=5 samples, c=2 correct: 1 - C(3,k)/C(5,k)
+    assert pass_at_k(5, 2, 1) == pytest.approx(2 / 5)
+    assert pass_at_k(5, 2, 2) == pytest.approx(1 - 3 / 10)
+    assert pass_at_k(5, 2, 3) == pytest.approx(1 - 1 / 10)
+    assert pass_at_k(5, 2, 4) == 1.0  # n - c < k: some draw of 4 always holds a correct one
+    assert pass_at_k(8, 0, 8) == 0.0 and pass_at_k(8, 8, 1) == 1.0
+
+
+def test_bootstrap_interval_over_tasks():
+    assert bootstrap_ci([0.5, 0.5, 0.5]) == (0.5, 0.5)
+    assert bootstrap_ci([0.0, 1.0]) == (0.0, 1.0)  # resampled means 0, 0.5, 1 with p 1/4, 1/2, 1/4
+    # [0,0,0,1]: P(mean = 0) = (3/4)^4 = 0.32 > 2.5%; P(mean >= 3/4) = 13/256 = 5.1% > 2.5% > P(mean = 1) = 0.4%
+    assert bootstrap_ci([0.0, 0.0, 0.0, 1.0]) == (0.0, 0.75)
+    assert bootstrap_ci([]) == (0.0, 1.0)
+
+
+def _traj(group: str, reward: float | None, turns: int = 1) -> Trajectory:
+    from agent_rl.types import Turn
+
+    stop = StopReason.DONE if reward is not None else StopReason.INFRA_ERROR
+    return Trajectory(
+        task_id=f"task-{group}", group_id=group, episode_id=f"{group}-{id(object())}", token_ids_T=[1, 2],
+        loss_mask_T=[0, 1], rollout_logprobs_T=[0.0, 0.0], turns_N=[Turn(1, 2, 2, 2)] * turns, reward=reward,
+        stop_reason=stop,
+    )
+
+
+def test_score_per_task_errors_excluded_and_counted():
+    trajectories = (
+        [_traj("a", r) for r in (1.0, 0.0, 1.0, 0.0)]  # mean 0.5, pass@4 = 1 (n - c = 2 < 4)
+        + [_traj("b", r) for r in (0.0, 0.0, 0.5, 0.0)]  # mean 0.125 (partial credit), pass@4 = 0
+        + [_traj("c", r, turns=2) for r in (1.0, 1.0, None, 1.0)]  # 3 scored: mean 1, pass@3 = 1
+        + [_traj("d", None), _traj("d", None)]  # only errors: no score, 2 errors
+    )
+    r = score(trajectories, k=4)
+    assert (r.tasks, r.episodes, r.errors) == (3, 11, 3)
+    assert r.success == pytest.approx((0.5 + 0.125 + 1.0) / 3)
+    assert r.pass_at_k == pytest.approx(2 / 3)
+    assert r.multi_turn == pytest.approx(4 / 14)
+    assert [(t.group_id, t.samples, t.correct, t.errors, t.pass_at_k) for t in r.per_task] == [
+        ("a", 4, 2, 0, 1.0), ("b", 4, 0, 0, 0.0), ("c", 3, 3, 1, 1.0), ("d", 0, 0, 2, 0.0),
+    ]
+    assert r.pass_at_k_ci == bootstrap_ci([1.0, 0.0, 1.0]) and r.success_ci == bootstrap_ci([0.5, 0.125, 1.0])
+
+
+def test_cli_eval_with_a_scripted_policy(tmp_path, tiny_model_dir):
+    """`agent-rl eval` on CodeExec-v0 with the canonical solutions standing in for the model."""
+    run_dir = tmp_path / "run"
+    r = subprocess.run(
+        [sys.executable, "-m", "agent_rl.cli", "eval", CODE, f"model.path={tiny_model_dir}", "eval.episodes=3", "eval.k=2",
+         "eval.policy=envs.code_exec.policies:canonical", f"run.dir={run_dir}"],
+        capture_output=True, text=True, cwd=ROOT, env=cli_env(), timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "mean@2 1.000 [1.000, 1.000]  pass@2 1.000 [1.000, 1.000]  (tasks=3, n=6, errors=0)" in r.stdout
+    summary = json.loads((run_dir / "eval.json").read_text())
+    assert summary["ci_method"] == "95% percentile bootstrap over tasks" and len(summary["per_task"]) == 3
+    lines = (run_dir / "trajectories" / "eval.jsonl").read_text().splitlines()
+    assert len(lines) == 6 and all(json.loads(line)["reward"] == 1.0 for line in lines)
+
+
+@pytest.mark.docker
+def test_eval_counts_infrastructure_failures_as_errors(tmp_path, tiny_model_dir, monkeypatch):
+    """A sandbox that cannot start (here: docker without its image) is an error, never a 0."""
+    monkeypatch.setenv("AGENT_RL_SANDBOX_IMAGE", "agent-rl-no-such-image:0")
+    cfg = load_config(CODE, [f"model.path={tiny_model_dir}", "eval.episodes=2", "eval.k=2", "sandbox.backend=docker",
+                             "eval.policy=envs.code_exec.policies:stub", f"run.dir={tmp_path}"])
+    result, _ = run_eval(cfg, log=lambda *a: None)
+    assert (result.errors, result.episodes, result.tasks) == (4, 0, 0)
+
+
+def test_eval_config_mistakes_name_the_key(tiny_model_dir):
+    cfg = load_config(CODE, [f"model.path={tiny_model_dir}", "eval.policy=envs.code_exec.policies:nope"])
+    with pytest.raises(ValueError, match="config key 'eval.policy': cannot load 'envs.code_exec.policies:nope'"):
+        run_eval(cfg)
+    cfg = load_config(CODE, [f"model.path={tiny_model_dir}", "eval.split=val"])
+    with pytest.raises(ValueError, match="config key 'eval.split': unknown split 'val'; known: train, test, all"):
+        run_eval(cfg)
