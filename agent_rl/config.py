@@ -99,14 +99,34 @@ class AlgorithmConfig(Section):
         return self
 
 
+class CriticConfig(Section):
+    """A value model for ``gae`` / ``turn_gae`` (PPO, VAPO): the policy's architecture with a value head."""
+
+    path: str | None = Field(None, description="from_pretrained path of the critic's body (None: model.path); the value head starts at zero")
+    lr: float = Field(1e-5, gt=0.0, description="AdamW learning rate of the critic")
+    warmup_steps: int = Field(0, ge=0, description="VAPO critic pre-training: the first N steps train only the critic, the policy stays frozen")
+    value_clip: float | None = Field(0.5, gt=0.0, description="PPO value clipping: V is kept within +-value_clip of the rollout-time value (None: off)")
+    grad_clip: float = Field(1.0, gt=0.0, description="max global gradient norm of the critic")
+
+
 class LearnerConfig(Section):
-    lr: float = Field(1e-4, gt=0.0)
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    grad_clip: float = Field(1.0, gt=0.0)
-    warmup_steps: int = Field(0, ge=0)
-    micro_batch_size: int = Field(16, ge=1)
-    world_size: int = Field(1, ge=1)
+    lr: float = Field(1e-4, gt=0.0, description="AdamW learning rate of the policy")
+    weight_decay: float = Field(0.0, description="AdamW decoupled weight decay")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas")
+    adam_eps: float = Field(1e-8, gt=0.0, description="AdamW epsilon (the first step is ~lr * g / (|g| + eps))")
+    grad_clip: float = Field(1.0, gt=0.0, description="max global gradient norm (clip_grad_norm_)")
+    warmup_steps: int = Field(0, ge=0, description="linear LR warm-up over the first N optimizer steps")
+    lr_schedule: Literal["constant", "cosine"] = Field("constant", description="after warm-up: constant, or cosine decay to min_lr_ratio at trainer.steps")
+    min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0, description="cosine: final LR as a fraction of lr")
+    micro_batch_size: int = Field(16, ge=1, description="rows per forward/backward on each rank (gradient accumulation; the update does not depend on it)")
+    world_size: int = Field(1, ge=1, description="learner ranks on this machine; >1 launches them (torchrun-style) and shards the model with FSDP2")
+    mixed_precision: Literal["none", "bf16"] = Field("none", description="FSDP2: bf16 compute with fp32 master weights and fp32 gradient reduction")
+    cpu_offload: bool = Field(False, description="FSDP2: keep sharded parameters, gradients and optimizer state on the CPU")
+    activation_checkpointing: bool = Field(False, description="recompute each decoder layer's activations in the backward pass")
+    logprob_chunk_tokens: int = Field(1024, ge=1, description="tokens per chunk of the LM head + log-softmax (memory: a few [chunk, V] fp32 tensors)")
+    fp32_lm_head: bool = Field(False, description="LM head matmul in fp32 (bf16 models keep full-precision logits)")
+    update_ratio_metric: bool = Field(True, description="report ||delta theta|| / ||theta|| (costs one copy of this rank's parameter shard)")
+    critic: CriticConfig | None = Field(None, description="value model; made with defaults when the advantage needs values (gae)")
 
 
 class SftConfig(Section):

@@ -1,13 +1,16 @@
-"""The policy learner: logprob recompute, the configured objective, AdamW, micro-batching.
+"""The policy learner: logprob recompute, the configured objective, AdamW, micro-batching, FSDP2.
 
-One optimizer step per call of ``update``; the loss of every micro-batch is aggregated with the
-step-global denominators, so any micro-batch size gives the same update. (Multi-rank FSDP2 wraps
-this same step; see issue 8.)
+One optimizer step per call of ``update``. Each rank trains on its block of the step's rows
+(``fsdp.shard_rows``); the step-global denominators (masked tokens, sequences, groups, tokens of
+each row's group) are computed over all ranks' rows before the first micro-batch, so any
+micro-batch size and any world size give the same update. FSDP2 averages gradients over ranks;
+the loss is multiplied by the world size so the result is the plain sum of every rank's share.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +19,8 @@ import torch
 from agent_rl.algorithms import AGGREGATIONS, POLICY_LOSSES
 from agent_rl.algorithms.aggregation import aggregation_inputs_for, select_rows
 from agent_rl.algorithms.losses import LossOptions, apply_cross_cutting
-from agent_rl.algorithms.registry import LossInputs
+from agent_rl.algorithms.registry import AggregationInputs, LossInputs
+from agent_rl.learner import fsdp
 from agent_rl.learner.logprobs import token_logprobs
 from agent_rl.types import TrainBatch
 
@@ -41,59 +45,145 @@ class ObjectiveParts:
         return set(POLICY_LOSSES.get(self.loss.name).needs) | self.loss_options().needs()
 
 
-def _fused_ok(params: list[torch.nn.Parameter]) -> bool:
-    """Fused AdamW (one kernel for all parameters) where torch has it for these tensors."""
-    return bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+def lr_lambda(warmup_steps: int, schedule: str, total_steps: int | None, min_lr_ratio: float) -> Callable[[int], float]:
+    """LR multiplier of optimizer step ``s``: linear warm-up over ``warmup_steps``, then constant or
+    cosine decay to ``min_lr_ratio`` at ``total_steps``: m(s) = r + (1 - r) (1 + cos(pi p)) / 2,
+    p = (s - warmup) / (total - warmup) clipped to [0, 1]."""
+    if schedule not in ("constant", "cosine"):
+        raise ValueError(f"learner.lr_schedule: '{schedule}' is not one of constant, cosine")
+    if schedule == "cosine" and not total_steps:
+        raise ValueError("learner.lr_schedule=cosine needs the number of steps (trainer.steps > 0)")
+
+    def multiplier(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        if schedule == "constant":
+            return 1.0
+        p = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * p))
+
+    return multiplier
+
+
+class Optimizer:
+    """AdamW + LR schedule + gradient clipping + the step's grad-norm and update-ratio metrics."""
+
+    def __init__(self, module: torch.nn.Module, lr: float, cfg: Any, total_steps: int | None, prefix: str = "train"):
+        self.module, self.cfg, self.prefix = module, cfg, prefix
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        # fused AdamW (one kernel for all parameters) where torch has it: plain tensors on cpu/cuda
+        fused = bool(self.params) and all(
+            p.is_floating_point() and p.device.type in ("cpu", "cuda") and not hasattr(p, "to_local") for p in self.params
+        )
+        self.optimizer = torch.optim.AdamW(self.params, lr=lr, betas=tuple(cfg.betas), eps=cfg.adam_eps, weight_decay=cfg.weight_decay, fused=fused or None)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lr_lambda(cfg.warmup_steps, cfg.lr_schedule, total_steps, cfg.min_lr_ratio)
+        )
+
+    def step(self, grad_clip: float) -> dict[str, float]:
+        """Clip, step (skipped on a non-finite gradient norm), advance the schedule; metrics."""
+        lr = self.scheduler.get_last_lr()[0]
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, grad_clip)
+        grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
+        before = [fsdp.local_tensor(p.detach()).clone() for p in self.params] if self.cfg.update_ratio_metric else None
+        finite = math.isfinite(grad_norm)
+        if finite:
+            self.optimizer.step()
+        self.scheduler.step()
+        metrics = {f"{self.prefix}/grad_norm": grad_norm, f"{self.prefix}/lr": lr, f"{self.prefix}/skipped_nonfinite": float(not finite)}
+        if before is not None:
+            # ||delta theta|| / ||theta|| over all parameters (sums of squares reduced over shards)
+            delta_sq, norm_sq = 0.0, 0.0
+            for p, old in zip(self.params, before, strict=True):
+                new = fsdp.local_tensor(p.detach()).float()
+                delta_sq += float(((new - old.float()) ** 2).sum())
+                norm_sq += float((old.float() ** 2).sum())
+            delta_sq, norm_sq = fsdp.all_reduce([delta_sq, norm_sq])
+            metrics[f"{self.prefix}/update_ratio"] = math.sqrt(delta_sq) / max(math.sqrt(norm_sq), 1e-12)
+        return metrics
+
+
+def global_aggregation_inputs(batch: TrainBatch, max_response_tokens: float | None) -> AggregationInputs:
+    """Step-global ``AggregationInputs`` for this rank's rows: counts over every rank's rows.
+
+    Each rank contributes (group id, masked tokens) of its rows; every rank builds the same
+    whole-step counts from them and keeps the per-row fields of its own rows.
+    """
+    tokens_B = batch.loss_mask_BT.to(torch.float64).sum(-1)
+    per_rank = fsdp.all_gather_objects((batch.group_index_B.cpu(), tokens_B.cpu()))
+    rank, _ = fsdp.rank_and_world()
+    offset = sum(int(g.numel()) for g, _ in per_rank[:rank])
+    groups_B = torch.cat([g for g, _ in per_rank]).to(batch.group_index_B.device)
+    tokens_B1 = torch.cat([t for _, t in per_rank])[:, None].to(batch.loss_mask_BT.device)
+    width = max_response_tokens if max_response_tokens is not None else batch.loss_mask_BT.shape[-1]
+    everything = aggregation_inputs_for(tokens_B1, groups_B, width)
+    return select_rows(everything, slice(offset, offset + batch.batch_size))
 
 
 class Learner:
     def __init__(
-        self, model: torch.nn.Module, cfg: Any, temperature: float = 1.0, max_response_tokens: float | None = None
+        self,
+        model: torch.nn.Module,
+        cfg: Any,
+        temperature: float = 1.0,
+        max_response_tokens: float | None = None,
+        total_steps: int | None = None,
     ):
-        self.model = model
+        self.model = fsdp.shard_model(model, cfg.mixed_precision, cfg.cpu_offload, cfg.activation_checkpointing)
         self.cfg = cfg
         self.temperature = temperature
         self.max_response_tokens = max_response_tokens  # the generation budget (Dr. GRPO's constant)
-        params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(
-            params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay, fused=_fused_ok(params)
-        )
-        warmup = cfg.warmup_steps
-
-        def schedule(step: int) -> float:
-            return min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0
-
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
+        self.optim = Optimizer(self.model, cfg.lr, cfg, total_steps)
+        self.optimizer, self.scheduler = self.optim.optimizer, self.optim.scheduler
         self.version = 0
 
-    def update(self, batch: TrainBatch, advantages_BT: torch.Tensor, parts: ObjectiveParts, step: int = 0) -> dict[str, float]:
-        """One optimizer step on ``batch``; returns metrics."""
+    def logprobs(self, model: torch.nn.Module, batch: TrainBatch, with_entropy: bool = False, **kw: Any) -> Any:
+        """``token_logprobs`` with this learner's temperature, chunk size and LM-head precision."""
+        return token_logprobs(
+            model, batch, self.temperature, with_entropy=with_entropy,
+            chunk_tokens=self.cfg.logprob_chunk_tokens, fp32_lm_head=self.cfg.fp32_lm_head, **kw,
+        )
+
+    @torch.no_grad()
+    def score(self, model: torch.nn.Module, batch: TrainBatch, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logprobs (and entropy) of the whole batch under ``model`` (policy or reference), without
+        gradient; each rank computes its block of rows and every rank receives all of them."""
+        model.eval()
+        return fsdp.map_rows(batch, lambda mb: self.logprobs(model, mb, with_entropy))
+
+    def update(
+        self, batch: TrainBatch, advantages_BT: torch.Tensor, parts: ObjectiveParts, step: int = 0, rows_are_local: bool = False
+    ) -> dict[str, float]:
+        """One optimizer step on ``batch`` (the whole step's rows, identical on every rank; with
+        ``rows_are_local`` only this rank's rows); returns metrics reduced over ranks."""
+        if not rows_are_local:
+            batch, (advantages_BT,) = fsdp.shard_rows(batch, advantages_BT)
         self.model.train()
         loss_entry = POLICY_LOSSES.get(parts.loss.name)
         opts = parts.loss_options()
         needs = parts.needs()
-        need_entropy = "entropy" in needs
         if "ref_logprobs" in needs and batch.ref_logprobs_BT is None:
             raise ValueError("the KL term / loss needs ref_logprobs_BT, which the batch does not have")
-        agg_all = aggregation_inputs_for(batch.loss_mask_BT, batch.group_index_B, self.max_response_tokens)
+        if "topk" in needs and batch.topk_ids_BTK is None:
+            raise ValueError("the loss needs the sampler's top-k candidates: set rollout.topk > 0")
+        agg_all = global_aggregation_inputs(batch, self.max_response_tokens)
         aggregate = AGGREGATIONS(parts.aggregation)
+        _, world = fsdp.rank_and_world()
         mbs = self.cfg.micro_batch_size
+        num_micro = int(fsdp.all_reduce([float(-(-batch.batch_size // mbs))], op="max")[0])
+        if num_micro != -(-batch.batch_size // mbs):
+            raise ValueError("every rank must hold the same number of rows (use fsdp.shard_rows)")
         self.optimizer.zero_grad(set_to_none=True)
-        metrics: dict[str, float] = {}
-        total_loss = 0.0
-        mismatch_abs_max, mismatch_k3_sum = 0.0, 0.0
+        sums: dict[str, float] = {}
+        total_loss, mismatch_abs_max, mismatch_k3_sum = 0.0, 0.0, 0.0
         for s in range(0, batch.batch_size, mbs):
             rows = slice(s, s + mbs)
             mb = batch.select(rows)
             topk_BTK = None
             if "topk" in needs:
-                if mb.topk_ids_BTK is None:
-                    raise ValueError("the loss needs the sampler's top-k candidates: set rollout.topk > 0")
-                logprobs_BT, entropy_BT, topk_BTK = token_logprobs(
-                    self.model, mb, self.temperature, with_entropy=need_entropy, topk_ids_BTK=mb.topk_ids_BTK
-                )
+                logprobs_BT, entropy_BT, topk_BTK = self.logprobs(self.model, mb, "entropy" in needs, topk_ids_BTK=mb.topk_ids_BTK)
             else:
-                logprobs_BT, entropy_BT = token_logprobs(self.model, mb, self.temperature, with_entropy=need_entropy)
+                logprobs_BT, entropy_BT = self.logprobs(self.model, mb, "entropy" in needs)
             mask = mb.loss_mask_BT
             with torch.no_grad():
                 d = (logprobs_BT.detach() - mb.rollout_logprobs_BT) * mask
@@ -109,6 +199,7 @@ class Learner:
                 rollout_logprobs_BT=mb.rollout_logprobs_BT,
                 entropy_BT=entropy_BT,
                 ref_logprobs_BT=mb.ref_logprobs_BT,
+                values_BT=mb.values_BT,
                 teacher_logprobs_BT=mb.teacher_logprobs_BT,
                 rollout_topk_logprobs_BTK=mb.rollout_topk_logprobs_BTK,
                 topk_logprobs_BTK=topk_BTK,
@@ -121,29 +212,28 @@ class Learner:
             )
             out = apply_cross_cutting(x, loss_entry.fn(x, parts.loss), opts)
             loss = aggregate(out.loss_BT, mask, select_rows(agg_all, rows), parts.aggregation)
-            loss.backward()
+            (loss * world).backward()  # FSDP averages over ranks; the sum of the shares is wanted
             total_loss += float(loss.detach())
             frac = float(mask.sum()) / max(agg_all.num_tokens, 1.0)
             for k, v in out.metrics.items():
-                metrics[k] = metrics.get(k, 0.0) + frac * v
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
-        if math.isfinite(float(grad_norm)):
-            self.optimizer.step()
-        self.scheduler.step()
+                sums[k] = sums.get(k, 0.0) + frac * v
+        keys = sorted(sums)
+        reduced = fsdp.all_reduce([total_loss, mismatch_k3_sum, *(sums[k] for k in keys)])
+        metrics = dict(zip(keys, reduced[2:], strict=True))
+        metrics.update(self.optim.step(self.cfg.grad_clip))
         self.version += 1
         metrics.update(
             {
-                "train/loss": total_loss,
-                "train/grad_norm": float(grad_norm),
-                "train/lr": self.scheduler.get_last_lr()[0],
-                "train/mismatch_kl": mismatch_k3_sum / max(agg_all.num_tokens, 1.0),
-                "train/mismatch_logprob_abs_max": mismatch_abs_max,
+                "train/loss": reduced[0],
+                "train/mismatch_kl": reduced[1] / max(agg_all.num_tokens, 1.0),
+                "train/mismatch_logprob_abs_max": fsdp.all_reduce([mismatch_abs_max], op="max")[0],
                 "train/tokens": agg_all.num_tokens,
             }
         )
         return metrics
 
     def state_dict(self) -> dict[str, Any]:
+        """Single-process state (``learner.checkpoint`` saves sharded state with DCP)."""
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
