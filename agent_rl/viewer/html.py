@@ -148,6 +148,8 @@ def render_episode(traj: dict[str, Any], texts: TokenTexts, adv_scale: float) ->
         f"<b>tokens {sum(1 for m in traj['loss_mask_T'] if m)}/{len(traj['token_ids_T'])}</b>",
         f"<span>task {html.escape(str(traj.get('task_id', '')))} · group {html.escape(str(traj.get('group_id', '')))}</span>",
     ]
+    if traj.get("parent_id"):  # a branch (fork): it shares its parent's tokens before branch_point
+        head.append(f"<span>forked from {html.escape(str(traj['parent_id']))} at token {traj.get('branch_point')}</span>")
     if info.get("error"):
         head.append(f'<div class="error">error: {html.escape(str(info["error"]))[:500]}</div>')
     segs = []

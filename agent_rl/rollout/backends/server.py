@@ -101,12 +101,7 @@ class ServerState:
                     items.append(await asyncio.wait_for(self.queue.get(), remaining))
                 except TimeoutError:
                     break
-            # one generate call per top_p (the hf sampler applies one top_p to a whole batch)
-            by_top_p: dict[float, list[tuple[GenerationRequest, asyncio.Future]]] = {}
-            for item in items:
-                by_top_p.setdefault(item[0].top_p, []).append(item)
-            for group in by_top_p.values():
-                await self._run(group)
+            await self._run(items)  # per-row temperature, top_p and seed: one hf call for all
 
     async def _run(self, group: list[tuple[GenerationRequest, asyncio.Future]]) -> None:
         requests = [r for r, _ in group]

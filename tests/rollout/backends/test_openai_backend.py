@@ -180,3 +180,13 @@ def test_config_errors_name_keys():
         load_config(None, ["rollout.backend.name=vllm", "rollout.backend.logprobs_mode=raw"])
     with pytest.raises(ConfigError, match=r"'vlm'.*known: .*openai.*vllm"):
         load_config(None, ["rollout.backend.name=vlm"])
+
+
+def test_mixed_sampling_parameters_in_one_server_batch(served, tiny_model_dir, tiny_tokenizer):
+    url, _ = served
+    reqs = requests_for(tiny_tokenizer, temperature=1.0, seeds=[21, 22, 23, 24, 25, 26])
+    for r, (temperature, top_p) in zip(reqs, [(1.0, 1.0), (0.7, 0.9), (0.0, 1.0), (1.3, 0.5), (1.0, 0.8), (0.5, 1.0)], strict=True):
+        r.temperature, r.top_p = temperature, top_p
+    hf = HfBackend(load_model(str(tiny_model_dir)), tiny_tokenizer.pad_token_id)
+    ref = [asyncio.run(hf.generate([r]))[0] for r in reqs]  # each alone
+    assert_same(ref, asyncio.run(backend(url).generate(reqs)))  # all together through the server
