@@ -17,6 +17,7 @@ from agent_rl.algorithms import ADVANTAGES, CREDITS, FILTERS, KLS, POLICY_LOSSES
 from agent_rl.algorithms.credit import BRANCH_PLANNERS
 from agent_rl.algorithms.registry import AdvantageInputs
 from agent_rl.config import Config
+from agent_rl.distributed import Plan, make_rollout_source
 from agent_rl.eval import evaluate
 from agent_rl.learner.learner import Learner, ObjectiveParts
 from agent_rl.learner.logprobs import token_logprobs
@@ -127,6 +128,9 @@ class Trainer:
             self.teacher = EmaTeacher(self.components.model, decay=decay)
             self.states["teacher"] = self.teacher
         self.tracker = Tracker(self.run_dir, cfg.tracking, cfg.model_dump(mode="json"))
+        # where rollouts come from: this engine (local, synchronous) or workers producing ahead
+        # (asynchronous within distributed.max_staleness; Ray actors with distributed.backend=ray)
+        self.rollouts = make_rollout_source(cfg, self.components, self.engine, self._plan, engine_options, self.learner.version)
         self.start_step = 0
         if resume:
             self._load_checkpoint()
@@ -138,7 +142,7 @@ class Trainer:
         with progress:
             task = progress.add_task("train", total=cfg.trainer.steps, completed=self.start_step)
             for step in range(self.start_step, cfg.trainer.steps):
-                metrics = self.step(step)
+                metrics = self._guarded_step(step)
                 if cfg.trainer.eval_every and (step + 1) % cfg.trainer.eval_every == 0:
                     result, _ = asyncio.run(evaluate(self.engine, cfg.eval.episodes, cfg.eval.k, split="val"))
                     metrics["eval/success"] = result.success
@@ -149,8 +153,20 @@ class Trainer:
         self.save_checkpoint(cfg.trainer.steps)
         self.tracker.close()
         plot_rewards(self.run_dir)
+        self.rollouts.close()
         self.engine.close()
         return self.run_dir
+
+    def _guarded_step(self, step: int) -> dict[str, float]:
+        """A step that fails before the learner updated leaves a resumable checkpoint of the run so far."""
+        version = self.learner.version
+        try:
+            return self.step(step)
+        except BaseException:
+            if self.learner.version == version:
+                self.log(f"step {step} failed; checkpoint {self.save_checkpoint(step)} resumes it (--resume {self.run_dir})")
+            self.rollouts.close()
+            raise
 
     def step(self, step: int) -> dict[str, float]:
         cfg = self.cfg
@@ -176,8 +192,7 @@ class Trainer:
             trajectories += [t for ts in grown.values() for t in ts]
             groups = [TrajectoryGroup(g.task_id, g.group_id, g.trajectories_G + grown.get(g.group_id, [])) for g in groups]
         metrics.update(rollout_metrics(trajectories))
-        metrics.update({k: float(v) for k, v in self.engine.metrics.items()})
-        self.engine.metrics.clear()
+        metrics.update(self.rollouts.metrics())
         groups = trainable_groups(groups)
         if not groups:
             self._save_trajectories(step, trajectories)
@@ -202,6 +217,7 @@ class Trainer:
         if self.teacher is not None:
             self.teacher.update(self.components.model)
         self.components.backend.update_weights(None, self.learner.version)
+        self.rollouts.sync(self.components.model, self.learner.version)  # 4. weight broadcast to the samplers
         return metrics
 
     def _advantage_inputs(self, batch: Any, groups: list[TrajectoryGroup], step: int) -> AdvantageInputs:
@@ -284,15 +300,20 @@ class Trainer:
         return out
 
     def _rollout(self, step: int, round_: int, num_prompts: int) -> list[Trajectory]:
+        trajectories = self.rollouts.rollout(step, round_, num_prompts)
+        for t in trajectories:
+            if "seed" in t.info:  # absent when the env failed to reset
+                self.sampler.observe(t.info["seed"], t.task_id)
+        return trajectories
+
+    def _plan(self, step: int, round_: int, num_prompts: int) -> Plan:
+        """The episodes of (step, round_): ``group_size`` copies of each drawn task, and the sampling seed."""
         cfg = self.cfg
         specs = []
         for i, seed in enumerate(self.sampler.draw(step, round_, num_prompts)):
             spec = EpisodeSpec(seed=seed, group_id=f"s{step}r{round_}p{i}", options={"split": cfg.trainer.split})
             specs += [spec] * cfg.rollout.group_size
-        trajectories = self.engine.run_sync(specs, seed=derive_seed("sample", cfg.trainer.seed, step, round_))
-        for spec, t in zip(specs, trajectories, strict=True):
-            self.sampler.observe(spec.seed, t.task_id)
-        return trajectories
+        return Plan(specs, seed=derive_seed("sample", cfg.trainer.seed, step, round_))
 
     # -- run directory -------------------------------------------------------------------------
     def _save_trajectories(self, step: int, trajectories: list[Trajectory], advantages: dict | None = None) -> None:
@@ -346,6 +367,7 @@ class Trainer:
         np.random.set_state(state["rng"]["numpy"])
         self.start_step = state["step"]
         self.components.backend.update_weights(None, self.learner.version)
+        self.rollouts.sync(self.components.model, self.learner.version)
         self.log(f"resumed {self.run_dir} at step {self.start_step}")
 
 

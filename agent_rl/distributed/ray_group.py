@@ -1,0 +1,184 @@
+"""Rollout workers as Ray actors: placement, weight broadcast, replacement of dead workers.
+
+Each worker is a ``RolloutActor`` (an async actor hosting a :class:`RolloutWorker`: its own
+inference backend and environments) in one bundle of a placement group
+(``distributed.ray.{num_rollout_workers, cpus_per_worker, gpus_per_worker, placement_strategy}``).
+Weights go out once per version: ``ray.put`` of the learner's CPU state dict, then every worker
+loads that one object (``update_weights(ref, version)``). A worker that dies is killed for good
+and re-created in its bundle, with the latest weights, before it gets work again.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from agent_rl.distributed.source import cpu_state_dict
+from agent_rl.distributed.worker import RolloutWorker
+from agent_rl.rollout.engine import EngineConfig, EpisodeSpec
+from agent_rl.types import Trajectory
+
+
+def connect(rc: Any, cpus_needed: float) -> bool:
+    """Join ``distributed.ray.address``, or start a local instance; True when this call started Ray."""
+    if ray.is_initialized():
+        return False
+    if rc.address:
+        ray.init(address=rc.address, namespace=rc.namespace, log_to_driver=True)
+    else:
+        cpus = rc.num_cpus or math.ceil(cpus_needed) + 1
+        ray.init(num_cpus=cpus, include_dashboard=False, namespace=rc.namespace, log_to_driver=True)
+    return True
+
+
+class RolloutActor:
+    """One rollout worker in its own process: model, backend, envs; the same code as in-process."""
+
+    def __init__(self, cfg_json: dict, engine_options: dict, threads: int):
+        import torch
+
+        from agent_rl.config import Config
+        from agent_rl.runtime import Components
+
+        torch.set_num_threads(max(1, threads))
+        cfg = Config.model_validate(cfg_json)
+        rc = cfg.distributed.ray
+        if rc.gpus_per_worker > 0:
+            cfg.model.device = "cuda"
+        _use_node_sandboxes(cfg)
+        components = Components(cfg)
+        self.worker = RolloutWorker(
+            components.backend,
+            components.renderer,
+            components.make_env,
+            EngineConfig.from_rollout(cfg.rollout, **engine_options),
+            partial_rollouts=cfg.distributed.partial_rollouts,
+        )
+
+    async def ready(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    async def run(self, specs: list[EpisodeSpec], seed: int) -> tuple[list[Trajectory], dict[str, float]]:
+        return await self.worker.run(specs, seed)
+
+    async def update_weights(self, state_dict: dict, version: int) -> int:
+        self.worker.update_weights(state_dict, version)
+        return version
+
+    async def policy_version(self) -> int:
+        return self.worker.policy_version
+
+
+def _use_node_sandboxes(cfg: Any) -> None:
+    """Envs that take ``sandbox_backend`` use the node's shared pool (``ray_node``) when pools are on."""
+    if not cfg.distributed.ray.sandbox_pools:
+        return
+    from agent_rl.distributed.sandbox_pool import BACKEND_NAME, register_backend
+    from agent_rl.runtime import _sandbox_kwargs
+
+    if "sandbox_backend" not in _sandbox_kwargs(cfg):
+        return
+    register_backend(cfg.distributed.ray.namespace)
+    cfg.env.options = {**cfg.env.options, "sandbox_backend": BACKEND_NAME}  # instead of sandbox.backend
+
+
+class RayHandle:
+    def __init__(self, name: str, actor: Any, bundle: int):
+        self.name, self.actor, self.bundle = name, actor, bundle
+
+    async def run(self, specs: list[EpisodeSpec], seed: int) -> tuple[list[Trajectory], dict[str, float]]:
+        return await self.actor.run.remote(specs, seed)
+
+
+class RayWorkerGroup:
+    """``num_rollout_workers`` actors in a placement group, fed the learner's weights by version."""
+
+    def __init__(self, cfg: Any, engine_options: dict[str, Any], model: Any, version: int):
+        rc = cfg.distributed.ray
+        self.rc = rc
+        n = rc.num_rollout_workers
+        self.started_ray = connect(rc, n * rc.cpus_per_worker)
+        self.cfg_json = cfg.model_dump(mode="json")
+        self.engine_options = engine_options
+        self.slots_per_worker = max(1, cfg.rollout.concurrency // cfg.rollout.group_size)
+        bundle = {"CPU": rc.cpus_per_worker, **({"GPU": rc.gpus_per_worker} if rc.gpus_per_worker else {})}
+        self.pg = placement_group([dict(bundle) for _ in range(n)], strategy=rc.placement_strategy)
+        ready, _ = ray.wait([self.pg.ready()], timeout=rc.startup_timeout_s)
+        if not ready:
+            remove_placement_group(self.pg)
+            raise ValueError(
+                f"Ray cannot place {n} rollout workers of {bundle} ({rc.placement_strategy}) within "
+                f"{rc.startup_timeout_s:.0f} s; cluster resources: {ray.cluster_resources()}. Lower "
+                "distributed.ray.num_rollout_workers / cpus_per_worker / gpus_per_worker or add nodes"
+            )
+        self.pools: list[Any] = []
+        if rc.sandbox_pools:
+            from agent_rl.distributed.sandbox_pool import start_pools
+
+            self.pools = start_pools(cfg.sandbox.backend, rc.namespace)
+        self._lock = threading.Lock()
+        self._latest = (ray.put(cpu_state_dict(model)), version)
+        self._spawned = 0
+        self.restarts = 0
+        self._handles = [self._spawn(i) for i in range(n)]
+        ray.get([h.actor.ready.remote() for h in self._handles], timeout=rc.startup_timeout_s)
+
+    def _spawn(self, bundle: int) -> RayHandle:
+        rc = self.rc
+        options: dict[str, Any] = {
+            "num_cpus": rc.cpus_per_worker,
+            "num_gpus": rc.gpus_per_worker,
+            "max_concurrency": 1000,
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle),
+        }
+        actor = ray.remote(RolloutActor).options(**options).remote(self.cfg_json, self.engine_options, math.ceil(rc.cpus_per_worker))
+        ref, version = self._latest
+        actor.update_weights.remote(ref, version)
+        self._spawned += 1
+        return RayHandle(f"rollout-{bundle}-{self._spawned}", actor, bundle)
+
+    def handles(self) -> list[RayHandle]:
+        with self._lock:
+            return list(self._handles)
+
+    def broadcast(self, model: Any, version: int) -> None:
+        ref = ray.put(cpu_state_dict(model))  # one copy in the object store, read by every worker
+        with self._lock:
+            self._latest = (ref, version)
+            for h in self._handles:
+                h.actor.update_weights.remote(ref, version)
+
+    def is_worker_failure(self, error: BaseException) -> bool:
+        return isinstance(error, ray.exceptions.RayActorError | ray.exceptions.ActorUnavailableError)
+
+    async def replace(self, handle: RayHandle) -> RayHandle:
+        if self.restarts >= self.rc.max_worker_restarts:
+            raise RuntimeError(
+                f"rollout worker {handle.name} died and {self.restarts} were already replaced "
+                f"(distributed.ray.max_worker_restarts={self.rc.max_worker_restarts})"
+            )
+        self.restarts += 1
+        try:
+            ray.kill(handle.actor, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        with self._lock:
+            fresh = self._spawn(handle.bundle)
+            self._handles = [fresh if h is handle else h for h in self._handles]
+        await fresh.actor.ready.remote()
+        return fresh
+
+    def close(self) -> None:
+        for h in self._handles:
+            try:
+                ray.kill(h.actor, no_restart=True)
+            except Exception:  # noqa: BLE001
+                pass
+        remove_placement_group(self.pg)
+        if self.started_ray:
+            ray.shutdown()

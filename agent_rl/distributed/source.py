@@ -1,0 +1,141 @@
+"""Where the trainer's rollouts come from: the one interface the training loop calls.
+
+    trajectories = source.rollout(step, round_, num_prompts)   # within the staleness bound
+    ... batch -> advantages -> loss -> step ...
+    source.sync(model, learner.version)                         # weight broadcast
+
+``distributed.backend: local`` with ``max_staleness: 0`` runs the trainer's own engine on the
+learner's module (colocated, synchronous: exactly the single-process loop). ``max_staleness > 0``
+(local) produces ahead on a background event loop with a copy of the weights; ``backend: ray`` runs
+Ray actors. Both of those go through :class:`~agent_rl.distributed.buffer.AsyncRolloutSource`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from agent_rl.distributed.buffer import AsyncRolloutSource, LoopThread, Plan
+from agent_rl.distributed.worker import RolloutWorker
+from agent_rl.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine
+from agent_rl.types import Trajectory
+
+
+class RolloutSource(Protocol):
+    def rollout(self, step: int, round_: int, num_prompts: int) -> list[Trajectory]:
+        """The trajectories of the plan for (step, round_), in plan order."""
+        ...
+
+    def sync(self, model: Any, version: int) -> None:
+        """The learner took a step: its weights, now of ``version``, go to the samplers."""
+        ...
+
+    def metrics(self) -> dict[str, float]:
+        """Rollout counters since the last call."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class LocalRolloutSource:
+    """Synchronous and colocated: the trainer's engine, on the learner's own module."""
+
+    def __init__(self, engine: RolloutEngine, plan: Callable[[int, int, int], Plan]):
+        self.engine, self.plan = engine, plan
+
+    def rollout(self, step: int, round_: int, num_prompts: int) -> list[Trajectory]:
+        plan = self.plan(step, round_, num_prompts)
+        return self.engine.run_sync(plan.specs, seed=plan.seed)
+
+    def sync(self, model: Any, version: int) -> None:
+        self.engine.backend.update_weights(None, version)  # the same module: only the version moves
+
+    def metrics(self) -> dict[str, float]:
+        out = {k: float(v) for k, v in self.engine.metrics.items()}
+        self.engine.metrics.clear()
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+def cpu_state_dict(model: Any) -> dict[str, Any]:
+    """A detached CPU copy of the weights (the learner keeps changing its own in place)."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+
+class _LocalHandle:
+    name = "local-0"
+
+    def __init__(self, worker: RolloutWorker):
+        self.worker = worker
+
+    async def run(self, specs: list[EpisodeSpec], seed: int) -> tuple[list[Trajectory], dict[str, float]]:
+        return await self.worker.run(specs, seed)
+
+
+class LocalWorkerGroup:
+    """One in-process rollout worker on the buffer's event loop, with its own copy of the weights."""
+
+    def __init__(self, cfg: Any, components: Any, loop: LoopThread, engine_options: dict[str, Any]):
+        from agent_rl.runtime import make_policy_backend
+
+        backend = make_policy_backend(cfg, copy.deepcopy(components.model), components.tokenizer)
+        self.loop = loop
+        self.worker = RolloutWorker(
+            backend,
+            components.renderer,
+            components.make_env,
+            EngineConfig.from_rollout(cfg.rollout, **engine_options),
+            partial_rollouts=cfg.distributed.partial_rollouts,
+        )
+        self.slots_per_worker = max(1, cfg.rollout.concurrency // cfg.rollout.group_size)
+        self._handle = _LocalHandle(self.worker)
+
+    def handles(self) -> list[_LocalHandle]:
+        return [self._handle]
+
+    def broadcast(self, model: Any, version: int) -> None:
+        self.loop.soon(self.worker.update_weights, cpu_state_dict(model), version)
+
+    def is_worker_failure(self, error: BaseException) -> bool:
+        return False  # an in-process worker does not die on its own: its errors stop the run
+
+    async def replace(self, handle: Any) -> Any:
+        raise RuntimeError("an in-process rollout worker cannot be replaced")
+
+    def close(self) -> None:
+        self.loop.call(_close(self.worker))
+
+
+async def _close(worker: RolloutWorker) -> None:
+    worker.close()
+
+
+def make_rollout_source(
+    cfg: Any, components: Any, engine: RolloutEngine, plan: Callable[[int, int, int], Plan], engine_options: dict[str, Any], version: int
+) -> RolloutSource:
+    """The source ``distributed.*`` asks for (see docs/distributed.md)."""
+    d = cfg.distributed
+    if d.backend == "local" and d.max_staleness == 0 and d.lookahead_steps in (None, 0):
+        return LocalRolloutSource(engine, plan)
+    loop = LoopThread("rollout-buffer")
+    if d.backend == "ray":
+        from agent_rl.distributed.ray_group import RayWorkerGroup
+
+        group: Any = RayWorkerGroup(cfg, engine_options, components.model, version)
+    else:
+        group = LocalWorkerGroup(cfg, components, loop, engine_options)
+        group.broadcast(components.model, version)
+    lookahead = d.max_staleness if d.lookahead_steps is None else d.lookahead_steps
+    return AsyncRolloutSource(
+        group,
+        loop,
+        plan,
+        steps=cfg.trainer.steps,
+        max_staleness=d.max_staleness,
+        lookahead=lookahead,
+        stale_policy=d.stale_policy,
+        version=version,
+    )

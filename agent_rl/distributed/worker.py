@@ -1,0 +1,171 @@
+"""A rollout worker: one inference backend shared by concurrent engine runs, with versioned weight swaps.
+
+The same class runs in-process (``distributed.backend: local`` in async mode, on a background event
+loop) and inside a Ray actor (``distributed.backend: ray``). Every ``run`` gets its own
+``RolloutEngine`` whose backend is a *view* of the shared backend; the views' generation requests
+are coalesced into one batched call of the real backend, and new weights are swapped in only
+between two such calls, never during one. Each view remembers the version of the weights that
+answered its latest call, so every turn is labelled with exactly the weights that sampled it
+(``Turn.policy_version``): when weights change mid-episode, later turns carry the new version.
+
+``partial_rollouts=False`` keeps every episode on one version: new weights wait until no run is in
+flight, and new runs wait until pending weights are in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import Any
+
+from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult, InferenceBackend
+from agent_rl.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine
+from agent_rl.task_sampler import derive_seed
+from agent_rl.types import Trajectory
+
+# event-loop turns a batch waits for other runs' requests that are ready right now
+SETTLE_TURNS = 4
+
+
+class SharedBackend:
+    """Coalesces concurrent ``generate`` calls into one backend call; swaps weights between calls."""
+
+    def __init__(self, backend: InferenceBackend, partial_rollouts: bool = True):
+        self.backend = backend
+        self.partial_rollouts = partial_rollouts
+        self.runs_in_flight = 0
+        self._queue: list[tuple[list[GenerationRequest], int | None, asyncio.Future]] = []
+        self._drain_task: asyncio.Task | None = None
+        self._pending: tuple[Any, int] | None = None  # (state_dict, version) waiting to be loaded
+        self._swapped = asyncio.Event()
+        self._swapped.set()
+        self.metrics: Counter[str] = Counter()
+        self.served = 0  # requests answered so far
+
+    @property
+    def version(self) -> int:
+        return self.backend.policy_version
+
+    def update_weights(self, state_dict: Any, version: int) -> None:
+        """Queue new weights; loaded before the next batch (or, without partial rollouts, when idle)."""
+        self._pending = (state_dict, version)
+        self._swapped.clear()
+        if self._drain_task is None or self._drain_task.done():
+            self._swap_if_allowed()
+
+    def _swap_if_allowed(self) -> None:
+        if self._pending is None or (not self.partial_rollouts and self.runs_in_flight > 0):
+            return
+        state_dict, version = self._pending
+        self._pending = None
+        t0 = time.perf_counter()
+        self.backend.update_weights(state_dict, version)
+        self.metrics["time/weight_load_s"] += time.perf_counter() - t0
+        self.metrics["distributed/weight_loads"] += 1
+        self._swapped.set()
+
+    async def wait_swapped(self) -> None:
+        """Without partial rollouts, a new run starts only once pending weights are loaded."""
+        if not self.partial_rollouts:
+            await self._swapped.wait()
+
+    def run_finished(self) -> None:
+        self.runs_in_flight -= 1
+        if self._drain_task is None or self._drain_task.done():
+            self._swap_if_allowed()
+
+    async def generate(self, requests: list[GenerationRequest], seed: int | None) -> tuple[list[GenerationResult], int]:
+        """The results of ``requests`` and the weights version that produced them."""
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._queue.append((requests, seed, future))
+        if self._drain_task is None or self._drain_task.done():
+            self._drain_task = asyncio.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        while self._queue:
+            for _ in range(SETTLE_TURNS):
+                await asyncio.sleep(0)
+            self._swap_if_allowed()
+            calls, self._queue = self._queue, []
+            requests = [r for reqs, _, _ in calls for r in reqs]
+            # a lone caller keeps its own call seed (requests without a seed derive theirs from it)
+            seed = calls[0][1] if len(calls) == 1 else derive_seed("coalesced", *(s for _, s, _ in calls))
+            version = self.version
+            try:
+                results = await self.backend.generate(requests, seed=seed)
+            except Exception as e:  # noqa: BLE001 - handed to exactly the callers of this batch
+                for _, _, future in calls:
+                    if not future.done():
+                        future.set_exception(e)
+                continue
+            self.metrics["distributed/generated_requests"] += len(requests)
+            self.served += len(requests)
+            i = 0
+            for reqs, _, future in calls:
+                if not future.done():
+                    future.set_result((results[i : i + len(reqs)], version))
+                i += len(reqs)
+        self._swap_if_allowed()
+
+
+class BackendView:
+    """What one engine sees: the shared backend, and the version of the weights of its latest call."""
+
+    def __init__(self, shared: SharedBackend):
+        self.shared = shared
+        self.policy_version = shared.version
+
+    async def generate(self, requests: list[GenerationRequest], seed: int | None = None) -> list[GenerationResult]:
+        results, self.policy_version = await self.shared.generate(requests, seed)
+        return results
+
+    def update_weights(self, state_dict: Any, version: int) -> None:
+        self.shared.update_weights(state_dict, version)
+
+    def close(self) -> None:
+        pass
+
+
+class RolloutWorker:
+    """Runs batches of episodes concurrently on one backend; takes weight updates at any time."""
+
+    def __init__(
+        self, backend: InferenceBackend, renderer: Any, make_env: Any, engine_cfg: EngineConfig, partial_rollouts: bool = True
+    ):
+        self.shared = SharedBackend(backend, partial_rollouts)
+        self.renderer = renderer
+        self.make_env = make_env
+        self.engine_cfg = engine_cfg
+        self._idle: list[RolloutEngine] = []
+
+    @property
+    def policy_version(self) -> int:
+        return self.shared.version
+
+    async def run(self, specs: list[EpisodeSpec], seed: int) -> tuple[list[Trajectory], dict[str, float]]:
+        """Every episode of ``specs`` to its end (``RolloutEngine.run``), and the run's engine metrics."""
+        await self.shared.wait_swapped()
+        engine = self._idle.pop() if self._idle else RolloutEngine(BackendView(self.shared), self.renderer, self.make_env, self.engine_cfg)
+        engine.backend.policy_version = self.shared.version
+        self.shared.runs_in_flight += 1
+        try:
+            trajectories = await engine.run(specs, seed)
+        finally:
+            self.shared.run_finished()
+            self._idle.append(engine)
+        metrics = {k: float(v) for k, v in engine.metrics.items()}
+        engine.metrics.clear()
+        metrics.update({k: float(v) for k, v in self.shared.metrics.items()})
+        self.shared.metrics.clear()
+        return trajectories, metrics
+
+    def update_weights(self, state_dict: Any, version: int) -> None:
+        self.shared.update_weights(state_dict, version)
+
+    def close(self) -> None:
+        for engine in self._idle:
+            engine.close()
+        self._idle.clear()
+        self.shared.backend.close()

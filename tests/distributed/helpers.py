@@ -1,0 +1,31 @@
+"""Recording what the trainer is handed by its rollout source."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agent_rl.distributed import staleness
+from agent_rl.trainer import Trainer
+from agent_rl.types import Trajectory
+
+
+@dataclass
+class Record:
+    """Per call of ``rollout``: (step, learner version then, the trajectories handed over)."""
+
+    calls: list[tuple[int, int, list[Trajectory]]] = field(default_factory=list)
+
+    def staleness_values(self) -> list[int]:
+        return [staleness(t, version) for _, version, ts in self.calls for t in ts if t.turns_N]
+
+
+def record_rollouts(trainer: Trainer) -> Record:
+    record, inner = Record(), trainer.rollouts.rollout
+
+    def rollout(step: int, round_: int, n: int) -> list[Trajectory]:
+        out = inner(step, round_, n)
+        record.calls.append((step, trainer.learner.version, out))
+        return out
+
+    trainer.rollouts.rollout = rollout
+    return record
