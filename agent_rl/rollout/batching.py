@@ -117,6 +117,26 @@ def turn_rows(groups: list[TrajectoryGroup], values_BT: torch.Tensor, layout: st
     return out_BT
 
 
+def per_turn_batch(
+    groups: list[TrajectoryGroup], concat: TrainBatch, advantages_BT: torch.Tensor, pad_token_id: int
+) -> tuple[TrainBatch, torch.Tensor]:
+    """The per_turn rows of ``groups`` and their advantages, from the concat batch the estimators saw.
+
+    Advantages and the loss mask (a credit method may have taken tokens out, e.g. forked prefixes)
+    are carried over token by token. Reference / teacher logprobs of the concat rows were computed
+    under the concat contexts, not the ones each turn was sampled from, so they are refused.
+    """
+    if concat.ref_logprobs_BT is not None or concat.teacher_logprobs_BT is not None:
+        raise ValueError(
+            "rollout.layout=per_turn: reference-model KL and teacher logprobs are computed on concat rows; "
+            "use rollout.layout=concat with algorithm.kl.coef > 0 or a self-distillation objective"
+        )
+    batch = make_batch(groups, pad_token_id, concat.input_ids_BT.device, layout="per_turn")
+    batch.loss_mask_BT = turn_rows(groups, concat.loss_mask_BT)
+    batch.loss_mask_BT[:, 0] = 0.0
+    return batch, turn_rows(groups, advantages_BT)
+
+
 def _to(x: torch.Tensor | None, device: str | torch.device) -> torch.Tensor | None:
     return None if x is None else x.to(device)
 

@@ -3,14 +3,16 @@
 The child's token ids, mask, logprobs and top-k up to the branch point are the parent's, copied.
 Its environment is brought to the state the parent's env had before the branching turn by
 replaying: reset with the parent's seed and options, then one step per completed turn with that
-turn's assistant text. Observations that re-render differently from the parent's stored ids (a
+turn's assistant text. When the env has ``snapshot()`` and ``restore(snapshot)``, only the first
+child replays; the others restore its snapshot (``fork/replayed`` / ``fork/restored`` count them). Observations that re-render differently from the parent's stored ids (a
 non-deterministic env) are counted in ``fork/replay_drift``; the child keeps the parent's ids.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agent_rl.types import InfraError, StopReason, Trajectory
 
@@ -33,28 +35,41 @@ def branch_turn(trajectory: Trajectory, at_token: int) -> int:
     raise ValueError(f"fork: at_token={at_token} is in no recorded turn of the trajectory")
 
 
-async def replay_prefix(engine: RolloutEngine, ep: _Episode, parent: Trajectory, at_token: int, k: int) -> None:
+class SharedReplay:
+    """One fork's replay, shared by its children when the env can ``snapshot()`` / ``restore(s)``:
+    the first child replays and snapshots, the others restore that snapshot instead of replaying."""
+
+    def __init__(self) -> None:
+        self.leader_taken = False
+        self.result: asyncio.Future[tuple[Any, dict[str, Any]] | None] = asyncio.get_running_loop().create_future()
+
+
+async def replay_prefix(
+    engine: RolloutEngine, ep: _Episode, parent: Trajectory, at_token: int, k: int, shared: SharedReplay
+) -> None:
     """Set ``ep`` (a fresh episode with an env) to the parent's state at ``at_token`` in turn ``k``."""
     ep.parent_id, ep.branch_point = parent.episode_id, at_token
-    info = parent.info
-    ep.info.update({key: copy.deepcopy(v) for key, v in info.items() if key in _KEPT_INFO})
+    ep.info.update({key: copy.deepcopy(v) for key, v in parent.info.items() if key in _KEPT_INFO})
     ep.info.update(sample_seed=ep.sample_seed)
+    env = ep.env.unwrapped
+    snapshots = callable(getattr(env, "snapshot", None)) and callable(getattr(env, "restore", None))
+    leader = not shared.leader_taken
+    shared.leader_taken = True
     try:
-        obs, reset_info = await engine.env_call(ep.env, "reset", seed=info.get("seed"), options=info.get("options") or {})
-        ep.messages, ep.tools = list(obs), reset_info.get("tools")
-        ep.state_key = reset_info.get("state_key")
-        for j, turn in enumerate(parent.turns_N[:k]):
-            text = engine.renderer.assistant_text(parent.token_ids_T[turn.start : turn.end])
-            obs, reward, terminated, truncated, step_info = await engine.env_call(ep.env, "step", text)
-            if terminated or truncated:
-                raise RuntimeError(f"replayed turn {j} ended the episode; the parent went on (a non-deterministic env?)")
-            ep.messages = ep.messages + [{"role": "assistant", "content": text}]
-            ended_with_stop = parent.token_ids_T[turn.end - 1] in engine.renderer.stop_token_ids
-            obs_ids = engine.observation(ep, list(obs), ended_with_stop)
-            engine.metrics["fork/replay_drift"] += int(obs_ids != parent.token_ids_T[turn.obs_start : turn.obs_end])
-            ep.state_key = step_info.get("state_key")
-            ep.reward += float(reward)
+        restored = None if leader or not snapshots else await shared.result
+        if restored is not None:
+            await engine.env_call(ep.env, "restore", restored[0])
+            vars(ep).update(copy.deepcopy(restored[1]))
+            engine.metrics["fork/restored"] += 1
+        else:
+            await _replay(engine, ep, parent, k)
+            engine.metrics["fork/replayed"] += 1
+        if leader and not shared.result.done():
+            state = {key: getattr(ep, key) for key in ("messages", "tools", "state_key", "reward")}
+            shared.result.set_result((await engine.env_call(ep.env, "snapshot"), state) if snapshots else None)
     except Exception as e:  # noqa: BLE001 - env failures end the child, never the run
+        if leader and not shared.result.done():
+            shared.result.set_result(None)  # the others replay for themselves
         ep.fail(StopReason.INFRA_ERROR if isinstance(e, InfraError) else StopReason.ENV_ERROR, f"fork replay: {e!r}")
         return
     ep.task_id = parent.task_id
@@ -71,6 +86,25 @@ async def replay_prefix(engine: RolloutEngine, ep: _Episode, parent: Trajectory,
         ep.context_ids = engine.renderer.prompt_ids(ep.messages, ep.tools)
     ep.generated = sum(ep.loss_mask)
     ep.interrupted = any(0 in parent.loss_mask_T[u.start : min(u.end, at_token)] for u in parent.turns_N[: k + 1])
+
+
+async def _replay(engine: RolloutEngine, ep: _Episode, parent: Trajectory, k: int) -> None:
+    """Reset with the parent's seed and options, then step with its first ``k`` turns' texts."""
+    info = parent.info
+    obs, reset_info = await engine.env_call(ep.env, "reset", seed=info.get("seed"), options=info.get("options") or {})
+    ep.messages, ep.tools = list(obs), reset_info.get("tools")
+    ep.state_key = reset_info.get("state_key")
+    for j, turn in enumerate(parent.turns_N[:k]):
+        text = engine.renderer.assistant_text(parent.token_ids_T[turn.start : turn.end])
+        obs, reward, terminated, truncated, step_info = await engine.env_call(ep.env, "step", text)
+        if terminated or truncated:
+            raise RuntimeError(f"replayed turn {j} ended the episode; the parent went on (a non-deterministic env?)")
+        ep.messages = ep.messages + [{"role": "assistant", "content": text}]
+        ended_with_stop = parent.token_ids_T[turn.end - 1] in engine.renderer.stop_token_ids
+        obs_ids = engine.observation(ep, list(obs), ended_with_stop)
+        engine.metrics["fork/replay_drift"] += int(obs_ids != parent.token_ids_T[turn.obs_start : turn.obs_end])
+        ep.state_key = step_info.get("state_key")
+        ep.reward += float(reward)
 
 
 # parent info carried over to children (the task, and what self-distillation needs)

@@ -34,7 +34,7 @@ from agent_rl.rollout.backends.base import (
     GenerationResult,
     InferenceBackend,
 )
-from agent_rl.rollout.branching import branch_turn, replay_prefix
+from agent_rl.rollout.branching import SharedReplay, branch_turn, replay_prefix
 from agent_rl.rollout.render import ChatRenderer
 from agent_rl.rollout.scheduler import GenerationScheduler
 from agent_rl.task_sampler import derive_seed
@@ -228,7 +228,8 @@ class RolloutEngine:
         normal episode. The environment is brought to the state before that turn by replaying: a
         reset with the stored ``info["seed"]``/``info["options"]``, then a step with the text of each
         completed turn before the branch point (observations that re-render differently from the
-        stored ones are counted in ``fork/replay_drift``). Children have fresh episode ids,
+        stored ones are counted in ``fork/replay_drift``); an env with ``snapshot()``/``restore(s)``
+        is replayed once and restored into the other children. Children have fresh episode ids,
         ``parent_id`` = the parent's episode id, ``branch_point`` = ``at_token`` and the parent's
         group id unless ``group_id`` is given; child i samples with
         ``derive_seed(seed, parent episode id, at_token, i)``. Used by CBPO, ARPO and VinePPO.
@@ -242,7 +243,8 @@ class RolloutEngine:
             options=trajectory.info.get("options") or {},
         )
         episodes = [_Episode(spec, derive_seed(seed, trajectory.episode_id, at_token, i)) for i in range(n)]
-        await self._run_episodes(episodes, [lambda ep: replay_prefix(self, ep, trajectory, at_token, k)] * n)
+        shared = SharedReplay()
+        await self._run_episodes(episodes, [lambda ep: replay_prefix(self, ep, trajectory, at_token, k, shared)] * n)
         return [ep.trajectory() for ep in episodes]
 
     def fork_sync(

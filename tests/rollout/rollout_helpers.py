@@ -65,6 +65,16 @@ class AsyncEchoEnv(EchoEnv):
         return self._act(action)
 
 
+class SnapshotEchoEnv(EchoEnv):
+    """``EchoEnv`` whose state can be saved and restored (fork replays it once, restores the rest)."""
+
+    def snapshot(self) -> tuple[dict[str, Any], list[str]]:
+        return dict(self.options), list(self.actions)
+
+    def restore(self, snapshot: tuple[dict[str, Any], list[str]]) -> None:
+        self.options, self.actions = dict(snapshot[0]), list(snapshot[1])
+
+
 class RecordingBackend(HfBackend):
     """The hf backend, keeping every request it got and everything it sampled."""
 

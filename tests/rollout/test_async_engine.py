@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rollout_helpers import AsyncEchoEnv, EchoEnv, RecordingBackend
+from rollout_helpers import AsyncEchoEnv, EchoEnv, RecordingBackend, SnapshotEchoEnv
 
 from agent_rl.learner.logprobs import token_logprobs
 from agent_rl.rollout.backends.hf import load_model
@@ -140,3 +140,23 @@ def test_fork_shares_the_prefix_and_replays_the_env(model, tiny_tokenizer):
         with pytest.raises(ValueError, match=f"at_token={bad} is not a sampled token"):
             engine.fork_sync(parent, bad, n=2)
     engine.close()
+
+
+@pytest.mark.parametrize("env", [EchoEnv, SnapshotEchoEnv])
+def test_fork_at_a_turn_boundary_with_a_deterministic_policy_reproduces_the_parent(tiny_tokenizer, env):
+    """Branch at the first token of turn 2 of 4: the replayed (or restored) env and the copied
+    prefix make each child's episode the parent's, token for token."""
+    tok = tiny_tokenizer
+    policy = lambda messages, rng: str(sum(m["role"] == "assistant" for m in messages))
+    engine = RolloutEngine(ScriptedBackend(policy, tok), ChatRenderer(tok), env, EngineConfig(max_turns=4))
+    [parent] = engine.run_sync([EpisodeSpec(seed=5, group_id="g", options={"turns": 4})])
+    children = engine.fork_sync(parent, parent.turns_N[2].start, n=3, group_id="branches")
+    engine.close()
+    for c in children:
+        assert c.token_ids_T == parent.token_ids_T and c.loss_mask_T == parent.loss_mask_T
+        assert [(u.start, u.end, u.obs_end, u.state_key) for u in c.turns_N] == [
+            (u.start, u.end, u.obs_end, u.state_key) for u in parent.turns_N
+        ]
+        assert c.reward == parent.reward == 1.0 and c.group_id == "branches"
+    restored = 2 if env is SnapshotEchoEnv else 0
+    assert (engine.metrics["fork/replayed"], engine.metrics["fork/restored"]) == (3 - restored, restored)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import copy
 
 import pytest
+import torch
 from rollout_helpers import DROP_THINKING_TEMPLATE, EchoEnv, pieces
 
 from agent_rl.rollout.backends.scripted import ScriptedBackend
-from agent_rl.rollout.batching import make_batch, turn_rows
+from agent_rl.rollout.batching import make_batch, per_turn_batch, turn_rows
 from agent_rl.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine
 from agent_rl.rollout.render import ChatRenderer
 from agent_rl.types import TrajectoryGroup
@@ -100,3 +101,21 @@ def test_turn_rows_maps_concat_values_onto_per_turn_rows(rewriting_tokenizer):
 def test_unknown_layout_names_the_allowed_ones(tiny_tokenizer):
     with pytest.raises(ValueError, match="rollout.layout.*concat, per_turn"):
         EngineConfig(layout="packed")
+
+
+def test_per_turn_batch_carries_advantages_and_the_credit_mask(rewriting_tokenizer):
+    """What the trainer does for rollout.layout=per_turn: estimators run on the concat rows (each
+    episode once), then advantages and the (credit-edited) loss mask move onto the turn rows."""
+    tok = rewriting_tokenizer
+    traj, backend, _ = rollout(tok, "per_turn")
+    groups = [TrajectoryGroup(traj.task_id, "g", [traj])]
+    concat = make_batch(groups, tok.pad_token_id)
+    advantages_BT = concat.loss_mask_BT * 0.5  # GRPO-like: one value on every sampled token
+    concat.loss_mask_BT[0, traj.turns_N[0].start : traj.turns_N[0].end] = 0.0  # a credit method drops turn 0
+    batch, adv_BT = per_turn_batch(groups, concat, advantages_BT, tok.pad_token_id)
+    assert batch.batch_size == 3 and adv_BT.shape == batch.loss_mask_BT.shape
+    assert [int(batch.loss_mask_BT[k].sum()) for k in range(3)] == [0, len(backend.sampled[1]), len(backend.sampled[2])]
+    assert [float(adv_BT[k].sum()) for k in range(3)] == [0.5 * len(s) for s in backend.sampled]
+    concat.ref_logprobs_BT = torch.zeros_like(concat.loss_mask_BT)
+    with pytest.raises(ValueError, match="rollout.layout=per_turn"):
+        per_turn_batch(groups, concat, advantages_BT, tok.pad_token_id)
