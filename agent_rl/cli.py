@@ -70,11 +70,21 @@ def cmd_envs(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    import gymnasium as gym
+
     from agent_rl.envloader import load_plugins
 
+    def module_of(spec: gym.envs.registration.EnvSpec) -> str:
+        entry = spec.entry_point
+        return entry.partition(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
+
     load_plugins(args.plugins)
+    plugin_ids = sorted(  # ids whose environments come from the --plugins modules
+        env_id for env_id, spec in gym.registry.items()
+        if env_id not in envs.REGISTERED and any(module_of(spec) == p or module_of(spec).startswith(p + ".") for p in args.plugins)
+    )
     table = Table("id", "description", "tools", "max turns", "reward", show_lines=True)
-    for env_id in sorted(envs.REGISTERED):
+    for env_id in sorted(envs.REGISTERED) + plugin_ids:
         c = envs.card(env_id)
         table.add_row(c["id"], c["description"], ", ".join(c["tools"]), str(c["max_turns"]), c["reward"])
     Console(width=args.width).print(table)

@@ -6,9 +6,10 @@ import gymnasium as gym
 
 REGISTERED: dict[str, str] = {}  # id -> one-line description, for `agent-rl envs list`
 
-# The listing convention: the description is the registration's; an env class's Gymnasium
-# ``metadata`` dict also holds ``tools`` (tuple of tool names) and ``reward`` (one line); max turns
-# is the ``max_turns`` default of its constructor (or of the registration's kwargs).
+# The listing convention: an env class's Gymnasium ``metadata`` dict also holds ``tools`` (tuple of
+# tool names) and ``reward`` (one line). The description is the registration's (a plugin's:
+# ``metadata["description"]`` or the class docstring's first line); max turns is the ``max_turns``
+# default of its constructor (or of the registration's kwargs).
 CARD_KEYS = ("tools", "reward")
 
 
@@ -27,7 +28,7 @@ def card(env_id: str) -> dict:
     max_turns = spec.kwargs.get("max_turns", param.default if param is not None else None)
     return {
         "id": env_id,
-        "description": REGISTERED.get(env_id, ""),
+        "description": REGISTERED.get(env_id) or meta.get("description") or (cls.__doc__ or "").strip().split("\n")[0],
         "tools": tuple(meta.get("tools", ())),
         "max_turns": max_turns,
         "reward": meta.get("reward", ""),

@@ -153,7 +153,7 @@ class CodeExecEnv(gym.Env):
                 else:
                     known = ", ".join(["python", "submit", *(self._mcp.names if self._mcp else [])])
                     raise ToolError(f"unknown tool '{call.name}'; available: {known}")
-            except ToolError as e:
+            except (ToolError, ValueError) as e:  # ValueError: code the sandbox refuses (NUL bytes, > 120 kB)
                 content, valid = f"error: {e}", False
             obs = [{"role": "tool", "content": content}]
         else:
