@@ -179,6 +179,11 @@ class RayConfig(Section):
     )
     sandbox_pools: bool = Field(True, description="one named sandbox-pool actor per node, shared by that node's envs")
     max_worker_restarts: int = Field(3, ge=0, description="dead rollout workers replaced before the run stops")
+    learner_cpus_per_rank: float = Field(1.0, gt=0.0, description="CPUs per learner rank (learner.world_size > 1 on Ray)")
+    learner_gpus_per_rank: float = Field(0.0, ge=0.0, description="GPUs per learner rank (1 for NCCL ranks)")
+    learner_placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
+        "PACK", description="how the learner ranks' bundles spread over nodes"
+    )
     namespace: str = Field("agent_rl", description="Ray namespace of the named actors")
     startup_timeout_s: float = Field(300.0, gt=0.0, description="placement group and worker start-up limit")
 

@@ -8,6 +8,6 @@ version of each turn; nothing staler than ``max_staleness`` versions is ever han
 """
 
 from agent_rl.distributed.buffer import AsyncRolloutSource, Plan, staleness
-from agent_rl.distributed.source import LocalRolloutSource, RolloutSource, make_rollout_source
+from agent_rl.distributed.source import LocalRolloutSource, RolloutSource, make_learner, make_rollout_source
 
-__all__ = ["AsyncRolloutSource", "LocalRolloutSource", "Plan", "RolloutSource", "make_rollout_source", "staleness"]
+__all__ = ["AsyncRolloutSource", "LocalRolloutSource", "Plan", "RolloutSource", "make_learner", "make_rollout_source", "staleness"]

@@ -113,6 +113,18 @@ async def _close(worker: RolloutWorker) -> None:
     worker.close()
 
 
+def make_learner(cfg: Any, model: Any, **kwargs: Any) -> Any:
+    """The in-process ``Learner``; with ``distributed.backend: ray`` and ``learner.world_size > 1``, a
+    group of FSDP2 rank actors behind the same interface (``model`` is then the driver's replica)."""
+    if cfg.distributed.backend == "ray" and cfg.learner.world_size > 1:
+        from agent_rl.distributed.learner_group import RayLearnerGroup
+
+        return RayLearnerGroup(cfg, model, **kwargs)
+    from agent_rl.learner.learner import Learner
+
+    return Learner(model, cfg.learner, **kwargs)
+
+
 def make_rollout_source(
     cfg: Any, components: Any, engine: RolloutEngine, plan: Callable[[int, int, int], Plan], engine_options: dict[str, Any], version: int
 ) -> RolloutSource:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -81,3 +83,33 @@ def test_killed_worker_is_replaced_and_nothing_is_lost(ray_cluster, tmp_path, ti
         assert s == step
         assert sorted(t.group_id for t in ts) == sorted([f"s{step}r0p0"] * 2 + [f"s{step}r0p1"] * 2)
     assert all(v <= 1 for v in record.staleness_values())
+
+
+def test_two_rank_learner_group_over_ray_equals_one_process(ray_cluster, tmp_path, tiny_model_dir):
+    from agent_rl.config import load_config
+    from agent_rl.distributed import make_learner
+    from agent_rl.rollout.backends.hf import load_model
+    from tests.learner.helpers import parts, step_batch
+    from tests.learner.test_learner import one_step, update_rel_diff
+
+    single = one_step(str(tiny_model_dir), "prompt_mean", 2, 5)
+    cfg = load_config(
+        None,
+        [f"model.path={tiny_model_dir}", "learner.lr=1e-3", "learner.micro_batch_size=2", "learner.adam_eps=1e-6",
+         "distributed.backend=ray", "learner.world_size=2", "distributed.ray.learner_placement_strategy=SPREAD"],
+    )
+    torch.manual_seed(0)
+    replica = load_model(str(tiny_model_dir), "float32", "cpu")
+    before = {k: v.clone() for k, v in replica.state_dict().items()}
+    group = make_learner(cfg, replica, temperature=0.9)
+    try:
+        batch, adv_BT = step_batch(replica.config.vocab_size, B=5)
+        metrics = group.update(batch, adv_BT, parts("prompt_mean"))
+    finally:
+        group.close()
+    update = {k: v - before[k] for k, v in replica.state_dict().items()}
+    assert group.version == 1
+    assert update_rel_diff(update, single["update"]) <= 1e-5  # the driver's replica took the group's step
+    for k in ("train/loss", "train/grad_norm", "train/mismatch_kl"):
+        assert math.isclose(metrics[k], single["metrics"][k], rel_tol=1e-5), k
+    assert metrics["train/tokens"] == 9 + 6 + 4 + 9 + 2
