@@ -6,7 +6,7 @@ import functools
 import hashlib
 from dataclasses import dataclass
 
-SPLITS = ("train", "test", "all")  # test: the held-out 20%; all: every problem (e.g. 164/164 checks)
+SPLITS = ("train", "val", "test", "all")  # 70 / 10 / 20 %; all: every problem (e.g. 164/164 checks)
 
 
 @dataclass(frozen=True)
@@ -19,9 +19,9 @@ class CodeTask:
 
     @property
     def split(self) -> str:
-        """80 / 20 train / test by a hash of the task id: stable across runs and machines."""
+        """70 / 10 / 20 train / val / test by a hash of the task id: stable across runs and machines."""
         bucket = int(hashlib.sha256(("split:" + self.task_id).encode()).hexdigest(), 16) % 10
-        return "train" if bucket < 8 else "test"
+        return "train" if bucket < 7 else ("val" if bucket == 7 else "test")
 
     @property
     def reference(self) -> str:

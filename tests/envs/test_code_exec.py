@@ -144,14 +144,15 @@ def test_do_nothing_scores_zero_and_is_truncated():
 
 
 def test_splits_are_disjoint_deterministic_and_enumerable():
-    train, test = {t.task_id for t in tasks("train")}, {t.task_id for t in tasks("test")}
-    assert not train & test and len(train | test) == 164 and len(tasks("all")) == 164
-    assert (len(train), len(test)) == (126, 38)
+    train, val, test = ({t.task_id for t in tasks(s)} for s in ("train", "val", "test"))
+    assert not train & test and not train & val and not val & test
+    assert len(train | val | test) == len(tasks("all")) == 164
+    assert (len(train), len(val), len(test)) == (116, 10, 38)
     env = CodeExecEnv(split="test")
     seen = {env.reset(seed=10_000 + i)[1]["task_id"] for i in range(38)}
     assert seen == test  # consecutive seeds enumerate the split
-    with pytest.raises(ValueError, match="unknown split 'val'; known: train, test, all"):
-        CodeExecEnv(split="val")
+    with pytest.raises(ValueError, match="unknown split 'dev'; known: train, val, test, all"):
+        CodeExecEnv(split="dev")
     env.close()
 
 
