@@ -105,9 +105,11 @@ class HfBackend:
 
     async def generate(self, requests: list[GenerationRequest], seed: int | None = None) -> list[GenerationResult]:
         # The blocking decode loop runs on ONE persistent worker thread, so the event loop keeps
-        # stepping environments meanwhile. A thread per call (``asyncio.to_thread``) made CPU
-        # sampling 2-3x slower: each new thread starts its own OpenMP team. One long-lived thread
-        # keeps one team; bench/rollout_throughput.py measures it against raw ``model.generate``.
+        # stepping environments meanwhile (the engine overlaps tool calls with generation). An
+        # earlier version decoded on the caller's thread after measuring thread hops 2-3x slower;
+        # with one long-lived thread (one OpenMP team) we measured 0.85x-1.06x the caller-thread
+        # time (64x32 tokens, 1 and 2 torch threads, loaded 2-core machine; bench/rollout_throughput.py
+        # prints this as (c)), so the hop stays.
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-generate")
         return await asyncio.get_running_loop().run_in_executor(self._executor, self.generate_sync, requests, seed)
