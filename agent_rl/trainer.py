@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import random
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -16,15 +16,18 @@ import torch
 from agent_rl.algorithms import ADVANTAGES, CREDITS, FILTERS, KLS, POLICY_LOSSES
 from agent_rl.algorithms.credit import BRANCH_PLANNERS
 from agent_rl.algorithms.registry import AdvantageInputs
-from agent_rl.config import Config
+from agent_rl.config import Config, CriticConfig
 from agent_rl.distributed import Plan, make_rollout_source
 from agent_rl.eval import evaluate
+from agent_rl.learner import checkpoint as ckpt
+from agent_rl.learner import fsdp
+from agent_rl.learner.critic import Critic, load_value_model
 from agent_rl.learner.learner import Learner, ObjectiveParts
-from agent_rl.learner.logprobs import token_logprobs
 from agent_rl.learner.teacher import EmaTeacher, compute_teacher_logprobs, splice_teacher_context
-from agent_rl.rollout.batching import make_batch, trainable_groups
+from agent_rl.rollout.batching import make_batch, per_turn_batch, trainable_groups
 from agent_rl.rollout.engine import EpisodeSpec
-from agent_rl.runtime import Components, make_run_dir, seed_everything
+from agent_rl.rollout.backends.hf import load_model
+from agent_rl.runtime import Components, make_policy_backend, make_run_dir, seed_everything
 from agent_rl.task_sampler import TaskSampler, derive_seed
 from agent_rl.tracking import Tracker, plot_rewards
 from agent_rl.types import Trajectory, TrajectoryGroup
@@ -75,11 +78,17 @@ class Trainer:
             raise ValueError(f"credit '{self.credit.name}' needs the sampler's top-k candidates: set rollout.topk (e.g. 10)")
         self.run_dir = Path(resume) if resume else make_run_dir(cfg)
         self.components = Components(cfg)
+        # learner ranks (learner.world_size > 1): rank 0 samples with an unsharded copy of the policy,
+        # synced after every step; the others only train (learner/launch.py)
+        self.rank, self.world = fsdp.rank_and_world()
+        if self.world > 1:
+            self.components.backend = make_policy_backend(cfg, copy.deepcopy(self.components.model), self.components.tokenizer)
         self.learner = Learner(
             self.components.model,
             cfg.learner,
             temperature=cfg.rollout.temperature,
             max_response_tokens=cfg.rollout.max_new_tokens * cfg.rollout.max_turns,
+            total_steps=cfg.trainer.steps,
         )
         engine_options: dict[str, Any] = {}
         for entry, fcfg in self.filters:  # filters that change the rollout itself (forced interruption)
@@ -119,15 +128,24 @@ class Trainer:
         # a frozen copy of the initial policy, when the KL term or an entry needs reference logprobs
         self.ref_model = None
         if "ref_logprobs" in self.adv_needs | self.parts.needs():
-            self.ref_model = copy.deepcopy(self.components.model).eval().requires_grad_(False)
+            self.ref_model = self._frozen_initial_policy()
+        # a critic when the advantage / credit needs values (gae, turn_gae); VAPO pre-trains it
+        self.critic = None
+        if "values" in self.adv_needs:
+            ccfg = cfg.learner.critic or CriticConfig()
+            body = load_value_model(ccfg.path or cfg.model.path, cfg.model.dtype, cfg.model.device)
+            self.critic = Critic(body, ccfg, cfg.learner, total_steps=cfg.trainer.steps)
         # self-distillation (sdpo / opsd / sc_grpo): a teacher that sees the env's privileged context
         self.teacher = None
         if "teacher_logprobs" in self.adv_needs | self.parts.needs():
+            if self.world > 1:
+                raise ValueError("self-distillation's EMA teacher is not sharded yet: use learner.world_size=1")
             loss_cfg = cfg.algorithm.loss
             decay = loss_cfg.teacher_ema_decay if "teacher_ema_decay" in type(loss_cfg).model_fields else 0.0
             self.teacher = EmaTeacher(self.components.model, decay=decay)
             self.states["teacher"] = self.teacher
-        self.tracker = Tracker(self.run_dir, cfg.tracking, cfg.model_dump(mode="json"))
+        tracking = cfg.tracking if self.rank == 0 else cfg.tracking.model_copy(update={"jsonl": False, "tensorboard": False, "wandb": False})
+        self.tracker = Tracker(self.run_dir, tracking, cfg.model_dump(mode="json"))
         # where rollouts come from: this engine (local, synchronous) or workers producing ahead
         # (asynchronous within distributed.max_staleness; Ray actors with distributed.backend=ray)
         self.rollouts = make_rollout_source(cfg, self.components, self.engine, self._plan, engine_options, self.learner.version)
@@ -138,12 +156,12 @@ class Trainer:
     # -- the loop ---------------------------------------------------------------------------------
     def train(self) -> Path:
         cfg = self.cfg
-        progress = _progress(cfg.tracking.progress)
+        progress = _progress(cfg.tracking.progress and self.rank == 0)
         with progress:
             task = progress.add_task("train", total=cfg.trainer.steps, completed=self.start_step)
             for step in range(self.start_step, cfg.trainer.steps):
                 metrics = self._guarded_step(step)
-                if cfg.trainer.eval_every and (step + 1) % cfg.trainer.eval_every == 0:
+                if cfg.trainer.eval_every and (step + 1) % cfg.trainer.eval_every == 0 and self.rank == 0:
                     result, _ = asyncio.run(evaluate(self.engine, cfg.eval.episodes, cfg.eval.k, split="val"))
                     metrics["eval/success"] = result.success
                 self.tracker.log(step + 1, metrics)
@@ -152,7 +170,8 @@ class Trainer:
                     self.save_checkpoint(step + 1)
         self.save_checkpoint(cfg.trainer.steps)
         self.tracker.close()
-        plot_rewards(self.run_dir)
+        if self.rank == 0:
+            plot_rewards(self.run_dir)
         self.rollouts.close()
         self.engine.close()
         return self.run_dir
@@ -170,7 +189,51 @@ class Trainer:
 
     def step(self, step: int) -> dict[str, float]:
         cfg = self.cfg
-        # 1. rollout, then group filters; a filter that drops groups may ask for more (refill)
+        # 1. rollout (rank 0; the other learner ranks receive the trainable groups)
+        trajectories, groups, metrics = self._collect(step) if self.rank == 0 else ([], [], {})
+        if self.world > 1:
+            groups, metrics = fsdp.broadcast_object((groups, metrics))
+        if not groups:
+            self._save_trajectories(step, trajectories)
+            metrics["train/skipped"] = 1.0
+            return metrics
+        # 2. batch and advantages
+        batch = make_batch(groups, self.components.tokenizer.pad_token_id, cfg.model.device)
+        if self.teacher is not None:
+            batch.teacher_logprobs_BT = self._teacher_logprobs(batch, groups)
+        x = self._advantage_inputs(batch, groups, step)
+        if self.credit is not None:  # turn / branch credit replaces the outcome estimator
+            x.state = self.states["credit"]
+            adv = self.credit.fn(groups, x, self.states["credit"], cfg.algorithm.credit)
+            if adv.loss_mask_BT is not None:  # copied prefixes of forked branches leave the loss
+                batch.loss_mask_BT = adv.loss_mask_BT
+        else:
+            adv = self.advantage.fn(x, cfg.algorithm.advantage)
+        metrics.update(adv.metrics)
+        self._save_trajectories(step, trajectories, advantages_by_episode(groups, adv.advantages_BT))
+        if self.critic is not None:  # the value loss towards this step's returns
+            if adv.returns_BT is None:
+                raise ValueError("the critic needs returns_BT from the advantage / credit entry")
+            metrics.update(self.critic.update(batch, adv.returns_BT, batch.values_BT))
+            if step < self.critic.cfg.warmup_steps:  # VAPO: pre-train the critic on the frozen policy's rollouts
+                metrics["train/critic_warmup"] = 1.0
+                return metrics
+        # 3. loss, optimizer step, weight sync (colocated hf: the same module, only the version moves)
+        advantages_BT = adv.advantages_BT
+        if cfg.rollout.layout == "per_turn":  # one row per turn, with the context it was sampled from
+            batch, advantages_BT = per_turn_batch(groups, batch, advantages_BT, self.components.tokenizer.pad_token_id)
+        metrics.update(self.learner.update(batch, advantages_BT, self.parts, step))
+        if self.teacher is not None:
+            self.teacher.update(self.components.model)
+        metrics.update(self._sync_weights())
+        self.rollouts.sync(self.components.model, self.learner.version)  # 4. weight broadcast to the samplers
+        return metrics
+
+    def _collect(self, step: int) -> tuple[list[Trajectory], list[TrajectoryGroup], dict[str, float]]:
+        """Rollouts of the step, filtered (with refills) and grown into branch trees: all episodes,
+        the trainable groups, and the rollout / filter metrics."""
+        cfg = self.cfg
+        # rollout, then group filters; a filter that drops groups may ask for more (refill)
         trajectories = self._rollout(step, 0, cfg.trainer.prompts_per_step)
         pending, groups = group_trajectories(trajectories), []
         metrics: dict[str, float] = {}
@@ -193,36 +256,30 @@ class Trainer:
             groups = [TrajectoryGroup(g.task_id, g.group_id, g.trajectories_G + grown.get(g.group_id, [])) for g in groups]
         metrics.update(rollout_metrics(trajectories))
         metrics.update(self.rollouts.metrics())
-        groups = trainable_groups(groups)
-        if not groups:
-            self._save_trajectories(step, trajectories)
-            metrics["train/skipped"] = 1.0
-            return metrics
-        # 2. batch and advantages
-        batch = make_batch(groups, self.components.tokenizer.pad_token_id, cfg.model.device)
-        if self.teacher is not None:
-            batch.teacher_logprobs_BT = self._teacher_logprobs(batch, groups)
-        x = self._advantage_inputs(batch, groups, step)
-        if self.credit is not None:  # turn / branch credit replaces the outcome estimator
-            x.state = self.states["credit"]
-            adv = self.credit.fn(groups, x, self.states["credit"], cfg.algorithm.credit)
-            if adv.loss_mask_BT is not None:  # copied prefixes of forked branches leave the loss
-                batch.loss_mask_BT = adv.loss_mask_BT
-        else:
-            adv = self.advantage.fn(x, cfg.algorithm.advantage)
-        metrics.update(adv.metrics)
-        self._save_trajectories(step, trajectories, advantages_by_episode(groups, adv.advantages_BT))
-        # 3. loss, optimizer step, weight sync (colocated hf: the same module, only the version moves)
-        metrics.update(self.learner.update(batch, adv.advantages_BT, self.parts, step))
-        if self.teacher is not None:
-            self.teacher.update(self.components.model)
-        self.components.backend.update_weights(None, self.learner.version)
-        self.rollouts.sync(self.components.model, self.learner.version)  # 4. weight broadcast to the samplers
-        return metrics
+        return trajectories, trainable_groups(groups), metrics
+
+    def _sync_weights(self) -> dict[str, float]:
+        """The new policy version to the rollout backend: nothing to copy when the backend shares the
+        learner's module (colocated hf, one rank); otherwise the full state dict, gathered on rank 0
+        (a collective), for ``backend.update_weights`` (hf copy, HTTP ``agent-rl serve``, vLLM)."""
+        start = time.perf_counter()
+        backend = self.components.backend
+        shared = getattr(backend, "model", None) is self.components.model
+        state_dict = None if shared else fsdp.full_state_dict(self.components.model)
+        if self.rank == 0:
+            backend.update_weights(state_dict, self.learner.version)
+        return {"time/weight_sync_s": time.perf_counter() - start}
+
+    def _frozen_initial_policy(self) -> torch.nn.Module:
+        """The reference model: a frozen copy of the initial policy, sharded like it on several ranks."""
+        if self.world == 1:
+            return copy.deepcopy(self.components.model).eval().requires_grad_(False)
+        cfg = self.cfg
+        ref = load_model(cfg.model.path, cfg.model.dtype, cfg.model.device).eval().requires_grad_(False)
+        return fsdp.shard_model(ref, cfg.learner.mixed_precision, cfg.learner.cpu_offload)
 
     def _advantage_inputs(self, batch: Any, groups: list[TrajectoryGroup], step: int) -> AdvantageInputs:
         cfg, needs = self.cfg, self.adv_needs
-        temperature = cfg.rollout.temperature
         x = AdvantageInputs(
             rewards_B=batch.rewards_B,
             loss_mask_BT=batch.loss_mask_BT,
@@ -236,19 +293,19 @@ class Trainer:
         )
         with torch.no_grad():
             if needs & {"old_logprobs", "entropy"}:
-                x.old_logprobs_BT, x.entropy_BT = token_logprobs(
-                    self.components.model, batch, temperature, with_entropy="entropy" in needs
-                )
+                x.old_logprobs_BT, x.entropy_BT = self.learner.score(self.components.model, batch, "entropy" in needs)
             if self.ref_model is not None:
-                batch.ref_logprobs_BT, _ = token_logprobs(self.ref_model, batch, temperature)
+                batch.ref_logprobs_BT, _ = self.learner.score(self.ref_model, batch)
                 x.ref_logprobs_BT = batch.ref_logprobs_BT
+            if self.critic is not None:
+                batch.values_BT = x.values_BT = self.critic.values(batch)
             kl = cfg.algorithm.kl
             if kl.coef > 0 and kl.placement == "in_reward":
                 # the sampler's logprobs stand for the policy that produced the tokens
                 kl_BT = KLS(kl)(batch.rollout_logprobs_BT, batch.ref_logprobs_BT, kl)
                 x.kl_penalty_BT = kl.coef * kl_BT * batch.loss_mask_BT
-        if "greedy_rewards" in needs:
-            x.greedy_rewards_B = self._greedy_rewards(groups)
+        if "greedy_rewards" in needs:  # sampled on rank 0
+            x.greedy_rewards_B = fsdp.broadcast_object(self._greedy_rewards(groups) if self.rank == 0 else None)
         return x
 
     def _teacher_logprobs(self, batch: Any, groups: list[TrajectoryGroup]) -> torch.Tensor:
@@ -276,6 +333,13 @@ class Trainer:
         engine.close()
         return torch.tensor([greedy[g.group_id] for g in groups for _ in g.trajectories_G], dtype=torch.float32)
 
+    def _rollout(self, step: int, round_: int, num_prompts: int) -> list[Trajectory]:
+        trajectories = self.rollouts.rollout(step, round_, num_prompts)
+        for t in trajectories:
+            if "seed" in t.info:  # absent when the env failed to reset
+                self.sampler.observe(t.info["seed"], t.task_id)
+        return trajectories
+
     def _grow_branches(self, step: int, groups: list[TrajectoryGroup]) -> dict[str, list[Trajectory]]:
         """Fork where the credit's planner says (exact prefixes) and fill its left-over slots with fresh episodes."""
         cfg = self.cfg
@@ -299,13 +363,6 @@ class Trainer:
             out.setdefault(t.group_id, []).append(t)
         return out
 
-    def _rollout(self, step: int, round_: int, num_prompts: int) -> list[Trajectory]:
-        trajectories = self.rollouts.rollout(step, round_, num_prompts)
-        for t in trajectories:
-            if "seed" in t.info:  # absent when the env failed to reset
-                self.sampler.observe(t.info["seed"], t.task_id)
-        return trajectories
-
     def _plan(self, step: int, round_: int, num_prompts: int) -> Plan:
         """The episodes of (step, round_): ``group_size`` copies of each drawn task, and the sampling seed."""
         cfg = self.cfg
@@ -319,7 +376,7 @@ class Trainer:
     def _save_trajectories(self, step: int, trajectories: list[Trajectory], advantages: dict | None = None) -> None:
         """For ``agent-rl view``; ``advantages``: episode id -> per-token advantages (``info.advantages_T``)."""
         n = self.cfg.tracking.save_trajectories
-        if n <= 0:
+        if n <= 0 or self.rank != 0:
             return
         out = self.run_dir / "trajectories"
         out.mkdir(exist_ok=True)
@@ -331,44 +388,42 @@ class Trainer:
                 f.write(json.dumps(d) + "\n")
 
     def save_checkpoint(self, step: int) -> Path:
-        """Atomic: written to a temporary directory, then renamed; the newest complete one wins."""
-        root = self.run_dir / "checkpoints"
-        root.mkdir(exist_ok=True)
-        final, tmp = root / f"step_{step:06d}", root / f".tmp_step_{step:06d}"
-        tmp.mkdir(exist_ok=True)
-        torch.save(
-            {
-                "step": step,
-                "learner": self.learner.state_dict(),
-                "states": {k: v.state_dict() for k, v in self.states.items() if v is not None},
-                "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
-            },
-            tmp / "trainer.pt",
-        )
-        self.components.model.save_pretrained(tmp / "model")
-        self.components.tokenizer.save_pretrained(tmp / "model")
-        if final.exists():
-            import shutil
+        """Atomic DCP checkpoint (learner/checkpoint.py): sharded weights and optimizers, RNG states,
+        scheduler, policy version, objectives' state and data position, the policy in HF format."""
+        per_rank = {"policy_scheduler": self.learner.scheduler.state_dict(), "version": self.learner.version}
+        if self.critic is not None:
+            per_rank["critic_scheduler"] = self.critic.scheduler.state_dict()
+        trainer_state = {"step": step, "states": {k: v.state_dict() for k, v in self.states.items() if v is not None}}
+        return ckpt.save(self.run_dir / "checkpoints", step, self._sharded_state(), per_rank, trainer_state, self._export)
 
-            shutil.rmtree(final)
-        tmp.rename(final)
-        return final
+    def _sharded_state(self) -> dict[str, ckpt.ModelAndOptimizer]:
+        state = {"policy": ckpt.ModelAndOptimizer(self.learner.model, self.learner.optimizer)}
+        if self.critic is not None:
+            state["critic"] = ckpt.ModelAndOptimizer(self.critic.model, self.critic.optimizer)
+        return state
+
+    def _export(self, out: Path) -> None:
+        """The policy in Hugging Face format (``from_pretrained``-loadable), written by rank 0."""
+        full = fsdp.full_state_dict(self.components.model)
+        if self.rank == 0:
+            self.components.model.save_pretrained(out, state_dict=full)
+            self.components.tokenizer.save_pretrained(out)
 
     def _load_checkpoint(self) -> None:
-        ckpts = sorted((self.run_dir / "checkpoints").glob("step_*"))
-        if not ckpts:
+        path = ckpt.latest(self.run_dir / "checkpoints")
+        if path is None:
             raise ValueError(f"--resume {self.run_dir}: no complete checkpoint in {self.run_dir / 'checkpoints'}")
-        state = torch.load(ckpts[-1] / "trainer.pt", weights_only=False)
-        self.learner.load_state_dict(state["learner"])
-        for k, v in state["states"].items():
+        per_rank, trainer_state = ckpt.load(path, self._sharded_state())
+        self.learner.scheduler.load_state_dict(per_rank["policy_scheduler"])
+        self.learner.version = per_rank["version"]
+        if self.critic is not None:
+            self.critic.scheduler.load_state_dict(per_rank["critic_scheduler"])
+        for k, v in trainer_state["states"].items():
             self.states[k].load_state_dict(v)
-        torch.set_rng_state(state["rng"]["torch"])
-        random.setstate(state["rng"]["python"])
-        np.random.set_state(state["rng"]["numpy"])
-        self.start_step = state["step"]
-        self.components.backend.update_weights(None, self.learner.version)
+        self.start_step = trainer_state["step"]
+        self._sync_weights()
         self.rollouts.sync(self.components.model, self.learner.version)
-        self.log(f"resumed {self.run_dir} at step {self.start_step}")
+        self.log(f"resumed {self.run_dir} at step {self.start_step} (policy version {self.learner.version})")
 
 
 def _progress(enabled: bool):

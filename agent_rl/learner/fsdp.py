@@ -28,10 +28,6 @@ def rank_and_world() -> tuple[int, int]:
     return 0, 1
 
 
-def is_distributed() -> bool:
-    return rank_and_world()[1] > 1 or (dist.is_available() and dist.is_initialized())
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -120,7 +116,7 @@ def all_reduce(values: list[float], op: str = "sum") -> list[float]:
 
 def all_gather_objects(obj: Any) -> list[Any]:
     """Every rank's ``obj``, in rank order (a list of one outside a process group)."""
-    rank, world = rank_and_world()
+    world = rank_and_world()[1]
     if world == 1:
         return [obj]
     out: list[Any] = [None] * world
@@ -180,7 +176,7 @@ def map_rows(batch: TrainBatch, fn: Callable[[TrainBatch], tuple[torch.Tensor | 
     ``fn`` returns ``[b, ...]`` tensors (or None); under FSDP every rank must call this (the
     forward passes are collectives).
     """
-    rank, world = rank_and_world()
+    world = rank_and_world()[1]
     if world == 1:
         return fn(batch)
     shard, _ = shard_rows(batch)

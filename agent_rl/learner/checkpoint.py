@@ -1,0 +1,129 @@
+"""Checkpoints of a run with ``torch.distributed.checkpoint`` (DCP): atomic, exact resume, any world size.
+
+Layout of ``<run>/checkpoints/step_NNNNNN/``:
+
+    dcp/            model(s) + optimizer(s), sharded: every rank writes its own shards (DCP)
+    rank_<r>.pt     per rank: RNG states (torch, CUDA, Python, NumPy), LR scheduler(s), policy version
+    trainer.pt      rank 0: trainer step, stateful objectives' state (loss / filter / credit state
+                    objects, the task sampler's data position, teacher), anything picklable
+    model/          the policy in Hugging Face format (full state dict gathered on rank 0 + tokenizer)
+
+Atomicity: everything is written into ``.tmp_step_NNNNNN`` and renamed to ``step_NNNNNN`` by
+rank 0 after every rank finished (a barrier); ``latest`` only considers ``step_*`` directories,
+so a run killed half-way through a write resumes from the previous complete checkpoint. A
+leftover temporary directory is removed by the next save of the same step.
+
+``AGENT_RL_FAULT_KILL_IN_CHECKPOINT=<step>`` makes the process SIGKILL itself after the shards of
+that step are written and before the rename (how the tests kill a run during a write).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agent_rl.learner import fsdp
+
+
+class ModelAndOptimizer:
+    """DCP ``Stateful`` of one module and its optimizer: fully-qualified, sharding-independent keys."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
+        self.model, self.optimizer = model, optimizer
+
+    def state_dict(self) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        return {"model": model_sd, "optimizer": optim_sd}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def latest(root: Path) -> Path | None:
+    """The newest complete checkpoint under ``root`` (temporary directories never count)."""
+    done = sorted(p for p in Path(root).glob("step_*") if p.is_dir())
+    return done[-1] if done else None
+
+
+def save(
+    root: Path,
+    step: int,
+    sharded: dict[str, ModelAndOptimizer],
+    per_rank: dict[str, Any],
+    trainer_state: dict[str, Any],
+    export: Callable[[Path], None] | None = None,
+) -> Path:
+    """Write checkpoint ``step`` atomically; every rank calls it (the writes are collective).
+
+    ``sharded``: DCP stateful objects; ``per_rank``: picklable state of this rank (RNG states are
+    added); ``trainer_state``: rank 0's picklable state; ``export(dir)``: writes the HF model
+    (called on every rank: gathering the full state dict is a collective).
+    """
+    import torch.distributed.checkpoint as dcp
+
+    rank, _ = fsdp.rank_and_world()
+    root = Path(root)
+    final, tmp = root / f"step_{step:06d}", root / f".tmp_step_{step:06d}"
+    if rank == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)  # a write that was killed half-way
+        tmp.mkdir()
+    fsdp.barrier()
+    dcp.save(dict(sharded), checkpoint_id=str(tmp / "dcp"))
+    torch.save({**per_rank, "rng": rng_state()}, tmp / f"rank_{rank}.pt")
+    if rank == 0:
+        torch.save(trainer_state, tmp / "trainer.pt")
+    if export is not None:
+        export(tmp / "model")
+    fsdp.barrier()
+    if os.environ.get("AGENT_RL_FAULT_KILL_IN_CHECKPOINT") == str(step):
+        os.kill(os.getpid(), signal.SIGKILL)
+    if rank == 0:
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+    fsdp.barrier()
+    return final
+
+
+def load(path: Path, sharded: dict[str, ModelAndOptimizer]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Load ``sharded`` in place from ``path``, restore this rank's RNG states; returns
+    (this rank's ``per_rank`` state, rank 0's ``trainer_state``)."""
+    import torch.distributed.checkpoint as dcp
+
+    rank, _ = fsdp.rank_and_world()
+    dcp.load(dict(sharded), checkpoint_id=str(Path(path) / "dcp"))
+    rank_file = Path(path) / f"rank_{rank}.pt"
+    if not rank_file.exists():
+        raise ValueError(f"{path} was written by fewer ranks than learner.world_size; resume with the same world size")
+    per_rank = torch.load(rank_file, weights_only=False)
+    set_rng_state(per_rank["rng"])
+    return per_rank, torch.load(Path(path) / "trainer.pt", weights_only=False)
