@@ -158,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     sp.add_argument("--device", default="cpu")
     sp.add_argument("--served-model-name", default=None, help="name in /v1/models (default: --model)")
-    sp.add_argument("--batch-wait-ms", type=float, default=5.0, help="gather requests this long into one batch")
+    sp.add_argument("--batch-wait-ms", type=float, default=5.0, help="one batch gathers requests arriving less than this apart (up to 10 gaps)")
     sp.add_argument("--max-batch-size", type=int, default=64)
     sp.set_defaults(fn=cmd_serve)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 from typing import Any
 
 import httpx
@@ -53,6 +54,9 @@ class OpenAIBackend:
         self._local_model = model  # the learner's module, sent when update_weights gets None
         key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
         self.headers = {"Authorization": f"Bearer {key}"} if key else {}
+        # built once: a client per generate call (each call may run on a fresh event loop) would
+        # otherwise build a TLS context every time (~0.1 s measured on a loaded 2-core machine)
+        self._tls = ssl.create_default_context()
 
     # ------------------------------------------------------------------------------------------
     async def generate(self, requests: list[GenerationRequest], seed: int | None = None) -> list[GenerationResult]:
@@ -62,7 +66,7 @@ class OpenAIBackend:
         timeout = httpx.Timeout(self.cfg.timeout_s)
         # a request without its own seed gets one derived from the call's seed and its index
         seeds = [r.seed if r.seed is not None else (None if seed is None else derive_seed(seed, i)) for i, r in enumerate(requests)]
-        async with httpx.AsyncClient(timeout=timeout, headers=self.headers) as client:
+        async with httpx.AsyncClient(timeout=timeout, headers=self.headers, verify=self._tls) as client:
 
             async def one(r: GenerationRequest, s: int | None) -> GenerationResult:
                 async with limit:
@@ -171,6 +175,7 @@ class OpenAIBackend:
                 content=payload,
                 headers={**self.headers, "Content-Type": "application/octet-stream"},
                 timeout=self.cfg.timeout_s,
+                verify=self._tls,
             )
         except httpx.TransportError as e:
             raise ServerUnavailableError(f"{url}: {type(e).__name__}: {e}") from e
@@ -185,7 +190,8 @@ class OpenAIBackend:
 
     def server_policy_version(self) -> int:
         url = f"{self.base_url}/policy_version"
-        return int(_json_or_raise(httpx.get(url, headers=self.headers, timeout=self.cfg.timeout_s), url)["policy_version"])
+        response = httpx.get(url, headers=self.headers, timeout=self.cfg.timeout_s, verify=self._tls)
+        return int(_json_or_raise(response, url)["policy_version"])
 
     def close(self) -> None:
         pass

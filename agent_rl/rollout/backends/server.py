@@ -11,8 +11,8 @@ logprobs, ``return_token_ids``, ``return_tokens_as_token_ids``, ``skip_special_t
   a ``torch.save``-d state dict on disk;
 - ``GET /v1/policy_version``; every completion also reports the ``policy_version`` that sampled it.
 
-Concurrent HTTP requests are batched: a queue gathers the requests that arrive within
-``batch_wait_ms`` of the first (and all that queued up during the previous batch), and one hf
+Concurrent HTTP requests are batched: a queue gathers the requests that arrive less than
+``batch_wait_ms`` apart (at most 10 such gaps; plus all that queued up during the previous batch), and one hf
 generate call samples them together in a worker thread, off the event loop. Logprobs are those of
 the distribution sampled from (after temperature and top-p), like vLLM's ``processed_logprobs``.
 """
@@ -74,6 +74,7 @@ class ServerState:
         self.queue: asyncio.Queue[tuple[GenerationRequest, asyncio.Future]] | None = None
         self.lock: asyncio.Lock | None = None
         self.metrics = {"batches": 0, "requests": 0, "max_batch": 0}
+        self._pieces: dict[int, str] = {}
 
     async def start(self) -> asyncio.Task:
         self.queue, self.lock = asyncio.Queue(), asyncio.Lock()
@@ -89,16 +90,18 @@ class ServerState:
         loop = asyncio.get_running_loop()
         while True:
             items = [await self.queue.get()]
-            deadline = loop.time() + self.batch_wait_s
+            # keep gathering while requests keep coming (gaps under batch_wait_s), for at most
+            # 10 gaps: a burst of requests that trickles in on a busy machine stays one batch
+            deadline = loop.time() + 10 * self.batch_wait_s
             while len(items) < self.max_batch_size:
                 if not self.queue.empty():
                     items.append(self.queue.get_nowait())
                     continue
-                remaining = deadline - loop.time()
-                if remaining <= 0:
+                wait = min(self.batch_wait_s, deadline - loop.time())
+                if wait <= 0:
                     break
                 try:
-                    items.append(await asyncio.wait_for(self.queue.get(), remaining))
+                    items.append(await asyncio.wait_for(self.queue.get(), wait))
                 except TimeoutError:
                     break
             await self._run(items)  # per-row temperature, top_p and seed: one hf call for all
@@ -138,7 +141,7 @@ class ServerState:
         """One completion choice in vLLM's response shape."""
         ids = result.token_ids
         as_ids = req.return_tokens_as_token_ids
-        pieces = [self.tokenizer.decode([t], skip_special_tokens=False) for t in ids]
+        pieces = [self._piece(t) for t in ids]
         logprobs = None
         if req.logprobs is not None:
             offsets, pos = [], 0
@@ -169,7 +172,14 @@ class ServerState:
         }
 
     def _key(self, token_id: int, as_ids: bool) -> str:
-        return f"{TOKEN_ID_PREFIX}{token_id}" if as_ids else self.tokenizer.decode([token_id], skip_special_tokens=False)
+        return f"{TOKEN_ID_PREFIX}{token_id}" if as_ids else self._piece(token_id)
+
+    def _piece(self, token_id: int) -> str:
+        """One token decoded on its own (cached: a completion decodes every token for text_offset)."""
+        piece = self._pieces.get(token_id)
+        if piece is None:
+            piece = self._pieces[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=False)
+        return piece
 
 
 def _complete(state_dict: dict[str, torch.Tensor], own: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -255,7 +265,8 @@ def create_app(state: ServerState) -> FastAPI:
         choices = [state.choice(i, req, p, res) for i, (p, (res, _)) in enumerate(zip(prompts, outs, strict=True))]
         completion_tokens = sum(len(res.token_ids) for res, _ in outs)
         prompt_tokens = sum(len(p) for p in prompts)
-        return {
+        # a JSONResponse skips FastAPI's recursive encoder (slow on thousands of per-token entries)
+        return JSONResponse({
             "id": f"cmpl-{uuid.uuid4().hex}",
             "object": "text_completion",
             "created": int(time.time()),
@@ -267,7 +278,7 @@ def create_app(state: ServerState) -> FastAPI:
                 "total_tokens": prompt_tokens + completion_tokens,
             },
             "policy_version": min(v for _, v in outs),
-        }
+        })
 
     @app.post("/v1/update_weights")
     async def update_weights(request: Request, version: int | None = None):
