@@ -49,6 +49,11 @@ class OpenAIBackendConfig(ComponentConfig):
     api_key_env: str | None = Field(
         "OPENAI_API_KEY", description="environment variable holding the bearer token (unset: no auth header)"
     )
+    weight_sync: Literal["push", "none"] = Field(
+        "push",
+        description="push: update_weights POSTs the learner's weights (agent-rl serve); none: the server keeps "
+        "its weights (a plain server; training is then off-policy, only the version is recorded)",
+    )
 
 
 @BACKENDS.register("openai", config=OpenAIBackendConfig)

@@ -161,7 +161,11 @@ class OpenAIBackend:
         """POST the weights to ``/update_weights`` (``agent-rl serve``); plain servers cannot take them.
 
         ``state_dict=None`` (the trainer's colocated call) sends the learner module given at build time.
+        With ``weight_sync: none`` nothing is sent: the server keeps its weights, only the version moves.
         """
+        if self.cfg.weight_sync == "none":
+            self.policy_version = version
+            return
         if state_dict is None:
             if self._local_model is None:
                 raise ValueError("update_weights(None, ...): the openai backend was built without the learner's model")
@@ -182,8 +186,8 @@ class OpenAIBackend:
         if response.status_code in (404, 405):
             raise NotImplementedError(
                 f"the server at {self.base_url} has no weight-update endpoint (POST /v1/update_weights): a plain "
-                f"OpenAI-compatible server cannot take new weights; serve the model with `agent-rl serve`, or use "
-                f"the in-process `vllm` backend"
+                f"OpenAI-compatible server cannot take new weights; serve the model with `agent-rl serve`, use "
+                f"the in-process `vllm` backend, or set rollout.backend.weight_sync=none to keep the server's weights"
             )
         body = _json_or_raise(response, url)
         self.policy_version = int(body.get("policy_version", version))

@@ -149,8 +149,11 @@ def test_plain_server_that_cannot_return_token_ids_gives_a_clear_error():
         client = backend(url)
         with pytest.raises(ValueError, match=r"cannot return token ids.*return_token_ids.*return_tokens_as_token_ids"):
             asyncio.run(client.generate([GenerationRequest(prompt_ids=[1, 2, 3], max_new_tokens=2)]))
-        with pytest.raises(NotImplementedError, match="no weight-update endpoint"):
+        with pytest.raises(NotImplementedError, match="no weight-update endpoint.*weight_sync=none"):
             client.update_weights({"w": torch.zeros(1)}, version=1)
+        fixed = backend(url, weight_sync="none")  # the server keeps its weights; only the version moves
+        fixed.update_weights({"w": torch.zeros(1)}, version=4)
+        assert fixed.policy_version == 4
 
 
 def test_retries_busy_server_then_succeeds_and_down_server_is_an_infra_error():
