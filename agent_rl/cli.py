@@ -114,7 +114,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_view(args: argparse.Namespace) -> int:
     from agent_rl.viewer import write_view
 
-    out = write_view(args.run, args.out, tokenizer_path=args.tokenizer)
+    out = write_view(args.run, args.out, tokenizer_path=args.tokenizer, last=args.last)
     print(f"viewer written to {out}")
     return 0
 
@@ -166,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("run", help="run directory (its trajectories/*.jsonl) or one .jsonl file")
     sp.add_argument("--out", default=None, help="HTML file (default: RUN/trajectories.html)")
     sp.add_argument("--tokenizer", default=None, help="tokenizer path (default: model.path of RUN/config.yaml)")
+    sp.add_argument("--last", type=int, default=0, help="only the last N training steps (0: all)")
     sp.set_defaults(fn=cmd_view)
 
     sp = sub.add_parser("objectives", help="the registered objectives")

@@ -5,8 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def write_view(run: str | Path, out: str | Path | None = None, tokenizer_path: str | None = None) -> Path:
-    """Write the page for a run directory (its ``trajectories/*.jsonl``) or one JSONL file; returns its path."""
+def write_view(run: str | Path, out: str | Path | None = None, tokenizer_path: str | None = None, last: int = 0) -> Path:
+    """Write the page for a run directory (its ``trajectories/*.jsonl``) or one JSONL file; returns its path.
+
+    ``last > 0``: only the last ``last`` training steps (a long run's page stays small).
+    """
     from agent_rl.viewer.html import render_page
     from agent_rl.viewer.load import (
         TokenTexts,
@@ -15,7 +18,9 @@ def write_view(run: str | Path, out: str | Path | None = None, tokenizer_path: s
         tokenizer_path_of,
     )
 
-    steps = read_steps(run)
+    if last < 0:
+        raise ValueError(f"--last {last}: must be >= 0 (0: every step)")
+    steps = read_steps(run, last)
     path = tokenizer_path or tokenizer_path_of(run)
     try:
         texts = TokenTexts(load_decoder(path))

@@ -21,6 +21,12 @@ from agent_rl.viewer.load import Step, TokenTexts
 
 MASK_COLOURS = {0: "#e8e8e8", 1: "#b7e4b0"}  # prompt / observation, policy
 TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+# control characters (bytes a model may sample) shown as \xNN: invalid in HTML, invisible anyway
+CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F] if chr(c) not in "\n\t"}
+
+
+def _visible(text: str) -> str:
+    return html.escape(text.translate(CONTROL))
 
 CSS = """
 body { font-family: sans-serif; margin: 0 1.5em 2em; color: #222; }
@@ -129,7 +135,7 @@ def render_tokens(traj: dict[str, Any], start: int, end: int, texts: TokenTexts,
             attrs += f' data-adv="{advantages[i]:.4f}"'
             if m:
                 attrs += f' style="--adv:{_adv_colour(advantages[i], adv_scale)}"'
-        parts.append(f'<span class="t m{m}" {attrs}>{html.escape(texts(ids[i]))}</span>')
+        parts.append(f'<span class="t m{m}" {attrs}>{_visible(texts(ids[i]))}</span>')
     return "".join(parts)
 
 

@@ -27,7 +27,7 @@ def trajectory_files(run: str | Path) -> list[Path]:
     folder = p / "trajectories"
     if not p.is_dir():
         raise ValueError(f"run '{run}': no such run directory or JSONL file")
-    files = sorted(folder.glob("*.jsonl")) if folder.is_dir() else []
+    files = sorted(folder.glob("*.jsonl"), key=lambda f: (not f.stem.startswith("step_"), f.name)) if folder.is_dir() else []
     if not files:
         raise ValueError(f"run '{run}': no trajectories in {folder} (tracking.save_trajectories > 0 writes them)")
     return files
@@ -38,9 +38,15 @@ def step_label(path: Path) -> str:
     return f"step {int(m.group(1))}" if m else path.stem
 
 
-def read_steps(run: str | Path) -> list[Step]:
+def read_steps(run: str | Path, last: int = 0) -> list[Step]:
+    """Every file's trajectories; ``last > 0`` keeps only the last ``last`` training steps (evals stay)."""
+    files = trajectory_files(run)
+    step_files = [f for f in files if f.stem.startswith("step_")]
+    if last > 0:
+        drop = set(step_files[:-last])
+        files = [f for f in files if f not in drop]
     steps = []
-    for path in trajectory_files(run):
+    for path in files:
         rows = []
         for n, line in enumerate(path.read_text().splitlines(), 1):
             if not line.strip():

@@ -115,7 +115,7 @@ def test_view_renders_masks_advantages_rewards(tmp_path, tiny_model_dir, tiny_to
     run.mkdir()
     cfg = load_config(None, [f"model.path={tiny_model_dir}"])
     (run / "config.yaml").write_text(cfg.to_yaml())
-    trainer = SimpleNamespace(cfg=cfg, run_dir=run)
+    trainer = SimpleNamespace(cfg=cfg, run_dir=run, rank=0)
     Trainer._save_trajectories(trainer, 0, trajs, advantages)
     Trainer._save_trajectories(trainer, 1, trajs[1:2])
 
@@ -166,3 +166,32 @@ def test_view_renders_masks_advantages_rewards(tmp_path, tiny_model_dir, tiny_to
     assert blue > 1000 and red > 300  # solved episode's tokens blue (A > 0), the wrong one's red (A < 0)
     # the third episode has no advantages and keeps the mask colour in advantage mode
     assert 0 < count(adv_px, GREEN) < count(mask_px, GREEN)
+
+
+def test_view_selects_steps_and_names_bad_input(tmp_path, tiny_model_dir, tiny_tokenizer):
+    from agent_rl.viewer import write_view
+
+    trajs = build(tiny_tokenizer)
+    bell = tiny_tokenizer.encode("\x07", add_special_tokens=False)
+    trajs[1].token_ids_T[-2:-1] = bell[:1]  # a control character the model sampled
+    run = tmp_path / "run"
+    (run / "trajectories").mkdir(parents=True)
+    cfg = load_config(None, [f"model.path={tiny_model_dir}"])
+    (run / "config.yaml").write_text(cfg.to_yaml())
+    for step in range(3):
+        Trainer._save_trajectories(SimpleNamespace(cfg=cfg, run_dir=run, rank=0), step, trajs[:2])
+    (run / "trajectories" / "eval.jsonl").write_text((run / "trajectories" / "step_000000.jsonl").read_text())
+    page = write_view(run, last=2).read_text()
+    assert [line.split(" ·")[0] for line in page.split("<h2>")[1:]] == ["step 1", "step 2", "eval"]
+    assert page.count('class="episode"') == 6
+    assert "\\x07" in page and "\x07" not in page  # visible, and the page stays valid text
+    with pytest.raises(ValueError, match="no such run directory"):
+        write_view(tmp_path / "missing")
+    (run / "trajectories" / "step_000003.jsonl").write_text("{not json\n")
+    with pytest.raises(ValueError, match=r"step_000003\.jsonl:1: not JSON"):
+        write_view(run)
+    lonely = tmp_path / "lonely.jsonl"
+    lonely.write_text((run / "trajectories" / "step_000000.jsonl").read_text())
+    with pytest.raises(ValueError, match="pass --tokenizer"):
+        write_view(lonely)
+    assert "ep-solved" in write_view(lonely, tokenizer_path=str(tiny_model_dir)).read_text()
