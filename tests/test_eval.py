@@ -96,3 +96,14 @@ def test_eval_config_mistakes_name_the_key(tiny_model_dir):
     cfg = load_config(ROOT / "configs" / "quickstart.yaml", [f"model.path={tiny_model_dir}", "eval.split=all"])
     with pytest.raises(ValueError, match="config key 'eval.split': unknown split 'all'; known: train, val, test"):
         run_eval(cfg)
+
+
+def test_eval_with_the_model_through_the_hf_backend(tmp_path, tiny_model_dir):
+    cfg = load_config(ROOT / "configs" / "quickstart.yaml", [
+        f"model.path={tiny_model_dir}", "sandbox.backend=process", "rollout.max_new_tokens=8", "eval.episodes=3",
+        "eval.k=2", f"run.dir={tmp_path}",
+    ])
+    result, run_dir = run_eval(cfg, log=lambda *a: None)
+    assert (result.tasks, result.episodes + result.errors) == (3, 6) and len(result.per_task) == 3
+    rows = [json.loads(line) for line in (run_dir / "trajectories" / "eval.jsonl").read_text().splitlines()]
+    assert len(rows) == 6 and all(sum(r["loss_mask_T"]) > 0 for r in rows)  # the model generated every turn

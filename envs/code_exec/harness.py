@@ -47,7 +47,7 @@ def instrument(test: str) -> tuple[str, int]:
 
 @dataclass
 class Grade:
-    passed: bool  # check() ran to its end and every assert held
+    passed: bool  # check() ran to its end and every assert statement ran and held
     asserts_passed: int  # assert statements that ran and always held
     asserts_total: int
     completed: bool  # check() returned (no exception outside an assert)
@@ -90,8 +90,9 @@ async def grade(sandbox, task: CodeTask, code: str, timeout_s: float = 10.0) -> 
         tail = res.stderr.strip().splitlines()[-1:] if res.stderr.strip() else []
         return Grade(False, 0, total, False, str(res.status), f"grading did not finish [{res.status}] {' '.join(tail)}".strip())
     held = sum(1 for ok in report["asserts"].values() if ok)
-    failed = len(report["asserts"]) - held
-    passed = report["completed"] and failed == 0
-    error = "" if passed else (report.get("candidate_error") or report.get("error") or f"{failed} assert(s) failed")
+    # every assert statement must have run and held (the canonical solutions run all of them): a
+    # result that skips a loop of asserts, e.g. an empty list, does not pass by running none
+    passed = report["completed"] and held == total
+    error = "" if passed else (report.get("candidate_error") or report.get("error") or f"{total - held} assert(s) failed or never ran")
     details = {"calls": report.get("calls", 0), "hardened": report.get("hardened"), "stderr": report.get("stderr", "")[-500:]}
     return Grade(passed, held, total, report["completed"], str(res.status), error or "", details)
