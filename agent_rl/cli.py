@@ -18,7 +18,7 @@ def cmd_init_model(args: argparse.Namespace) -> int:
 
     if args.kind != "tiny":
         raise ValueError(f"unknown model kind '{args.kind}'; known: tiny")
-    path = init_tiny(args.out, seed=args.seed)
+    path = init_tiny(args.out, seed=args.seed, env_ids=args.env)
     print(f"tiny model and tokenizer saved to {path}")
     return 0
 
@@ -55,7 +55,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_quickstart(args: argparse.Namespace) -> int:
     from agent_rl.quickstart import quickstart
 
-    return quickstart(args.overrides, root=args.root)
+    return quickstart(args.overrides, root=args.root, config=args.config)
 
 
 def cmd_objectives(args: argparse.Namespace) -> int:
@@ -128,14 +128,16 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.steps=10")
 
     sp = sub.add_parser("quickstart", help="init-model + sft + train + eval, with a before/after table")
-    sp.add_argument("overrides", nargs="*", help="dotted overrides applied to configs/quickstart.yaml")
-    sp.add_argument("--root", default="runs/quickstart", help="where models and runs go")
+    sp.add_argument("overrides", nargs="*", help="dotted overrides applied to the recipe")
+    sp.add_argument("--config", default=None, help="recipe YAML (default configs/quickstart.yaml), e.g. configs/math_tool.yaml")
+    sp.add_argument("--root", default=None, help="where models and runs go (default runs/<recipe name>)")
     sp.set_defaults(fn=cmd_quickstart)
 
     sp = sub.add_parser("init-model", help="build a tiny model + tokenizer in Hugging Face format")
     sp.add_argument("kind", choices=["tiny"])
     sp.add_argument("--out", required=True)
     sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--env", action="append", default=[], help="env id whose text the tokenizer also learns (repeatable)")
     sp.set_defaults(fn=cmd_init_model)
 
     sp = sub.add_parser("sft", help="supervised warm start on demonstrations")

@@ -29,7 +29,9 @@ def _eval(cfg: Config, model_path: Path):
     return result
 
 
-def quickstart(overrides: list[str] | None = None, root: str = "runs/quickstart") -> int:
+def quickstart(overrides: list[str] | None = None, root: str | None = None, config: str | Path | None = None) -> int:
+    """``config``: a recipe (default ``configs/quickstart.yaml``); ``root``: default ``runs/<its stem>``.
+    The tiny tokenizer also learns the text of ``env.id`` when that env offers a corpus."""
     from rich.console import Console
     from rich.table import Table
 
@@ -39,13 +41,14 @@ def quickstart(overrides: list[str] | None = None, root: str = "runs/quickstart"
 
     console = Console()
     t0 = time.perf_counter()
-    rootp = Path(root)
+    config = Path(config) if config else QUICKSTART_CONFIG
+    rootp = Path(root or f"runs/{config.stem}")
     base = [f"run.root={rootp}"]
-    cfg = load_config(QUICKSTART_CONFIG, base + list(overrides or []))  # validated before any work
+    cfg = load_config(config, base + list(overrides or []))  # validated before any work
     model_dir = rootp / "models" / "tiny"
     if not (model_dir / "config.json").exists():
         console.rule("1/4 init-model tiny")
-        init_tiny(model_dir, seed=cfg.trainer.seed)
+        init_tiny(model_dir, seed=cfg.trainer.seed, env_ids=(cfg.env.id,))
     cfg.model.path = str(model_dir)
 
     console.rule("2/4 SFT on the weak teacher's demonstrations")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -54,8 +54,28 @@ CHAT_TEMPLATE = (
 )
 
 
-def _corpus(num_texts: int, seed: int) -> Iterator[str]:
-    """Text the tokenizer learns its merges from: chat renders of the built-in tasks plus prose."""
+def env_corpus(env_id: str) -> Callable | None:
+    """The conversations ``env_id`` offers the tokenizer: its env class's ``tokenizer_corpus``
+    (``module:function``, called as ``f(n, rng)`` and yielding ``(messages, tools)``), or None."""
+    import importlib
+
+    import gymnasium as gym
+    from gymnasium.envs.registration import load_env_creator
+
+    importlib.import_module("envs")  # registers the built-in ids
+    if env_id not in gym.registry:
+        raise ValueError(f"unknown environment '{env_id}' for the tokenizer corpus")
+    entry = gym.spec(env_id).entry_point
+    path = getattr(load_env_creator(entry) if isinstance(entry, str) else entry, "tokenizer_corpus", None)
+    if not path:
+        return None
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _corpus(num_texts: int, seed: int, env_ids: Sequence[str] = ()) -> Iterator[str]:
+    """Text the tokenizer learns its merges from: chat renders of the built-in tasks plus prose,
+    then the conversations of ``env_ids`` that offer some (none: the Arithmetic-only corpus)."""
     from envs.arithmetic.policies import corpus_conversations
 
     rng = random.Random(seed)
@@ -63,10 +83,16 @@ def _corpus(num_texts: int, seed: int) -> Iterator[str]:
     words = "the a of to and in is it you that was for on are with as be at one have this from".split()
     for _ in range(num_texts // 50):
         yield " ".join(rng.choice(words) for _ in range(rng.randint(5, 30))) + "."
+    for env_id in env_ids:
+        conversations = env_corpus(env_id)
+        if conversations is not None:
+            yield from conversations(num_texts, rng)
 
 
-def build_tokenizer(vocab_size: int = 1024, seed: int = 0):
-    """Byte-level BPE (``tokenizers``) with single-digit number tokens, wrapped for transformers."""
+def build_tokenizer(vocab_size: int = 1024, seed: int = 0, env_ids: Sequence[str] = ()):
+    """Byte-level BPE (``tokenizers``) with single-digit number tokens, wrapped for transformers.
+
+    ``env_ids``: environments whose text joins the corpus (e.g. ``agent_rl/MathTool-v0``)."""
     from jinja2 import Environment
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -93,7 +119,7 @@ def build_tokenizer(vocab_size: int = 1024, seed: int = 0):
     render = env.from_string(CHAT_TEMPLATE)
 
     def texts() -> Iterator[str]:
-        for item in _corpus(6000, seed):
+        for item in _corpus(6000, seed, env_ids):
             if isinstance(item, str):
                 yield item
             else:
@@ -137,14 +163,15 @@ def build_model(vocab_size: int, seed: int = 0, hidden_size: int = 128, layers: 
     return model
 
 
-def init_tiny(out: str | Path, seed: int = 0, vocab_size: int = 1024) -> Path:
-    """Build and save the tiny model and tokenizer to ``out``; returns the path."""
+def init_tiny(out: str | Path, seed: int = 0, vocab_size: int = 1024, env_ids: Sequence[str] = ()) -> Path:
+    """Build and save the tiny model and tokenizer to ``out``; returns the path. ``env_ids``: see
+    ``build_tokenizer`` (the default corpus is Arithmetic's, so the quickstart is unchanged)."""
     from agent_rl.rollout.backends.hf import quiet_transformers
 
     quiet_transformers()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(vocab_size=vocab_size, seed=seed)
+    tokenizer = build_tokenizer(vocab_size=vocab_size, seed=seed, env_ids=env_ids)
     model = build_model(len(tokenizer), seed=seed)
     model.config.eos_token_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
     model.config.pad_token_id = tokenizer.pad_token_id

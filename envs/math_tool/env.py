@@ -25,10 +25,7 @@ from tools.base import ToolError, tool_schema
 from tools.parsers import parse_action
 from tools.python import PythonTool
 
-SYSTEM_PROMPT = (
-    "Use the python tool if it helps, then reply <answer>X</answer> with only the final value: "
-    "an integer, a decimal, or a fraction a/b in lowest terms."
-)
+SYSTEM_PROMPT = "Use the python tool if it helps, then reply <answer>X</answer>: one number, or a fraction a/b in lowest terms."
 ANSWER_HINT = "Call the python tool or reply <answer>VALUE</answer>."
 
 

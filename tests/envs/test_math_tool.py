@@ -164,3 +164,37 @@ def test_sandbox_failure_is_an_infra_error_not_a_zero():
             e.step('<tool_call>{"name": "python", "arguments": {"code": "print(1)"}}</tool_call>')
     finally:
         e.close()
+
+
+def test_tokenizer_corpus_is_opt_in():
+    from agent_rl.tiny import env_corpus
+
+    assert env_corpus("agent_rl/Arithmetic-v0") is None  # the default tokenizer stays Arithmetic's
+    conversations = list(env_corpus("agent_rl/MathTool-v0")(4, random.Random(0)))
+    assert len(conversations) == 4 and conversations[1][0][2]["content"].startswith("<tool_call>")
+
+
+@pytest.mark.slow
+def test_math_tool_recipe_runs_end_to_end(tmp_path):
+    """`agent-rl quickstart --config configs/math_tool.yaml` with a tiny budget (wiring, not learning)."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, cli_env
+
+    small = [
+        "sandbox.backend=process", "rollout.group_size=2", "trainer.prompts_per_step=2", "trainer.steps=1",
+        "tracking.tensorboard=false", "tracking.progress=false", "eval.episodes=4", "sft.demos=16",
+        "sft.batch_size=8", "sft.max_steps=2", "sft.eval_every_steps=2", "sft.eval_episodes=4",
+    ]
+    args = ["quickstart", "--config", str(ROOT / "configs" / "math_tool.yaml"), "--root", str(tmp_path / "mt"), *small]
+    r = subprocess.run([sys.executable, "-m", "agent_rl.cli", *args], capture_output=True, text=True, cwd=ROOT, env=cli_env(), timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "agent_rl/MathTool-v0" in r.stdout and "SFT + RL" in r.stdout
+    summary = json.loads((tmp_path / "mt" / "summary.json").read_text())
+    assert summary["sft"]["episodes"] + summary["sft"]["errors"] == 4
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "mt" / "models" / "tiny")
+    assert len(tokenizer.tokenize(" Greatest Common Divisor")) <= 4  # MathTool's words are in the vocabulary
