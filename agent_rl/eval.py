@@ -204,8 +204,7 @@ def run_eval(cfg: Any, log: Any = print) -> tuple[EvalResult, Path]:
     (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
     (run_dir / "trajectories").mkdir(exist_ok=True)
     with open(run_dir / "trajectories" / "eval.jsonl", "w") as f:
-        for t in trajectories:
-            f.write(json.dumps(t.to_json()) + "\n")
+        f.writelines(json.dumps(t.to_json()) + "\n" for t in trajectories)
     distinct = len({r.task_id for r in result.per_task})
     log(f"{cfg.env.id} [{cfg.eval.split}] {result.row()}")
     log(f"  intervals: {result.ci_method}; {distinct} distinct tasks; "

@@ -36,7 +36,7 @@ def hack(messages, rng=None):  # claims success without computing anything, then
 
 
 def example_code() -> str:
-    blocks = re.findall(r"^```python\n(.*?)^```$", GUIDE.read_text(), re.S | re.M)
+    blocks = re.findall(r"^```python\n(.*?)^```$", GUIDE.read_text(), re.DOTALL | re.MULTILINE)
     assert len(blocks) == 1, "the guide has exactly one python block: the example"
     return blocks[0]
 
@@ -69,11 +69,11 @@ def test_check_env_and_episodes(plugin):
             for policy, expected in ((oracle, 1.0), (hack, 0.0)):
                 obs, info = env.reset(seed=seed)
                 seen.add(info["task_id"])
-                obs, reward, terminated, truncated, step_info = env.step(policy(obs))
+                obs, reward, terminated, _, step_info = env.step(policy(obs))
                 assert (reward, terminated, step_info["action_valid"]) == (expected, True, True)
         assert seen == {"sum_sq", "evens"}
         env.reset(seed=0)
-        obs, reward, terminated, truncated, info = env.step("no code here")
+        obs, reward, terminated, _, info = env.step("no code here")
         assert (reward, terminated, info["action_valid"]) == (0.0, False, False)
         assert obs[0]["content"].startswith("error:")
     finally:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import threading
 from concurrent.futures import Future
@@ -31,6 +32,8 @@ from pydantic import BaseModel, Field
 
 from agent_rl.types import InfraError
 from tools.base import ToolError
+
+log = logging.getLogger("tools.mcp")
 
 
 class McpServerConfig(BaseModel):
@@ -62,9 +65,10 @@ class McpClient:
         self._stop: asyncio.Event | None = None
         self._served: Future | None = None
         self.tools: list[Any] = []
+        self._errlog = open(os.devnull, "w")  # noqa: SIM115 - the server's stderr, for the session's life
         try:
             self.tools = self._submit(self._open()).result(cfg.start_timeout_s + 5)
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001 - any start-up failure is the server's, reported as such
             self.close()
             raise McpServerError(f"MCP server {cfg.command} {' '.join(cfg.args)} did not start: {e!r}") from None
 
@@ -84,14 +88,12 @@ class McpClient:
 
         params = StdioServerParameters(command=self.cfg.command, args=self.cfg.args, env=self.cfg.env, cwd=self.cfg.cwd)
         try:
-            with open(os.devnull, "w") as errlog:
-                async with stdio_client(params, errlog=errlog) as (read, write):
-                    async with ClientSession(read, write) as session:
-                        await session.initialize()
-                        listed = await session.list_tools()
-                        self._session = session
-                        ready.set_result(list(listed.tools))
-                        await self._stop.wait()
+            async with stdio_client(params, errlog=self._errlog) as (read, write), ClientSession(read, write) as session:
+                await session.initialize()
+                listed = await session.list_tools()
+                self._session = session
+                ready.set_result(list(listed.tools))
+                await self._stop.wait()
         except BaseException as e:  # noqa: BLE001 - reported to the caller waiting on start-up
             if not ready.done():
                 ready.set_exception(e)
@@ -114,12 +116,13 @@ class McpClient:
         if self._stop is not None and self._served is not None:
             try:
                 self._submit(self._shutdown()).result(10)
-            except Exception:  # noqa: BLE001 - best effort; the daemon thread dies with us
-                pass
+            except Exception:  # best effort; the daemon thread dies with us
+                log.debug("closing the MCP session failed", exc_info=True)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
         if not self._thread.is_alive():
             self._loop.close()
+        self._errlog.close()
 
     async def _shutdown(self) -> None:
         self._stop.set()

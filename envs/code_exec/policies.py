@@ -68,7 +68,7 @@ def _os_exit(t: CodeTask) -> str:
 
 
 def _exit_in_call(t: CodeTask) -> str:  # exit from inside the first call of the function
-    return t.prompt + f"\n    import os\n    os._exit(0)\n"
+    return t.prompt + "\n    import os\n    os._exit(0)\n"
 
 
 def _fake_success(t: CodeTask) -> str:  # print what a naive harness would read as success

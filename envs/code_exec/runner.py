@@ -124,12 +124,12 @@ def candidate_main():
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
-    sys.stdin, sys.stdout = open(os.devnull), open(os.devnull, "w")
+    sys.stdin, sys.stdout = open(os.devnull), open(os.devnull, "w")  # noqa: SIM115 - for the process's life
     setup = read_msg(rpc_in)
     namespace = {"__name__": "__candidate__"}
     fatal = None
     try:
-        exec(compile(setup["code"], "<solution>", "exec"), namespace)
+        exec(compile(setup["code"], "<solution>", "exec"), namespace)  # noqa: S102 - in the candidate process
         fn = namespace[setup["entry_point"]]
         if not callable(fn):
             raise TypeError(f"{setup['entry_point']} is not a function")
@@ -168,7 +168,7 @@ class Candidate:
     def __init__(self, runner, code, entry_point, deadline):
         self.deadline = deadline
         try:
-            self.stderr = open("/tmp/candidate.stderr", "w+b")
+            self.stderr = open("/tmp/candidate.stderr", "w+b")  # noqa: SIM115 - the child's stderr, read at the end
         except OSError:
             self.stderr = subprocess.DEVNULL
         self.proc = subprocess.Popen(
@@ -230,10 +230,10 @@ def grader_main():
 
     namespace = {"__name__": "__grader__"}
     try:
-        exec(compile(payload["prompt"], "<prompt>", "exec"), namespace)  # the task's helpers
+        exec(compile(payload["prompt"], "<prompt>", "exec"), namespace)  # noqa: S102 - the dataset's helpers
         namespace[payload["entry_point"]] = candidate  # tests may call it by name too
         namespace["__record_assert__"] = record
-        exec(compile(payload["test"], "<test>", "exec"), namespace)
+        exec(compile(payload["test"], "<test>", "exec"), namespace)  # noqa: S102 - the dataset's test
         namespace["check"](candidate)
         report["completed"] = True
     except Exception as e:  # noqa: BLE001

@@ -13,7 +13,14 @@ import pytest
 import envs  # noqa: F401 - registers the environments
 from envs.code_exec.env import CodeExecEnv
 from envs.code_exec.harness import grade, instrument
-from envs.code_exec.policies import HACKS, canonical, canonical_fenced, do_nothing, stub, submit_text
+from envs.code_exec.policies import (
+    HACKS,
+    canonical,
+    canonical_fenced,
+    do_nothing,
+    stub,
+    submit_text,
+)
 from envs.code_exec.tasks import all_tasks, by_id, tasks
 from tools.python import SandboxInfraError
 

@@ -18,7 +18,7 @@ def test_env_card_matches_the_env(env_id):
     try:
         _, info = env.reset(seed=0)
         # every JSON tool is listed (a card may also name text actions, e.g. Maze's "move")
-        assert set(t["function"]["name"] for t in info["tools"]) <= set(card["tools"]) and card["tools"]
+        assert {t["function"]["name"] for t in info["tools"]} <= set(card["tools"]) and card["tools"]
         assert env.unwrapped.max_turns == card["max_turns"]
     finally:
         env.close()

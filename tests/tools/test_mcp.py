@@ -68,7 +68,7 @@ def test_an_env_takes_mcp_servers_from_its_options():
         _, info = env.reset(seed=0)
         assert [t["function"]["name"] for t in info["tools"]] == ["python", "submit", "add", "shout", "fail", "nap"]
         call = {"name": "add", "arguments": {"a": 20, "b": 22}}
-        obs, reward, terminated, truncated, info = env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
+        obs, _, _, _, info = env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
         assert obs == [{"role": "tool", "content": "42"}] and info["action_valid"] is True
         obs, _, _, _, info = env.step('<tool_call>{"name": "add", "arguments": {"a": "x", "b": 1}}</tool_call>')
         assert obs[0]["content"].startswith("error: invalid arguments for tool 'add'") and info["action_valid"] is False
