@@ -1,0 +1,189 @@
+"""Credit assignment on long episodes: GRPO vs GiGPO, G2PO, CBPO and SPO at equal sampled-token budgets.
+
+Every method trains the same SFT'd tiny model on ``agent_rl/Maze-v0`` (configs/maze.yaml: one move
+per turn, shortest paths of 8-12 moves, 14 turns) until it has sampled ``--budget-tokens`` new
+policy tokens (a branch's copied prefix is not counted: it was sampled once, by its parent).
+Held-out success (test split, the same tasks for every run, sampled at the rollout temperature)
+is measured at 0 tokens and every ``--eval-every-tokens``. Runs are interleaved
+(seed-major) so that machine load hits every method alike. Output: ``results.jsonl`` (one line
+per evaluation), ``success_vs_tokens.png`` and a markdown table with each method's final success
+and its ratio to GRPO's, all under ``--out``.
+
+    python bench/credit_assignment.py --model runs/credit_bench/sft_model --budget-tokens 20000 --seeds 0 1 2
+
+Without ``--model`` a tiny model is built and SFT'd on the maze's weak teacher first (minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# method -> overrides of configs/maze.yaml. Batches are sized to sample about the same number of
+# tokens per step: 32 episodes (GRPO/GiGPO/G2PO: 4 prompts x 8; CBPO: 4 prompts x (4 parents +
+# 4 branch/fresh slots); SPO: 32 prompts x 1, single stream).
+METHODS: dict[str, list[str]] = {
+    "grpo": ["algorithm.advantage.name=grpo"],
+    "gigpo": ["algorithm.credit.name=gigpo"],
+    "g2po": ["algorithm.credit.name=g2po"],
+    "cbpo": [
+        "algorithm.credit.name=cbpo", "algorithm.credit.total_rollouts=8", "rollout.group_size=4",
+        "algorithm.credit.d_min=4", "algorithm.credit.window=4", "rollout.topk=10",
+    ],
+    "spo": ["algorithm.credit.name=spo", "rollout.group_size=1", "trainer.prompts_per_step=32"],
+}  # fmt: skip
+
+COMMON = [
+    "sandbox.backend=process",
+    "trainer.prompts_per_step=4",
+    "trainer.task_pool=128",  # a fixed pool of training mazes, revisited (SPO's tracker needs revisits)
+    "trainer.eval_every=0",
+    "tracking.tensorboard=false",
+    "tracking.progress=false",
+    "tracking.save_trajectories=0",
+]
+
+
+def build_model(out: Path) -> Path:
+    """init-model + SFT on the maze's weak teacher (the starting point of every run)."""
+    cli = [sys.executable, "-m", "agent_rl.cli"]
+    subprocess.run([*cli, "init-model", "tiny", "--out", str(out / "tiny"), "--env", "agent_rl/Maze-v0"], check=True)
+    subprocess.run(
+        [*cli, "sft", str(ROOT / "configs" / "maze.yaml"), f"model.path={out / 'tiny'}", "sandbox.backend=process",
+         f"sft.out={out / 'sft_model'}", f"run.root={out}", "tracking.progress=false"],
+        check=True,
+    )  # fmt: skip
+    return out / "sft_model"
+
+
+def copied_prefix_tokens(trajectories) -> int:
+    """Policy tokens that forked trajectories copied from their parents (not sampled again)."""
+    return sum(sum(t.loss_mask_T[: t.branch_point]) for t in trajectories if t.parent_id is not None)
+
+
+def run_one(method: str, seed: int, args: argparse.Namespace, out: Path) -> list[dict]:
+    import asyncio
+
+    from agent_rl.config import load_config
+    from agent_rl.eval import evaluate
+    from agent_rl.trainer import Trainer
+
+    overrides = [f"model.path={args.model}", f"run.root={out / 'runs'}", f"run.name={method}-s{seed}", *COMMON]
+    overrides += [*METHODS[method], f"trainer.seed={seed}", f"learner.lr={args.lr}"]
+    trainer = Trainer(load_config(ROOT / "configs" / "maze.yaml", overrides), log=lambda *a: None)
+    copied: list[int] = []
+    grow = trainer._grow_branches
+
+    def counting_grow(step: int, groups):  # the budget counts sampled tokens: not what branches copied
+        grown = grow(step, groups)
+        copied.append(copied_prefix_tokens([t for ts in grown.values() for t in ts]))
+        return grown
+
+    trainer._grow_branches = counting_grow
+
+    def evaluation(tokens: int, step: int, t0: float, train_reward: float | None) -> dict:
+        result, _ = asyncio.run(evaluate(trainer.engine, args.eval_episodes, 1, split="test", seed=20_000))
+        row = {"method": method, "seed": seed, "tokens": tokens, "step": step, "success": result.success,
+               "train_reward": train_reward, "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
+        print(json.dumps(row), flush=True)
+        return row
+
+    t0 = time.perf_counter()
+    rows = [evaluation(0, 0, t0, None)]
+    tokens, step, next_eval, rewards = 0, 0, args.eval_every_tokens, []
+    while tokens < args.budget_tokens:
+        copied.clear()
+        metrics = trainer.step(step)
+        step += 1
+        tokens += int(metrics["rollout/generated_tokens"]) - sum(copied)
+        rewards.append(metrics["rollout/reward_mean"])
+        if tokens >= next_eval or tokens >= args.budget_tokens:
+            rows.append(evaluation(tokens, step, t0, sum(rewards) / len(rewards)))
+            rewards.clear()
+            next_eval += args.eval_every_tokens
+    trainer.rollouts.close()
+    trainer.engine.close()
+    return rows
+
+
+def summarize(rows: list[dict], out: Path) -> str:
+    import numpy as np
+
+    methods = [m for m in METHODS if any(r["method"] == m for r in rows)]
+    final = {}
+    lines = ["| method | seeds | tokens (mean) | success at 0 | final success (mean ± std over seeds) | ratio to GRPO |", "|---|---|---|---|---|---|"]
+    for m in methods:
+        runs = {}
+        for r in rows:
+            if r["method"] == m:
+                runs.setdefault(r["seed"], []).append(r)
+        last = [rs[-1] for rs in runs.values()]
+        final[m] = float(np.mean([r["success"] for r in last]))
+        start = float(np.mean([rs[0]["success"] for rs in runs.values()]))
+        std = float(np.std([r["success"] for r in last]))
+        ratio = final[m] / final["grpo"] if "grpo" in final and final["grpo"] > 0 else float("nan")
+        lines.append(f"| {m} | {len(runs)} | {np.mean([r['tokens'] for r in last]):.0f} | {start:.3f} | {final[m]:.3f} ± {std:.3f} | {ratio:.2f} |")
+    table = "\n".join(lines)
+    (out / "table.md").write_text(table + "\n")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, m in enumerate(methods):
+        color = f"C{i}"
+        by_seed: dict[int, list[dict]] = {}
+        for r in rows:
+            if r["method"] == m:
+                by_seed.setdefault(r["seed"], []).append(r)
+        for rs in by_seed.values():
+            ax.plot([r["tokens"] for r in rs], [r["success"] for r in rs], color=color, alpha=0.25, lw=1)
+        n = min(len(rs) for rs in by_seed.values())
+        xs = np.mean([[r["tokens"] for r in rs[:n]] for rs in by_seed.values()], axis=0)
+        ys = np.mean([[r["success"] for r in rs[:n]] for rs in by_seed.values()], axis=0)
+        ax.plot(xs, ys, color=color, lw=2, marker="o", label=f"{m} (mean of {len(by_seed)} seeds)")
+    ax.set_xlabel("sampled policy tokens")
+    ax.set_ylabel("held-out success (Maze-v0, test split)")
+    ax.set_title("Credit assignment at equal sampled-token budgets")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "success_vs_tokens.png", dpi=120)
+    return table
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", type=Path, default=None, help="SFT'd maze model (default: build one)")
+    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--budget-tokens", type=int, default=20_000, help="sampled policy tokens per run")
+    p.add_argument("--eval-every-tokens", type=int, default=5_000)
+    p.add_argument("--eval-episodes", type=int, default=64)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--out", type=Path, default=ROOT / "runs" / "credit_bench")
+    p.add_argument("--summarize-only", action="store_true", help="redraw the plot and table from results.jsonl")
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = args.out / "results.jsonl"
+    if not args.summarize_only:
+        if args.model is None:
+            args.model = build_model(args.out)
+        for seed in args.seeds:  # seed-major: every method sees the same machine load
+            for method in args.methods:
+                for row in run_one(method, seed, args, args.out):
+                    with open(results, "a") as f:
+                        f.write(json.dumps(row) + "\n")
+    rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    print(summarize(rows, args.out))
+
+
+if __name__ == "__main__":
+    main()
