@@ -23,10 +23,10 @@ import gymnasium as gym
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envs.spaces import AnyText, Messages
+from envs.splits import check_difficulties, check_split
 from tools.base import ToolError, tool_schema
 from tools.parsers import parse_action
 
-SPLITS = ("train", "val", "test")
 #: direction -> (row delta, column delta)
 DIRECTIONS: dict[str, tuple[int, int]] = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 _PLAIN = re.compile(r"^\s*(up|down|left|right)\s*\.?\s*$", re.IGNORECASE)
@@ -56,29 +56,8 @@ class MoveTool:
             ) from None
 
 
-def split_of(key: str) -> str:
-    """80 / 10 / 10 by a hash of the board, so no board is in two splits."""
-    bucket = int(hashlib.sha256(("split:" + key).encode()).hexdigest(), 16) % 10
-    return "train" if bucket < 8 else ("val" if bucket == 8 else "test")
-
-
 def board_key(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def check_split(split: str) -> str:
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
-    return split
-
-
-def check_difficulties(difficulty: int | list[int] | tuple[int, ...], levels: dict) -> tuple[int, ...]:
-    """``difficulty`` as a tuple of known levels, or ``ValueError`` naming the known ones."""
-    difficulties = (difficulty,) if isinstance(difficulty, int) else tuple(difficulty)
-    for d in difficulties:
-        if d not in levels:
-            raise ValueError(f"unknown difficulty {d}; known: {sorted(levels)}")
-    return difficulties
 
 
 def parse_move(text: str) -> tuple[str | None, bool, str]:

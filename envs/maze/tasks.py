@@ -14,7 +14,8 @@ import random
 from collections import deque
 from dataclasses import dataclass
 
-from envs.grid_puzzle import DIRECTIONS, check_difficulties, check_split, split_of
+from envs.grid_puzzle import DIRECTIONS
+from envs.splits import check_difficulties, check_split, split_of
 
 WALL, FLOOR, START, GOAL, PLAYER = "#", ".", "S", "G", "@"
 

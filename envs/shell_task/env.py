@@ -25,9 +25,16 @@ from typing import Any
 import gymnasium as gym
 from pydantic import BaseModel, ConfigDict
 
-from envs.grid_puzzle import check_difficulties, check_split
-from envs.shell_task.tasks import FAMILIES, LEVELS, Task, check_families, make_task, sample_task
+from envs.shell_task.tasks import (
+    FAMILIES,
+    LEVELS,
+    Task,
+    check_families,
+    make_task,
+    sample_task,
+)
 from envs.spaces import AnyText, Messages
+from envs.splits import check_difficulties, check_split
 from tools.base import ToolError, tool_schema
 from tools.files import ReadFileTool, WriteFileTool
 from tools.parsers import parse_action

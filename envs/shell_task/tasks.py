@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envs.grid_puzzle import check_difficulties, check_split, split_of
+from envs.splits import check_difficulties, check_split, split_of
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,7 @@ LEVELS: dict[int, Level] = {
     3: Level(files=28, depth=4, faults=3, services=8),
 }
 
-WORDS = ("alpha beta gamma delta omega nova atlas orion vega lyra cedar maple birch aspen river tundra harbor "
-         "summit canyon mesa quartz amber cobalt ivory onyx pearl ember frost").split()
+WORDS = ["alpha", "beta", "gamma", "delta", "omega", "nova", "atlas", "orion", "vega", "lyra", "cedar", "maple", "birch", "aspen", "river", "tundra", "harbor", "summit", "canyon", "mesa", "quartz", "amber", "cobalt", "ivory", "onyx", "pearl", "ember", "frost"]
 EVENTS = ("started job", "finished job", "retrying job", "queued job", "cancelled job", "paused job")
 APP_MAIN = (Path(__file__).parent / "app_main.py").read_text()
 

@@ -15,7 +15,8 @@ import random
 from collections import deque
 from dataclasses import dataclass
 
-from envs.grid_puzzle import DIRECTIONS, check_difficulties, check_split, split_of
+from envs.grid_puzzle import DIRECTIONS
+from envs.splits import check_difficulties, check_split, split_of
 
 # XSB notation; '-' is an empty floor cell
 WALL, FLOOR, GOAL, BOX, BOX_ON_GOAL, PLAYER, PLAYER_ON_GOAL = "#", "-", ".", "$", "*", "@", "+"
@@ -52,7 +53,7 @@ class Board:
     difficulty: int = 0
 
     @classmethod
-    def parse(cls, rows: list[str] | tuple[str, ...], difficulty: int = 0) -> "Board":
+    def parse(cls, rows: list[str] | tuple[str, ...], difficulty: int = 0) -> Board:
         if not rows or any(len(r) != len(rows[0]) for r in rows) or any(ch not in CELLS for r in rows for ch in r):
             raise ValueError(f"a Sokoban board is rows of equal length made of {CELLS!r}")
         cells = {(r, c): ch for r, row in enumerate(rows) for c, ch in enumerate(row)}
@@ -166,7 +167,9 @@ def solution(board: Board, state: State) -> tuple[str, ...] | None:
 @functools.lru_cache(maxsize=1024)
 def generate(seed: int, difficulty: int) -> tuple[Board, int]:
     """The first board reasoning-gym draws from ``seed`` that our BFS solves in >= min moves."""
-    from reasoning_gym.games.contrib.sokoban.src.generator import generate as rg_generate
+    from reasoning_gym.games.contrib.sokoban.src.generator import (
+        generate as rg_generate,
+    )
 
     (wmin, wmax), (hmin, hmax), (bmin, bmax), min_moves = LEVELS[difficulty]
     rng = random.Random(seed)

@@ -7,9 +7,9 @@ import pytest
 from puzzle_helpers import play
 
 import envs  # noqa: F401
-from envs.grid_puzzle import SPLITS
 from envs.maze.policies import oracle, weak_teacher
 from envs.maze.tasks import Maze, sample_maze, shortest_path
+from envs.splits import SPLITS
 
 # S at (1,1), G at (1,3); the only other way round is through the bottom row
 TINY = {"grid": ["#####",

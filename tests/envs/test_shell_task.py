@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import os
 
 import gymnasium as gym
@@ -11,8 +10,8 @@ import pytest
 
 import envs  # noqa: F401
 from envs.shell_task.policies import call_text, oracle
-from envs.grid_puzzle import SPLITS
 from envs.shell_task.tasks import make_task, sample_task
+from envs.splits import SPLITS
 from tools.python import SandboxInfraError
 
 
@@ -68,7 +67,7 @@ TASKS = [{"family": "find_file", "difficulty": 1, "seed": 3}, {"family": "fix_co
 def test_oracle_solves_every_family_in_several_calls(make):
     env = make(max_turns=20)
     for task in TASKS:
-        rewards, info, messages = run_episode(env, oracle, {"task": task})
+        rewards, info, _ = run_episode(env, oracle, {"task": task})
         assert sum(rewards) == 1.0 and rewards[-1] == 1.0 and info["passed"], (task, info)
         assert 5 <= len(rewards) <= 20 and info["submitted"]
 

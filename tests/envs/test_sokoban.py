@@ -5,9 +5,9 @@ import pytest
 from puzzle_helpers import play
 
 import envs  # noqa: F401
-from envs.grid_puzzle import SPLITS
 from envs.sokoban.policies import oracle
 from envs.sokoban.tasks import Board, live_cells, sample_board, solve
+from envs.splits import SPLITS
 
 LINE = {"grid": ["#######",
                  "#@-$-.#",
@@ -81,7 +81,7 @@ def test_hacks_score_zero(env):
     env.reset(options={"task": LINE})
     for action in ["<answer>solved</answer>", '<tool_call>{"name": "set_board", "arguments": {"grid": "#*#"}}</tool_call>',
                    '<tool_call>{"name": "move", "arguments": {"direction": "right", "steps": 3}}</tool_call>']:
-        obs, reward, terminated, _, info = env.step(action)
+        _, reward, terminated, _, info = env.step(action)
         assert (reward, terminated, info["action_valid"]) == (0.0, False, False)
 
 
