@@ -175,7 +175,11 @@ def _engine(cfg: Any) -> RolloutEngine:
         raise ValueError(f"config key 'eval.split': {e}") from None
     finally:
         env.close()
-    tokenizer = load_tokenizer(cfg.model.path)
+    try:
+        tokenizer = load_tokenizer(cfg.model.path)
+    except OSError as e:
+        hint = "; a scripted policy still needs a tokenizer (agent-rl init-model tiny --out DIR)" if cfg.eval.policy else ""
+        raise ValueError(f"config key 'model.path': cannot load a tokenizer from '{cfg.model.path}' ({e}){hint}") from None
     if cfg.eval.policy:
         backend = ScriptedBackend(_load_policy(cfg.eval.policy), tokenizer, seed=cfg.trainer.seed)
     else:

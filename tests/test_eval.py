@@ -88,7 +88,10 @@ def test_eval_counts_infrastructure_failures_as_errors(tmp_path, tiny_model_dir,
     assert (result.errors, result.episodes, result.tasks) == (4, 0, 0)
 
 
-def test_eval_config_mistakes_name_the_key(tiny_model_dir):
+def test_eval_config_mistakes_name_the_key(tiny_model_dir, tmp_path):
+    cfg = load_config(CODE, [f"model.path={tmp_path / 'nothing'}", "eval.policy=envs.code_exec.policies:canonical"])
+    with pytest.raises(ValueError, match="config key 'model.path': cannot load a tokenizer from .*init-model tiny"):
+        run_eval(cfg)
     cfg = load_config(CODE, [f"model.path={tiny_model_dir}", "eval.policy=envs.code_exec.policies:nope"])
     with pytest.raises(ValueError, match="config key 'eval.policy': cannot load 'envs.code_exec.policies:nope'"):
         run_eval(cfg)
