@@ -435,5 +435,8 @@ def _progress(enabled: bool):
 
 
 def train(cfg: Config, resume: str | None = None) -> Path:
-    """Run RL training; with ``resume`` (a run directory), continue from its newest checkpoint."""
-    return Trainer(cfg, resume=resume).train()
+    """Run RL training; with ``resume`` (a run directory), continue from its newest checkpoint.
+    ``learner.world_size > 1`` starts that many learner ranks (learner/launch.py)."""
+    from agent_rl.learner.launch import run_training
+
+    return run_training(cfg, resume)

@@ -1,0 +1,109 @@
+"""``learner.world_size: N``: N learner ranks on this machine, started torchrun-style by ``agent-rl train``.
+
+``run_training`` is what ``agent_rl.trainer.train`` calls:
+
+- ``world_size: 1`` and no torchrun environment: the plain one-process trainer, no process group
+  (unless ``learner.mixed_precision`` / ``cpu_offload`` ask for FSDP2: then a one-rank group);
+- ``world_size: N > 1``: the run directory is fixed first, then N processes are started with
+  ``MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE/LOCAL_RANK`` (gloo on CPU, NCCL on GPU: rank r takes
+  ``cuda:r``), each running ``python -m agent_rl.learner.launch``; if one rank dies, the others
+  are stopped and the error names it;
+- already under ``torchrun`` (``RANK`` set): join that group (multi-node goes through the
+  distributed issue's launcher, which sets the same variables).
+
+Rollouts with N ranks: rank 0 samples every episode with an unsharded copy of the policy (the
+``rollout.backend``) and broadcasts the step's trainable groups; every rank builds the same batch
+and advantages and trains on its block of rows (FSDP2), with step-global loss denominators.
+After the step the full state dict is gathered on rank 0 and loaded into the sampler (weight
+sync). So N ranks train on exactly the batch one process would, and the update equals the
+one-process update up to float summation order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from agent_rl.learner import fsdp
+
+
+def run_training(cfg: Any, resume: str | None = None) -> Path:
+    from agent_rl.trainer import Trainer
+
+    world = cfg.learner.world_size
+    if world > 1 and "RANK" not in os.environ:
+        return launch(cfg, resume)
+    needs_group = int(os.environ.get("WORLD_SIZE", "1")) > 1 or cfg.learner.mixed_precision != "none" or cfg.learner.cpu_offload
+    if needs_group:
+        fsdp.init_process_group(cfg.model.device)
+    try:
+        return Trainer(cfg, resume=resume, log=print if fsdp.rank_and_world()[0] == 0 else (lambda *a: None)).train()
+    finally:
+        if needs_group:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+
+
+def launch(cfg: Any, resume: str | None) -> Path:
+    """Start ``learner.world_size`` ranks of this run and wait for them."""
+    from agent_rl.runtime import make_run_dir
+
+    world = cfg.learner.world_size
+    run_dir = Path(resume) if resume else make_run_dir(cfg)
+    cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"dir": str(run_dir)})})
+    config_path = run_dir / "config.yaml"
+    config_path.write_text(cfg.to_yaml())
+    base = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(fsdp.free_port()), "WORLD_SIZE": str(world)}
+    procs = []
+    for rank in range(world):
+        env = {**base, "RANK": str(rank), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world)}
+        cmd = [sys.executable, "-m", "agent_rl.learner.launch", str(config_path)]
+        if resume:
+            cmd += ["--resume", str(run_dir)]
+        procs.append(subprocess.Popen(cmd, env=env))
+    failed = _wait(procs)
+    if failed is not None:
+        rank, code = failed
+        raise RuntimeError(f"learner rank {rank} of {world} exited with code {code}; the other ranks were stopped ({run_dir})")
+    return run_dir
+
+
+def _wait(procs: list[subprocess.Popen]) -> tuple[int, int] | None:
+    """Wait for every rank; on the first failure stop the others (by pid) and return (rank, code)."""
+    while True:
+        codes = [p.poll() for p in procs]
+        bad = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+        if bad:
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            for p in procs:
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+            return bad[0]
+        if all(c == 0 for c in codes):
+            return None
+        time.sleep(0.1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from agent_rl.config import load_config
+
+    p = argparse.ArgumentParser(description="one learner rank of `agent-rl train` (started by learner/launch.py)")
+    p.add_argument("config")
+    p.add_argument("--resume", default=None)
+    args = p.parse_args(argv)
+    run_training(load_config(args.config), resume=args.resume)
+
+
+if __name__ == "__main__":
+    main()
