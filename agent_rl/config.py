@@ -72,6 +72,10 @@ class RolloutConfig(Section):
     temperature: float = Field(1.0, gt=0.0, description="sampling temperature; the learner applies the same")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     concurrency: int = Field(64, ge=1, description="episodes in flight at once")
+    max_batch_requests: int | None = Field(
+        None, ge=1, description="generation requests per backend call (null: all waiting); ~concurrency/2 "
+        "makes two cohorts that alternate generation and tool calls (CPU)"
+    )
     ignore_eos: bool = Field(False, description="always generate max_new_tokens per turn (benchmarks)")
     topk: int = Field(0, ge=0, description="record the sampler's top-k candidates per token (sis, score_centering)")
     layout: Literal["concat", "per_turn"] = Field(

@@ -66,6 +66,7 @@ class EngineConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     concurrency: int = 64  # episodes in flight at once
+    max_batch_requests: int | None = None  # requests per backend call (None: all that wait)
     check_drift: bool = True
     ignore_eos: bool = False
     topk: int = 0  # record the sampler's top-k candidates of every generated token
@@ -82,6 +83,8 @@ class EngineConfig:
             raise ValueError(f"rollout.layout: unknown layout '{self.layout}'; allowed: {', '.join(LAYOUTS)}")
         if self.concurrency < 1:
             raise ValueError(f"rollout.concurrency must be >= 1, got {self.concurrency}")
+        if self.max_batch_requests is not None and self.max_batch_requests < 1:
+            raise ValueError(f"rollout.max_batch_requests must be >= 1 or null, got {self.max_batch_requests}")
 
     @classmethod
     def from_rollout(cls, cfg: Any, temperature: float | None = None, **extra: Any) -> EngineConfig:
@@ -94,6 +97,7 @@ class EngineConfig:
             temperature=cfg.temperature if temperature is None else temperature,
             top_p=cfg.top_p,
             concurrency=cfg.concurrency,
+            max_batch_requests=cfg.max_batch_requests,
             ignore_eos=cfg.ignore_eos,
             topk=cfg.topk,
             layout=cfg.layout,
@@ -254,7 +258,7 @@ class RolloutEngine:
 
     # ------------------------------------------------------------------------------------------
     async def _run_episodes(self, episodes: list[_Episode], starters: list[Any]) -> None:
-        scheduler = GenerationScheduler(self.backend, self.metrics)
+        scheduler = GenerationScheduler(self.backend, self.metrics, self.cfg.max_batch_requests)
         slots = asyncio.Semaphore(self.cfg.concurrency)
 
         async def one(ep: _Episode, start: Any) -> None:

@@ -1,9 +1,13 @@
 """Continuous batching at turn granularity: one backend call for every episode waiting on the model.
 
 Episodes submit their next request with ``await scheduler.generate(request)``. While the backend
-is busy, requests queue up; as soon as it is free, everything queued goes out as one batch. Nobody
-waits for stragglers: episodes still in an environment step join a later batch, so tool time
-overlaps generation. A failed call fails only the episodes whose requests were in it.
+is busy, requests queue up; as soon as it is free, everything queued goes out as one batch (at
+most ``max_batch_requests``; the rest go next). Nobody waits for stragglers: episodes still in an
+environment step join a later batch, so tool time overlaps generation. When all episodes step
+their envs at the same moment, capping the batch at half of them splits them into two cohorts
+that alternate: one generates while the other waits on its tools (free on a CPU, where a batch
+costs in proportion to its size; on a GPU a smaller batch costs almost as much as a full one).
+A failed call fails only the episodes whose requests were in it.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ SETTLE_TURNS = 4
 
 
 class GenerationScheduler:
-    def __init__(self, backend: InferenceBackend, metrics: Counter[str]):
+    def __init__(self, backend: InferenceBackend, metrics: Counter[str], max_batch_requests: int | None = None):
         self.backend = backend
         self.metrics = metrics
+        self.max_batch_requests = max_batch_requests  # None: everything waiting goes in one call
         self._pending: list[tuple[GenerationRequest, asyncio.Future[GenerationResult]]] = []
         self._worker: asyncio.Task[None] | None = None
 
@@ -42,7 +47,8 @@ class GenerationScheduler:
         while self._pending:
             for _ in range(SETTLE_TURNS):
                 await asyncio.sleep(0)
-            batch, self._pending = self._pending, []
+            cut = len(self._pending) if self.max_batch_requests is None else self.max_batch_requests
+            batch, self._pending = self._pending[:cut], self._pending[cut:]
             t0 = time.perf_counter()
             try:
                 results = await self.backend.generate([r for r, _ in batch])

@@ -160,3 +160,16 @@ def test_fork_at_a_turn_boundary_with_a_deterministic_policy_reproduces_the_pare
         assert c.reward == parent.reward == 1.0 and c.group_id == "branches"
     restored = 2 if env is SnapshotEchoEnv else 0
     assert (engine.metrics["fork/replayed"], engine.metrics["fork/restored"]) == (3 - restored, restored)
+
+
+def test_max_batch_requests_caps_each_backend_call(tiny_tokenizer):
+    tok = tiny_tokenizer
+    backend = FailingBackend(lambda m, rng: "7", tok, fail_call=0)
+    engine = RolloutEngine(backend, ChatRenderer(tok), AsyncEchoEnv, EngineConfig(max_turns=2, max_batch_requests=3))
+    trajectories = engine.run_sync([EpisodeSpec(seed=i, group_id="g", options={"turns": 2}) for i in range(8)])
+    engine.close()
+    # 16 requests in calls of 3, 3, 2 per turn wave (or finer when episodes arrive apart)
+    assert max(map(len, backend.batches)) == 3 and sum(map(len, backend.batches)) == 16
+    assert all(t.stop_reason == StopReason.DONE for t in trajectories)
+    with pytest.raises(ValueError, match="rollout.max_batch_requests"):
+        EngineConfig(max_batch_requests=0)
