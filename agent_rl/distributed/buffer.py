@@ -115,6 +115,8 @@ class LoopThread:
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)
+        if not self.thread.is_alive():
+            self.loop.close()
 
 
 class AsyncRolloutSource:
@@ -188,8 +190,8 @@ class AsyncRolloutSource:
         try:
             self.loop.call(self._cancel())
         finally:
+            self.loop.stop()  # envs close outside any running event loop
             self.group.close()
-            self.loop.stop()
 
     # -- the producer (loop thread) ----------------------------------------------------------------
     async def _collect(self, step: int, round_: int, new: list[Job], front: bool) -> list[Trajectory]:

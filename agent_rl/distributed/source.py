@@ -106,11 +106,7 @@ class LocalWorkerGroup:
         raise RuntimeError("an in-process rollout worker cannot be replaced")
 
     def close(self) -> None:
-        self.loop.call(_close(self.worker))
-
-
-async def _close(worker: RolloutWorker) -> None:
-    worker.close()
+        self.worker.close()  # after the buffer stopped the loop
 
 
 def make_learner(cfg: Any, model: Any, **kwargs: Any) -> Any:
