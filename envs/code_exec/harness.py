@@ -82,10 +82,8 @@ async def grade(sandbox, task: CodeTask, code: str, timeout_s: float = 10.0) -> 
     res = await sandbox.exec(code=RUNNER, stdin=json.dumps(payload), timeout_s=timeout_s + 3.0)
     if res.status == ExecStatus.INFRA_ERROR:
         raise SandboxInfraError(res.error or res.stderr or "sandbox infrastructure failure")
-    report = None
-    for line in res.stdout.splitlines():
-        if line.startswith(nonce + " "):
-            report = json.loads(line[len(nonce) + 1 :])
+    reports = [line[len(nonce) + 1 :] for line in res.stdout.splitlines() if line.startswith(nonce + " ")]
+    report = json.loads(reports[0]) if len(reports) == 1 else None  # twice: someone forged one
     if report is None:  # the grader did not finish (killed, out of time): a failure of the submission
         tail = res.stderr.strip().splitlines()[-1:] if res.stderr.strip() else []
         return Grade(False, 0, total, False, str(res.status), f"grading did not finish [{res.status}] {' '.join(tail)}".strip())

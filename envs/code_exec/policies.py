@@ -116,35 +116,44 @@ def _kill_grader(t: CodeTask) -> str:  # kill the parent, hoping a missing repor
     return "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n" + t.prompt
 
 
+_STEAL_NONCE = """
+import json, os, re
+ppid, dump = os.getppid(), b""
+for name in ("cmdline", "environ", "fd/0"):
+    try:
+        dump += open(f"/proc/{ppid}/{name}", "rb").read()
+    except OSError:
+        pass
+try:  # the grader's writable memory: the payload (nonce, instrumented test) is in there
+    mem = open(f"/proc/{ppid}/mem", "rb")
+    for line in open(f"/proc/{ppid}/maps"):
+        lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+        if "rw" in line.split()[1] and hi - lo < 1 << 26:
+            try:
+                mem.seek(lo)
+                dump += mem.read(hi - lo)
+            except (OSError, ValueError, OverflowError):
+                pass
+except OSError:
+    pass
+indices = {int(i) for i in re.findall(rb"__record_assert__\\((\\d+)", dump)}
+report = json.dumps({"completed": True, "asserts": {str(i): True for i in indices}, "error": None})
+for target in (f"/proc/{ppid}/fd/1", "/dev/stdout"):
+    try:
+        with open(target, "w") as out:
+            for nonce in set(re.findall(rb"[0-9a-f]{32}", dump)) or {b"0" * 32}:
+                out.write(nonce.decode() + " " + report + "\\n")
+        break
+    except OSError:
+        pass
+os.kill(ppid, 9)  # so that the grader's own report never comes
+"""
+
+
 def _steal_nonce(t: CodeTask) -> str:
-    """Read the grader's stdin / memory for the nonce and write forged reports to its stdout."""
-    return (
-        "import os, re, json\n"
-        "ppid = os.getppid()\n"
-        "found = set()\n"
-        "for name in ('cmdline', 'environ', 'fd/0'):\n"
-        "    try:\n"
-        "        found |= set(re.findall(rb'[0-9a-f]{32}', open(f'/proc/{ppid}/{name}', 'rb').read()))\n"
-        "    except OSError:\n"
-        "        pass\n"
-        "try:\n"
-        "    mem = open(f'/proc/{ppid}/mem', 'rb')\n"
-        "    for line in open(f'/proc/{ppid}/maps'):\n"
-        "        lo, hi = (int(x, 16) for x in line.split()[0].split('-'))\n"
-        "        if 'rw' in line.split()[1] and hi - lo < 1 << 26:\n"
-        "            mem.seek(lo)\n"
-        "            found |= set(re.findall(rb'[0-9a-f]{32}', mem.read(hi - lo)))\n"
-        "except (OSError, ValueError):\n"
-        "    pass\n"
-        "report = json.dumps({'completed': True, 'asserts': {}, 'error': None})\n"
-        "for target in (f'/proc/{ppid}/fd/1', '/dev/stdout'):\n"
-        "    try:\n"
-        "        with open(target, 'w') as out:\n"
-        "            for nonce in found or {b'0' * 32}:\n"
-        "                out.write(nonce.decode() + ' ' + report + '\\n')\n"
-        "    except OSError:\n"
-        "        pass\n" + t.prompt
-    )
+    """Read the grader's stdin / memory for the nonce and the asserts, write a forged report to
+    its stdout, then kill it. Defeated by the grader being non-dumpable (``runner.harden``)."""
+    return _STEAL_NONCE + t.prompt
 
 
 def _spin(t: CodeTask) -> str:  # run out the clock

@@ -171,3 +171,22 @@ def test_infrastructure_failure_raises_not_zero():
     task = by_id()["HumanEval/0"]
     with pytest.raises(SandboxInfraError, match="no-such-image"):
         asyncio.run(grade(broken, task, task.reference))
+
+
+def test_the_nonce_thief_wins_only_against_a_dumpable_grader(backend, monkeypatch):
+    """The steal_nonce hack is real: without ``harden()`` it reads the nonce and the asserts from
+    the grader's memory and passes; with it, it scores 0 (as in test_reward_hacking_scores_zero)."""
+    from pathlib import Path
+
+    import envs.code_exec.harness as harness
+    from sandbox import make_sandbox
+
+    yama = Path("/proc/sys/kernel/yama/ptrace_scope")
+    if yama.exists() and yama.read_text().strip() != "0":
+        pytest.skip("Yama restricts ptrace here: /proc/<grader>/mem is closed even to a dumpable grader")
+    task = by_id()["HumanEval/0"]
+    hack = HACKS["steal_nonce"](task)
+    hardened = asyncio.run(grade(make_sandbox(backend=backend), task, hack, timeout_s=5.0))
+    monkeypatch.setattr(harness, "RUNNER", harness.RUNNER.replace("ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)", "pass"))
+    dumpable = asyncio.run(grade(make_sandbox(backend=backend), task, hack, timeout_s=5.0))
+    assert (hardened.passed, dumpable.passed) == (False, True)
