@@ -190,6 +190,7 @@ class RolloutEngine:
         # sync envs step in these threads: one per episode in flight (asyncio's default pool has
         # only cpu_count + 4, which would serialize 64 episodes' tool calls on a small machine)
         self._env_pool: ThreadPoolExecutor | None = None
+        self._loop_state: tuple[asyncio.AbstractEventLoop, GenerationScheduler, asyncio.Semaphore] | None = None
 
     def close(self) -> None:
         for env in self._idle_envs:
@@ -257,9 +258,18 @@ class RolloutEngine:
         return asyncio.run(self.fork(trajectory, at_token, n, seed, group_id))
 
     # ------------------------------------------------------------------------------------------
+    def _shared(self) -> tuple[GenerationScheduler, asyncio.Semaphore]:
+        """The event loop's scheduler and episode slots: concurrent ``run``/``fork`` calls on one
+        engine (e.g. ``asyncio.gather`` of forks and fresh episodes) batch together and share
+        ``concurrency``."""
+        loop = asyncio.get_running_loop()
+        if self._loop_state is None or self._loop_state[0] is not loop:
+            scheduler = GenerationScheduler(self.backend, self.metrics, self.cfg.max_batch_requests)
+            self._loop_state = (loop, scheduler, asyncio.Semaphore(self.cfg.concurrency))
+        return self._loop_state[1], self._loop_state[2]
+
     async def _run_episodes(self, episodes: list[_Episode], starters: list[Any]) -> None:
-        scheduler = GenerationScheduler(self.backend, self.metrics, self.cfg.max_batch_requests)
-        slots = asyncio.Semaphore(self.cfg.concurrency)
+        scheduler, slots = self._shared()
 
         async def one(ep: _Episode, start: Any) -> None:
             async with slots:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import torch
 from rollout_helpers import AsyncEchoEnv, EchoEnv, RecordingBackend, SnapshotEchoEnv
@@ -173,3 +175,22 @@ def test_max_batch_requests_caps_each_backend_call(tiny_tokenizer):
     assert all(t.stop_reason == StopReason.DONE for t in trajectories)
     with pytest.raises(ValueError, match="rollout.max_batch_requests"):
         EngineConfig(max_batch_requests=0)
+
+
+def test_concurrent_forks_and_runs_share_backend_calls(tiny_tokenizer):
+    """``gather(fork(...), run(...))`` on one engine (what branch credit methods do): one batch."""
+    tok = tiny_tokenizer
+    backend = FailingBackend(lambda m, rng: "7", tok, fail_call=0)
+    engine = RolloutEngine(backend, ChatRenderer(tok), AsyncEchoEnv, EngineConfig(max_turns=2))
+    [parent] = engine.run_sync([EpisodeSpec(seed=1, group_id="g", options={"turns": 2})])
+    fresh = [EpisodeSpec(seed=2, group_id="h", options={"turns": 2})] * 3
+
+    async def both():
+        return await asyncio.gather(engine.fork(parent, parent.turns_N[1].start, 2), engine.run(fresh))
+
+    children, others = asyncio.run(both())
+    engine.close()
+    # calls 1-2: the parent's two turns; call 3: the 2 children's last turn + the 3 fresh first turns
+    assert [len(b) for b in backend.batches[:3]] == [1, 1, 5]
+    assert len(children) == 2 and len(others) == 3
+    assert all(t.stop_reason == StopReason.DONE for t in children + others)
