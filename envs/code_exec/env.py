@@ -102,6 +102,9 @@ class CodeExecEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
+        if self._sandbox is not None:  # a new episode starts with an empty work directory
+            self._sandbox, sandbox = None, self._sandbox
+            run_sync(sandbox.close())
         options = options or {}
         if "task" in options:
             task = options["task"]
@@ -125,6 +128,9 @@ class CodeExecEnv(gym.Env):
         return obs, info
 
     async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if self._sandbox is not None:
+            self._sandbox, sandbox = None, self._sandbox
+            await sandbox.close()
         return self.reset(seed=seed, options=options)
 
     async def astep(self, action: str):

@@ -190,3 +190,17 @@ def test_the_nonce_thief_wins_only_against_a_dumpable_grader(backend, monkeypatc
     monkeypatch.setattr(harness, "RUNNER", harness.RUNNER.replace("ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)", "pass"))
     dumpable = asyncio.run(grade(make_sandbox(backend=backend), task, hack, timeout_s=5.0))
     assert (hardened.passed, dumpable.passed) == (False, True)
+
+
+def test_files_do_not_leak_from_one_episode_to_the_next():
+    env = CodeExecEnv()
+    write = '<tool_call>{"name": "python", "arguments": {"code": "open(\'note.txt\', \'w\').write(\'hi\')"}}</tool_call>'
+    read = '<tool_call>{"name": "python", "arguments": {"code": "import os; print(os.path.exists(\'note.txt\'))"}}</tool_call>'
+    try:
+        env.reset(seed=0)
+        env.step(write)
+        assert env.step(read)[0][0]["content"] == "True"  # files persist within an episode
+        env.reset(seed=0)
+        assert env.step(read)[0][0]["content"] == "False"  # and not into the next one
+    finally:
+        env.close()
