@@ -61,7 +61,7 @@ class EpisodeSpec:
 class EngineConfig:
     max_turns: int = 4
     max_new_tokens: int = 64  # per assistant turn
-    max_total_tokens: int = 1024  # whole episode (per_turn: each turn's context + its tokens)
+    max_total_tokens: int = 1024  # the stored episode (concat ids); per_turn also caps each turn's context + its tokens
     max_tool_response_tokens: int | None = None  # None: the renderer's own limit
     temperature: float = 1.0
     top_p: float = 1.0
