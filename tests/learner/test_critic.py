@@ -54,3 +54,18 @@ def test_value_clipping_picks_the_larger_error(tiny_model_dir):
     # V ~ 0 (one small step later), V_old = -0.5: V_clip = -0.4; (-0.4 - 5)^2 = 29.16 > ~25: clipped
     m = critic.update(batch, returns_BT, critic.values(batch) - 0.5 * mask_BT)
     assert m["critic/clip_frac"] == 1.0
+
+
+def test_gae_end_to_end_with_critic_warmup(tmp_path, tiny_model_dir):
+    from tests.test_trainer import trainer
+
+    t = trainer(
+        tmp_path, tiny_model_dir, "algorithm.advantage.name=gae", "learner.critic={lr: 1e-3, warmup_steps: 1}",
+        "algorithm.loss_options.entropy_coef=0.05",
+    )
+    assert t.critic is not None and t.critic.cfg.warmup_steps == 1
+    first = t.step(0)  # VAPO warm-up: only the critic trains
+    assert first["train/critic_warmup"] == 1.0 and "critic/loss" in first and t.learner.version == 0
+    second = t.step(1)
+    assert "train/loss" in second and "critic/value_mse" in second and t.learner.version == 1
+    assert second["time/weight_sync_s"] >= 0
