@@ -85,7 +85,8 @@ class GridPuzzleEnv(gym.Env):
 
     Subclass hooks: ``_new_task(seed, split, options)`` sets the puzzle and returns
     ``(task_id, task_dict, teacher_context)``; ``_move(direction)`` applies a move and returns
-    None or an error text (board unchanged); ``_board()`` renders the current board;
+    None or an error text (board unchanged); ``_board()`` renders the current board (the state;
+    ``_view()``, what the agent is shown, may add lines above it);
     ``_solved()`` says whether the goal is reached.
     """
 
@@ -119,6 +120,9 @@ class GridPuzzleEnv(gym.Env):
     def _solved(self) -> bool:
         raise NotImplementedError
 
+    def _view(self) -> str:
+        return self._board()
+
     # -- the gymnasium API ----------------------------------------------------------------------
     def _state_key(self) -> str:
         return board_key(self._board())
@@ -130,7 +134,7 @@ class GridPuzzleEnv(gym.Env):
         split = check_split(options.get("split", self.split))
         task_id, task, teacher_context = self._new_task(task_seed, split, options)
         self._turn, self._ready = 0, True
-        obs = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": self._board()}]
+        obs = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": self._view()}]
         info = {
             "tools": [tool_schema(MoveTool)] if self.use_tool else [],
             "task_id": task_id,
@@ -151,7 +155,7 @@ class GridPuzzleEnv(gym.Env):
         if direction is not None:
             error = self._move(direction) or ""
         valid = not error
-        board = self._board()
+        board = self._view()
         solved = valid and self._solved()
         if valid:
             content = board

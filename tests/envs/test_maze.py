@@ -109,3 +109,15 @@ def test_bad_config_names_the_key():
         gym.make("agent_rl/Maze-v0", difficulty=9)
     with pytest.raises(ValueError, match="unknown split 'dev'"):
         gym.make("agent_rl/Maze-v0", split="dev")
+
+
+def test_hint_line_is_shown_but_not_part_of_the_state():
+    plain, hinted = gym.make("agent_rl/Maze-v0"), gym.make("agent_rl/Maze-v0", hint=True)
+    obs_p, info_p = plain.reset(options={"task": TINY})
+    obs_h, info_h = hinted.reset(options={"task": TINY})
+    assert obs_h[1]["content"] == "G: 2 right. open: down right\n" + obs_p[1]["content"]
+    assert info_h["state_key"] == info_p["state_key"]
+    assert hinted.step("down")[0][0]["content"] == "G: 1 up, 2 right. open: up down\n#####\n#..G#\n#@#.#\n#...#\n#####"
+    assert oracle(obs_h) == "right"  # the policies read the board below the hint
+    plain.close()
+    hinted.close()
