@@ -177,12 +177,13 @@ class Trainer:
         return self.run_dir
 
     def _guarded_step(self, step: int) -> dict[str, float]:
-        """A step that fails before the learner updated leaves a resumable checkpoint of the run so far."""
+        """A step that fails before the learner updated leaves a resumable checkpoint of the run so far
+        (one process: under learner ranks the checkpoint is a collective the others may not reach)."""
         version = self.learner.version
         try:
             return self.step(step)
         except BaseException:
-            if self.learner.version == version:
+            if self.learner.version == version and self.world == 1:
                 self.log(f"step {step} failed; checkpoint {self.save_checkpoint(step)} resumes it (--resume {self.run_dir})")
             self.rollouts.close()
             raise

@@ -15,10 +15,11 @@ import threading
 from typing import Any
 
 import ray
+import torch
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from agent_rl.distributed.source import cpu_state_dict
+from agent_rl.distributed.source import cpu_state_dict, weights_for_broadcast
 from agent_rl.distributed.worker import RolloutWorker
 from agent_rl.rollout.engine import EngineConfig, EpisodeSpec
 from agent_rl.types import Trajectory
@@ -122,7 +123,10 @@ class RayWorkerGroup:
 
             self.pools = start_pools(cfg.sandbox.backend, rc.namespace)
         self._lock = threading.Lock()
-        self._latest = (ray.put(cpu_state_dict(model)), version)
+        # the learner's weights (under learner ranks, where gathering is a collective, the workers
+        # start from model.path, as every rank did, and take the first broadcast)
+        alone = not (torch.distributed.is_available() and torch.distributed.is_initialized())
+        self._latest = (ray.put(cpu_state_dict(model)) if alone else None, version)
         self._spawned = 0
         self.restarts = 0
         self._handles = [self._spawn(i) for i in range(n)]
@@ -138,7 +142,8 @@ class RayWorkerGroup:
         }
         actor = ray.remote(RolloutActor).options(**options).remote(self.cfg_json, self.engine_options, math.ceil(rc.cpus_per_worker))
         ref, version = self._latest
-        actor.update_weights.remote(ref, version)
+        if ref is not None:
+            actor.update_weights.remote(ref, version)
         self._spawned += 1
         return RayHandle(f"rollout-{bundle}-{self._spawned}", actor, bundle)
 
@@ -147,7 +152,7 @@ class RayWorkerGroup:
             return list(self._handles)
 
     def broadcast(self, model: Any, version: int) -> None:
-        ref = ray.put(cpu_state_dict(model))  # one copy in the object store, read by every worker
+        ref = ray.put(weights_for_broadcast(model))  # one copy in the object store, read by every worker
         with self._lock:
             self._latest = (ref, version)
             for h in self._handles:

@@ -65,6 +65,38 @@ def cpu_state_dict(model: Any) -> dict[str, Any]:
     return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
 
 
+def weights_for_broadcast(model: Any) -> dict[str, Any] | None:
+    """The complete weights as a CPU copy; under learner ranks (``learner.world_size > 1``) gathered
+    from the shards (a collective every rank joins), complete on rank 0 and None elsewhere."""
+    from agent_rl.learner import fsdp
+
+    rank, world = fsdp.rank_and_world()
+    if world == 1:
+        return cpu_state_dict(model)
+    full = fsdp.full_state_dict(model)
+    return full if rank == 0 else None
+
+
+class FollowerSource:
+    """Learner ranks other than 0 (which rolls out for all): they only join the weight gathering."""
+
+    def __init__(self, gathers: bool):
+        self.gathers = gathers
+
+    def rollout(self, step: int, round_: int, num_prompts: int) -> list[Trajectory]:
+        raise RuntimeError("only learner rank 0 rolls out")
+
+    def sync(self, model: Any, version: int) -> None:
+        if self.gathers:
+            weights_for_broadcast(model)
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
 class _LocalHandle:
     name = "local-0"
 
@@ -81,7 +113,9 @@ class LocalWorkerGroup:
     def __init__(self, cfg: Any, components: Any, loop: LoopThread, engine_options: dict[str, Any]):
         from agent_rl.runtime import make_policy_backend
 
-        backend = make_policy_backend(cfg, copy.deepcopy(components.model), components.tokenizer)
+        # the sampler's own copy, taken from the unsharded module (under learner ranks the learner's is sharded)
+        model = getattr(components.backend, "model", components.model)
+        backend = make_policy_backend(cfg, copy.deepcopy(model), components.tokenizer)
         self.loop = loop
         self.worker = RolloutWorker(
             backend,
@@ -97,7 +131,7 @@ class LocalWorkerGroup:
         return [self._handle]
 
     def broadcast(self, model: Any, version: int) -> None:
-        self.loop.soon(self.worker.update_weights, cpu_state_dict(model), version)
+        self.loop.soon(self.worker.update_weights, weights_for_broadcast(model), version)
 
     def is_worker_failure(self, error: BaseException) -> bool:
         return False  # an in-process worker does not die on its own: its errors stop the run
@@ -125,8 +159,13 @@ def make_rollout_source(
     cfg: Any, components: Any, engine: RolloutEngine, plan: Callable[[int, int, int], Plan], engine_options: dict[str, Any], version: int
 ) -> RolloutSource:
     """The source ``distributed.*`` asks for (see docs/distributed.md)."""
+    from agent_rl.learner import fsdp
+
     d = cfg.distributed
-    if d.backend == "local" and d.max_staleness == 0 and d.lookahead_steps in (None, 0):
+    synchronous_local = d.backend == "local" and d.max_staleness == 0 and d.lookahead_steps in (None, 0)
+    if fsdp.rank_and_world()[0] > 0:
+        return FollowerSource(gathers=not synchronous_local)
+    if synchronous_local:
         return LocalRolloutSource(engine, plan)
     loop = LoopThread("rollout-buffer")
     if d.backend == "ray":
@@ -134,8 +173,7 @@ def make_rollout_source(
 
         group: Any = RayWorkerGroup(cfg, engine_options, components.model, version)
     else:
-        group = LocalWorkerGroup(cfg, components, loop, engine_options)
-        group.broadcast(components.model, version)
+        group = LocalWorkerGroup(cfg, components, loop, engine_options)  # a copy of the current weights
     lookahead = d.max_staleness if d.lookahead_steps is None else d.lookahead_steps
     return AsyncRolloutSource(
         group,
