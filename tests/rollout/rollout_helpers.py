@@ -58,7 +58,10 @@ class EchoEnv(gym.Env):
 
 
 class AsyncEchoEnv(EchoEnv):
-    """``EchoEnv`` with ``astep``: its latency is an ``asyncio.sleep`` (no thread)."""
+    """``EchoEnv`` with ``areset`` / ``astep``: its latency is an ``asyncio.sleep`` (no thread)."""
+
+    async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        return self.reset(seed=seed, options=options)
 
     async def astep(self, action: str):
         await asyncio.sleep(self._latency())
