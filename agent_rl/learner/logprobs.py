@@ -28,12 +28,14 @@ from agent_rl.types import TrainBatch
 def _chunk_logprobs(
     hidden_NH: torch.Tensor, weight_VH: torch.Tensor, bias_V: torch.Tensor | None, temperature: float, fp32: bool
 ) -> torch.Tensor:
-    """fp32 log-softmax of one chunk's logits / temperature."""
+    """fp32 log-softmax of one chunk's logits / temperature (one [n, V] tensor alive at the end)."""
     if fp32:
         logits_NV = F.linear(hidden_NH.float(), weight_VH.float(), None if bias_V is None else bias_V.float())
     else:
         logits_NV = F.linear(hidden_NH, weight_VH, bias_V).float()
-    return torch.log_softmax(logits_NV / temperature, dim=-1)
+    if temperature != 1.0:
+        logits_NV.div_(temperature)
+    return torch.log_softmax(logits_NV, dim=-1)
 
 
 class _ChunkedHead(torch.autograd.Function):
@@ -50,10 +52,10 @@ class _ChunkedHead(torch.autograd.Function):
             for s in range(0, N, chunk):
                 logp_nV = _chunk_logprobs(hidden_NH[s : s + chunk], weight_VH, bias_V, temperature, fp32)
                 logprobs_N[s : s + chunk] = logp_nV.gather(-1, targets_N[s : s + chunk, None]).squeeze(-1)
-                if with_entropy:
-                    entropy_N[s : s + chunk] = -(logp_nV.exp() * logp_nV).sum(-1)
                 if K:
                     topk_NK_out[s : s + chunk] = logp_nV.gather(-1, topk_NK[s : s + chunk])
+                if with_entropy:  # H = -sum_j p_j log p_j, in place on p
+                    entropy_N[s : s + chunk] = -logp_nV.exp().mul_(logp_nV).sum(-1)
         ctx.save_for_backward(hidden_NH, weight_VH, bias_V, targets_N, topk_NK, entropy_N)
         ctx.options = (temperature, chunk, with_entropy, fp32)
         ctx.set_materialize_grads(False)
@@ -68,28 +70,34 @@ class _ChunkedHead(torch.autograd.Function):
         acc_dtype = torch.float32 if fp32 else weight_VH.dtype
         grad_w = torch.zeros(weight_VH.shape, dtype=acc_dtype, device=weight_VH.device) if need_w else None
         grad_b = torch.zeros(bias_V.shape, dtype=torch.float32, device=bias_V.device) if need_b else None
+        w_VH = weight_VH.float() if fp32 else weight_VH
         for s in range(0, hidden_NH.shape[0], chunk):
             h_nH = hidden_NH[s : s + chunk]
             logp_nV = _chunk_logprobs(h_nH, weight_VH, bias_V, temperature, fp32)
             p_nV = logp_nV.exp()
-            dz_nV = torch.zeros_like(p_nV)
-            # d log p_y / dz_j = [j = y] - p_j
+            n = h_nH.shape[0]
+            # dz_j = -p_j * (c + g_H log p_j) + [j = y] g_lp + sum_k [j = k] g_k, with c = g_lp + g_H H + sum_k g_k:
+            #   d log p_y / dz_j = [j = y] - p_j;  dH / dz_j = -p_j (log p_j + H)
+            c_n = torch.zeros(n, dtype=torch.float32, device=h_nH.device)
             if g_logprobs_N is not None:
-                g_n = g_logprobs_N[s : s + chunk].float()
-                dz_nV -= p_nV * g_n[:, None]
-                dz_nV.scatter_add_(1, targets_N[s : s + chunk, None], g_n[:, None])
-            # H = -sum_j p_j log p_j;  dH / dz_j = -p_j (log p_j + H)
-            if with_entropy and g_entropy_N is not None:
-                g_n = g_entropy_N[s : s + chunk].float()
-                dz_nV -= g_n[:, None] * p_nV * (logp_nV + entropy_N[s : s + chunk, None])
+                c_n += g_logprobs_N[s : s + chunk].float()
+            use_entropy = with_entropy and g_entropy_N is not None
+            if use_entropy:
+                g_ent_n = g_entropy_N[s : s + chunk].float()
+                c_n += g_ent_n * entropy_N[s : s + chunk]
             if topk_NK is not None and g_topk_NK is not None:
-                g_nK = g_topk_NK[s : s + chunk].float()
-                dz_nV -= p_nV * g_nK.sum(-1, keepdim=True)
-                dz_nV.scatter_add_(1, topk_NK[s : s + chunk], g_nK)
+                c_n += g_topk_NK[s : s + chunk].float().sum(-1)
+            # in place: logp becomes dz, so two [n, V] tensors are alive at most
+            dz_nV = logp_nV.mul_(g_ent_n[:, None]) if use_entropy else logp_nV.zero_()
+            dz_nV.add_(c_n[:, None]).mul_(p_nV).neg_()
+            del p_nV
+            if g_logprobs_N is not None:
+                dz_nV.scatter_add_(1, targets_N[s : s + chunk, None], g_logprobs_N[s : s + chunk, None].float())
+            if topk_NK is not None and g_topk_NK is not None:
+                dz_nV.scatter_add_(1, topk_NK[s : s + chunk], g_topk_NK[s : s + chunk].float())
             dz_nV /= temperature
             if need_h:
-                w = weight_VH.float() if fp32 else weight_VH
-                grad_h[s : s + chunk] = (dz_nV.to(w.dtype) @ w).to(hidden_NH.dtype)
+                grad_h[s : s + chunk] = (dz_nV.to(w_VH.dtype) @ w_VH).to(hidden_NH.dtype)
             if need_w:
                 h = h_nH.float() if fp32 else h_nH
                 grad_w += dz_nV.to(h.dtype).T @ h
