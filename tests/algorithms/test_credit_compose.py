@@ -99,3 +99,11 @@ def test_ppo_clip_clips_each_token_by_its_own_advantage_sign(name):
     expected = torch.where(adv_BT < 0, -adv_BT * r / n, torch.zeros_like(adv_BT)) * mask_BT
     assert (adv_BT > 0).any() and (adv_BT < 0).any()
     torch.testing.assert_close(grad, expected, atol=1e-12, rtol=0)
+
+
+def test_every_credit_entry_names_its_paper_formula_and_fields():
+    for entry in CREDITS.entries():
+        assert entry.summary and len(entry.doc.splitlines()) >= 3, f"credit '{entry.name}': docstring needs paper + formula"
+        for field_name, field in entry.config.model_fields.items():
+            if field_name != "name":
+                assert field.description, f"credit '{entry.name}': config field '{field_name}' has no description"
