@@ -25,6 +25,7 @@ import torch
 
 from agent_rl.learner import fsdp
 from agent_rl.learner.learner import Optimizer, global_aggregation_inputs
+from agent_rl.learner.logprobs import batch_logits
 from agent_rl.types import TrainBatch
 
 
@@ -53,12 +54,7 @@ class Critic:
         self.optimizer, self.scheduler = self.optim.optimizer, self.optim.scheduler
 
     def _values(self, batch: TrainBatch) -> torch.Tensor:
-        out_BT = self.model(
-            input_ids=batch.input_ids_BT,
-            attention_mask=batch.attention_mask_BT,
-            position_ids=batch.position_ids_BT,
-            use_cache=False,
-        ).logits[..., 0].float()
+        out_BT = batch_logits(self.model, batch)[..., 0].float()
         zeros_B1 = torch.zeros_like(out_BT[:, :1])
         return torch.cat([zeros_B1, out_BT[:, :-1]], dim=1) * batch.attention_mask_BT.to(out_BT.dtype)
 

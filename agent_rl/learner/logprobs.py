@@ -159,6 +159,16 @@ def _chunked_head(model: torch.nn.Module, request: _Request):
         del head.forward  # back to the class's forward (generation sees a plain LM head)
 
 
+def batch_logits(model: torch.nn.Module, batch: TrainBatch) -> torch.Tensor:
+    """``model(...)``'s per-token output on a batch (right-padded rows, explicit positions, no cache)."""
+    return model(
+        input_ids=batch.input_ids_BT,
+        attention_mask=batch.attention_mask_BT,
+        position_ids=batch.position_ids_BT,
+        use_cache=False,
+    ).logits
+
+
 def token_logprobs(
     model: torch.nn.Module,
     batch: TrainBatch,
@@ -183,12 +193,7 @@ def token_logprobs(
         topk_next_BTK = torch.cat([topk_ids_BTK[:, 1:], topk_ids_BTK[:, :1]], dim=1)
     request = _Request(targets_BT, valid_BT, topk_next_BTK, temperature, max(1, chunk_tokens), with_entropy, fp32_lm_head)
     with _chunked_head(model, request):
-        packed_BTC = model(
-            input_ids=batch.input_ids_BT,
-            attention_mask=batch.attention_mask_BT,
-            position_ids=batch.position_ids_BT,
-            use_cache=False,
-        ).logits
+        packed_BTC = batch_logits(model, batch)
     logprobs_BT = packed_BTC[..., 0]
     entropy_BT = packed_BTC[..., 1] if with_entropy else None
     if topk_ids_BTK is None:
@@ -200,12 +205,7 @@ def direct_token_logprobs(
     model: torch.nn.Module, batch: TrainBatch, temperature: float = 1.0, with_entropy: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The reference computation: full ``[B, T, V]`` fp32 log-softmax (tests and the benchmark)."""
-    logits_BTV = model(
-        input_ids=batch.input_ids_BT,
-        attention_mask=batch.attention_mask_BT,
-        position_ids=batch.position_ids_BT,
-        use_cache=False,
-    ).logits
+    logits_BTV = batch_logits(model, batch)
     logp_BTV = torch.log_softmax(logits_BTV[:, :-1].float() / temperature, dim=-1)
     lp_BT = logp_BTV.gather(-1, batch.input_ids_BT[:, 1:, None]).squeeze(-1)
     zeros_B1 = torch.zeros_like(lp_BT[:, :1])

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -70,3 +72,21 @@ def run_ranks(world: int, fn: Callable[..., Any], *args: Any, tmp_dir: str) -> A
 
     mp.start_processes(_worker, args=(world, free_port(), fn, args, str(tmp_dir)), nprocs=world, start_method="fork")
     return torch.load(os.path.join(tmp_dir, "result.pt"), weights_only=False)
+
+
+def train_cmd(*extra: str) -> list[str]:
+    """``agent-rl train`` with ``extra`` arguments, as a subprocess command."""
+    return [sys.executable, "-m", "agent_rl.cli", "train", *extra]
+
+
+def env(**extra: str) -> dict[str, str]:
+    """The CLI environment with one OpenMP thread (deterministic CPU runs)."""
+    from tests.conftest import cli_env
+
+    return {**cli_env(), "OMP_NUM_THREADS": "1", **extra}
+
+
+def run(cmd: list[str], **env_extra: str) -> subprocess.CompletedProcess:
+    from tests.conftest import ROOT
+
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env(**env_extra), timeout=600, check=False)

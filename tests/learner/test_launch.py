@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.conftest import ROOT
-from tests.learner.test_resume import run, train_cmd
+from tests.learner.helpers import run, train_cmd
 
 ARGS = [
     "sandbox.backend=process",

@@ -11,13 +11,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, cli_env
+from tests.conftest import ROOT
+from tests.learner.helpers import env, run, train_cmd
 
 ARGS = [
     "sandbox.backend=process",
@@ -35,18 +35,6 @@ ARGS = [
     "tracking.progress=false",
     "tracking.save_trajectories=0",
 ]
-
-
-def train_cmd(*extra: str) -> list[str]:
-    return [sys.executable, "-m", "agent_rl.cli", "train", *extra]
-
-
-def env(**extra: str) -> dict[str, str]:
-    return {**cli_env(), "OMP_NUM_THREADS": "1", **extra}
-
-
-def run(cmd: list[str], **env_extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env(**env_extra), timeout=300)
 
 
 def metrics_by_step(run_dir: Path) -> dict[int, dict[str, float]]:
