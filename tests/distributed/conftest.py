@@ -5,18 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import ROOT
-
-SMALL = [
-    "sandbox.backend=process",
-    "rollout.group_size=2",
-    "rollout.max_new_tokens=12",
-    "rollout.max_turns=2",
-    "trainer.prompts_per_step=2",
-    "trainer.eval_every=0",
-    "tracking.tensorboard=false",
-    "tracking.progress=false",
-    "tracking.save_trajectories=0",
-]
+from tests.test_trainer import SMALL  # the trainer tests' small rollouts
 
 
 def small_config(tmp_path, model_dir, *overrides: str):
