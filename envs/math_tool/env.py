@@ -19,8 +19,16 @@ import gymnasium as gym
 
 from agent_rl.types import InfraError
 from envs.math_tool.grading import grade
-from envs.math_tool.tasks import GENERATORS, SPLITS, Problem, check_choices, make_problem, sample_problem, solution_code
+from envs.math_tool.tasks import (
+    GENERATORS,
+    Problem,
+    check_choices,
+    make_problem,
+    sample_problem,
+    solution_code,
+)
 from envs.spaces import AnyText, Messages
+from envs.splits import check_split
 from tools.base import ToolError, tool_schema
 from tools.parsers import parse_action
 from tools.python import PythonTool
@@ -30,7 +38,11 @@ ANSWER_HINT = "Call the python tool or reply <answer>VALUE</answer>."
 
 
 class MathToolEnv(gym.Env):
-    metadata = {"render_modes": []}
+    metadata = {
+        "render_modes": [],
+        "tools": ("python",),
+        "reward": "1 when math-verify finds the one <answer> equal to the solution, else 0",
+    }
     description = "reasoning-gym math problems; python tool; math-verify checks the <answer>."
     tokenizer_corpus = "envs.math_tool.policies:corpus_conversations"  # text for the tiny tokenizer
 
@@ -48,9 +60,7 @@ class MathToolEnv(gym.Env):
         self.generators = (generators,) if isinstance(generators, str) else tuple(generators)
         self.difficulties = (difficulty,) if isinstance(difficulty, int) else tuple(difficulty)
         check_choices(self.generators, self.difficulties)
-        if split not in SPLITS:
-            raise ValueError(f"config key 'split': unknown split {split!r}; known: {', '.join(SPLITS)}")
-        self.split = split
+        self.split = check_split(split)
         self.max_turns = max_turns
         self.sandbox_backend = sandbox_backend
         self.tool_timeout_s = tool_timeout_s

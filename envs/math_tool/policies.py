@@ -13,7 +13,14 @@ import json
 import random
 import re
 
-from envs.math_tool.tasks import DIFFICULTIES, GENERATORS, format_value, sample_problem, solution_code, solve
+from envs.math_tool.tasks import (
+    DIFFICULTIES,
+    GENERATORS,
+    format_value,
+    sample_problem,
+    solution_code,
+    solve,
+)
 
 
 def tool_call_text(code: str) -> str:

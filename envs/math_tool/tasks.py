@@ -20,7 +20,8 @@ from fractions import Fraction
 from functools import cache, reduce
 from typing import Any
 
-SPLITS = ("train", "val", "test")
+from envs.splits import check_split, split_of
+
 DIFFICULTIES = (1, 2, 3)
 
 
@@ -89,9 +90,33 @@ class Generator:
 GENERATORS: dict[str, Generator] = {
     "basic_arithmetic": Generator(
         levels={
-            1: dict(min_terms=2, max_terms=2, min_digits=1, max_digits=2, operators=("+", "-", "*"), allow_parentheses=False, allow_negation=False),
-            2: dict(min_terms=2, max_terms=3, min_digits=1, max_digits=2, operators=("+", "-", "*"), allow_parentheses=True, allow_negation=True),
-            3: dict(min_terms=3, max_terms=5, min_digits=2, max_digits=3, operators=("+", "-", "*"), allow_parentheses=True, allow_negation=True),
+            1: {
+                "min_terms": 2,
+                "max_terms": 2,
+                "min_digits": 1,
+                "max_digits": 2,
+                "operators": ("+", "-", "*"),
+                "allow_parentheses": False,
+                "allow_negation": False,
+            },
+            2: {
+                "min_terms": 2,
+                "max_terms": 3,
+                "min_digits": 1,
+                "max_digits": 2,
+                "operators": ("+", "-", "*"),
+                "allow_parentheses": True,
+                "allow_negation": True,
+            },
+            3: {
+                "min_terms": 3,
+                "max_terms": 5,
+                "min_digits": 2,
+                "max_digits": 3,
+                "operators": ("+", "-", "*"),
+                "allow_parentheses": True,
+                "allow_negation": True,
+            },
         },
         question=re.compile(r"^Calculate (.+)\.$"),
         code=_expression_code,
@@ -99,9 +124,9 @@ GENERATORS: dict[str, Generator] = {
     ),
     "chain_sum": Generator(
         levels={
-            1: dict(min_terms=2, max_terms=2, min_digits=1, max_digits=2),
-            2: dict(min_terms=3, max_terms=4, min_digits=2, max_digits=2),
-            3: dict(min_terms=4, max_terms=6, min_digits=3, max_digits=3),
+            1: {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2},
+            2: {"min_terms": 3, "max_terms": 4, "min_digits": 2, "max_digits": 2},
+            3: {"min_terms": 4, "max_terms": 6, "min_digits": 3, "max_digits": 3},
         },
         question=re.compile(r"arithmetic problem: (.+) =$"),
         code=_expression_code,
@@ -109,9 +134,9 @@ GENERATORS: dict[str, Generator] = {
     ),
     "products": Generator(
         levels={
-            1: dict(min_terms=2, max_terms=2, min_digits=1, max_digits=2),
-            2: dict(min_terms=2, max_terms=2, min_digits=2, max_digits=3),
-            3: dict(min_terms=2, max_terms=2, min_digits=3, max_digits=4),
+            1: {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2},
+            2: {"min_terms": 2, "max_terms": 2, "min_digits": 2, "max_digits": 3},
+            3: {"min_terms": 2, "max_terms": 2, "min_digits": 3, "max_digits": 4},
         },
         question=re.compile(r"multiplication: (.+)\. Give only"),
         code=_expression_code,
@@ -119,9 +144,9 @@ GENERATORS: dict[str, Generator] = {
     ),
     "gcd": Generator(
         levels={
-            1: dict(min_numbers=2, max_numbers=2, min_value=2, max_value=100),
-            2: dict(min_numbers=2, max_numbers=2, min_value=10, max_value=1000),
-            3: dict(min_numbers=3, max_numbers=3, min_value=100, max_value=10000),
+            1: {"min_numbers": 2, "max_numbers": 2, "min_value": 2, "max_value": 100},
+            2: {"min_numbers": 2, "max_numbers": 2, "min_value": 10, "max_value": 1000},
+            3: {"min_numbers": 3, "max_numbers": 3, "min_value": 100, "max_value": 10000},
         },
         question=re.compile(r"Greatest Common Divisor \(GCD\) of these numbers: ([0-9, ]+)\."),
         code=_call_code("math", "gcd"),
@@ -129,9 +154,9 @@ GENERATORS: dict[str, Generator] = {
     ),
     "lcm": Generator(
         levels={
-            1: dict(min_numbers=2, max_numbers=2, min_value=2, max_value=20),
-            2: dict(min_numbers=2, max_numbers=2, min_value=2, max_value=100),
-            3: dict(min_numbers=3, max_numbers=3, min_value=2, max_value=100),
+            1: {"min_numbers": 2, "max_numbers": 2, "min_value": 2, "max_value": 20},
+            2: {"min_numbers": 2, "max_numbers": 2, "min_value": 2, "max_value": 100},
+            3: {"min_numbers": 3, "max_numbers": 3, "min_value": 2, "max_value": 100},
         },
         question=re.compile(r"Least Common Multiple \(LCM\) of these numbers: ([0-9, ]+)$"),
         code=_call_code("math", "lcm"),
@@ -139,9 +164,9 @@ GENERATORS: dict[str, Generator] = {
     ),
     "fraction_simplification": Generator(
         levels={
-            1: dict(min_value=1, max_value=20, min_factor=2, max_factor=10, styles=("plain",)),
-            2: dict(min_value=1, max_value=100, min_factor=2, max_factor=30, styles=("plain",)),
-            3: dict(min_value=1, max_value=1000, min_factor=2, max_factor=100, styles=("plain",)),
+            1: {"min_value": 1, "max_value": 20, "min_factor": 2, "max_factor": 10, "styles": ("plain",)},
+            2: {"min_value": 1, "max_value": 100, "min_factor": 2, "max_factor": 30, "styles": ("plain",)},
+            3: {"min_value": 1, "max_value": 1000, "min_factor": 2, "max_factor": 100, "styles": ("plain",)},
         },
         question=re.compile(r"Simplify the fraction (\d+)/(\d+) to"),
         code=lambda m: f"from fractions import Fraction; print(Fraction({m.group(1)}, {m.group(2)}))",
@@ -150,9 +175,9 @@ GENERATORS: dict[str, Generator] = {
     ),
     "simple_equations": Generator(
         levels={
-            1: dict(min_terms=2, max_terms=2, min_value=1, max_value=10),
-            2: dict(min_terms=2, max_terms=3, min_value=1, max_value=50),
-            3: dict(min_terms=3, max_terms=4, min_value=1, max_value=100),
+            1: {"min_terms": 2, "max_terms": 2, "min_value": 1, "max_value": 10},
+            2: {"min_terms": 2, "max_terms": 3, "min_value": 1, "max_value": 50},
+            3: {"min_terms": 3, "max_terms": 4, "min_value": 1, "max_value": 100},
         },
         question=re.compile(r"(?:Solve for|value of) ([a-z])(?: in the equation| that satisfies)?: (.+) = (.+)$"),
         code=_equation_code,
@@ -176,15 +201,19 @@ class Problem:
     @property
     def split(self) -> str:
         """80 / 10 / 10 by a hash of the question, so no question is in two splits."""
-        bucket = int(hashlib.sha256(("split:" + self.question).encode()).hexdigest(), 16) % 10
-        return "train" if bucket < 8 else ("val" if bucket == 8 else "test")
+        return split_of(self.question)
 
     @property
     def answer_kind(self) -> str:
         return GENERATORS[self.generator].answer_kind
 
     def to_dict(self) -> dict:
-        return {"generator": self.generator, "question": self.question, "answer": self.answer, "difficulty": self.difficulty}
+        return {
+            "generator": self.generator,
+            "question": self.question,
+            "answer": self.answer,
+            "difficulty": self.difficulty,
+        }
 
 
 def check_choices(generators: tuple[str, ...], difficulties: tuple[int, ...]) -> None:
@@ -215,8 +244,7 @@ def generate(generator: str, difficulty: int, seed: int) -> Problem:
 
 def sample_problem(seed: int, split: str, generators: tuple[str, ...], difficulties: tuple[int, ...]) -> Problem:
     """The problem of ``seed`` in ``split``: deterministic, drawn by rejection on the split hash."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+    check_split(split)
     check_choices(generators, difficulties)
     rng = random.Random(seed)
     while True:

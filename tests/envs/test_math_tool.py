@@ -5,11 +5,12 @@ import random
 import gymnasium as gym
 import pytest
 
-import envs  # noqa: F401
+import envs
 from agent_rl.types import InfraError
 from envs.math_tool.grading import grade
 from envs.math_tool.policies import mental_answer, oracle, weak_teacher
-from envs.math_tool.tasks import DIFFICULTIES, GENERATORS, SPLITS, generate, sample_problem
+from envs.math_tool.tasks import DIFFICULTIES, GENERATORS, generate, sample_problem
+from envs.splits import SPLITS
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,7 @@ def _play(env, policy, seed: int, options: dict | None = None, rng: random.Rando
     messages, total = list(obs), 0.0
     while True:
         action = policy(messages, rng)
-        obs, reward, terminated, truncated, info = env.step(action)
+        obs, reward, terminated, truncated, _ = env.step(action)
         messages += [{"role": "assistant", "content": action}, *obs]
         total += reward
         if terminated or truncated:
@@ -144,7 +145,9 @@ def test_weak_teacher_errs_on_long_numbers_only():
     assert weak_teacher([{"role": "user", "content": big}], rng, p_direct=0.0).startswith("<tool_call>")
 
 
-def test_bad_config_names_the_key():
+def test_listing_card_and_bad_config_names_the_key():
+    card = envs.card("agent_rl/MathTool-v0")
+    assert card["tools"] == ("python",) and card["max_turns"] == 4 and "math-verify" in card["reward"]
     with pytest.raises(ValueError, match="'generators': unknown generator 'sudoku'; known: basic_arithmetic"):
         gym.make("agent_rl/MathTool-v0", generators=["sudoku"])
     with pytest.raises(ValueError, match="'difficulty': unknown difficulty 9"):
@@ -189,7 +192,7 @@ def test_math_tool_recipe_runs_end_to_end(tmp_path):
         "sft.batch_size=8", "sft.max_steps=2", "sft.eval_every_steps=2", "sft.eval_episodes=4",
     ]
     args = ["quickstart", "--config", str(ROOT / "configs" / "math_tool.yaml"), "--root", str(tmp_path / "mt"), *small]
-    r = subprocess.run([sys.executable, "-m", "agent_rl.cli", *args], capture_output=True, text=True, cwd=ROOT, env=cli_env(), timeout=600)
+    r = subprocess.run([sys.executable, "-m", "agent_rl.cli", *args], check=False, capture_output=True, text=True, cwd=ROOT, env=cli_env(), timeout=600)
     assert r.returncode == 0, r.stderr
     assert "agent_rl/MathTool-v0" in r.stdout and "SFT + RL" in r.stdout
     summary = json.loads((tmp_path / "mt" / "summary.json").read_text())
