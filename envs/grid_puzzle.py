@@ -86,7 +86,7 @@ class GridPuzzleEnv(gym.Env):
     Subclass hooks: ``_new_task(seed, split, options)`` sets the puzzle and returns
     ``(task_id, task_dict, teacher_context)``; ``_move(direction)`` applies a move and returns
     None or an error text (board unchanged); ``_board()`` renders the current board (the state;
-    ``_view()``, what the agent is shown, may add lines above it);
+    ``_view()``, what the agent is shown, may add lines around it);
     ``_solved()`` says whether the goal is reached.
     """
 
@@ -178,15 +178,15 @@ class GridPuzzleEnv(gym.Env):
 
 
 def last_board(messages: list[dict], cells: str) -> list[str] | None:
-    """The last board shown in a conversation: the trailing block of lines made of ``cells``."""
+    """The last board shown in a conversation: the last block of lines made of ``cells``."""
     for m in reversed(messages):
         if m["role"] in ("user", "tool"):
-            lines = m["content"].split("\n")
             block: list[str] = []
-            for line in reversed(lines):
-                if not line or any(ch not in cells for ch in line):
+            for line in reversed(m["content"].split("\n")):
+                if line and all(ch in cells for ch in line):
+                    block.append(line)
+                elif block:
                     break
-                block.append(line)
             if block:
                 return block[::-1]
     return None

@@ -4,7 +4,7 @@ Boards come from reasoning-gym's maze generator (see ``tasks.py``); every episod
 from the same board, and ``state_key`` is a hash of the board with the player, so a cell of a maze
 has one key across all episodes. Action forms and error handling: ``envs/grid_puzzle.py``.
 
-``hint=True`` adds a line above the board, e.g. ``G: 3 down, 6 right. open: up right`` (the goal's
+``hint=True`` adds a line below the board, e.g. ``G: 3 down, 6 right. open: up right`` (the goal's
 offset from ``@`` and the moves that do not hit a wall): a tiny model cannot find ``@`` and ``G``
 in a BPE-tokenized board, but can learn from this line; the state (and ``state_key``) is the same.
 """
@@ -40,7 +40,7 @@ class MazeEnv(GridPuzzleEnv):
         if not 0.0 <= wall_density < 0.6:
             raise ValueError(f"wall_density must be in [0, 0.6), got {wall_density}")
         self.wall_density = wall_density
-        self.hint = hint  # a line above the board: where G is from @, and the open moves
+        self.hint = hint  # a line below the board (next to the reply): where G is from @, the open moves
         self._maze: Maze | None = None
         self._pos = (0, 0)
 
@@ -73,7 +73,7 @@ class MazeEnv(GridPuzzleEnv):
         offset = [f"{abs(gr - r)} {'down' if gr > r else 'up'}"] if gr != r else []
         offset += [f"{abs(gc - c)} {'right' if gc > c else 'left'}"] if gc != c else []
         moves = [d for d, (dr, dc) in DIRECTIONS.items() if self._maze.open(r + dr, c + dc)]
-        return f"G: {', '.join(offset)}. open: {' '.join(moves)}\n{self._board()}"
+        return f"{self._board()}\nG: {', '.join(offset)}. open: {' '.join(moves)}"
 
     def _solved(self) -> bool:
         return self._pos == self._maze.find(GOAL)

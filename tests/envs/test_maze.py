@@ -115,9 +115,9 @@ def test_hint_line_is_shown_but_not_part_of_the_state():
     plain, hinted = gym.make("agent_rl/Maze-v0"), gym.make("agent_rl/Maze-v0", hint=True)
     obs_p, info_p = plain.reset(options={"task": TINY})
     obs_h, info_h = hinted.reset(options={"task": TINY})
-    assert obs_h[1]["content"] == "G: 2 right. open: down right\n" + obs_p[1]["content"]
+    assert obs_h[1]["content"] == obs_p[1]["content"] + "\nG: 2 right. open: down right"
     assert info_h["state_key"] == info_p["state_key"]
-    assert hinted.step("down")[0][0]["content"] == "G: 1 up, 2 right. open: up down\n#####\n#..G#\n#@#.#\n#...#\n#####"
-    assert oracle(obs_h) == "right"  # the policies read the board below the hint
+    assert hinted.step("down")[0][0]["content"] == "#####\n#..G#\n#@#.#\n#...#\n#####\nG: 1 up, 2 right. open: up down"
+    assert oracle(obs_h) == "right"  # the policies read the board above the hint
     plain.close()
     hinted.close()
