@@ -63,6 +63,9 @@ def build_model(out: Path) -> Path:
     return out / "sft_model"
 
 
+INITIAL: dict[int, dict] = {}  # seed -> the held-out success of the starting model
+
+
 def copied_prefix_tokens(trajectories) -> int:
     """Policy tokens that forked trajectories copied from their parents (not sampled again)."""
     return sum(sum(t.loss_mask_T[: t.branch_point]) for t in trajectories if t.parent_id is not None)
@@ -96,7 +99,11 @@ def run_one(method: str, seed: int, args: argparse.Namespace, out: Path) -> list
         return row
 
     t0 = time.perf_counter()
-    rows = [evaluation(0, 0, t0, None)]
+    # every method starts from the same model and evaluates the same tasks with per-request seeds:
+    # the 0-token point is measured once per seed and shared
+    if seed not in INITIAL:
+        INITIAL[seed] = evaluation(0, 0, t0, None)
+    rows = [{**INITIAL[seed], "method": method}]
     tokens, step, next_eval, rewards = 0, 0, args.eval_every_tokens, []
     while tokens < args.budget_tokens:
         copied.clear()
