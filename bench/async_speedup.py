@@ -6,20 +6,25 @@ truncated: median ~0.1 s, one step in ~40 over 1 s), the shape of real sandbox /
 runs train the same warm-started tiny model with GRPO from the same seed, 4 prompts x 8 samples
 per step, the same number of steps, so the same number of trained samples (counted and printed).
 
-* sync: ``distributed.max_staleness=0``, the single-process loop (rollout, then train, then sync).
-* async: ``distributed.max_staleness=1`` (local backend): the next step's episodes run on a copy of
-  the weights while the learner trains; no trained sample is more than one version old (checked
-  on every sample), new weights reach the sampler at turn boundaries.
+* sync: ``distributed.max_staleness=0``: rollout, then train, then sync.
+* async: ``distributed.max_staleness=1``: the next step's episodes run while the learner trains;
+  no trained sample is more than one version old (checked on every sample), new weights reach the
+  sampler at turn boundaries.
+
+Both sample on the same backend (``--backend ray``, the default: one Ray rollout worker process
+beside the driver, so sampling and training can use different cores; ``local``: a thread in the
+training process, where Python's GIL serialises most of the small model's work).
 
 Runs are done in one process, in the order sync, async, then async, sync for ``--rounds 2`` (a
 load drift on a shared machine hits both alike); the wall time of each is the time of its
 ``Trainer.step`` calls. Prints both reward curves, the final rewards (mean of the last third of
-the steps, with a standard error over episodes) and ``speedup = sync_s / async_s``.
+the steps, with its standard error over those steps) and ``speedup = sync_s / async_s``.
 
-    python bench/async_speedup.py [--steps 16] [--rounds 1] [--model DIR] [--threads 1]
+    python bench/async_speedup.py [--steps 16] [--rounds 1] [--backend ray|local] [--model DIR] [--threads 1]
 
-Without ``--model`` a tiny model is built and warm-started by a short SFT on the weak teacher
-(cached under ``runs/bench_async``), so rewards are neither 0 nor 1 and the curves mean something.
+Without ``--model`` a tiny model is built and warm-started by the quickstart's SFT on the weak
+teacher (cached under ``runs/bench_async``; about 0.4 held-out success), so rewards are neither 0
+nor 1 and the curves mean something.
 """
 
 from __future__ import annotations
@@ -43,16 +48,17 @@ WORKLOAD = [
     "rollout.max_new_tokens=40",
     "rollout.concurrency=128",  # room for two steps in flight (the synchronous loop never has more than one)
     "trainer.prompts_per_step=4",
+    "distributed.ray.num_rollout_workers=1",
+    "distributed.ray.sandbox_pools=false",
     "trainer.eval_every=0",
     "tracking.tensorboard=false",
     "tracking.progress=false",
     "tracking.save_trajectories=0",
 ]
-SFT = ["sft.demos=800", "sft.max_steps=400", "sft.eval_every_steps=100", "sft.eval_episodes=48", "sft.patience=2"]
 
 
 def warm_started_model(root: Path) -> Path:
-    """A tiny model after a short SFT on the weak teacher (built once, then reused)."""
+    """A tiny model after the quickstart's SFT on the weak teacher (built once, then reused)."""
     from agent_rl.config import load_config
     from agent_rl.sft import sft
     from agent_rl.tiny import init_tiny
@@ -63,13 +69,13 @@ def warm_started_model(root: Path) -> Path:
     tiny = root / "tiny"
     if not (tiny / "config.json").exists():
         init_tiny(tiny, seed=0)
-    cfg = load_config(ROOT / "configs" / "quickstart.yaml", [f"model.path={tiny}", f"run.root={root}", f"sft.out={out}", *SFT])
+    cfg = load_config(ROOT / "configs" / "quickstart.yaml", [f"model.path={tiny}", f"run.root={root}", f"sft.out={out}"])
     cfg.tracking.progress = False
     sft(cfg, log=print)
     return out
 
 
-def run(mode: str, model: Path, steps: int, root: Path) -> dict:
+def run(mode: str, model: Path, steps: int, root: Path, backend: str) -> dict:
     from agent_rl.config import load_config
     from agent_rl.distributed import staleness
     from agent_rl.trainer import Trainer
@@ -77,7 +83,8 @@ def run(mode: str, model: Path, steps: int, root: Path) -> dict:
     k = {"sync": 0, "async": 1}[mode]
     cfg = load_config(
         ROOT / "configs" / "quickstart.yaml",
-        [f"model.path={model}", f"run.root={root}", f"run.name={mode}", f"trainer.steps={steps}", f"distributed.max_staleness={k}", *WORKLOAD],
+        [f"model.path={model}", f"run.root={root}", f"run.name={mode}", f"trainer.steps={steps}", f"distributed.max_staleness={k}",
+         f"distributed.backend={backend}", *WORKLOAD],
     )
     trainer = Trainer(cfg, log=lambda *a: None)
     handed, stale = [], []
@@ -116,6 +123,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=STEPS)
     ap.add_argument("--rounds", type=int, default=1, help="2: sync, async, async, sync")
     ap.add_argument("--model", type=Path, default=None)
+    ap.add_argument("--backend", choices=["ray", "local"], default="ray", help="where both runs sample (distributed.backend)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 on a shared, loaded machine)")
     ap.add_argument("--root", type=Path, default=ROOT / "runs" / "bench_async")
     args = ap.parse_args()
@@ -124,9 +132,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     model = args.model or warm_started_model(args.root)
     order = ["sync", "async", "async", "sync"][: 2 * args.rounds] if args.rounds <= 2 else ["sync", "async"] * args.rounds
-    results = [run(mode, model, args.steps, args.root) for mode in order]
+    results = [run(mode, model, args.steps, args.root, args.backend) for mode in order]
     by = {m: [r for r in results if r["mode"] == m] for m in ("sync", "async")}
-    print(f"\nworkload: {args.steps} steps x 32 episodes, tool latency 50 ms - 2 s (Pareto a=1), model {model}")
+    print(f"\nworkload: {args.steps} steps x 32 episodes, tool latency 50 ms - 2 s (Pareto a=1), backend {args.backend}, model {model}")
     for r in results:
         f, se = final(r)
         curve = " ".join(f"{x:.2f}" for x in r["rewards"])
