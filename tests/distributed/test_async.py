@@ -101,3 +101,25 @@ def test_weights_swap_at_turn_boundaries(tiny_model_dir, partial):
     assert versions == ([[0, 1]] * 3 if partial else [[0, 0]] * 3)
     assert worker.policy_version == 1  # without partial rollouts, loaded once the episodes ended
     worker.close()
+
+
+def test_a_step_that_fails_before_the_update_leaves_a_resumable_checkpoint(tmp_path, tiny_model_dir):
+    cfg = small_config(tmp_path, tiny_model_dir, "trainer.steps=3", "distributed.max_staleness=1")
+    trainer = Trainer(cfg, log=lambda *a: None)
+    inner = trainer.rollouts.rollout
+
+    def rollout(step: int, round_: int, n: int):
+        if step == 1:
+            raise RuntimeError("every rollout worker is gone")
+        return inner(step, round_, n)
+
+    trainer.rollouts.rollout = rollout
+    with pytest.raises(RuntimeError, match="every rollout worker is gone"):
+        trainer.train()
+    assert (trainer.run_dir / "checkpoints" / "step_000001").is_dir()  # the state after step 0
+    resumed = Trainer(cfg, resume=str(trainer.run_dir), log=lambda *a: None)
+    assert (resumed.start_step, resumed.learner.version) == (1, 1)
+    record = record_rollouts(resumed)
+    resumed.train()
+    assert [(s, v) for s, v, _ in record.calls] == [(1, 1), (2, 2)]
+    assert all(v <= 1 for v in record.staleness_values())
