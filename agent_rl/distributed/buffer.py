@@ -147,7 +147,6 @@ class AsyncRolloutSource:
         self._changed: asyncio.Condition | None = None
         self._tasks: set[asyncio.Task] = set()
         self.metrics_acc: Counter[str] = Counter()
-        self.trained_staleness: list[int] = []  # staleness of every trajectory handed to the trainer
         loop.call(self._start())
 
     async def _start(self) -> None:
@@ -222,7 +221,6 @@ class AsyncRolloutSource:
             self._dispatch()
         out = [t for j in plan.jobs for t in self._done.pop(j.group_id)]
         values = [staleness(t, self.version) for t in out if t.turns_N]
-        self.trained_staleness += values
         if values:
             self.metrics_acc["distributed/staleness_max"] = max(self.metrics_acc["distributed/staleness_max"], max(values))
             self.metrics_acc["distributed/staleness_mean"] = sum(values) / len(values)
