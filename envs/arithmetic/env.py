@@ -9,13 +9,11 @@ the turn budget then truncates the episode.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from typing import Any
 
-import gymnasium as gym
-
 from envs.arithmetic.tasks import LEVELS, SPLITS, Problem, make_problem, sample_problem
+from envs.async_env import AsyncTextEnv
 from envs.spaces import AnyText, Messages
 from tools.base import ToolError, tool_schema
 from tools.parsers import parse_action
@@ -28,7 +26,7 @@ def question_text(expression: str) -> str:
     return f"What is {expression}?"
 
 
-class ArithmeticEnv(gym.Env):
+class ArithmeticEnv(AsyncTextEnv):
     metadata = {"render_modes": [], "tools": ("python",), "reward": "1 for the right <answer>, else 0"}
     description = "Arithmetic question; a python tool; reward 1 for the right <answer>."
 
@@ -57,7 +55,6 @@ class ArithmeticEnv(gym.Env):
         self.observation_space = Messages()
         self._sandbox = None
         self._tool: PythonTool | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._problem: Problem | None = None
         self._turn = 0
         self._seen: list[str] = []
@@ -129,11 +126,6 @@ class ArithmeticEnv(gym.Env):
         info.update(action_valid=valid, state_key=self._state_key())
         return obs, reward, terminated, truncated, info
 
-    def step(self, action: str):
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(self.astep(action))
-
     def _python(self) -> PythonTool:
         if self._tool is None:
             from sandbox import make_sandbox
@@ -142,18 +134,10 @@ class ArithmeticEnv(gym.Env):
             self._tool = PythonTool(self._sandbox, timeout_s=self.tool_timeout_s)
         return self._tool
 
-    def close(self):
+    async def aclose_resources(self) -> None:
         if self._sandbox is not None:
             sandbox, self._sandbox, self._tool = self._sandbox, None, None
-            loop = self._loop or asyncio.new_event_loop()
-            try:
-                loop.run_until_complete(sandbox.close())
-            except RuntimeError:  # called from inside a running loop: close in a fresh one
-                asyncio.run(sandbox.close())
-        if self._loop is not None:
-            self._loop.close()
-            self._loop = None
-        super().close()
+            await sandbox.close()
 
 
 def _as_int(text: str) -> int | None:

@@ -18,15 +18,13 @@ hack-proof by construction (``runner.py``); a sandbox infrastructure failure rai
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import re
-import threading
 from typing import Any
 
-import gymnasium as gym
 from pydantic import BaseModel, Field
 
+from envs.async_env import AsyncTextEnv
 from envs.code_exec.harness import Grade, grade
 from envs.code_exec.tasks import SPLITS, CodeTask, by_id, task_for_seed
 from envs.spaces import AnyText, Messages
@@ -59,7 +57,7 @@ def user_prompt(task: CodeTask) -> str:
     return f"Complete the function `{task.entry_point}`:\n```python\n{task.prompt}```"
 
 
-class CodeExecEnv(gym.Env):
+class CodeExecEnv(AsyncTextEnv):
     metadata = {
         "render_modes": [],
         "tools": ("python", "submit"),
@@ -92,7 +90,6 @@ class CodeExecEnv(gym.Env):
         self.action_space = AnyText(max_length=max_action_chars)
         self.observation_space = Messages()
         self._sandbox = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._task: CodeTask | None = None
         self._turn = 0
         self._seen: list[str] = []
@@ -104,7 +101,7 @@ class CodeExecEnv(gym.Env):
         super().reset(seed=seed)
         if self._sandbox is not None:  # a new episode starts with an empty work directory
             self._sandbox, sandbox = None, self._sandbox
-            run_sync(sandbox.close())
+            self.run_blocking(sandbox.close())
         options = options or {}
         if "task" in options:
             task = options["task"]
@@ -171,11 +168,6 @@ class CodeExecEnv(gym.Env):
         info.update(action_valid=valid, state_key=self._state_key())
         return obs, reward, terminated, truncated, info
 
-    def step(self, action: str):
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(self.astep(action))
-
     async def _grade(self, code: str) -> Grade:
         # a sandbox of its own: files the agent wrote with the python tool do not reach the grader
         from sandbox import make_sandbox
@@ -200,29 +192,13 @@ class CodeExecEnv(gym.Env):
             self._sandbox = make_sandbox(backend=self.sandbox_backend, timeout_s=self.tool_timeout_s, memory_mb=self.memory_mb)
         return self._sandbox
 
-    def close(self):
+    async def aclose_resources(self) -> None:
         if self._mcp is not None:
             self._mcp, mcp = None, self._mcp
             mcp.close()
         if self._sandbox is not None:
             sandbox, self._sandbox = self._sandbox, None
-            run_sync(sandbox.close())
-        if self._loop is not None:
-            self._loop.close()
-            self._loop = None
-        super().close()
-
-
-def run_sync(coro) -> None:
-    """Run ``coro`` to completion from sync code, also when called inside a running event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        asyncio.run(coro)
-        return
-    thread = threading.Thread(target=asyncio.run, args=(coro,))
-    thread.start()
-    thread.join()
+            await sandbox.close()
 
 
 def _submission(text: str, parsed) -> str | None:

@@ -11,13 +11,11 @@ A sandbox failure raises ``InfraError`` (the engine ends the episode as INFRA_ER
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from typing import Any
 
-import gymnasium as gym
-
 from agent_rl.types import InfraError
+from envs.async_env import AsyncTextEnv
 from envs.math_tool.grading import grade
 from envs.math_tool.tasks import (
     GENERATORS,
@@ -37,7 +35,7 @@ SYSTEM_PROMPT = "Use the python tool if it helps, then reply <answer>X</answer>:
 ANSWER_HINT = "Call the python tool or reply <answer>VALUE</answer>."
 
 
-class MathToolEnv(gym.Env):
+class MathToolEnv(AsyncTextEnv):
     metadata = {
         "render_modes": [],
         "tools": ("python",),
@@ -69,7 +67,6 @@ class MathToolEnv(gym.Env):
         self.observation_space = Messages()
         self._sandbox = None
         self._tool: PythonTool | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._problem: Problem | None = None
         self._turn = 0
         self._seen: list[str] = []
@@ -141,11 +138,6 @@ class MathToolEnv(gym.Env):
         except ToolError as e:
             return f"error: {e}", False
 
-    def step(self, action: str):
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(self.astep(action))
-
     def _python(self) -> PythonTool:
         if self._tool is None:
             from sandbox import make_sandbox
@@ -159,17 +151,9 @@ class MathToolEnv(gym.Env):
             self._tool = PythonTool(self._sandbox, timeout_s=self.tool_timeout_s)
         return self._tool
 
-    def close(self):
+    async def aclose_resources(self) -> None:
         if self._sandbox is not None:
             sandbox, self._sandbox, self._tool = self._sandbox, None, None
-            loop = self._loop or asyncio.new_event_loop()
-            try:
-                loop.run_until_complete(sandbox.close())
-            except RuntimeError:  # called from inside a running loop: close in a fresh one
-                asyncio.run(sandbox.close())
-        if self._loop is not None:
-            self._loop.close()
-            self._loop = None
-        super().close()
+            await sandbox.close()
 
 

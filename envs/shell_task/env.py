@@ -16,15 +16,14 @@ A sandbox failure raises ``SandboxInfraError`` (the episode ends as INFRA_ERROR,
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 from pydantic import BaseModel, ConfigDict
 
+from envs.async_env import AsyncTextEnv
 from envs.shell_task.tasks import (
     FAMILIES,
     LEVELS,
@@ -60,7 +59,7 @@ class SubmitTool:
     Args = SubmitArgs
 
 
-class ShellTaskEnv(gym.Env):
+class ShellTaskEnv(AsyncTextEnv):
     metadata = {
         "render_modes": [],
         "tools": ("shell", "read_file", "write_file", "submit"),
@@ -96,7 +95,6 @@ class ShellTaskEnv(gym.Env):
         self.observation_space = Messages()
         self._sandbox = None
         self._tools: dict[str, Any] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._task: Task | None = None
         self._turn = 0
         self._progress = 0.0
@@ -109,7 +107,7 @@ class ShellTaskEnv(gym.Env):
     async def _new_sandbox(self):
         from sandbox import make_sandbox
 
-        await self._close_sandbox()
+        await self.aclose_resources()
         self._sandbox = make_sandbox(backend=self.sandbox_backend, timeout_s=self.tool_timeout_s)
         self._tools = {
             "shell": ShellTool(self._sandbox, timeout_s=self.tool_timeout_s),
@@ -202,29 +200,10 @@ class ShellTaskEnv(gym.Env):
         return obs, reward, submitted, truncated, info
 
     # -- sync API and cleanup -------------------------------------------------------------------
-    def _run(self, coro):
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(coro)
-
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        return self._run(self.areset(seed=seed, options=options))
+        return self.run_sync(self.areset(seed=seed, options=options))
 
-    def step(self, action: str):
-        return self._run(self.astep(action))
-
-    async def _close_sandbox(self):
+    async def aclose_resources(self) -> None:
         if self._sandbox is not None:
             sandbox, self._sandbox, self._tools = self._sandbox, None, {}
             await sandbox.close()
-
-    def close(self):
-        if self._sandbox is not None:
-            try:
-                self._run(self._close_sandbox())
-            except RuntimeError:  # called from inside a running loop: close in a fresh one
-                asyncio.run(self._close_sandbox())
-        if self._loop is not None:
-            self._loop.close()
-            self._loop = None
-        super().close()
