@@ -18,9 +18,7 @@ from typing import Any
 
 from torch import Tensor
 
-
-class InfraError(RuntimeError):
-    """A sandbox / server / backend failure, not the policy's: the episode ends as INFRA_ERROR."""
+from agent_rl.errors import InfraError as InfraError  # re-exported: it lived here first
 
 
 class StopReason(StrEnum):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from agent_rl.types import InfraError
+from agent_rl.errors import InfraError
 from tools.base import Tool
 
 
