@@ -67,7 +67,7 @@ def sft(cfg: Config, log: Any = print) -> tuple[Path, float]:
         order = list(range(len(demos)))
         rng.shuffle(order)
         for i in range(0, len(order) - cfg.sft.batch_size + 1, cfg.sft.batch_size):
-            batch = make_batch([demos[j] for j in order[i : i + cfg.sft.batch_size]], pad)
+            batch = make_batch([demos[j] for j in order[i : i + cfg.sft.batch_size]], pad, cfg.model.device)
             model.train()
             logprobs_BT, _ = token_logprobs(model, batch, temperature=1.0)
             mask = batch.loss_mask_BT

@@ -12,12 +12,15 @@ and its ratio to GRPO's, all under ``--out``.
     python bench/credit_assignment.py --model runs/credit_bench/sft_model --budget-tokens 20000 --seeds 0 1 2
 
 Without ``--model`` a tiny model is built and SFT'd on the maze's weak teacher first (minutes).
+``--jobs N`` runs N (method, seed) runs at once, each in its own process (``--device cuda``: all on
+one GPU); every run writes its own ``results-METHOD-sSEED.jsonl`` and the table is drawn from all.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -51,13 +54,15 @@ COMMON = [
 ]
 
 
-def build_model(out: Path) -> Path:
+def build_model(out: Path, device: str, sft_steps: int) -> Path:
     """init-model + SFT on the maze's weak teacher (the starting point of every run)."""
     cli = [sys.executable, "-m", "agent_rl.cli"]
-    subprocess.run([*cli, "init-model", "tiny", "--out", str(out / "tiny"), "--env", "agent_rl/Maze-v0"], check=True)
+    if not (out / "tiny").exists():
+        subprocess.run([*cli, "init-model", "tiny", "--out", str(out / "tiny"), "--env", "agent_rl/Maze-v0"], check=True)
     subprocess.run(
         [*cli, "sft", str(ROOT / "configs" / "maze.yaml"), f"model.path={out / 'tiny'}", "sandbox.backend=process",
-         f"sft.out={out / 'sft_model'}", f"run.root={out}", "tracking.progress=false"],
+         f"model.device={device}", f"sft.max_steps={sft_steps}", f"sft.out={out / 'sft_model'}", f"run.root={out}",
+         "tracking.progress=false"],
         check=True,
     )  # fmt: skip
     return out / "sft_model"
@@ -78,7 +83,7 @@ def run_one(method: str, seed: int, args: argparse.Namespace, out: Path) -> list
     from agent_rl.eval import evaluate
     from agent_rl.trainer import Trainer
 
-    overrides = [f"model.path={args.model}", f"run.root={out / 'runs'}", f"run.name={method}-s{seed}", *COMMON]
+    overrides = [f"model.path={args.model}", f"model.device={args.device}", f"run.root={out / 'runs'}", f"run.name={method}-s{seed}", *COMMON]
     overrides += [*METHODS[method], f"trainer.seed={seed}", f"learner.lr={args.lr}"]
     trainer = Trainer(load_config(ROOT / "configs" / "maze.yaml", overrides), log=lambda *a: None)
     copied: list[int] = []
@@ -176,20 +181,57 @@ def main() -> None:
     p.add_argument("--eval-episodes", type=int, default=64)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "credit_bench")
-    p.add_argument("--summarize-only", action="store_true", help="redraw the plot and table from results.jsonl")
+    p.add_argument("--summarize-only", action="store_true", help="redraw the plot and table from results-*.jsonl")
+    p.add_argument("--device", default="cpu", help="model.device of every run (cuda: the hf backend and learner on a GPU)")
+    p.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process (1: in this process)")
+    p.add_argument("--sft-steps", type=int, default=1500, help="SFT steps when --model is not given")
+    p.add_argument("--one", nargs=2, metavar=("METHOD", "SEED"), help=argparse.SUPPRESS)
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     results = args.out / "results.jsonl"
+    if args.one:
+        method, seed = args.one[0], int(args.one[1])
+        rows = run_one(method, seed, args, args.out)
+        (args.out / f"results-{method}-s{seed}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return
     if not args.summarize_only:
         if args.model is None:
-            args.model = build_model(args.out)
-        for seed in args.seeds:  # seed-major: every method sees the same machine load
-            for method in args.methods:
-                for row in run_one(method, seed, args, args.out):
-                    with open(results, "a") as f:
-                        f.write(json.dumps(row) + "\n")
-    rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+            args.model = build_model(args.out, args.device, args.sft_steps)
+        runs = [(m, s) for s in args.seeds for m in args.methods]  # seed-major: every method sees the same load
+        if args.jobs == 1:
+            for method, seed in runs:
+                rows = run_one(method, seed, args, args.out)
+                (args.out / f"results-{method}-s{seed}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        else:
+            run_parallel(runs, args)
+    rows = [json.loads(line) for f in sorted(args.out.glob("results-*.jsonl")) for line in f.read_text().splitlines() if line.strip()]
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows))
     print(summarize(rows, args.out))
+
+
+def run_parallel(runs: list[tuple[str, int]], args: argparse.Namespace) -> None:
+    """Each (method, seed) in its own process, ``--jobs`` at a time, one torch thread each."""
+    flags = ["--model", str(args.model), "--device", args.device, "--out", str(args.out), "--lr", str(args.lr),
+             "--budget-tokens", str(args.budget_tokens), "--eval-every-tokens", str(args.eval_every_tokens),
+             "--eval-episodes", str(args.eval_episodes)]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    pending, running, failed = list(runs), {}, []
+    while pending or running:
+        while pending and len(running) < args.jobs:
+            method, seed = pending.pop(0)
+            log = open(args.out / f"log-{method}-s{seed}.txt", "w")
+            cmd = [sys.executable, __file__, *flags, "--one", method, str(seed)]
+            running[(method, seed)] = (subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log)
+        time.sleep(1.0)
+        for key, (proc, log) in list(running.items()):
+            if proc.poll() is not None:
+                log.close()
+                del running[key]
+                if proc.returncode != 0:
+                    failed.append(key)
+                print(f"{key[0]} seed {key[1]}: exit {proc.returncode}", flush=True)
+    if failed:
+        print(f"failed runs (see log-*.txt): {failed}", flush=True)
 
 
 if __name__ == "__main__":
