@@ -77,6 +77,16 @@ def copied_prefix_tokens(trajectories) -> int:
 
 
 def run_one(method: str, seed: int, args: argparse.Namespace, out: Path) -> list[dict]:
+    """Train one (method, seed) to the token budget; each evaluation row is appended to
+    ``results-METHOD-sSEED.jsonl`` as it is measured (a run stopped early keeps its curve so far)."""
+    path = out / f"results-{method}-s{seed}.jsonl"
+    path.write_text("")
+
+    def keep(row: dict) -> dict:
+        with open(path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        return row
+
     import asyncio
 
     from agent_rl.config import load_config
@@ -108,7 +118,7 @@ def run_one(method: str, seed: int, args: argparse.Namespace, out: Path) -> list
     # the 0-token point is measured once per seed and shared
     if seed not in INITIAL:
         INITIAL[seed] = evaluation(0, 0, t0, None)
-    rows = [{**INITIAL[seed], "method": method}]
+    rows = [keep({**INITIAL[seed], "method": method})]
     tokens, step, next_eval, rewards = 0, 0, args.eval_every_tokens, []
     while tokens < args.budget_tokens:
         copied.clear()
@@ -117,7 +127,7 @@ def run_one(method: str, seed: int, args: argparse.Namespace, out: Path) -> list
         tokens += int(metrics["rollout/generated_tokens"]) - sum(copied)
         rewards.append(metrics["rollout/reward_mean"])
         if tokens >= next_eval or tokens >= args.budget_tokens:
-            rows.append(evaluation(tokens, step, t0, sum(rewards) / len(rewards)))
+            rows.append(keep(evaluation(tokens, step, t0, sum(rewards) / len(rewards))))
             rewards.clear()
             next_eval += args.eval_every_tokens
     trainer.rollouts.close()
@@ -126,22 +136,30 @@ def run_one(method: str, seed: int, args: argparse.Namespace, out: Path) -> list
 
 
 def summarize(rows: list[dict], out: Path) -> str:
+    """Table and plot over the evaluations every run reached (runs cut short by a time limit are
+    compared at the last evaluation they all have, so every method gets the same token budget)."""
     import numpy as np
 
-    methods = [m for m in METHODS if any(r["method"] == m for r in rows)]
-    final = {}
-    lines = ["| method | seeds | tokens (mean) | success at 0 | final success (mean ± std over seeds) | ratio to GRPO |", "|---|---|---|---|---|---|"]
+    curves: dict[tuple[str, int], list[dict]] = {}
+    for r in rows:
+        curves.setdefault((r["method"], r["seed"]), []).append(r)
+    common = min(len(c) for c in curves.values())
+    curves = {k: sorted(c, key=lambda r: r["tokens"])[:common] for k, c in curves.items()}
+    methods = [m for m in METHODS if any(k[0] == m for k in curves)]
+    final, lines = {}, [
+        "| method | seeds | tokens (mean) | success at 0 | final success (mean ± std over seeds) | last 3 evals (mean) | ratio to GRPO |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for m in methods:
-        runs = {}
-        for r in rows:
-            if r["method"] == m:
-                runs.setdefault(r["seed"], []).append(r)
-        last = [rs[-1] for rs in runs.values()]
+        runs = [c for k, c in curves.items() if k[0] == m]
+        last = [c[-1] for c in runs]
         final[m] = float(np.mean([r["success"] for r in last]))
-        start = float(np.mean([rs[0]["success"] for rs in runs.values()]))
+        tail = float(np.mean([r["success"] for c in runs for r in c[-3:]]))
+        start = float(np.mean([c[0]["success"] for c in runs]))
         std = float(np.std([r["success"] for r in last]))
-        ratio = final[m] / final["grpo"] if "grpo" in final and final["grpo"] > 0 else float("nan")
-        lines.append(f"| {m} | {len(runs)} | {np.mean([r['tokens'] for r in last]):.0f} | {start:.3f} | {final[m]:.3f} ± {std:.3f} | {ratio:.2f} |")
+        ratio = final[m] / final["grpo"] if final.get("grpo", 0) > 0 else float("nan")
+        tokens = np.mean([r["tokens"] for r in last])
+        lines.append(f"| {m} | {len(runs)} | {tokens:.0f} | {start:.3f} | {final[m]:.3f} ± {std:.3f} | {tail:.3f} | {ratio:.2f} |")
     table = "\n".join(lines)
     (out / "table.md").write_text(table + "\n")
     import matplotlib
@@ -152,16 +170,12 @@ def summarize(rows: list[dict], out: Path) -> str:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for i, m in enumerate(methods):
         color = f"C{i}"
-        by_seed: dict[int, list[dict]] = {}
-        for r in rows:
-            if r["method"] == m:
-                by_seed.setdefault(r["seed"], []).append(r)
-        for rs in by_seed.values():
-            ax.plot([r["tokens"] for r in rs], [r["success"] for r in rs], color=color, alpha=0.25, lw=1)
-        n = min(len(rs) for rs in by_seed.values())
-        xs = np.mean([[r["tokens"] for r in rs[:n]] for rs in by_seed.values()], axis=0)
-        ys = np.mean([[r["success"] for r in rs[:n]] for rs in by_seed.values()], axis=0)
-        ax.plot(xs, ys, color=color, lw=2, marker="o", label=f"{m} (mean of {len(by_seed)} seeds)")
+        runs = [c for k, c in curves.items() if k[0] == m]
+        for c in runs:
+            ax.plot([r["tokens"] for r in c], [r["success"] for r in c], color=color, alpha=0.25, lw=1)
+        xs = np.mean([[r["tokens"] for r in c] for c in runs], axis=0)
+        ys = np.mean([[r["success"] for r in c] for c in runs], axis=0)
+        ax.plot(xs, ys, color=color, lw=2, marker="o", ms=3, label=f"{m} (mean of {len(runs)} seeds)")
     ax.set_xlabel("sampled policy tokens")
     ax.set_ylabel("held-out success (Maze-v0, test split)")
     ax.set_title("Credit assignment at equal sampled-token budgets")
@@ -190,9 +204,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     results = args.out / "results.jsonl"
     if args.one:
-        method, seed = args.one[0], int(args.one[1])
-        rows = run_one(method, seed, args, args.out)
-        (args.out / f"results-{method}-s{seed}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        run_one(args.one[0], int(args.one[1]), args, args.out)
         return
     if not args.summarize_only:
         if args.model is None:
@@ -200,8 +212,7 @@ def main() -> None:
         runs = [(m, s) for s in args.seeds for m in args.methods]  # seed-major: every method sees the same load
         if args.jobs == 1:
             for method, seed in runs:
-                rows = run_one(method, seed, args, args.out)
-                (args.out / f"results-{method}-s{seed}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+                run_one(method, seed, args, args.out)
         else:
             run_parallel(runs, args)
     rows = [json.loads(line) for f in sorted(args.out.glob("results-*.jsonl")) for line in f.read_text().splitlines() if line.strip()]

@@ -131,8 +131,8 @@ def spo(groups, x: AdvantageInputs, state: PromptValueTracker, cfg: SpoConfig) -
     task_ids = require(x, "task_ids_B", "spo")
     success_B = _binary(x, cfg.success_threshold)
     baseline_B = [tracker.value(t) for t in task_ids]
-    adv_B = torch.tensor([r - v for r, v in zip(success_B, baseline_B, strict=True)], dtype=torch.float64)
-    std = adv_B.std() if adv_B.numel() > 1 else torch.tensor(0.0, dtype=torch.float64)
+    adv_B = torch.tensor([r - v for r, v in zip(success_B, baseline_B, strict=True)], dtype=torch.float64, device=x.loss_mask_BT.device)
+    std = adv_B.std() if adv_B.numel() > 1 else adv_B.new_zeros(())
     norm_B = (adv_B - adv_B.mean()) / (std + cfg.eps)
     for t, r in zip(task_ids, success_B, strict=True):
         tracker.update(t, r, cfg.rho)
@@ -172,7 +172,7 @@ def spo_pp(groups, x: AdvantageInputs, state: PromptValueTracker, cfg: SpoPpConf
     versions = [min((u.policy_version for u in t.turns_N), default=0) for _, t in rows]
     success_B = _binary(x, cfg.success_threshold)
     baseline_B = [tracker.value(t) for t in task_ids]  # decay scales alpha and beta alike: v is unchanged
-    adv_B = torch.tensor([r - v for r, v in zip(success_B, baseline_B, strict=True)], dtype=torch.float64)
+    adv_B = torch.tensor([r - v for r, v in zip(success_B, baseline_B, strict=True)], dtype=torch.float64, device=x.loss_mask_BT.device)
     norm_B = token_measure_normalize(adv_B, x.loss_mask_BT.double().sum(-1), cfg.eps)
     for t, r, v in zip(task_ids, success_B, versions, strict=True):
         tracker.absorb(t, r, v, cfg.rho)
