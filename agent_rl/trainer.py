@@ -17,7 +17,7 @@ from agent_rl.algorithms import ADVANTAGES, CREDITS, FILTERS, KLS, POLICY_LOSSES
 from agent_rl.algorithms.credit import BRANCH_PLANNERS
 from agent_rl.algorithms.registry import AdvantageInputs
 from agent_rl.config import Config, CriticConfig
-from agent_rl.distributed import Plan, make_rollout_source
+from agent_rl.distributed import Plan, make_learner, make_rollout_source
 from agent_rl.eval import evaluate
 from agent_rl.learner import checkpoint as ckpt
 from agent_rl.learner import fsdp
@@ -83,13 +83,16 @@ class Trainer:
         self.rank, self.world = fsdp.rank_and_world()
         if self.world > 1:
             self.components.backend = make_policy_backend(cfg, copy.deepcopy(self.components.model), self.components.tokenizer)
-        self.learner = Learner(
+        # distributed.backend=ray with learner.world_size > 1 (this process no rank): the ranks are Ray
+        # actors (distributed/learner_group.py), components.model the driver's replica of their weights
+        self.learner = make_learner(
+            cfg,
             self.components.model,
-            cfg.learner,
             temperature=cfg.rollout.temperature,
             max_response_tokens=cfg.rollout.max_new_tokens * cfg.rollout.max_turns,
             total_steps=cfg.trainer.steps,
         )
+        self.remote_learner = None if isinstance(self.learner, Learner) else self.learner  # writes its own shards
         engine_options: dict[str, Any] = {}
         for entry, fcfg in self.filters:  # filters that change the rollout itself (forced interruption)
             if entry.rollout is not None:
@@ -174,6 +177,7 @@ class Trainer:
             plot_rewards(self.run_dir)
         self.rollouts.close()
         self.engine.close()
+        self.learner.close()
         return self.run_dir
 
     def _guarded_step(self, step: int) -> dict[str, float]:
@@ -186,6 +190,7 @@ class Trainer:
             if self.learner.version == version and self.world == 1:
                 self.log(f"step {step} failed; checkpoint {self.save_checkpoint(step)} resumes it (--resume {self.run_dir})")
             self.rollouts.close()
+            self.learner.close()
             raise
 
     def step(self, step: int) -> dict[str, float]:
@@ -395,10 +400,14 @@ class Trainer:
         if self.critic is not None:
             per_rank["critic_scheduler"] = self.critic.scheduler.state_dict()
         trainer_state = {"step": step, "states": {k: v.state_dict() for k, v in self.states.items() if v is not None}}
-        return ckpt.save(self.run_dir / "checkpoints", step, self._sharded_state(), per_rank, trainer_state, self._export)
+        return ckpt.save(
+            self.run_dir / "checkpoints", step, self._sharded_state(), per_rank, trainer_state, self._export, self.remote_learner
+        )
 
     def _sharded_state(self) -> dict[str, ckpt.ModelAndOptimizer]:
-        state = {"policy": ckpt.ModelAndOptimizer(self.learner.model, self.learner.optimizer)}
+        state = {}  # a Ray learner group's ranks write and read the policy's shards themselves
+        if self.remote_learner is None:
+            state["policy"] = ckpt.ModelAndOptimizer(self.learner.model, self.learner.optimizer)
         if self.critic is not None:
             state["critic"] = ckpt.ModelAndOptimizer(self.critic.model, self.critic.optimizer)
         return state
@@ -414,7 +423,7 @@ class Trainer:
         path = ckpt.latest(self.run_dir / "checkpoints")
         if path is None:
             raise ValueError(f"--resume {self.run_dir}: no complete checkpoint in {self.run_dir / 'checkpoints'}")
-        per_rank, trainer_state = ckpt.load(path, self._sharded_state())
+        per_rank, trainer_state = ckpt.load(path, self._sharded_state(), self.remote_learner)
         self.learner.scheduler.load_state_dict(per_rank["policy_scheduler"])
         self.learner.version = per_rank["version"]
         if self.critic is not None:

@@ -8,22 +8,37 @@ the weight broadcast): every step it puts the batch in the object store once, ev
 its block of rows (``fsdp.shard_rows``), and rank 0 returns the gathered full weights, which the
 driver loads into its replica.
 
+``agent-rl train CONFIG distributed.backend=ray learner.world_size=N`` runs this: the driver process
+is no rank itself (no process group there), the ranks are the only FSDP2 group.
+
+Checkpoints (``agent_rl/learner/checkpoint.py``, the group is its ``RemoteShards``): every rank
+writes its shards of the weights and AdamW's moments (``dcp/``, a collective of the ranks' group,
+so the run directory must be readable by every node) and ``rank_<r>.pt`` (LR schedule, version,
+RNG), as local ranks do; ``--resume`` loads them on the ranks and gathers the weights into the
+replica, so a resumed run continues with the same moments.
+
 A rank that dies stops the step with :class:`LearnerGroupError`; the trainer then writes a
-checkpoint of the run before that step (the replica holds those weights) and exits, so
-``--resume`` continues it. The checkpoint holds the weights, the version and the LR schedule
-position; AdamW's moments live sharded on the ranks and restart from zero on resume.
+checkpoint of the run before that step and exits. The surviving ranks may hang in a collective, so
+none of them writes: that checkpoint holds the replica's weights (``model/``), the version and the
+LR schedule position (the driver keeps rank 0's after every step), and AdamW restarts from zero
+when ``--resume`` continues it (the only case where it does).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import warnings
+from pathlib import Path
 from typing import Any
 
 import ray
 import torch
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from agent_rl.learner import checkpoint as ckpt
+from agent_rl.learner.learner import Learner
 
 
 class LearnerGroupError(RuntimeError):
@@ -71,11 +86,13 @@ class LearnerRank:
 
         set_model_state_dict(self.learner.model, state_dict, options=StateDictOptions(full_state_dict=True))
 
-    def update(self, payload: tuple) -> dict[str, float]:
+    def update(self, payload: tuple) -> tuple[dict[str, float], dict | None, dict]:
+        """The step; metrics, the loss's state object after it (e.g. BAPO's bounds) and the LR schedule."""
         batch, advantages_BT, parts, step, version = payload
         metrics = self.learner.update(batch, advantages_BT, parts, step)
         self.learner.version = version + 1
-        return metrics
+        loss_state = parts.loss_state.state_dict() if parts.loss_state is not None else None
+        return metrics, loss_state, self.learner.scheduler.state_dict()
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Complete weights on rank 0, empty elsewhere (every rank must call it: a collective)."""
@@ -89,15 +106,50 @@ class LearnerRank:
     def load_scheduler_state(self, state: dict) -> None:
         self.learner.scheduler.load_state_dict(state)
 
+    def _sharded(self) -> dict[str, ckpt.ModelAndOptimizer]:
+        return {"policy": ckpt.ModelAndOptimizer(self.learner.model, self.learner.optimizer)}  # the trainer's key
+
+    def save_shards(self, directory: str) -> None:
+        """This rank's part of a checkpoint: weights and AdamW shards (DCP, a collective) and ``rank_<r>.pt``."""
+        per_rank = {"policy_scheduler": self.learner.scheduler.state_dict(), "version": self.learner.version}
+        ckpt.write_shards(Path(directory), self._sharded(), per_rank)
+
+    def load_shards(self, directory: str) -> None:
+        per_rank = ckpt.read_shards(Path(directory), self._sharded())
+        self.learner.scheduler.load_state_dict(per_rank["policy_scheduler"])
+        self.learner.version = per_rank["version"]
+
+
+class _RankSchedulers:
+    """The ranks' LR schedules (the same on every rank) as one scheduler: ``state_dict`` is rank 0's
+    after the last step (kept by the driver, so it is known even when a rank died)."""
+
+    def __init__(self, group: RayLearnerGroup, state: dict):
+        self.group, self.state = group, state
+
+    def state_dict(self) -> dict:
+        return self.state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.group._call("load_scheduler_state", state)
+        self.state = state
+
 
 class RayLearnerGroup:
-    """Learner-shaped (``update``, ``version``, ``state_dict``) front of ``world_size`` rank actors."""
+    """Learner-shaped front (``update``, ``score``, ``version``, ``scheduler``, ``close``) of
+    ``world_size`` rank actors, and the ``RemoteShards`` of the checkpoints."""
+
+    # the driver scores batches (old / reference logprobs) on its replica with the learner's own code
+    logprobs = Learner.logprobs
+    score = Learner.score
 
     def __init__(self, cfg: Any, replica: torch.nn.Module, **learner_kwargs: Any):
         from agent_rl.distributed.ray_group import connect
 
         rc = cfg.distributed.ray
         self.world = cfg.learner.world_size
+        self.cfg, self.temperature = cfg.learner, learner_kwargs.get("temperature", 1.0)  # what ``logprobs`` reads
+        self.model_cfg = cfg.model
         self.replica = replica
         self.version = 0
         cpus, gpus = rc.learner_cpus_per_rank, rc.learner_gpus_per_rank
@@ -125,36 +177,49 @@ class RayLearnerGroup:
         addr, port = ray.get(self.ranks[0].address.remote(), timeout=rc.startup_timeout_s)
         ray.get([r.setup.remote(addr, port) for r in self.ranks], timeout=rc.startup_timeout_s)
         self._call("load_weights", {k: v.detach().cpu() for k, v in replica.state_dict().items()})
+        self.scheduler = _RankSchedulers(self, self._call("scheduler_state")[0])
 
     def _call(self, method: str, *args: Any) -> list[Any]:
         """``method`` on every rank at once (FSDP collectives need all of them)."""
         refs = [ray.put(a) for a in args]
         try:
             return ray.get([getattr(r, method).remote(*refs) for r in self.ranks])
-        except ray.exceptions.RayActorError as e:
-            raise LearnerGroupError(f"a learner rank died during {method}: {e}") from e
+        except Exception as e:
+            # a dead rank surfaces as its own RayActorError or as a peer's failed collective
+            if isinstance(e, ray.exceptions.RayActorError) or not self.alive():
+                raise LearnerGroupError(f"a learner rank died during {method}: {e}") from e
+            raise
 
     def update(self, batch: Any, advantages_BT: torch.Tensor, parts: Any, step: int = 0) -> dict[str, float]:
         """One optimizer step on every rank, then the driver's replica takes the new weights."""
-        metrics = self._call("update", (batch, advantages_BT, parts, step, self.version))[0]
-        self.replica.load_state_dict(self._call("full_state_dict")[0])
+        metrics, loss_state, self.scheduler.state = self._call("update", (batch, advantages_BT, parts, step, self.version))[0]
+        if loss_state is not None:  # rank 0's, as under local learner ranks
+            parts.loss_state.load_state_dict(loss_state)
+        self._pull_weights()
         self.version += 1
         return metrics
 
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "model": {k: v.detach().cpu() for k, v in self.replica.state_dict().items()},
-            "optimizer": None,  # sharded AdamW moments stay on the ranks (see the module docstring)
-            "scheduler": self._call("scheduler_state")[0] if self.alive() else None,
-            "version": self.version,
-        }
+    def _pull_weights(self) -> None:
+        self.replica.load_state_dict(self._call("full_state_dict")[0])
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.replica.load_state_dict(state["model"])
-        self._call("load_weights", state["model"])
-        if state.get("scheduler") is not None:
-            self._call("load_scheduler_state", state["scheduler"])
-        self.version = state["version"]
+    def save_shards(self, directory: Path) -> None:
+        """Every rank writes its shards into checkpoint ``directory``; none when a rank died (see the
+        module docstring: the checkpoint then resumes from the replica's weights in ``model/``)."""
+        if self.alive():
+            self._call("save_shards", str(directory))
+
+    def load_shards(self, directory: Path) -> None:
+        """The ranks load their shards (weights, AdamW moments, schedule) and the replica the weights."""
+        if (Path(directory) / "rank_0.pt").exists():
+            self._call("load_shards", str(directory))
+            self._pull_weights()
+            return
+        from agent_rl.rollout.backends.hf import load_model
+
+        warnings.warn(f"{directory} was written after a learner rank died: it has the weights, not AdamW's moments, which restart from zero")
+        weights = load_model(str(Path(directory) / "model"), self.model_cfg.dtype, "cpu").state_dict()
+        self.replica.load_state_dict(weights)
+        self._call("load_weights", weights)
 
     def alive(self) -> bool:
         try:
@@ -167,3 +232,5 @@ class RayLearnerGroup:
         for r in self.ranks:
             ray.kill(r, no_restart=True)
         remove_placement_group(self.pg)
+        if self.started_ray:
+            ray.shutdown()

@@ -144,9 +144,12 @@ class LocalWorkerGroup:
 
 
 def make_learner(cfg: Any, model: Any, **kwargs: Any) -> Any:
-    """The in-process ``Learner``; with ``distributed.backend: ray`` and ``learner.world_size > 1``, a
-    group of FSDP2 rank actors behind the same interface (``model`` is then the driver's replica)."""
-    if cfg.distributed.backend == "ray" and cfg.learner.world_size > 1:
+    """The in-process ``Learner``; with ``distributed.backend: ray`` and ``learner.world_size > 1`` in a
+    process that is no learner rank itself (the driver of ``agent-rl train``), a group of FSDP2 rank
+    actors behind the same interface (``model`` is then the driver's replica)."""
+    from agent_rl.learner import fsdp
+
+    if cfg.distributed.backend == "ray" and cfg.learner.world_size > 1 and fsdp.rank_and_world()[1] == 1:
         from agent_rl.distributed.learner_group import RayLearnerGroup
 
         return RayLearnerGroup(cfg, model, **kwargs)

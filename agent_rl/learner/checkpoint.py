@@ -4,6 +4,8 @@ Layout of ``<run>/checkpoints/step_NNNNNN/``:
 
     dcp/            model(s) + optimizer(s), sharded: every rank writes its own shards (DCP)
     rank_<r>.pt     per rank: RNG states (torch, CUDA, Python, NumPy), LR scheduler(s), policy version
+    driver_dcp/, driver.pt   only with a Ray learner group: the driver's own shards (a critic) and
+                    state; the ranks, in their own process group, write ``dcp/`` and ``rank_<r>.pt``
     trainer.pt      rank 0: trainer step, stateful objectives' state (loss / filter / credit state
                     objects, the task sampler's data position, teacher), anything picklable
     model/          the policy in Hugging Face format (full state dict gathered on rank 0 + tokenizer)
@@ -25,7 +27,7 @@ import shutil
 import signal
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -72,6 +74,41 @@ def latest(root: Path) -> Path | None:
     return done[-1] if done else None
 
 
+class RemoteShards(Protocol):
+    """Learner ranks in other processes than the caller's (a Ray learner group): they write and read
+    their own ``dcp/`` shards and ``rank_<r>.pt`` files of a checkpoint directory."""
+
+    def save_shards(self, directory: Path) -> None: ...
+
+    def load_shards(self, directory: Path) -> None: ...
+
+
+def write_shards(directory: Path, sharded: dict[str, Any], per_rank: dict[str, Any], name: str | None = None, dcp_dir: str = "dcp") -> None:
+    """This process's part of a checkpoint: its DCP shards of ``sharded`` (a collective of its process
+    group; nothing when empty) and ``per_rank`` with its RNG states as ``<name>.pt`` (``rank_<r>``)."""
+    import torch.distributed.checkpoint as dcp
+
+    rank, _ = fsdp.rank_and_world()
+    if sharded:
+        dcp.save(dict(sharded), checkpoint_id=str(Path(directory) / dcp_dir))
+    torch.save({**per_rank, "rng": rng_state()}, Path(directory) / f"{name or f'rank_{rank}'}.pt")
+
+
+def read_shards(directory: Path, sharded: dict[str, Any], name: str | None = None, dcp_dir: str = "dcp") -> dict[str, Any]:
+    """Load ``sharded`` in place and restore this process's RNG states; returns its ``per_rank`` state."""
+    import torch.distributed.checkpoint as dcp
+
+    rank, _ = fsdp.rank_and_world()
+    if sharded:
+        dcp.load(dict(sharded), checkpoint_id=str(Path(directory) / dcp_dir))
+    rank_file = Path(directory) / f"{name or f'rank_{rank}'}.pt"
+    if not rank_file.exists():
+        raise ValueError(f"{directory} has no {rank_file.name}: it was written by fewer ranks; resume with the same learner.world_size")
+    per_rank = torch.load(rank_file, weights_only=False)
+    set_rng_state(per_rank["rng"])
+    return per_rank
+
+
 def save(
     root: Path,
     step: int,
@@ -79,15 +116,16 @@ def save(
     per_rank: dict[str, Any],
     trainer_state: dict[str, Any],
     export: Callable[[Path], None] | None = None,
+    remote: RemoteShards | None = None,
 ) -> Path:
     """Write checkpoint ``step`` atomically; every rank calls it (the writes are collective).
 
     ``sharded``: DCP stateful objects; ``per_rank``: picklable state of this rank (RNG states are
     added); ``trainer_state``: rank 0's picklable state; ``export(dir)``: writes the HF model
-    (called on every rank: gathering the full state dict is a collective).
+    (called on every rank: gathering the full state dict is a collective). With ``remote`` (a
+    driver outside the learner ranks' group) the ranks write ``dcp/`` and ``rank_<r>.pt`` and
+    this process ``driver_dcp/`` (its own ``sharded``, e.g. a critic) and ``driver.pt``.
     """
-    import torch.distributed.checkpoint as dcp
-
     rank, _ = fsdp.rank_and_world()
     root = Path(root)
     final, tmp = root / f"step_{step:06d}", root / f".tmp_step_{step:06d}"
@@ -97,8 +135,11 @@ def save(
             shutil.rmtree(tmp)  # a write that was killed half-way
         tmp.mkdir()
     fsdp.barrier()
-    dcp.save(dict(sharded), checkpoint_id=str(tmp / "dcp"))
-    torch.save({**per_rank, "rng": rng_state()}, tmp / f"rank_{rank}.pt")
+    if remote is not None:
+        remote.save_shards(tmp)
+        write_shards(tmp, sharded, per_rank, name="driver", dcp_dir="driver_dcp")
+    else:
+        write_shards(tmp, sharded, per_rank)
     if rank == 0:
         torch.save(trainer_state, tmp / "trainer.pt")
     if export is not None:
@@ -114,16 +155,12 @@ def save(
     return final
 
 
-def load(path: Path, sharded: dict[str, ModelAndOptimizer]) -> tuple[dict[str, Any], dict[str, Any]]:
+def load(path: Path, sharded: dict[str, ModelAndOptimizer], remote: RemoteShards | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Load ``sharded`` in place from ``path``, restore this rank's RNG states; returns
-    (this rank's ``per_rank`` state, rank 0's ``trainer_state``)."""
-    import torch.distributed.checkpoint as dcp
-
-    rank, _ = fsdp.rank_and_world()
-    dcp.load(dict(sharded), checkpoint_id=str(Path(path) / "dcp"))
-    rank_file = Path(path) / f"rank_{rank}.pt"
-    if not rank_file.exists():
-        raise ValueError(f"{path} was written by fewer ranks than learner.world_size; resume with the same world size")
-    per_rank = torch.load(rank_file, weights_only=False)
-    set_rng_state(per_rank["rng"])
+    (this rank's ``per_rank`` state, rank 0's ``trainer_state``). ``remote``: as in ``save``."""
+    if remote is not None:
+        remote.load_shards(Path(path))
+        per_rank = read_shards(path, sharded, name="driver", dcp_dir="driver_dcp")
+    else:
+        per_rank = read_shards(path, sharded)
     return per_rank, torch.load(Path(path) / "trainer.pt", weights_only=False)

@@ -4,7 +4,10 @@
 
 - ``world_size: 1`` and no torchrun environment: the plain one-process trainer, no process group
   (unless ``learner.mixed_precision`` / ``cpu_offload`` ask for FSDP2: then a one-rank group);
-- ``world_size: N > 1``: the run directory is fixed first, then N processes are started with
+- ``world_size: N > 1`` with ``distributed.backend: ray``: this process is the driver (no process
+  group), running the trainer loop; the N ranks are Ray actors in their own group
+  (``agent_rl/distributed/learner_group.py``), on any node of the cluster;
+- ``world_size: N > 1`` (``backend: local``): the run directory is fixed first, then N processes are started with
   ``MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE/LOCAL_RANK`` (gloo on CPU, NCCL on GPU: rank r takes
   ``cuda:r``), each running ``python -m agent_rl.learner.launch``; if one rank dies, the others
   are stopped and the error names it;
@@ -38,6 +41,8 @@ def run_training(cfg: Any, resume: str | None = None) -> Path:
 
     world = cfg.learner.world_size
     if world > 1 and "RANK" not in os.environ:
+        if cfg.distributed.backend == "ray":  # the ranks are Ray actors; the trainer makes the group
+            return Trainer(cfg, resume=resume).train()
         return launch(cfg, resume)
     needs_group = int(os.environ.get("WORLD_SIZE", "1")) > 1 or cfg.learner.mixed_precision != "none" or cfg.learner.cpu_offload
     if needs_group:

@@ -232,6 +232,9 @@ class Learner:
         )
         return metrics
 
+    def close(self) -> None:
+        """Nothing to release in this process (a Ray learner group stops its rank actors here)."""
+
     def state_dict(self) -> dict[str, Any]:
         """Single-process state (``learner.checkpoint`` saves sharded state with DCP)."""
         return {
