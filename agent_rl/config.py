@@ -204,6 +204,13 @@ class DistributedConfig(Section):
     )
     lookahead_steps: int | None = Field(None, ge=0, description="steps produced ahead of the trainer (None: max_staleness)")
     stale_policy: Literal["drop", "requeue"] = Field("requeue", description="what happens to a group staler than the bound")
+    overprovision_groups: int = Field(
+        0,
+        ge=0,
+        description="groups started per step beyond what it trains on: the step takes the first to complete "
+        "(within max_staleness) and cancels the rest; cuts the straggler wait, costs their compute and tilts "
+        "towards faster episodes. 0: exactly the planned groups (needed for max_staleness 0 to equal the local run)",
+    )
     partial_rollouts: bool = Field(
         True, description="new weights at the next turn boundary (later turns carry the new version); false: between episodes"
     )
@@ -211,16 +218,18 @@ class DistributedConfig(Section):
 
     @model_validator(mode="after")
     def _mode(self) -> DistributedConfig:
-        if self.mode == "colocated" and (self.max_staleness > 0 or self.lookahead_steps):
+        if self.mode == "colocated" and (self.max_staleness > 0 or self.lookahead_steps or self.overprovision_groups):
             raise ValueError(
                 "mode 'colocated' time-shares the learner's devices, so it is synchronous: "
-                "set distributed.max_staleness=0, or distributed.mode to auto / disaggregated"
+                "set distributed.max_staleness=0 (and lookahead_steps, overprovision_groups to 0), or distributed.mode to auto / disaggregated"
             )
         return self
 
     @property
     def colocated(self) -> bool:
-        return self.mode == "colocated" or (self.mode == "auto" and self.max_staleness == 0 and not self.lookahead_steps)
+        return self.mode == "colocated" or (
+            self.mode == "auto" and self.max_staleness == 0 and not self.lookahead_steps and not self.overprovision_groups
+        )
 
 
 class TrackingConfig(Section):

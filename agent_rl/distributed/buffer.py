@@ -17,6 +17,13 @@ Production is gated: a job for step ``j`` starts only once the trainer has reach
 ``lookahead == max_staleness`` nothing is produced that must be thrown away unless a worker lags
 behind a broadcast.
 
+Over-provisioning (``overprovision_groups: x``): every (step, round) is planned with ``x`` groups
+more than the trainer asks for, and the step takes the first ``num_prompts`` of them to complete
+(completion order, each checked against the bound like any other); the others are cancelled where
+they run, or dropped when already complete, and counted. The selected groups are handed over in
+plan order. A step then waits for its ``num_prompts``-th fastest group rather than its slowest, at
+the cost of the cancelled groups' work and a tilt towards tasks whose episodes end sooner.
+
 Workers are reached through a :class:`WorkerGroup` (in-process or Ray actors). A worker that dies
 is replaced by its group, and the jobs it had in flight are re-queued at the front; groups that
 were already returned by a worker are kept.
@@ -50,11 +57,13 @@ class Job:
 
 @dataclass
 class Plan:
-    """One (step, round) of rollouts: flat specs (a group's G copies contiguous) and the sampling seed."""
+    """One (step, round) of rollouts: flat specs (a group's G copies contiguous) and the sampling seed;
+    ``need``: how many of its groups the step trains on (None: all of them)."""
 
     specs: list[EpisodeSpec]
     seed: int
     jobs: list[Job] = field(default_factory=list)
+    need: int | None = None
 
 
 class WorkerHandle(Protocol):
@@ -132,21 +141,27 @@ class AsyncRolloutSource:
         lookahead: int,
         stale_policy: str,
         version: int = 0,
+        overprovision: int = 0,
     ):
         self.group, self.loop, self.plan = group, loop, plan
         self.steps, self.max_staleness, self.lookahead = steps, max_staleness, lookahead
         self.stale_policy = stale_policy
+        self.overprovision = overprovision
         self.version = version
         self._planned: dict[tuple[int, int], Plan] = {}
         self._queue: deque[Job] = deque()
         self._done: dict[str, list[Trajectory]] = {}
         self._horizon = -1  # jobs of steps <= horizon may start
         self._busy: dict[str, int] = {}
+        self._running: dict[str, tuple[asyncio.Task, WorkerHandle]] = {}  # group id -> its job's task, worker
         self._workers: dict[str, WorkerHandle] = {}
         self._error: BaseException | None = None
         self._changed: asyncio.Condition | None = None
         self._tasks: set[asyncio.Task] = set()
         self.metrics_acc: Counter[str] = Counter()
+        # (event, perf_counter, step, group id) when a caller sets a list: "ask" / "handed" (the
+        # trainer's side of ``rollout``), "dispatch" / "done" (a job); None records nothing
+        self.timeline: list[tuple[str, float, int, str]] | None = None
         loop.call(self._start())
 
     async def _start(self) -> None:
@@ -162,9 +177,10 @@ class AsyncRolloutSource:
         for s in range(step, last + 1):
             key = (s, round_)
             if key not in self._planned:
-                plan = self.plan(s, round_, num_prompts)
+                plan = self.plan(s, round_, num_prompts + self.overprovision)
                 plan.specs = with_sample_seeds(plan.specs, plan.seed)
                 plan.jobs = _split(s, round_, plan)
+                plan.need = min(num_prompts, len(plan.jobs)) if self.overprovision else None
                 self._planned[key] = plan
                 new += plan.jobs
         trajectories = self.loop.call(self._collect(step, round_, new, front=round_ > 0))
@@ -193,8 +209,13 @@ class AsyncRolloutSource:
             self.group.close()
 
     # -- the producer (loop thread) ----------------------------------------------------------------
+    def _event(self, name: str, step: int, group_id: str = "") -> None:
+        if self.timeline is not None:
+            self.timeline.append((name, time.perf_counter(), step, group_id))
+
     async def _collect(self, step: int, round_: int, new: list[Job], front: bool) -> list[Trajectory]:
         t0 = time.perf_counter()
+        self._event("ask", step)
         if front:
             self._queue.extendleft(reversed(new))
         else:
@@ -202,15 +223,20 @@ class AsyncRolloutSource:
         self._horizon = max(self._horizon, step + self.lookahead)
         self._dispatch()
         plan = self._planned[(step, round_)]
+        accepted: set[str] = set()
         while True:
             async with self._changed:
-                await self._changed.wait_for(lambda: self._error is not None or all(j.group_id in self._done for j in plan.jobs))
+                await self._changed.wait_for(lambda: self._error is not None or self._enough(plan))
             if self._error is not None:
                 raise self._error
-            stale = [j for j in plan.jobs if self._is_stale(self._done[j.group_id])]
-            if not stale:
-                break
-            for job in stale:
+            for job in self._completed(plan):  # completion order
+                if job.group_id in accepted:
+                    continue
+                if not self._is_stale(self._done[job.group_id]):
+                    accepted.add(job.group_id)
+                    if len(accepted) == self._need(plan):
+                        break
+                    continue
                 self._done.pop(job.group_id)
                 self.metrics_acc[f"distributed/stale_{self.stale_policy}_groups"] += 1
                 if self.stale_policy == "drop":
@@ -218,7 +244,14 @@ class AsyncRolloutSource:
                 else:
                     job.attempts += 1
                     self._queue.appendleft(job)
+            if len(accepted) >= self._need(plan):
+                break
             self._dispatch()
+        for job in [j for j in plan.jobs if j.group_id not in accepted]:  # over-provisioned, not needed
+            self._withdraw(job)
+            plan.jobs.remove(job)
+            self.metrics_acc["distributed/overprovision_unused_groups"] += 1
+        self._dispatch()
         out = [t for j in plan.jobs for t in self._done.pop(j.group_id)]
         values = [staleness(t, self.version) for t in out if t.turns_N]
         if values:
@@ -226,7 +259,32 @@ class AsyncRolloutSource:
             self.metrics_acc["distributed/staleness_mean"] = sum(values) / len(values)
         self.metrics_acc["distributed/version"] = self.version
         self.metrics_acc["distributed/rollout_wait_s"] += time.perf_counter() - t0
+        self._event("handed", step)
         return out
+
+    def _need(self, plan: Plan) -> int:
+        return len(plan.jobs) if plan.need is None else min(plan.need, len(plan.jobs))
+
+    def _completed(self, plan: Plan) -> list[Job]:
+        """The plan's finished jobs in the order they finished."""
+        order = {gid: i for i, gid in enumerate(self._done)}
+        return sorted((j for j in plan.jobs if j.group_id in order), key=lambda j: order[j.group_id])
+
+    def _enough(self, plan: Plan) -> bool:
+        return sum(j.group_id in self._done for j in plan.jobs) >= self._need(plan)
+
+    def _withdraw(self, job: Job) -> None:
+        """An unneeded job leaves: its result dropped, its run cancelled, or taken off the queue."""
+        if self._done.pop(job.group_id, None) is not None:
+            return
+        running = self._running.pop(job.group_id, None)
+        if running is not None:
+            task, worker = running
+            task.cancel()
+            if self._workers.get(worker.name) is worker:  # its slot is free from now on
+                self._busy[worker.name] -= 1
+        elif job in self._queue:
+            self._queue.remove(job)
 
     def _is_stale(self, trajectories: list[Trajectory]) -> bool:
         return any(staleness(t, self.version) > self.max_staleness for t in trajectories)
@@ -244,17 +302,20 @@ class AsyncRolloutSource:
                 self._queue.appendleft(job)
                 break
             self._busy[name] += 1
+            self._event("dispatch", job.step, job.group_id)
             task = asyncio.get_running_loop().create_task(self._execute(self._workers[name], job))
             self._tasks.add(task)
+            self._running[job.group_id] = (task, self._workers[name])
             task.add_done_callback(self._tasks.discard)
         self._queue.extendleft(reversed(skipped))
 
     async def _execute(self, worker: WorkerHandle, job: Job) -> None:
         try:
             trajectories, metrics = await worker.run(job.specs, job.seed)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # withdrawn (its slot was freed then) or the source closes
             raise
         except BaseException as e:  # noqa: BLE001 - a dead worker is replaced; anything else stops the run
+            self._running.pop(job.group_id, None)
             if self._workers.get(worker.name) is not worker:  # already replaced by another failed job
                 self._queue.appendleft(job)
             elif self.group.is_worker_failure(e):
@@ -272,7 +333,9 @@ class AsyncRolloutSource:
                 self._error = e
             self.metrics_acc["distributed/requeued_after_failure"] += int(self._error is None)
         else:
+            self._running.pop(job.group_id, None)
             self._done[job.group_id] = trajectories
+            self._event("done", job.step, job.group_id)
             self.metrics_acc.update(metrics)
             if worker.name in self._busy:
                 self._busy[worker.name] -= 1

@@ -10,6 +10,7 @@ and re-created in its bundle, with the latest weights, before it gets work again
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 from typing import Any
@@ -32,8 +33,10 @@ def connect(rc: Any, cpus_needed: float) -> bool:
     if rc.address:
         ray.init(address=rc.address, namespace=rc.namespace, log_to_driver=True)
     else:
+        # "local": a new instance even when another one on this machine (``ray start``, a test
+        # cluster) is listed in /tmp/ray/ray_current_cluster, which a bare ray.init() would join
         cpus = rc.num_cpus or math.ceil(cpus_needed) + 1
-        ray.init(num_cpus=cpus, include_dashboard=False, namespace=rc.namespace, log_to_driver=True)
+        ray.init(address="local", num_cpus=cpus, include_dashboard=False, namespace=rc.namespace, log_to_driver=True)
     return True
 
 
@@ -93,7 +96,12 @@ class RayHandle:
         self.name, self.actor, self.bundle = name, actor, bundle
 
     async def run(self, specs: list[EpisodeSpec], seed: int) -> tuple[list[Trajectory], dict[str, float]]:
-        return await self.actor.run.remote(specs, seed)
+        ref = self.actor.run.remote(specs, seed)
+        try:
+            return await ref
+        except asyncio.CancelledError:  # the buffer withdrew the job: stop its episodes in the actor too
+            ray.cancel(ref)
+            raise
 
 
 class RayWorkerGroup:

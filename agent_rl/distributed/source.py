@@ -165,7 +165,7 @@ def make_rollout_source(
     from agent_rl.learner import fsdp
 
     d = cfg.distributed
-    synchronous_local = d.backend == "local" and d.max_staleness == 0 and d.lookahead_steps in (None, 0)
+    synchronous_local = d.backend == "local" and d.max_staleness == 0 and d.lookahead_steps in (None, 0) and not d.overprovision_groups
     if fsdp.rank_and_world()[0] > 0:
         return FollowerSource(gathers=not synchronous_local)
     if synchronous_local:
@@ -187,4 +187,5 @@ def make_rollout_source(
         lookahead=lookahead,
         stale_policy=d.stale_policy,
         version=version,
+        overprovision=d.overprovision_groups,
     )

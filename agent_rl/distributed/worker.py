@@ -93,6 +93,7 @@ class SharedBackend:
             # a lone caller keeps its own call seed (requests without a seed derive theirs from it)
             seed = calls[0][1] if len(calls) == 1 else derive_seed("coalesced", *(s for _, s, _ in calls))
             version = self.version
+            t0 = time.perf_counter()
             try:
                 results = await self.backend.generate(requests, seed=seed)
             except Exception as e:  # noqa: BLE001 - handed to exactly the callers of this batch
@@ -100,6 +101,9 @@ class SharedBackend:
                     if not future.done():
                         future.set_exception(e)
                 continue
+            finally:
+                self.metrics["time/sampler_generate_s"] += time.perf_counter() - t0
+            self.metrics["distributed/sampler_batches"] += 1
             self.metrics["distributed/generated_requests"] += len(requests)
             self.served += len(requests)
             i = 0
