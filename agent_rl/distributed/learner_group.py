@@ -6,7 +6,8 @@ and a free port there are the rendezvous (gloo on CPU, NCCL on GPUs). The driver
 trainer loop and a full replica of the policy (for advantages, reference/teacher scoring, eval and
 the weight broadcast): every step it puts the batch in the object store once, every rank trains on
 its block of rows (``fsdp.shard_rows``), and rank 0 returns the gathered full weights, which the
-driver loads into its replica.
+driver loads into its replica. The ranks join their group and load the replica's weights while the
+driver goes on (starting the rollout workers); the group's first call waits for them.
 
 ``agent-rl train CONFIG distributed.backend=ray learner.world_size=N`` runs this: the driver process
 is no rank itself (no process group there), the ranks are the only FSDP2 group.
@@ -63,12 +64,13 @@ class LearnerRank:
 
         return ray.util.get_node_ip_address(), free_port()
 
-    def setup(self, master_addr: str, master_port: int) -> int:
-        """Join the process group (blocks until every rank has), then build the sharded learner."""
+    def setup(self, rendezvous: tuple[str, int]) -> int:
+        """Join the process group at rank 0's (address, port) (blocks until every rank has), then
+        build the sharded learner."""
         from agent_rl.learner import fsdp
-        from agent_rl.learner.learner import Learner
         from agent_rl.rollout.backends.hf import load_model
 
+        master_addr, master_port = rendezvous
         os.environ.update(
             RANK=str(self.rank), WORLD_SIZE=str(self.world), LOCAL_RANK="0", MASTER_ADDR=master_addr, MASTER_PORT=str(master_port)
         )
@@ -124,10 +126,12 @@ class _RankSchedulers:
     """The ranks' LR schedules (the same on every rank) as one scheduler: ``state_dict`` is rank 0's
     after the last step (kept by the driver, so it is known even when a rank died)."""
 
-    def __init__(self, group: RayLearnerGroup, state: dict):
-        self.group, self.state = group, state
+    def __init__(self, group: RayLearnerGroup):
+        self.group, self.state = group, None
 
     def state_dict(self) -> dict:
+        if self.state is None:  # no step yet
+            self.state = self.group._call("scheduler_state")[0]
         return self.state
 
     def load_state_dict(self, state: dict) -> None:
@@ -174,13 +178,29 @@ class RayLearnerGroup:
             .remote(r, self.world, cfg_json, math.ceil(cpus), learner_kwargs)
             for r in range(self.world)
         ]
-        addr, port = ray.get(self.ranks[0].address.remote(), timeout=rc.startup_timeout_s)
-        ray.get([r.setup.remote(addr, port) for r in self.ranks], timeout=rc.startup_timeout_s)
-        self._call("load_weights", {k: v.detach().cpu() for k, v in replica.state_dict().items()})
-        self.scheduler = _RankSchedulers(self, self._call("scheduler_state")[0])
+        # joining the group (at rank 0's address, passed as a reference) and taking the replica's
+        # weights run while the driver goes on (starts the rollout workers); the first call waits
+        rendezvous = self.ranks[0].address.remote()
+        weights = ray.put({k: v.detach().cpu() for k, v in replica.state_dict().items()})
+        self._starting = [r.setup.remote(rendezvous) for r in self.ranks] + [r.load_weights.remote(weights) for r in self.ranks]
+        self.startup_timeout_s = rc.startup_timeout_s
+        self.scheduler = _RankSchedulers(self)
+
+    def _started(self) -> None:
+        """Wait for the ranks' start (a setup error is raised here, with its cause)."""
+        if not self._starting:
+            return
+        starting, self._starting = self._starting, []
+        try:
+            ray.get(starting, timeout=self.startup_timeout_s)
+        except ray.exceptions.GetTimeoutError as e:
+            raise LearnerGroupError(
+                f"the {self.world} learner ranks did not start within distributed.ray.startup_timeout_s={self.startup_timeout_s}"
+            ) from e
 
     def _call(self, method: str, *args: Any) -> list[Any]:
         """``method`` on every rank at once (FSDP collectives need all of them)."""
+        self._started()
         refs = [ray.put(a) for a in args]
         try:
             return ray.get([getattr(r, method).remote(*refs) for r in self.ranks])
@@ -205,6 +225,7 @@ class RayLearnerGroup:
     def save_shards(self, directory: Path) -> None:
         """Every rank writes its shards into checkpoint ``directory``; none when a rank died (see the
         module docstring: the checkpoint then resumes from the replica's weights in ``model/``)."""
+        self._started()
         if self.alive():
             self._call("save_shards", str(directory))
 

@@ -1,6 +1,6 @@
 """``agent-rl train ... distributed.backend=ray learner.world_size=2``: the trainer loop in this (driver)
-process, the two FSDP2 ranks as Ray actors; its weights equal the one-process run's, and a resumed run
-continues with the ranks' AdamW moments."""
+process, the two FSDP2 ranks as Ray actors; its weights equal the one-process run's, a resumed run
+continues with the ranks' AdamW moments, and a rank that dies leaves a checkpoint of the replica."""
 
 from __future__ import annotations
 
@@ -72,9 +72,27 @@ def test_ray_learner_group_trains_like_one_process(ray_group_run, one_process):
 
 
 def test_resumed_ray_learner_group_continues_with_the_same_moments(ray_group_run, one_process, tmp_path, tiny_model_dir):
+    import ray
+
+    from agent_rl.distributed.learner_group import LearnerGroupError
+    from agent_rl.trainer import Trainer
+
     run_dir = shutil.copytree(ray_group_run, tmp_path / "resumed")
-    cfg = small_config(tmp_path, tiny_model_dir, *TRAIN, *RAY_GROUP, "trainer.steps=3")
-    assert run_training(cfg, resume=str(run_dir)) == run_dir
-    assert_same_weights(weights(run_dir, 3), weights(one_process, 3))
+    # what run_training(cfg, resume) runs, step by step (trainer.steps=4 leaves a step for the fault below)
+    trainer = Trainer(small_config(tmp_path, tiny_model_dir, *TRAIN, *RAY_GROUP, "trainer.steps=4"), resume=str(run_dir))
+    assert (trainer.start_step, trainer.learner.version) == (2, 2)
+    trainer._guarded_step(2)
+    replica = {k: v.detach().clone() for k, v in trainer.components.model.state_dict().items()}
+    assert_same_weights({k: replica[k] for k in weights(one_process, 3)}, weights(one_process, 3))
     two, three = weights(one_process, 2), weights(one_process, 3)
     assert any(not torch.equal(v, two[k]) for k, v in three.items())  # step 3 moved the weights
+
+    # a rank dies: the step stops with a checkpoint of the replica's weights and no rank shards
+    ray.kill(trainer.learner.ranks[1], no_restart=True)
+    with pytest.raises(LearnerGroupError, match="learner rank died"):
+        trainer._guarded_step(3)
+    ckpt = run_dir / "checkpoints" / "step_000003"
+    assert sorted(p.name for p in ckpt.iterdir()) == ["driver.pt", "model", "trainer.pt"]
+    assert_same_weights(weights(run_dir, 3), {k: replica[k] for k in weights(run_dir, 3)})
+    assert torch.load(ckpt / "driver.pt", weights_only=False)["policy_scheduler"]["last_epoch"] == 3
+    assert all(p["state"] == "REMOVED" for p in ray.util.placement_group_table().values())  # ranks and workers released
