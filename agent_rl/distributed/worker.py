@@ -1,11 +1,14 @@
 """A rollout worker: one inference backend shared by concurrent engine runs, with versioned weight swaps.
 
 The same class runs in-process (``distributed.backend: local`` in async mode, on a background event
-loop) and inside a Ray actor (``distributed.backend: ray``). Every ``run`` gets its own
-``RolloutEngine`` whose backend is a *view* of the shared backend; the views' generation requests
-are coalesced into one batched call of the real backend, and new weights are swapped in only
-between two such calls, never during one. Each view remembers the version of the weights that
-answered its latest call, so every turn is labelled with exactly the weights that sampled it
+loop) and inside a Ray actor (``distributed.backend: ray``). Concurrent ``run`` calls share one
+``RolloutEngine``, so the episodes of every group in flight (of this step and the next) meet in one
+generation scheduler: whatever is waiting goes out in the next batched call, right after the one
+in progress. (One engine per run, each with its own scheduler, let a run's requests that became
+ready during its call wait for that call and then, often, for the next batch of the others too.)
+The engine's backend is a *view* of the shared backend, which swaps new weights in only between
+two generation calls, never during one; the view remembers the version of the weights that
+answered the latest call, so every turn is labelled with exactly the weights that sampled it
 (``Turn.policy_version``): when weights change mid-episode, later turns carry the new version.
 
 ``partial_rollouts=False`` keeps every episode on one version: new weights wait until no run is in
@@ -19,7 +22,11 @@ import time
 from collections import Counter
 from typing import Any
 
-from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult, InferenceBackend
+from agent_rl.rollout.backends.base import (
+    GenerationRequest,
+    GenerationResult,
+    InferenceBackend,
+)
 from agent_rl.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine
 from agent_rl.task_sampler import derive_seed
 from agent_rl.types import Trajectory
@@ -142,7 +149,7 @@ class RolloutWorker:
         self.renderer = renderer
         self.make_env = make_env
         self.engine_cfg = engine_cfg
-        self._idle: list[RolloutEngine] = []
+        self._engine: RolloutEngine | None = None
 
     @property
     def policy_version(self) -> int:
@@ -151,15 +158,15 @@ class RolloutWorker:
     async def run(self, specs: list[EpisodeSpec], seed: int) -> tuple[list[Trajectory], dict[str, float]]:
         """Every episode of ``specs`` to its end (``RolloutEngine.run``), and the run's engine metrics."""
         await self.shared.wait_swapped()
-        engine = self._idle.pop() if self._idle else RolloutEngine(BackendView(self.shared), self.renderer, self.make_env, self.engine_cfg)
-        engine.backend.policy_version = self.shared.version
+        if self._engine is None:
+            self._engine = RolloutEngine(BackendView(self.shared), self.renderer, self.make_env, self.engine_cfg)
+        engine = self._engine
         self.shared.runs_in_flight += 1
         try:
             trajectories = await engine.run(specs, seed)
         finally:
             self.shared.run_finished()
-            self._idle.append(engine)
-        metrics = {k: float(v) for k, v in engine.metrics.items()}
+        metrics = {k: float(v) for k, v in engine.metrics.items()}  # every run's since the last return
         engine.metrics.clear()
         metrics.update({k: float(v) for k, v in self.shared.metrics.items()})
         self.shared.metrics.clear()
@@ -169,7 +176,7 @@ class RolloutWorker:
         self.shared.update_weights(state_dict, version)
 
     def close(self) -> None:
-        for engine in self._idle:
-            engine.close()
-        self._idle.clear()
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
         self.shared.backend.close()
