@@ -7,6 +7,9 @@ has one key across all episodes. Action forms and error handling: ``envs/grid_pu
 ``hint=True`` adds a line below the board, e.g. ``G: 3 down, 6 right. open: up right`` (the goal's
 offset from ``@`` and the moves that do not hit a wall): a tiny model cannot find ``@`` and ``G``
 in a BPE-tokenized board, but can learn from this line; the state (and ``state_key``) is the same.
+``hint_style="toward"`` names the open moves that bring ``@`` closer to ``G`` instead of the offset
+(``toward G: down right. open: up down right``): the smallest models learn to copy from it long
+before they learn to combine an offset with the open moves; following it is greedy, not shortest.
 """
 
 from __future__ import annotations
@@ -34,13 +37,17 @@ class MazeEnv(GridPuzzleEnv):
         max_turns: int = 20,
         use_tool: bool = False,
         hint: bool = False,
+        hint_style: str = "offset",
         max_action_chars: int = 4096,
     ):
         super().__init__(difficulty, split, max_turns=max_turns, use_tool=use_tool, max_action_chars=max_action_chars)
         if not 0.0 <= wall_density < 0.6:
             raise ValueError(f"wall_density must be in [0, 0.6), got {wall_density}")
         self.wall_density = wall_density
+        if hint_style not in ("offset", "toward"):
+            raise ValueError(f"hint_style must be one of 'offset', 'toward', got {hint_style!r}")
         self.hint = hint  # a line below the board (next to the reply): where G is from @, the open moves
+        self.hint_style = hint_style
         self._maze: Maze | None = None
         self._pos = (0, 0)
 
@@ -73,6 +80,9 @@ class MazeEnv(GridPuzzleEnv):
         offset = [f"{abs(gr - r)} {'down' if gr > r else 'up'}"] if gr != r else []
         offset += [f"{abs(gc - c)} {'right' if gc > c else 'left'}"] if gc != c else []
         moves = [d for d, (dr, dc) in DIRECTIONS.items() if self._maze.open(r + dr, c + dc)]
+        if self.hint_style == "toward":
+            closer = [d for d in moves if any(d in part for part in offset)]
+            return f"{self._board()}\ntoward G: {' '.join(closer) or 'none'}. open: {' '.join(moves)}"
         return f"{self._board()}\nG: {', '.join(offset)}. open: {' '.join(moves)}"
 
     def _solved(self) -> bool:

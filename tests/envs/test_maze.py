@@ -121,3 +121,13 @@ def test_hint_line_is_shown_but_not_part_of_the_state():
     assert oracle(obs_h) == "right"  # the policies read the board above the hint
     plain.close()
     hinted.close()
+
+
+def test_toward_hint_names_the_open_moves_that_get_closer():
+    env = gym.make("agent_rl/Maze-v0", hint=True, hint_style="toward")
+    obs, _ = env.reset(options={"task": TINY})
+    assert obs[1]["content"].endswith("#####\ntoward G: right. open: down right")
+    assert env.step("down")[0][0]["content"].endswith("#####\ntoward G: up. open: up down")
+    env.close()
+    with pytest.raises(ValueError, match="hint_style must be one of 'offset', 'toward', got 'near'"):
+        gym.make("agent_rl/Maze-v0", hint_style="near")
