@@ -177,3 +177,22 @@ def test_overprovisioning_is_not_colocated():
     with pytest.raises(ValueError, match="overprovision_groups"):
         load_config(None, ["distributed.mode=colocated", "distributed.overprovision_groups=1"])
     assert not load_config(None, ["distributed.overprovision_groups=1"]).distributed.colocated
+
+
+@pytest.mark.distributed
+def test_overprovisioned_groups_are_cancelled_in_the_ray_actor(ray_cluster, tmp_path, tiny_model_dir):
+    cfg = small_config(
+        tmp_path, tiny_model_dir, "distributed.backend=ray", "distributed.max_staleness=1", "distributed.overprovision_groups=2",
+        "distributed.ray.sandbox_pools=false", *LATENCY_ENV,
+    )
+    trainer = Trainer(cfg, log=lambda *a: None)
+    record = record_rollouts(trainer)
+    try:
+        metrics = [trainer.step(s) for s in range(3)]
+    finally:
+        trainer.rollouts.close()
+    # withdrawn jobs were cancelled in the actor (ray.cancel) and it went on serving the next steps
+    assert [len(ts) for _, _, ts in record.calls] == [2 * 2] * 3
+    assert all(v <= 1 for v in record.staleness_values())
+    assert len({t.group_id for _, _, ts in record.calls for t in ts}) == 3 * 2
+    assert sum(m.get("distributed/overprovision_unused_groups", 0) for m in metrics) == 3 * 2
