@@ -8,8 +8,9 @@ has one key across all episodes. Action forms and error handling: ``envs/grid_pu
 offset from ``@`` and the moves that do not hit a wall): a tiny model cannot find ``@`` and ``G``
 in a BPE-tokenized board, but can learn from this line; the state (and ``state_key``) is the same.
 ``hint_style="toward"`` names the open moves that bring ``@`` closer to ``G`` instead of the offset
-(``toward G: down right. open: up down right``): the smallest models learn to copy from it long
-before they learn to combine an offset with the open moves; following it is greedy, not shortest.
+(``toward G: down right. open: up down right``): a model can follow the greedy route by copying a
+move from the line instead of combining the offset with the open moves (greedy, not shortest: on
+100 test mazes of difficulty 3, walls 0.1, 14 turns, a random move of the line solves 0.80).
 """
 
 from __future__ import annotations
