@@ -6,7 +6,10 @@ in ~40 over 1 s; ``asyncio.sleep``, no CPU), the shape of real sandbox / tool ca
 the arithmetic env's real python tool in the ``process`` sandbox (two python processes per call,
 ~60-100 ms of CPU on the same machine). Both runs train the same warm-started tiny model with GRPO
 from the same seed, 4 prompts x 8 samples per step, the same number of steps, so the same number of
-trained samples (counted and asserted).
+trained samples (counted and asserted), and the same loss: PPO-clip with truncated importance
+weights of the learner's against the sampler's logprobs (``rollout_is``, token level, threshold 2),
+the correction docs/distributed.md prescribes for asynchronous samples; on synchronous samples the
+weights are 1 and the run is token for token the one without it.
 
 * sync: ``distributed.max_staleness=0``: rollout, then train, then sync.
 * async: ``distributed.max_staleness=1``: the next step's episodes run while the learner trains;
@@ -58,6 +61,9 @@ WORKLOAD = [
     "rollout.max_new_tokens=40",
     "rollout.concurrency=128",  # room for two steps in flight (the synchronous loop never has more than one)
     "trainer.prompts_per_step=4",
+    # truncated importance weights against the sampler's logprobs (docs/distributed.md): what asynchronous
+    # training should use; synchronous samples have weight 1 (the same curve as without)
+    "algorithm.loss_options.rollout_is={level: token, mode: truncate, threshold: 2.0}",
     "distributed.ray.num_rollout_workers=1",
     "distributed.ray.sandbox_pools=false",
     "trainer.eval_every=0",
