@@ -156,8 +156,9 @@ def test_a_stale_group_is_not_taken_even_when_it_completes_first():
     assert requeued == 2 * 3
 
 
-def test_trainer_with_overprovisioned_groups(tmp_path, tiny_model_dir):
-    cfg = small_config(tmp_path, tiny_model_dir, "distributed.max_staleness=1", "distributed.overprovision_groups=1", *LATENCY_ENV)
+def train_three_steps_overprovisioned(cfg, extra_groups: int) -> None:
+    """Three steps of 2 prompts x 2 samples with ``extra_groups`` more started per step: every step
+    trains exactly its 4 episodes, none staler than 1, no group twice, the extras counted unused."""
     trainer = Trainer(cfg, log=lambda *a: None)
     record = record_rollouts(trainer)
     try:
@@ -166,9 +167,13 @@ def test_trainer_with_overprovisioned_groups(tmp_path, tiny_model_dir):
         trainer.rollouts.close()
     assert [len(ts) for _, _, ts in record.calls] == [2 * 2] * 3  # prompts_per_step x group_size, every step
     assert all(v <= 1 for v in record.staleness_values())
-    groups = [t.group_id for _, _, ts in record.calls for t in ts]
-    assert len(set(groups)) == 3 * 2
-    assert sum(m.get("distributed/overprovision_unused_groups", 0) for m in metrics) == 3
+    assert len({t.group_id for _, _, ts in record.calls for t in ts}) == 3 * 2
+    assert sum(m.get("distributed/overprovision_unused_groups", 0) for m in metrics) == 3 * extra_groups
+
+
+def test_trainer_with_overprovisioned_groups(tmp_path, tiny_model_dir):
+    cfg = small_config(tmp_path, tiny_model_dir, "distributed.max_staleness=1", "distributed.overprovision_groups=1", *LATENCY_ENV)
+    train_three_steps_overprovisioned(cfg, extra_groups=1)
 
 
 def test_overprovisioning_is_not_colocated():
@@ -185,14 +190,5 @@ def test_overprovisioned_groups_are_cancelled_in_the_ray_actor(ray_cluster, tmp_
         tmp_path, tiny_model_dir, "distributed.backend=ray", "distributed.max_staleness=1", "distributed.overprovision_groups=2",
         "distributed.ray.sandbox_pools=false", *LATENCY_ENV,
     )
-    trainer = Trainer(cfg, log=lambda *a: None)
-    record = record_rollouts(trainer)
-    try:
-        metrics = [trainer.step(s) for s in range(3)]
-    finally:
-        trainer.rollouts.close()
-    # withdrawn jobs were cancelled in the actor (ray.cancel) and it went on serving the next steps
-    assert [len(ts) for _, _, ts in record.calls] == [2 * 2] * 3
-    assert all(v <= 1 for v in record.staleness_values())
-    assert len({t.group_id for _, _, ts in record.calls for t in ts}) == 3 * 2
-    assert sum(m.get("distributed/overprovision_unused_groups", 0) for m in metrics) == 3 * 2
+    # withdrawn jobs are cancelled in the actor (ray.cancel) and it goes on serving the next steps
+    train_three_steps_overprovisioned(cfg, extra_groups=2)
