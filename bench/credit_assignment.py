@@ -48,7 +48,7 @@ METHODS: dict[str, list[str]] = {
 # scripted policies on 100 test mazes: BFS 1.00, toward-G among the open moves 0.80, the same with 25%
 # random moves 0.60)
 MAZE = ["env.options.difficulty=3", "env.options.wall_density=0.1", "env.options.hint_style=toward"]
-# SFT sees shorter mazes too (difficulty 1-3), at lr 1e-3: at configs/maze.yaml's 3e-3 the tiny model
+# SFT sees shorter mazes too (difficulty 1-3), at lr 1e-3: at 3e-3 (the arithmetic quickstart's) the tiny model
 # stays at the move marginals (measured: loss 0.69-0.71 for 900 steps, the same move probabilities for
 # every board); at 1e-3 it left them by step 200 (loss 0.56) and after 800 steps (batch 8) solved
 # 0.469 [0.344, 0.594] of 64 difficulty-3 test mazes
@@ -87,6 +87,21 @@ INITIAL: dict[int, dict] = {}  # seed -> the held-out success of the starting mo
 def copied_prefix_tokens(trajectories) -> int:
     """Policy tokens that forked trajectories copied from their parents (not sampled again)."""
     return sum(sum(t.loss_mask_T[: t.branch_point]) for t in trajectories if t.parent_id is not None)
+
+
+def initial_point(seed: int, args: argparse.Namespace, out: Path, measure) -> dict:
+    """The starting model's evaluation for this seed: read from ``initial-sSEED.json`` when an earlier
+    run measured it with the same model and episodes, else measured and written there."""
+    path, key = out / f"initial-s{seed}.json", {"model": str(Path(args.model).resolve()), "episodes": args.eval_episodes}
+    if path.exists():
+        saved = json.loads(path.read_text())
+        if saved["key"] == key:
+            return saved["row"]
+    row = measure()
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"key": key, "row": row}))
+    tmp.replace(path)
+    return row
 
 
 def run_one(method: str, seed: int, args: argparse.Namespace, out: Path) -> list[dict]:
@@ -128,9 +143,9 @@ def run_one(method: str, seed: int, args: argparse.Namespace, out: Path) -> list
 
     t0 = time.perf_counter()
     # every method starts from the same model and evaluates the same tasks with per-request seeds:
-    # the 0-token point is measured once per seed and shared
+    # the 0-token point is measured once per seed and shared (across --jobs processes through a file)
     if seed not in INITIAL:
-        INITIAL[seed] = evaluation(0, 0, t0, None)
+        INITIAL[seed] = initial_point(seed, args, out, lambda: evaluation(0, 0, t0, None))
     rows = [keep({**INITIAL[seed], "method": method})]
     tokens, step, next_eval, rewards = 0, 0, args.eval_every_tokens, []
     while tokens < args.budget_tokens:
@@ -146,6 +161,36 @@ def run_one(method: str, seed: int, args: argparse.Namespace, out: Path) -> list
     trainer.rollouts.close()
     trainer.engine.close()
     return rows
+
+
+def flatness_and_gaps(curves: dict[tuple[str, int], list[dict]], methods: list[str]) -> list[str]:
+    """Has GRPO's curve flattened (slope of its seed-mean over the second half of the budget, per 10k
+    tokens, by least squares), and each method's gap to GRPO over the last 3 evaluations with the
+    standard error of that difference across seeds (the seeds' tails are independent runs)."""
+    import numpy as np
+
+    def tails(m: str) -> np.ndarray:
+        return np.array([np.mean([r["success"] for r in c[-3:]]) for k, c in sorted(curves.items()) if k[0] == m])
+
+    out = []
+    if "grpo" in methods:
+        runs = [c for k, c in curves.items() if k[0] == "grpo"]
+        xs = np.mean([[r["tokens"] for r in c] for c in runs], axis=0)
+        ys = np.mean([[r["success"] for r in c] for c in runs], axis=0)
+        half = xs >= xs[-1] / 2
+        if half.sum() >= 3:
+            slope = np.polyfit(xs[half], ys[half], 1)[0] * 10_000
+            out.append(f"GRPO's slope over the second half of the budget ({half.sum()} evaluations, "
+                       f"{xs[half][0]:.0f}-{xs[-1]:.0f} tokens): {slope:+.3f} success per 10k tokens")
+        base = tails("grpo")
+        for m in methods:
+            if m == "grpo":
+                continue
+            t = tails(m)
+            gap = t.mean() - base.mean()
+            se = np.sqrt(t.var(ddof=1) / len(t) + base.var(ddof=1) / len(base)) if min(len(t), len(base)) > 1 else float("nan")
+            out.append(f"{m} - grpo over the last 3 evaluations: {gap:+.3f} (standard error {se:.3f}, {len(t)} vs {len(base)} seeds)")
+    return out
 
 
 def summarize(rows: list[dict], out: Path) -> str:
@@ -173,6 +218,7 @@ def summarize(rows: list[dict], out: Path) -> str:
         ratio = final[m] / final["grpo"] if final.get("grpo", 0) > 0 else float("nan")
         tokens = np.mean([r["tokens"] for r in last])
         lines.append(f"| {m} | {len(runs)} | {tokens:.0f} | {start:.3f} | {final[m]:.3f} ± {std:.3f} | {tail:.3f} | {ratio:.2f} |")
+    lines += ["", *flatness_and_gaps(curves, methods)]
     table = "\n".join(lines)
     (out / "table.md").write_text(table + "\n")
     import matplotlib
