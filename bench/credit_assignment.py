@@ -289,7 +289,7 @@ def run_parallel(runs: list[tuple[str, int]], args: argparse.Namespace) -> None:
     while pending or running:
         while pending and len(running) < args.jobs:
             method, seed = pending.pop(0)
-            log = open(args.out / f"log-{method}-s{seed}.txt", "w")
+            log = open(args.out / f"log-{method}-s{seed}.txt", "w")  # noqa: SIM115 (closed when the run exits)
             cmd = [sys.executable, __file__, *flags, "--one", method, str(seed)]
             running[(method, seed)] = (subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log)
         time.sleep(1.0)
