@@ -164,8 +164,8 @@ def run_one(method: str, seed: int, args: argparse.Namespace, out: Path) -> list
 
 
 def flatness_and_gaps(curves: dict[tuple[str, int], list[dict]], methods: list[str]) -> list[str]:
-    """Has GRPO's curve flattened (slope of its seed-mean over the second half of the budget, per 10k
-    tokens, by least squares), and each method's gap to GRPO over the last 3 evaluations with the
+    """Has GRPO's curve flattened (slope of its seed-mean over the last two thirds of the budget, per
+    10k tokens, by least squares), and each method's gap to GRPO over the last 3 evaluations with the
     standard error of that difference across seeds (the seeds' tails are independent runs)."""
     import numpy as np
 
@@ -177,11 +177,12 @@ def flatness_and_gaps(curves: dict[tuple[str, int], list[dict]], methods: list[s
         runs = [c for k, c in curves.items() if k[0] == "grpo"]
         xs = np.mean([[r["tokens"] for r in c] for c in runs], axis=0)
         ys = np.mean([[r["success"] for r in c] for c in runs], axis=0)
-        half = xs >= xs[-1] / 2
-        if half.sum() >= 3:
-            slope = np.polyfit(xs[half], ys[half], 1)[0] * 10_000
-            out.append(f"GRPO's slope over the second half of the budget ({half.sum()} evaluations, "
-                       f"{xs[half][0]:.0f}-{xs[-1]:.0f} tokens): {slope:+.3f} success per 10k tokens")
+        late = xs >= xs[-1] / 3
+        if late.sum() >= 4:  # the fit's standard error needs two residual degrees of freedom
+            (slope, _), cov = np.polyfit(xs[late] / 10_000, ys[late], 1, cov=True)
+            out.append(f"GRPO's slope over the last two thirds of the budget ({late.sum()} evaluations, "
+                       f"{xs[late][0]:.0f}-{xs[-1]:.0f} tokens): {slope:+.3f} ± {np.sqrt(cov[0, 0]):.3f} "
+                       "(standard error) success per 10k tokens")
         base = tails("grpo")
         for m in methods:
             if m == "grpo":
@@ -205,19 +206,20 @@ def summarize(rows: list[dict], out: Path) -> str:
     curves = {k: sorted(c, key=lambda r: r["tokens"])[:common] for k, c in curves.items()}
     methods = [m for m in METHODS if any(k[0] == m for k in curves)]
     final, lines = {}, [
-        "| method | seeds | tokens (mean) | success at 0 | final success (mean ± std over seeds) | last 3 evals (mean) | ratio to GRPO |",
-        "|---|---|---|---|---|---|---|",
+        "| method | seeds | tokens (mean) | success at 0 | final success (mean ± std over seeds) | last 3 evals (mean) | all evals after 0 (mean: area under the curve) | ratio to GRPO |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for m in methods:
         runs = [c for k, c in curves.items() if k[0] == m]
         last = [c[-1] for c in runs]
         final[m] = float(np.mean([r["success"] for r in last]))
         tail = float(np.mean([r["success"] for c in runs for r in c[-3:]]))
+        area = float(np.mean([r["success"] for c in runs for r in c[1:]]))
         start = float(np.mean([c[0]["success"] for c in runs]))
         std = float(np.std([r["success"] for r in last]))
         ratio = final[m] / final["grpo"] if final.get("grpo", 0) > 0 else float("nan")
         tokens = np.mean([r["tokens"] for r in last])
-        lines.append(f"| {m} | {len(runs)} | {tokens:.0f} | {start:.3f} | {final[m]:.3f} ± {std:.3f} | {tail:.3f} | {ratio:.2f} |")
+        lines.append(f"| {m} | {len(runs)} | {tokens:.0f} | {start:.3f} | {final[m]:.3f} ± {std:.3f} | {tail:.3f} | {area:.3f} | {ratio:.2f} |")
     lines += ["", *flatness_and_gaps(curves, methods)]
     table = "\n".join(lines)
     (out / "table.md").write_text(table + "\n")
