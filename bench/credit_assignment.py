@@ -9,7 +9,10 @@ is measured at 0 tokens and every ``--eval-every-tokens``. Runs are interleaved
 per evaluation), ``success_vs_tokens.png`` and a markdown table with each method's final success
 and its ratio to GRPO's, all under ``--out``.
 
-    python bench/credit_assignment.py --model runs/credit_bench/sft_model --budget-tokens 20000 --seeds 0 1 2
+    OMP_NUM_THREADS=1 python bench/credit_assignment.py --model SFT_DIR --jobs 2 --seeds 0 1 2 \
+        --budget-tokens 36000 --eval-every-tokens 6000 --eval-episodes 64
+
+(the measured run: 108 min on an idle 2-core machine; result in bench/results/credit_assignment/).
 
 Without ``--model`` a tiny model is built and SFT'd on the maze's weak teacher first (minutes).
 ``--jobs N`` runs N (method, seed) runs at once, each in its own process (``--device cuda``: all on
@@ -165,32 +168,35 @@ def run_one(method: str, seed: int, args: argparse.Namespace, out: Path) -> list
 
 def flatness_and_gaps(curves: dict[tuple[str, int], list[dict]], methods: list[str]) -> list[str]:
     """Has GRPO's curve flattened (slope of its seed-mean over the last two thirds of the budget, per
-    10k tokens, by least squares), and each method's gap to GRPO over the last 3 evaluations with the
-    standard error of that difference across seeds (the seeds' tails are independent runs)."""
+    10k tokens, by least squares), and each method's gap to GRPO, over the last 3 evaluations and over
+    all evaluations after 0 (the area under the curve), with the standard error of each difference
+    across seeds (the seeds are independent runs)."""
     import numpy as np
 
-    def tails(m: str) -> np.ndarray:
-        return np.array([np.mean([r["success"] for r in c[-3:]]) for k, c in sorted(curves.items()) if k[0] == m])
+    def per_seed(m: str, part: slice) -> np.ndarray:
+        return np.array([np.mean([r["success"] for r in c[part]]) for k, c in sorted(curves.items()) if k[0] == m])
 
     out = []
-    if "grpo" in methods:
-        runs = [c for k, c in curves.items() if k[0] == "grpo"]
-        xs = np.mean([[r["tokens"] for r in c] for c in runs], axis=0)
-        ys = np.mean([[r["success"] for r in c] for c in runs], axis=0)
-        late = xs >= xs[-1] / 3
-        if late.sum() >= 4:  # the fit's standard error needs two residual degrees of freedom
-            (slope, _), cov = np.polyfit(xs[late] / 10_000, ys[late], 1, cov=True)
-            out.append(f"GRPO's slope over the last two thirds of the budget ({late.sum()} evaluations, "
-                       f"{xs[late][0]:.0f}-{xs[-1]:.0f} tokens): {slope:+.3f} ± {np.sqrt(cov[0, 0]):.3f} "
-                       "(standard error) success per 10k tokens")
-        base = tails("grpo")
+    if "grpo" not in methods:
+        return out
+    runs = [c for k, c in curves.items() if k[0] == "grpo"]
+    xs = np.mean([[r["tokens"] for r in c] for c in runs], axis=0)
+    ys = np.mean([[r["success"] for r in c] for c in runs], axis=0)
+    late = xs >= xs[-1] / 3
+    if late.sum() >= 4:  # the fit's standard error needs two residual degrees of freedom
+        (slope, _), cov = np.polyfit(xs[late] / 10_000, ys[late], 1, cov=True)
+        out.append(f"GRPO's slope over the last two thirds of the budget ({late.sum()} evaluations, "
+                   f"{xs[late][0]:.0f}-{xs[-1]:.0f} tokens): {slope:+.3f} ± {np.sqrt(cov[0, 0]):.3f} "
+                   "(standard error) success per 10k tokens")
+    for name, part in (("the last 3 evaluations", slice(-3, None)), ("all evaluations after 0", slice(1, None))):
+        base = per_seed("grpo", part)
         for m in methods:
             if m == "grpo":
                 continue
-            t = tails(m)
+            t = per_seed(m, part)
             gap = t.mean() - base.mean()
             se = np.sqrt(t.var(ddof=1) / len(t) + base.var(ddof=1) / len(base)) if min(len(t), len(base)) > 1 else float("nan")
-            out.append(f"{m} - grpo over the last 3 evaluations: {gap:+.3f} (standard error {se:.3f}, {len(t)} vs {len(base)} seeds)")
+            out.append(f"{m} - grpo over {name}: {gap:+.3f} (standard error {se:.3f}, {len(t)} vs {len(base)} seeds)")
     return out
 
 
