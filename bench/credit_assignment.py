@@ -6,8 +6,8 @@ has sampled ``--budget-tokens`` new policy tokens (a branch's copied prefix is n
 Held-out success (test split, the same tasks for every run, sampled at the rollout temperature)
 is measured at 0 tokens and every ``--eval-every-tokens``. Runs are interleaved
 (seed-major) so that machine load hits every method alike. Output: ``results.jsonl`` (one line
-per evaluation), ``success_vs_tokens.png`` and a markdown table with each method's final success
-and its ratio to GRPO's, all under ``--out``.
+per evaluation), ``success_vs_tokens.png`` and a markdown table with each method's final success,
+its ratio to GRPO's, GRPO's late slope and each method's gap to GRPO, all under ``--out``.
 
     OMP_NUM_THREADS=1 python bench/credit_assignment.py --model SFT_DIR --jobs 2 --seeds 0 1 2 \
         --budget-tokens 36000 --eval-every-tokens 6000 --eval-episodes 64
@@ -84,18 +84,16 @@ def build_model(out: Path, device: str, sft_steps: int) -> Path:
     return out / "sft_model"
 
 
-INITIAL: dict[int, dict] = {}  # seed -> the held-out success of the starting model
-
-
 def copied_prefix_tokens(trajectories) -> int:
     """Policy tokens that forked trajectories copied from their parents (not sampled again)."""
     return sum(sum(t.loss_mask_T[: t.branch_point]) for t in trajectories if t.parent_id is not None)
 
 
-def initial_point(seed: int, args: argparse.Namespace, out: Path, measure) -> dict:
-    """The starting model's evaluation for this seed: read from ``initial-sSEED.json`` when an earlier
+def initial_point(args: argparse.Namespace, out: Path, measure) -> dict:
+    """The starting model's evaluation, the same for every method and seed (the same test tasks and
+    per-request seeds; measured alike for all 15 runs): read from ``initial.json`` when an earlier
     run measured it with the same model and episodes, else measured and written there."""
-    path, key = out / f"initial-s{seed}.json", {"model": str(Path(args.model).resolve()), "episodes": args.eval_episodes}
+    path, key = out / "initial.json", {"model": str(Path(args.model).resolve()), "episodes": args.eval_episodes}
     if path.exists():
         saved = json.loads(path.read_text())
         if saved["key"] == key:
@@ -145,11 +143,9 @@ def run_one(method: str, seed: int, args: argparse.Namespace, out: Path) -> list
         return row
 
     t0 = time.perf_counter()
-    # every method starts from the same model and evaluates the same tasks with per-request seeds:
-    # the 0-token point is measured once per seed and shared (across --jobs processes through a file)
-    if seed not in INITIAL:
-        INITIAL[seed] = initial_point(seed, args, out, lambda: evaluation(0, 0, t0, None))
-    rows = [keep({**INITIAL[seed], "method": method})]
+    # every run starts from the same model and evaluates the same tasks with per-request seeds: the
+    # 0-token point is measured once and shared (across --jobs processes through a file)
+    rows = [keep({**initial_point(args, out, lambda: evaluation(0, 0, t0, None)), "method": method, "seed": seed})]
     tokens, step, next_eval, rewards = 0, 0, args.eval_every_tokens, []
     while tokens < args.budget_tokens:
         copied.clear()
