@@ -9,15 +9,11 @@ filter retires easy tasks, Kimi's curriculum and prioritized sampling reweight t
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import numpy as np
 
-
-def derive_seed(*parts: Any) -> int:
-    """Explicit, derived seeds: the same parts always give the same seed."""
-    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:4], "little") & 0x7FFFFFFF
+from agent_rl.core.seeding import derive_seed
 
 
 class TaskSampler:

@@ -17,6 +17,7 @@ from agent_rl.algorithms import ADVANTAGES, CREDITS, FILTERS, KLS, POLICY_LOSSES
 from agent_rl.algorithms.credit import BRANCH_PLANNERS
 from agent_rl.algorithms.registry import AdvantageInputs
 from agent_rl.config import Config, CriticConfig
+from agent_rl.core.seeding import derive_seed
 from agent_rl.distributed import Plan, make_learner, make_rollout_source
 from agent_rl.eval import evaluate
 from agent_rl.learner import checkpoint as ckpt
@@ -28,7 +29,7 @@ from agent_rl.rollout.batching import make_batch, per_turn_batch, trainable_grou
 from agent_rl.rollout.engine import EpisodeSpec
 from agent_rl.rollout.backends.hf import load_model
 from agent_rl.runtime import Components, make_policy_backend, make_run_dir, seed_everything
-from agent_rl.task_sampler import TaskSampler, derive_seed
+from agent_rl.task_sampler import TaskSampler
 from agent_rl.tracking import Tracker, plot_rewards
 from agent_rl.types import Trajectory, TrajectoryGroup
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from torch import Tensor
 
-from agent_rl.errors import InfraError as InfraError  # re-exported: it lived here first
+from agent_rl.core.errors import InfraError as InfraError  # re-exported: it lived here first
 
 
 class StopReason(StrEnum):

@@ -24,6 +24,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Coroutine, Mapping, Sequence
 
+from agent_rl.core.errors import InfraError
 from sandbox import executor
 from sandbox.base import (
     ExecResult,
@@ -37,10 +38,6 @@ from sandbox.base import (
 )
 
 log = logging.getLogger("sandbox.pool")
-
-
-class InfraError(RuntimeError):
-    """The sandbox machinery failed (not the program): becomes ``ExecStatus.INFRA_ERROR``."""
 
 
 # ---------------------------------------------------------------- the I/O thread

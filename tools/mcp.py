@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agent_rl.errors import InfraError
+from agent_rl.core.errors import InfraError
 from tools.base import ToolError
 
 log = logging.getLogger("tools.mcp")

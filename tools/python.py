@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from agent_rl.errors import InfraError
+from agent_rl.core.errors import InfraError
 from tools.base import Tool
 
 
@@ -23,12 +23,12 @@ class PythonTool(Tool):
         self.max_output_chars = max_output_chars
 
     async def run(self, args: PythonArgs) -> str:
-        """Runs the code; an infrastructure failure raises ``SandboxInfraError`` (never a reward of 0)."""
+        """Runs the code; an infrastructure failure raises ``InfraError`` (never a reward of 0)."""
         from sandbox import ExecStatus
 
         res = await self.sandbox.exec(code=args.code, timeout_s=self.timeout_s)
         if res.status == ExecStatus.INFRA_ERROR:
-            raise SandboxInfraError(res.stderr or "sandbox infrastructure failure")
+            raise InfraError(res.stderr or "sandbox infrastructure failure")
         out = res.stdout
         if res.status != ExecStatus.OK:
             tail = res.stderr.strip().splitlines()[-1:] if res.stderr.strip() else []
@@ -36,7 +36,3 @@ class PythonTool(Tool):
         if len(out) > self.max_output_chars:
             out = out[: self.max_output_chars] + "...[truncated]"
         return out.strip()
-
-
-class SandboxInfraError(InfraError):
-    """The sandbox, not the program, failed: the episode ends as INFRA_ERROR."""

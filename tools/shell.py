@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from agent_rl.core.errors import InfraError
 from tools.base import Tool
-from tools.python import SandboxInfraError
 
 
 class ShellArgs(BaseModel):
@@ -26,12 +26,12 @@ class ShellTool(Tool):
 
     async def run(self, args: ShellArgs) -> str:
         """stdout then stderr, and ``[status] exit N`` when it did not succeed. An infrastructure
-        failure raises ``SandboxInfraError`` (the episode ends as INFRA_ERROR, never a reward of 0)."""
+        failure raises ``InfraError`` (the episode ends as INFRA_ERROR, never a reward of 0)."""
         from sandbox import ExecStatus
 
         res = await self.sandbox.exec(argv=["sh", "-c", args.command], timeout_s=self.timeout_s)
         if res.status == ExecStatus.INFRA_ERROR:
-            raise SandboxInfraError(res.error or res.stderr or "sandbox infrastructure failure")
+            raise InfraError(res.error or res.stderr or "sandbox infrastructure failure")
         out = res.stdout
         if res.stderr:
             out += ("" if not out or out.endswith("\n") else "\n") + res.stderr

@@ -102,7 +102,7 @@ def with_sample_seeds(specs: list[EpisodeSpec], seed: int) -> list[EpisodeSpec]:
     plan samples the same tokens however its groups are split over workers."""
     from dataclasses import replace
 
-    from agent_rl.task_sampler import derive_seed
+    from agent_rl.core.seeding import derive_seed
 
     return [s if s.sample_seed is not None else replace(s, sample_seed=derive_seed(seed, "episode", i)) for i, s in enumerate(specs)]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from agent_rl.task_sampler import derive_seed
+from agent_rl.core.seeding import derive_seed
 
 ENV_ID = "agent_rl/ToolLatency-v0"
 

@@ -22,13 +22,13 @@ import time
 from collections import Counter
 from typing import Any
 
+from agent_rl.core.seeding import derive_seed
 from agent_rl.rollout.backends.base import (
     GenerationRequest,
     GenerationResult,
     InferenceBackend,
 )
 from agent_rl.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine
-from agent_rl.task_sampler import derive_seed
 from agent_rl.types import Trajectory
 
 # event-loop turns a batch waits for other runs' requests that are ready right now

@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 import gymnasium as gym
 
+from agent_rl.core.seeding import derive_seed
 from agent_rl.rollout.backends.base import (
     GenerationRequest,
     GenerationResult,
@@ -37,7 +38,6 @@ from agent_rl.rollout.backends.base import (
 from agent_rl.rollout.branching import SharedReplay, branch_turn, replay_prefix
 from agent_rl.rollout.render import ChatRenderer
 from agent_rl.rollout.scheduler import GenerationScheduler
-from agent_rl.task_sampler import derive_seed
 from agent_rl.types import InfraError, StopReason, Trajectory, Turn
 
 LAYOUTS = ("concat", "per_turn")

@@ -13,7 +13,7 @@ With ``mcp_servers`` (``env.options.mcp_servers: [{command, args}]``), the tools
 servers are offered too (``tools.mcp``). Anything else gets an error observation, reward 0 and
 ``action_valid=False``; the turn budget then truncates the episode (reward 0). Grading is
 hack-proof by construction (``runner.py``); a sandbox infrastructure failure raises
-``SandboxInfraError`` (INFRA_ERROR, reward None).
+``InfraError`` (INFRA_ERROR, reward None).
 """
 
 from __future__ import annotations

@@ -71,9 +71,9 @@ class Grade:
 
 async def grade(sandbox, task: CodeTask, code: str, timeout_s: float = 10.0) -> Grade:
     """Run ``task``'s hidden test on ``code`` in ``sandbox``. Infrastructure failures raise
-    ``SandboxInfraError`` (the episode becomes INFRA_ERROR, never a reward of 0)."""
+    ``InfraError`` (the episode becomes INFRA_ERROR, never a reward of 0)."""
+    from agent_rl.core.errors import InfraError
     from sandbox import ExecStatus
-    from tools.python import SandboxInfraError
 
     test, total = instrument(task.test)
     nonce = secrets.token_hex(16)
@@ -81,7 +81,7 @@ async def grade(sandbox, task: CodeTask, code: str, timeout_s: float = 10.0) -> 
                "entry_point": task.entry_point, "code": code}
     res = await sandbox.exec(code=RUNNER, stdin=json.dumps(payload), timeout_s=timeout_s + 3.0)
     if res.status == ExecStatus.INFRA_ERROR:
-        raise SandboxInfraError(res.error or res.stderr or "sandbox infrastructure failure")
+        raise InfraError(res.error or res.stderr or "sandbox infrastructure failure")
     reports = [line[len(nonce) + 1 :] for line in res.stdout.splitlines() if line.startswith(nonce + " ")]
     report = json.loads(reports[0]) if len(reports) == 1 else None  # twice: someone forged one
     if report is None:  # the grader did not finish (killed, out of time): a failure of the submission

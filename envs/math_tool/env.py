@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from agent_rl.errors import InfraError
+from agent_rl.core.errors import InfraError
 from envs.async_env import AsyncTextEnv
 from envs.math_tool.grading import grade
 from envs.math_tool.tasks import (

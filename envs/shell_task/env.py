@@ -11,7 +11,7 @@ env's ``max_turns`` is reached without a submit (keep ``rollout.max_turns`` >= i
 runs and the turn earns ``progress_reward * (progress_t - progress_{t-1})``; the final turn earns
 ``passed - progress_reward * progress_{T-1}``, so an episode's rewards still sum to 0 or 1.
 
-A sandbox failure raises ``SandboxInfraError`` (the episode ends as INFRA_ERROR, never scored 0).
+A sandbox failure raises ``InfraError`` (the episode ends as INFRA_ERROR, never scored 0).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from agent_rl.core.errors import InfraError
 from envs.async_env import AsyncTextEnv
 from envs.shell_task.tasks import (
     FAMILIES,
@@ -37,7 +38,6 @@ from envs.splits import check_difficulties, check_split
 from tools.base import ToolError, tool_schema
 from tools.files import ReadFileTool, WriteFileTool
 from tools.parsers import parse_action
-from tools.python import SandboxInfraError
 from tools.shell import ShellTool
 
 CHECKER_SRC = (Path(__file__).parent / "checker.py").read_text()
@@ -147,7 +147,7 @@ class ShellTaskEnv(AsyncTextEnv):
         spec = json.dumps(self._task.check_spec())
         res = await self._sandbox.exec(code=CHECKER_SRC, stdin=spec, timeout_s=self.check_timeout_s)
         if res.status == ExecStatus.INFRA_ERROR:
-            raise SandboxInfraError(res.error or res.stderr or "sandbox infrastructure failure")
+            raise InfraError(res.error or res.stderr or "sandbox infrastructure failure")
         try:
             out = json.loads(res.stdout.strip().splitlines()[-1])
         except (IndexError, ValueError):  # the agent's files broke the check (e.g. a huge tree): a fail

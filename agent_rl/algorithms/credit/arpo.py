@@ -28,7 +28,7 @@ from agent_rl.algorithms.registry import (
     ComponentConfig,
     register_credit,
 )
-from agent_rl.task_sampler import derive_seed
+from agent_rl.core.seeding import derive_seed
 from agent_rl.types import Trajectory, TrajectoryGroup
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
+from agent_rl.core.seeding import derive_seed
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
-from agent_rl.task_sampler import derive_seed
 
 
 def quiet_transformers() -> None:

@@ -32,8 +32,8 @@ from typing import Any
 
 import httpx
 
+from agent_rl.core.errors import InfraError
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
-from agent_rl.types import InfraError
 
 RETRY_STATUS = frozenset({429, 502, 503, 504})
 TOKEN_ID_PREFIX = "token_id:"
@@ -60,7 +60,7 @@ class OpenAIBackend:
 
     # ------------------------------------------------------------------------------------------
     async def generate(self, requests: list[GenerationRequest], seed: int | None = None) -> list[GenerationResult]:
-        from agent_rl.task_sampler import derive_seed
+        from agent_rl.core.seeding import derive_seed
 
         limit = asyncio.Semaphore(self.cfg.max_concurrent_requests)
         timeout = httpx.Timeout(self.cfg.timeout_s)

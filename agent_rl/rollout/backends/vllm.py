@@ -32,8 +32,8 @@ import threading
 import uuid
 from typing import Any
 
+from agent_rl.core.errors import InfraError
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
-from agent_rl.types import InfraError
 
 EXTENSION = "agent_rl.rollout.backends.vllm.WeightSyncExtension"
 
@@ -95,7 +95,7 @@ class VllmBackend:
 
     # ------------------------------------------------------------------------------------------
     async def generate(self, requests: list[GenerationRequest], seed: int | None = None) -> list[GenerationResult]:
-        from agent_rl.task_sampler import derive_seed
+        from agent_rl.core.seeding import derive_seed
 
         seeds = [r.seed if r.seed is not None else (None if seed is None else derive_seed(seed, i)) for i, r in enumerate(requests)]
         futures = [
