@@ -36,3 +36,6 @@ class PythonTool(Tool):
         if len(out) > self.max_output_chars:
             out = out[: self.max_output_chars] + "...[truncated]"
         return out.strip()
+
+
+SandboxInfraError = InfraError  # the name user envs were shown first: the same one class

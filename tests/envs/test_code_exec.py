@@ -10,7 +10,6 @@ import time
 import gymnasium as gym
 import pytest
 
-from agent_rl.core.errors import InfraError
 import envs  # noqa: F401 - registers the environments
 from envs.code_exec.env import CodeExecEnv
 from envs.code_exec.harness import grade, instrument
@@ -23,6 +22,7 @@ from envs.code_exec.policies import (
     submit_text,
 )
 from envs.code_exec.tasks import all_tasks, by_id, tasks
+from tools.python import SandboxInfraError
 
 
 def require_bwrap() -> None:
@@ -170,7 +170,7 @@ def test_infrastructure_failure_raises_not_zero():
 
     broken = make_sandbox(backend="docker", image="agent-rl-no-such-image:0", pool_size=1)  # cannot start
     task = by_id()["HumanEval/0"]
-    with pytest.raises(InfraError, match="no-such-image"):
+    with pytest.raises(SandboxInfraError, match="no-such-image"):
         asyncio.run(grade(broken, task, task.reference))
 
 

@@ -8,11 +8,11 @@ import os
 import gymnasium as gym
 import pytest
 
-from agent_rl.core.errors import InfraError
 import envs  # noqa: F401
 from envs.shell_task.policies import call_text, oracle
 from envs.shell_task.tasks import make_task, sample_task
 from envs.splits import SPLITS
+from tools.python import SandboxInfraError
 
 
 @functools.cache
@@ -153,8 +153,8 @@ def test_sandbox_failure_is_an_infra_error(make):
             return ExecResult.infra("daemon gone")
 
     env.unwrapped._sandbox = env.unwrapped._tools["shell"].sandbox = Broken()
-    with pytest.raises(InfraError, match="daemon gone"):
+    with pytest.raises(SandboxInfraError, match="daemon gone"):
         env.step(call_text("shell", command="ls"))
-    with pytest.raises(InfraError, match="daemon gone"):
+    with pytest.raises(SandboxInfraError, match="daemon gone"):
         env.step(call_text("submit"))
     env.unwrapped._sandbox = None  # nothing of ours to close

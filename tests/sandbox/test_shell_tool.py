@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from sandbox_helpers import run
 
-from agent_rl.core.errors import InfraError
 from sandbox import make_sandbox
 from tools.base import ToolError, tool_schema
+from tools.python import SandboxInfraError
 from tools.shell import ShellTool
 
 
@@ -48,5 +48,5 @@ def test_infra_error_raises(shell):
 
             return ExecResult.infra("daemon gone")
 
-    with pytest.raises(InfraError, match="daemon gone"):
+    with pytest.raises(SandboxInfraError, match="daemon gone"):
         run(ShellTool(Broken())({"command": "ls"}))
