@@ -20,7 +20,7 @@ import torch
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from agent_rl.distributed.source import cpu_state_dict, weights_for_broadcast
+from agent_rl.distributed.weights import cpu_state_dict, weights_for_broadcast
 from agent_rl.distributed.worker import RolloutWorker
 from agent_rl.rollout.engine import EngineConfig, EpisodeSpec
 from agent_rl.types import Trajectory

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from agent_rl.distributed.buffer import AsyncRolloutSource, LoopThread, Plan
+from agent_rl.distributed.weights import weights_for_broadcast
 from agent_rl.distributed.worker import RolloutWorker
 from agent_rl.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine
 from agent_rl.types import Trajectory
@@ -58,23 +59,6 @@ class LocalRolloutSource:
 
     def close(self) -> None:
         pass
-
-
-def cpu_state_dict(model: Any) -> dict[str, Any]:
-    """A detached CPU copy of the weights (the learner keeps changing its own in place)."""
-    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-
-
-def weights_for_broadcast(model: Any) -> dict[str, Any] | None:
-    """The complete weights as a CPU copy; under learner ranks (``learner.world_size > 1``) gathered
-    from the shards (a collective every rank joins), complete on rank 0 and None elsewhere."""
-    from agent_rl.learner import fsdp
-
-    rank, world = fsdp.rank_and_world()
-    if world == 1:
-        return cpu_state_dict(model)
-    full = fsdp.full_state_dict(model)
-    return full if rank == 0 else None
 
 
 class FollowerSource:

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from agent_rl.distributed import staleness
-from agent_rl.distributed.source import cpu_state_dict
+from agent_rl.distributed.weights import cpu_state_dict
 from agent_rl.distributed.worker import RolloutWorker
 from agent_rl.rollout.engine import EngineConfig, EpisodeSpec
 from agent_rl.trainer import Trainer
