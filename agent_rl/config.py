@@ -16,7 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SerializeAsA
 
 from agent_rl.algorithms import ADVANTAGES, AGGREGATIONS, CREDITS, FILTERS, KLS, POLICY_LOSSES
 from agent_rl.algorithms.losses import LossOptions
-from agent_rl.algorithms.registry import ComponentConfig, Registry
+from agent_rl.core.registry import ComponentConfig, Registry
 from agent_rl.rollout.backends import BACKENDS
 
 

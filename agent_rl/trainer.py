@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from agent_rl.algorithms import ADVANTAGES, CREDITS, FILTERS, KLS, POLICY_LOSSES
-from agent_rl.algorithms.credit import BRANCH_PLANNERS
+from agent_rl.algorithms.needs import NEEDS, NeedContext
+from agent_rl.algorithms.plan import kl_reward_penalty, make_plan
 from agent_rl.algorithms.registry import AdvantageInputs
 from agent_rl.config import Config, CriticConfig
 from agent_rl.core.seeding import derive_seed
@@ -23,12 +23,21 @@ from agent_rl.eval import evaluate
 from agent_rl.learner import checkpoint as ckpt
 from agent_rl.learner import fsdp
 from agent_rl.learner.critic import Critic, load_value_model
-from agent_rl.learner.learner import Learner, ObjectiveParts
-from agent_rl.learner.teacher import EmaTeacher, compute_teacher_logprobs, splice_teacher_context
+from agent_rl.learner.learner import Learner
+from agent_rl.learner.teacher import (
+    EmaTeacher,
+    compute_teacher_logprobs,
+    splice_teacher_context,
+)
+from agent_rl.rollout.backends.hf import load_model
 from agent_rl.rollout.batching import make_batch, per_turn_batch, trainable_groups
 from agent_rl.rollout.engine import EpisodeSpec
-from agent_rl.rollout.backends.hf import load_model
-from agent_rl.runtime import Components, make_policy_backend, make_run_dir, seed_everything
+from agent_rl.runtime import (
+    Components,
+    make_policy_backend,
+    make_run_dir,
+    seed_everything,
+)
 from agent_rl.task_sampler import TaskSampler
 from agent_rl.tracking import Tracker, plot_rewards
 from agent_rl.types import Trajectory, TrajectoryGroup
@@ -69,14 +78,8 @@ class Trainer:
         self.cfg = cfg
         self.log = log
         seed_everything(cfg.trainer.seed)
-        # fail fast on everything that does not need the model
-        self.filters = [(FILTERS.get(f.name), f) for f in cfg.algorithm.filters]
-        self.advantage = ADVANTAGES.get(cfg.algorithm.advantage.name)
-        self.credit = CREDITS.get(cfg.algorithm.credit.name) if cfg.algorithm.credit else None
-        if "topk" in POLICY_LOSSES.get(cfg.algorithm.loss.name).needs and cfg.rollout.topk == 0:
-            raise ValueError(f"loss '{cfg.algorithm.loss.name}' needs the sampler's top-k candidates: set rollout.topk (e.g. 8)")
-        if self.credit is not None and "topk" in self.credit.needs and cfg.rollout.topk == 0:
-            raise ValueError(f"credit '{self.credit.name}' needs the sampler's top-k candidates: set rollout.topk (e.g. 10)")
+        # fail fast on everything that does not need the model: the objective's plan
+        self.plan = make_plan(cfg.algorithm, cfg.rollout)
         self.run_dir = Path(resume) if resume else make_run_dir(cfg)
         self.components = Components(cfg)
         # learner ranks (learner.world_size > 1): rank 0 samples with an unsharded copy of the policy,
@@ -94,65 +97,33 @@ class Trainer:
             total_steps=cfg.trainer.steps,
         )
         self.remote_learner = None if isinstance(self.learner, Learner) else self.learner  # writes its own shards
-        engine_options: dict[str, Any] = {}
-        for entry, fcfg in self.filters:  # filters that change the rollout itself (forced interruption)
-            if entry.rollout is not None:
-                engine_options.update(entry.rollout(fcfg))
-        self.engine = self.components.engine(**engine_options)
+        self.engine = self.components.engine(**self.plan.engine_options)
 
         # state objects of stateful entries, checkpointed with the run
-        self.states: dict[str, Any] = {
-            "advantage": self.advantage.make_state(),
-            "loss": POLICY_LOSSES.get(cfg.algorithm.loss.name).make_state(),
-            "credit": self.credit.make_state() if self.credit else None,
-            **{f"filter{i}": e.make_state() for i, (e, _) in enumerate(self.filters)},
-        }
-        steering = [(e, c, self.states[f"filter{i}"]) for i, (e, c) in enumerate(self.filters) if e.sampler is not None]
-        if self.credit is not None and self.credit.sampler is not None:  # SPO's prioritised prompts
-            steering.append((self.credit, cfg.algorithm.credit, self.states["credit"]))
+        self.states: dict[str, Any] = self.plan.make_states()
+        steering = [(s.entry, s.cfg, self.states[s.state_key]) for s in self.plan.steering]
         self.sampler = TaskSampler(cfg.trainer.seed, cfg.trainer.task_pool, steering)
         self.states["task_sampler"] = self.sampler
-        options = cfg.algorithm.loss_options
-        for entry, fcfg in self.filters:  # corrections a filter's data needs (POPO replay), unless set
-            if entry.loss_options is not None:
-                required = {k: v for k, v in entry.loss_options(fcfg).items() if getattr(options, k) is None}
-                options = options.model_validate({**options.model_dump(), **required})
-        self.parts = ObjectiveParts(
-            loss=cfg.algorithm.loss,
-            aggregation=cfg.algorithm.aggregation,
-            kl=cfg.algorithm.kl,
-            options=options,
-            loss_state=self.states["loss"],
-        )
-        # what the advantage / credit entries read, computed before the update
-        self.adv_needs = set(self.advantage.needs) | (set(self.credit.needs) if self.credit else set())
-        kl = cfg.algorithm.kl
-        if kl.coef > 0 and kl.placement == "in_reward":
-            self.adv_needs.add("ref_logprobs")
-        # a frozen copy of the initial policy, when the KL term or an entry needs reference logprobs
-        self.ref_model = None
-        if "ref_logprobs" in self.adv_needs | self.parts.needs():
-            self.ref_model = self._frozen_initial_policy()
-        # a critic when the advantage / credit needs values (gae, turn_gae); VAPO pre-trains it
+        self.parts = self.plan.parts
+        self.parts.loss_state = self.states["loss"]
+        # what the plan builds: the components that provide its needs
+        self.ref_model = self._frozen_initial_policy() if "reference" in self.plan.builds else None
         self.critic = None
-        if "values" in self.adv_needs:
+        if "critic" in self.plan.builds:  # gae, turn_gae; VAPO pre-trains it
             ccfg = cfg.learner.critic or CriticConfig()
             body = load_value_model(ccfg.path or cfg.model.path, cfg.model.dtype, cfg.model.device)
             self.critic = Critic(body, ccfg, cfg.learner, total_steps=cfg.trainer.steps)
-        # self-distillation (sdpo / opsd / sc_grpo): a teacher that sees the env's privileged context
         self.teacher = None
-        if "teacher_logprobs" in self.adv_needs | self.parts.needs():
+        if "teacher" in self.plan.builds:  # self-distillation: a teacher that sees the env's privileged context
             if self.world > 1:
                 raise ValueError("self-distillation's EMA teacher is not sharded yet: use learner.world_size=1")
-            loss_cfg = cfg.algorithm.loss
-            decay = loss_cfg.teacher_ema_decay if "teacher_ema_decay" in type(loss_cfg).model_fields else 0.0
-            self.teacher = EmaTeacher(self.components.model, decay=decay)
+            self.teacher = EmaTeacher(self.components.model, decay=self.plan.teacher.ema_decay)
             self.states["teacher"] = self.teacher
         tracking = cfg.tracking if self.rank == 0 else cfg.tracking.model_copy(update={"jsonl": False, "tensorboard": False, "wandb": False})
         self.tracker = Tracker(self.run_dir, tracking, cfg.model_dump(mode="json"))
         # where rollouts come from: this engine (local, synchronous) or workers producing ahead
         # (asynchronous within distributed.max_staleness; Ray actors with distributed.backend=ray)
-        self.rollouts = make_rollout_source(cfg, self.components, self.engine, self._plan, engine_options, self.learner.version)
+        self.rollouts = make_rollout_source(cfg, self.components, self.engine, self._plan, self.plan.engine_options, self.learner.version)
         self.start_step = 0
         if resume:
             self._load_checkpoint()
@@ -206,16 +177,10 @@ class Trainer:
             return metrics
         # 2. batch and advantages
         batch = make_batch(groups, self.components.tokenizer.pad_token_id, cfg.model.device)
-        if self.teacher is not None:
-            batch.teacher_logprobs_BT = self._teacher_logprobs(batch, groups)
         x = self._advantage_inputs(batch, groups, step)
-        if self.credit is not None:  # turn / branch credit replaces the outcome estimator
-            x.state = self.states["credit"]
-            adv = self.credit.fn(groups, x, self.states["credit"], cfg.algorithm.credit)
-            if adv.loss_mask_BT is not None:  # copied prefixes of forked branches leave the loss
-                batch.loss_mask_BT = adv.loss_mask_BT
-        else:
-            adv = self.advantage.fn(x, cfg.algorithm.advantage)
+        adv = self.plan.advantages(x)
+        if adv.loss_mask_BT is not None:  # copied prefixes of forked branches leave the loss
+            batch.loss_mask_BT = adv.loss_mask_BT
         metrics.update(adv.metrics)
         self._save_trajectories(step, trajectories, advantages_by_episode(groups, adv.advantages_BT))
         if self.critic is not None:  # the value loss towards this step's returns
@@ -246,7 +211,7 @@ class Trainer:
         metrics: dict[str, float] = {}
         for round_ in range(cfg.trainer.refill_rounds + 1):
             more = 0
-            for i, (entry, fcfg) in enumerate(self.filters):
+            for i, (entry, fcfg) in enumerate(self.plan.filters):
                 result = entry.fn(pending, self.states[f"filter{i}"], fcfg)
                 pending, more = result.groups, max(more, result.num_more)
                 for k, v in result.metrics.items():
@@ -257,7 +222,7 @@ class Trainer:
             extra = self._rollout(step, round_ + 1, more)
             trajectories += extra
             pending = group_trajectories(extra)
-        if self.credit is not None and self.credit.name in BRANCH_PLANNERS:  # cbpo / arpo / vineppo: grow trees
+        if self.plan.branch_planner is not None:  # cbpo / arpo / vineppo: grow trees
             grown = self._grow_branches(step, groups)
             trajectories += [t for ts in grown.values() for t in ts]
             groups = [TrajectoryGroup(g.task_id, g.group_id, g.trajectories_G + grown.get(g.group_id, [])) for g in groups]
@@ -286,7 +251,8 @@ class Trainer:
         return fsdp.shard_model(ref, cfg.learner.mixed_precision, cfg.learner.cpu_offload)
 
     def _advantage_inputs(self, batch: Any, groups: list[TrajectoryGroup], step: int) -> AdvantageInputs:
-        cfg, needs = self.cfg, self.adv_needs
+        """The advantage's inputs, with every need of the plan computed before the update; the
+        ones the loss reads go into the batch too."""
         x = AdvantageInputs(
             rewards_B=batch.rewards_B,
             loss_mask_BT=batch.loss_mask_BT,
@@ -295,25 +261,48 @@ class Trainer:
             turn_index_BT=batch.turn_index_BT,
             task_ids_B=[t.task_id for g in groups for t in g.trajectories_G],
             step=step,
-            state=self.states["advantage"],
-            teacher_logprobs_BT=batch.teacher_logprobs_BT,
+            state=self.states[self.plan.advantage_state_key],
+            groups=groups,
         )
+        ctx = NeedContext(batch, groups, step, self.components.model, self.learner.score)
+        providers = self._providers()
+        computed: dict[str, Any] = {}
         with torch.no_grad():
-            if needs & {"old_logprobs", "entropy"}:
-                x.old_logprobs_BT, x.entropy_BT = self.learner.score(self.components.model, batch, "entropy" in needs)
-            if self.ref_model is not None:
-                batch.ref_logprobs_BT, _ = self.learner.score(self.ref_model, batch)
-                x.ref_logprobs_BT = batch.ref_logprobs_BT
-            if self.critic is not None:
-                batch.values_BT = x.values_BT = self.critic.values(batch)
-            kl = cfg.algorithm.kl
-            if kl.coef > 0 and kl.placement == "in_reward":
-                # the sampler's logprobs stand for the policy that produced the tokens
-                kl_BT = KLS(kl)(batch.rollout_logprobs_BT, batch.ref_logprobs_BT, kl)
-                x.kl_penalty_BT = kl.coef * kl_BT * batch.loss_mask_BT
-        if "greedy_rewards" in needs:  # sampled on rank 0
-            x.greedy_rewards_B = fsdp.broadcast_object(self._greedy_rewards(groups) if self.rank == 0 else None)
+            for name in self.plan.precompute:
+                need = NEEDS[name]
+                if name not in computed:
+                    computed.update(providers[name](ctx) if need.compute is None else {name: need.compute(ctx)})
+                value = computed[name]
+                if need.field is None:
+                    x.extras[name] = value
+                    if need.to_batch:
+                        batch.extras[name] = value
+                    continue
+                setattr(x, need.field, value)
+                if need.to_batch:
+                    setattr(batch, need.field, value)
+            if self.plan.reward_kl is not None:
+                x.kl_penalty_BT = kl_reward_penalty(self.plan.reward_kl, batch.rollout_logprobs_BT, batch.ref_logprobs_BT, batch.loss_mask_BT)
         return x
+
+    def _providers(self) -> dict[str, Any]:
+        """How the run provides each built-in need: ``fn(ctx) -> {need: value}`` (one call may give several)."""
+
+        def policy_scores(ctx: NeedContext) -> dict[str, Any]:
+            old, entropy = self.learner.score(self.components.model, ctx.batch, "entropy" in self.plan.precompute)
+            return {"old_logprobs": old, "entropy": entropy}
+
+        def greedy(ctx: NeedContext) -> dict[str, Any]:  # sampled on rank 0
+            return {"greedy_rewards": fsdp.broadcast_object(self._greedy_rewards(ctx.groups) if self.rank == 0 else None)}
+
+        return {
+            "old_logprobs": policy_scores,
+            "entropy": policy_scores,
+            "ref_logprobs": lambda ctx: {"ref_logprobs": self.learner.score(self.ref_model, ctx.batch)[0]},
+            "values": lambda ctx: {"values": self.critic.values(ctx.batch)},
+            "teacher_logprobs": lambda ctx: {"teacher_logprobs": self._teacher_logprobs(ctx.batch, ctx.groups)},
+            "greedy_rewards": greedy,
+        }
 
     def _teacher_logprobs(self, batch: Any, groups: list[TrajectoryGroup]) -> torch.Tensor:
         """The teacher's logprobs of the sampled tokens, with the env's ``teacher_context`` (feedback,
@@ -350,9 +339,8 @@ class Trainer:
     def _grow_branches(self, step: int, groups: list[TrajectoryGroup]) -> dict[str, list[Trajectory]]:
         """Fork where the credit's planner says (exact prefixes) and fill its left-over slots with fresh episodes."""
         cfg = self.cfg
-        planner = BRANCH_PLANNERS[self.credit.name]
         groups = trainable_groups(groups)  # never fork an episode that ended in an env / infra error
-        plan = planner(groups, cfg.algorithm.credit, self.components.model.config.vocab_size, step)
+        plan = self.plan.branch_planner(groups, self.plan.advantage_cfg, self.components.model.config.vocab_size, step)
         seed = derive_seed("branch", cfg.trainer.seed, step)
         first = {g.group_id: g.trajectories_G[0] for g in groups}
         fresh = [
@@ -438,7 +426,13 @@ class Trainer:
 
 
 def _progress(enabled: bool):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     return Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), disable=not enabled

@@ -144,14 +144,17 @@ class TrainBatch:
     # which episode (trainable trajectory, in group order) each row comes from: arange(B) for the
     # concat layout, repeated per turn for per_turn
     episode_index_B: Tensor | None = None
+    # needs declared outside the built-in fields (``algorithms/needs.py``), rows first, by need name
+    extras: dict[str, Tensor] = field(default_factory=dict)
 
     @property
     def batch_size(self) -> int:
         return int(self.input_ids_BT.shape[0])
 
     def select(self, rows: Tensor | slice) -> TrainBatch:
-        """The rows ``rows`` of every tensor field (for micro-batching)."""
-        out = {}
+        """The rows ``rows`` of every tensor field and of every extra (for micro-batching)."""
+        out: dict[str, Any] = {}
         for name, value in vars(self).items():
             out[name] = value[rows] if isinstance(value, Tensor) else value
+        out["extras"] = {k: v[rows] for k, v in self.extras.items()}
         return TrainBatch(**out)

@@ -38,7 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent_rl.algorithms import AGGREGATIONS, KLS, POLICY_LOSSES
 from agent_rl.config import LearnerConfig
-from agent_rl.learner.learner import Learner, ObjectiveParts
+from agent_rl.algorithms.plan import ObjectiveParts
+from agent_rl.learner.learner import Learner
 from agent_rl.types import TrainBatch
 
 

@@ -13,7 +13,12 @@ from typing import Any
 import torch
 from pydantic import Field
 
-from agent_rl.algorithms.registry import AggregationInputs, ComponentConfig, register_aggregation, require
+from agent_rl.algorithms.registry import (
+    AggregationInputs,
+    ComponentConfig,
+    register_aggregation,
+    require,
+)
 
 
 def aggregation_inputs_for(

@@ -1,4 +1,4 @@
-"""Registries of objectives: one per kind, each with one signature (DESIGN §2).
+"""Registries of objectives: one per kind, each with one signature.
 
 A new objective is one function plus one registration line::
 
@@ -8,58 +8,77 @@ A new objective is one function plus one registration line::
 | kind        | signature                                              | returns          |
 |-------------|--------------------------------------------------------|------------------|
 | advantage   | fn(x: AdvantageInputs, cfg) -> AdvantageOutput         | advantages_BT    |
+| credit      | fn(x: AdvantageInputs, cfg) -> AdvantageOutput         | advantages_BT    |
 | policy_loss | fn(x: LossInputs, cfg) -> LossOutput                   | loss_BT          |
 | aggregation | fn(loss_BT, mask_BT, x: AggregationInputs, cfg)        | scalar Tensor    |
 | kl          | fn(logprobs_BT, ref_logprobs_BT, cfg[, x: KlInputs])   | per-token KL     |
 | filter      | fn(groups, state, cfg) -> FilterResult                 | kept groups      |
-| credit      | fn(groups, x: AdvantageInputs, state, cfg)             | AdvantageOutput  |
 
-Each entry has a pydantic config class (``extra="forbid"``) whose defaults are the paper's, a
-``needs`` set naming the optional inputs it reads (the learner computes only those), and, when it
-keeps state across steps, a ``state`` class with ``state_dict()`` / ``load_state_dict()`` that the
-trainer creates once and checkpoints.
+Advantage estimators and credit methods share one signature: a credit method reads the step's
+trajectory groups from ``x.groups`` and its state from ``x.state``, like any estimator.
+
+Each entry has a pydantic config class (``extra="forbid"``) whose defaults are the paper's and
+declares what it needs from the run (``ObjectiveEntry``): the optional inputs it reads
+(``needs``, names in ``algorithms/needs.py``: each says what the run builds to make it), a state
+kept across steps, task-sampler weights, rollout engine options, loss-side corrections, a branch
+planner, teacher settings. ``algorithms/plan.py`` turns ``cfg.algorithm`` into one plan from
+these declarations; the trainer follows the plan.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, ValidationError
 from torch import Tensor
 
+from agent_rl.algorithms.needs import NEEDS
+from agent_rl.core.registry import ComponentConfig, Entry, Registry
 from agent_rl.types import TrajectoryGroup
 
-# Optional inputs an entry may declare in ``needs``; the learner/trainer knows how to make each.
-KNOWN_NEEDS = frozenset(
-    {
-        "entropy",  # entropy_BT of the current policy
-        "ref_logprobs",  # ref_logprobs_BT of a frozen reference model
-        "values",  # values_BT from a critic
-        "teacher_logprobs",  # teacher_logprobs_BT (self-distillation)
-        "topk",  # sampler top-k candidates
-        "greedy_rewards",  # reward of a greedy rollout per row (ReMax)
-        "old_logprobs",  # learner logprobs before the update (always computed today)
-        "rollout_logprobs",  # sampler logprobs (always present)
-        "task_ids",  # stable prompt ids per row (per-prompt history)
-        "rewards",  # rewards_B, the final reward of each row (group-contrastive losses, VAPO NLL)
-        "group_index",  # group_index_B, the group of each row (group-contrastive losses)
-    }
-)
-
-
-class ComponentConfig(BaseModel):
-    """Base of every entry's config: ``name`` selects the entry, the other fields are its own."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-    name: str = ""
+__all__ = ["ComponentConfig", "ObjectiveEntry", "Registry"]
 
 
 class Stateful(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class TeacherSpec:
+    """The teacher an objective trains against: an EMA of the policy (``ema_decay`` 0: the policy itself)."""
+
+    ema_decay: float = 0.0
+
+
+@dataclass
+class ObjectiveEntry(Entry):
+    """An objective and what it declares it needs from the run (all optional)."""
+
+    # optional inputs it reads (``algorithms/needs.py``); the run computes only those
+    needs: frozenset[str] = frozenset()
+    # class of its state object, created once per run and checkpointed with it
+    state: type | None = None
+    # steers which tasks are drawn: fn(state, task_ids, cfg) -> a weight per task
+    sampler: Callable[..., list[float]] | None = None
+    # changes how episodes are rolled out: fn(cfg) -> rollout config fields to set
+    engine_options: Callable[..., dict[str, Any]] | None = None
+    # its data needs a loss-side correction: fn(cfg) -> LossOptions fields to set, unless the user set them
+    loss_options: Callable[..., dict[str, Any]] | None = None
+    # grows branch trees after the first rollouts: fn(groups, cfg, vocab_size, step) -> BranchPlan
+    branch_planner: Callable[..., Any] | None = None
+    # the teacher of a ``teacher_logprobs`` need: fn(cfg) -> TeacherSpec (default: the policy itself)
+    teacher: Callable[..., TeacherSpec] | None = None
+
+    def check(self) -> None:
+        self.needs = frozenset(self.needs)
+        unknown = self.needs - set(NEEDS)
+        if unknown:
+            raise ValueError(f"{self.kind} '{self.name}': unknown needs {sorted(unknown)}; known: {sorted(NEEDS)}")
+
+    def make_state(self) -> Any:
+        return self.state() if self.state is not None else None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -88,6 +107,10 @@ class AdvantageInputs:
     # coef * per-token KL estimate when ``kl.placement`` is ``in_reward`` (PPO, REINFORCE++): the
     # estimators subtract it from the reward (token-level ones per token, outcome ones summed).
     kl_penalty_BT: Tensor | None = None
+    # the step's trainable groups, in row order (credit methods read turns, states and branches)
+    groups: list[TrajectoryGroup] | None = None
+    # needs declared outside the built-in fields (``register_need``), by need name
+    extras: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -123,6 +146,7 @@ class LossInputs:
     topk_mask_BTK: Tensor | None = None  # 1 on real candidates, 0 on padding (None: all real)
     step: int = 0
     state: Any = None
+    extras: dict[str, Any] = field(default_factory=dict)  # needs declared with ``register_need``, this micro-batch's rows
 
 
 @dataclass
@@ -167,109 +191,12 @@ def require(x: Any, field_name: str, entry: str) -> Any:
     return value
 
 
-# ----------------------------------------------------------------------------------------------
-# The registry.
-
-
-@dataclass
-class Entry:
-    kind: str
-    name: str
-    fn: Callable[..., Any]
-    config: type[ComponentConfig]
-    needs: frozenset[str]
-    state: type | None  # class of the state object, for stateful entries
-    # filters that steer which tasks are drawn: fn(state, task_ids, cfg) -> a weight per task
-    sampler: Callable[..., list[float]] | None = None
-    # entries that change how episodes are rolled out: fn(cfg) -> EngineConfig fields to set
-    rollout: Callable[..., dict[str, Any]] | None = None
-    # entries whose data needs a loss-side correction: fn(cfg) -> LossOptions fields to set
-    loss_options: Callable[..., dict[str, Any]] | None = None
-
-    @property
-    def doc(self) -> str:
-        return inspect.getdoc(self.fn) or ""
-
-    @property
-    def summary(self) -> str:
-        return self.doc.splitlines()[0] if self.doc else ""
-
-    def make_state(self) -> Any:
-        return self.state() if self.state is not None else None
-
-
-class Registry:
-    def __init__(self, kind: str):
-        self.kind = kind
-        self._entries: dict[str, Entry] = {}
-
-    def register(
-        self,
-        name: str,
-        *,
-        config: type[ComponentConfig] = ComponentConfig,
-        needs: set[str] | frozenset[str] = frozenset(),
-        state: type | None = None,
-        sampler: Callable[..., list[float]] | None = None,
-        rollout: Callable[..., dict[str, Any]] | None = None,
-        loss_options: Callable[..., dict[str, Any]] | None = None,
-    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        unknown = set(needs) - KNOWN_NEEDS
-        if unknown:
-            raise ValueError(f"{self.kind} '{name}': unknown needs {sorted(unknown)}; known: {sorted(KNOWN_NEEDS)}")
-        if not issubclass(config, ComponentConfig):
-            raise TypeError(f"{self.kind} '{name}': config must subclass ComponentConfig")
-
-        def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
-            if name in self._entries:
-                raise ValueError(f"{self.kind} '{name}' is registered twice")
-            self._entries[name] = Entry(self.kind, name, fn, config, frozenset(needs), state, sampler, rollout, loss_options)
-            return fn
-
-        return decorator
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._entries
-
-    def names(self) -> list[str]:
-        return sorted(self._entries)
-
-    def entries(self) -> list[Entry]:
-        return [self._entries[n] for n in self.names()]
-
-    def get(self, name: str) -> Entry:
-        if name not in self._entries:
-            raise ValueError(f"unknown {self.kind} '{name}'; known: {', '.join(self.names())}")
-        return self._entries[name]
-
-    def parse_config(self, raw: Any) -> ComponentConfig:
-        """Validate ``{"name": ..., **params}`` into the entry's config class, with clear errors."""
-        if isinstance(raw, ComponentConfig):
-            return raw
-        if isinstance(raw, str):
-            raw = {"name": raw}
-        if not isinstance(raw, dict) or "name" not in raw:
-            raise ValueError(f"a {self.kind} is a mapping with a 'name'; known names: {', '.join(self.names())}")
-        entry = self.get(str(raw["name"]))
-        try:
-            return entry.config.model_validate(raw)
-        except ValidationError as e:
-            allowed = ", ".join(entry.config.model_fields)
-            problems = "; ".join(
-                f"'{'.'.join(map(str, err['loc']))}': {err['msg']}" for err in e.errors()
-            )
-            raise ValueError(f"{self.kind} '{entry.name}': {problems} (allowed keys: {allowed})") from None
-
-    def __call__(self, cfg: ComponentConfig) -> Callable[..., Any]:
-        return self.get(cfg.name).fn
-
-
-ADVANTAGES = Registry("advantage")
-POLICY_LOSSES = Registry("policy_loss")
-AGGREGATIONS = Registry("aggregation")
-KLS = Registry("kl")
-FILTERS = Registry("filter")
-CREDITS = Registry("credit")
+ADVANTAGES = Registry("advantage", ObjectiveEntry)
+POLICY_LOSSES = Registry("policy_loss", ObjectiveEntry)
+AGGREGATIONS = Registry("aggregation", ObjectiveEntry)
+KLS = Registry("kl", ObjectiveEntry)
+FILTERS = Registry("filter", ObjectiveEntry)
+CREDITS = Registry("credit", ObjectiveEntry)
 
 ALL_REGISTRIES = {r.kind: r for r in (ADVANTAGES, POLICY_LOSSES, AGGREGATIONS, KLS, FILTERS, CREDITS)}
 

@@ -11,38 +11,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from agent_rl.algorithms import AGGREGATIONS, POLICY_LOSSES
 from agent_rl.algorithms.aggregation import aggregation_inputs_for, select_rows
-from agent_rl.algorithms.losses import LossOptions, apply_cross_cutting
+from agent_rl.algorithms.losses import apply_cross_cutting
+from agent_rl.algorithms.plan import ObjectiveParts
 from agent_rl.algorithms.registry import AggregationInputs, LossInputs
 from agent_rl.learner import fsdp
 from agent_rl.learner.logprobs import token_logprobs
 from agent_rl.types import TrainBatch
-
-
-@dataclass
-class ObjectiveParts:
-    """The configured entries of one step's loss (configs from ``algorithm.*``)."""
-
-    loss: Any
-    aggregation: Any
-    kl: Any
-    options: LossOptions | None = None  # cross-cutting: rollout_is, entropy bonus, NLL (KL comes from ``kl``)
-    loss_state: Any = None
-
-    def loss_options(self) -> LossOptions:
-        """``options`` with the KL term of ``algorithm.kl`` when it is placed in the loss."""
-        opts = self.options or LossOptions()
-        kl_on = self.kl is not None and self.kl.coef > 0 and self.kl.placement == "in_loss"
-        return opts.model_copy(update={"kl_coef": self.kl.coef if kl_on else 0.0, "kl": self.kl or opts.kl})
-
-    def needs(self) -> set[str]:
-        return set(POLICY_LOSSES.get(self.loss.name).needs) | self.loss_options().needs()
 
 
 def lr_lambda(warmup_steps: int, schedule: str, total_steps: int | None, min_lr_ratio: float) -> Callable[[int], float]:
@@ -161,11 +141,7 @@ class Learner:
         self.model.train()
         loss_entry = POLICY_LOSSES.get(parts.loss.name)
         opts = parts.loss_options()
-        needs = parts.needs()
-        if "ref_logprobs" in needs and batch.ref_logprobs_BT is None:
-            raise ValueError("the KL term / loss needs ref_logprobs_BT, which the batch does not have")
-        if "topk" in needs and batch.topk_ids_BTK is None:
-            raise ValueError("the loss needs the sampler's top-k candidates: set rollout.topk > 0")
+        needs = parts.needs()  # what they need is in the batch: the run's plan provided it
         agg_all = global_aggregation_inputs(batch, self.max_response_tokens)
         aggregate = AGGREGATIONS(parts.aggregation)
         _, world = fsdp.rank_and_world()
@@ -209,6 +185,7 @@ class Learner:
                 group_index_B=mb.group_index_B,
                 step=step,
                 state=parts.loss_state,
+                extras=mb.extras,
             )
             out = apply_cross_cutting(x, loss_entry.fn(x, parts.loss), opts)
             loss = aggregate(out.loss_BT, mask, select_rows(agg_all, rows), parts.aggregation)

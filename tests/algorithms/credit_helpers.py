@@ -80,8 +80,8 @@ def run(name: str, groups: list[TrajectoryGroup], state=None, x: AdvantageInputs
     if state is None:
         state = entry.make_state()
     x = x if x is not None else inputs(groups)
-    x.state = state
-    out = entry.fn(groups, x, state, CREDITS.parse_config({"name": name, **cfg}))
+    x.state, x.groups = state, groups
+    out = entry.fn(x, CREDITS.parse_config({"name": name, **cfg}))
     mask_BT = out.loss_mask_BT if out.loss_mask_BT is not None else x.loss_mask_BT
     assert torch.all(out.advantages_BT[mask_BT == 0] == 0), "advantages must be 0 outside the loss mask"
     return out

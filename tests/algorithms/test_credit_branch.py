@@ -14,7 +14,6 @@ import torch
 from credit_helpers import arpo_tree, cbpo_tree, group, inputs, run, traj, vine_tree
 
 from agent_rl.algorithms import CREDITS
-from agent_rl.algorithms.credit import BRANCH_PLANNERS
 from agent_rl.algorithms.credit.arpo import (
     ArpoConfig,
     branch_probability,
@@ -199,7 +198,7 @@ def test_vineppo_monte_carlo_values_from_continuations():
 
 def test_vineppo_plan_forks_every_turn_start():
     m = traj("m", [0, 0, 1])
-    plan = BRANCH_PLANNERS["vineppo"]([group(m)], CREDITS.get("vineppo").config(), 16, 0)
+    plan = CREDITS.get("vineppo").branch_planner([group(m)], CREDITS.get("vineppo").config(), 16, 0)
     assert [(b.at_token, b.n) for b in plan.branches] == [(2, 4), (5, 4), (8, 4)] and plan.fresh == {}
 
 

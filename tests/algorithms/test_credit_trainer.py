@@ -64,8 +64,8 @@ def test_cbpo_forks_branches_and_trains_each_shared_token_once(tmp_path, tiny_mo
         "algorithm.credit.max_per_path=1", "rollout.topk=10",
     )  # fmt: skip
     seen = []
-    credit_fn, update = t.credit.fn, t.learner.update
-    t.credit = dataclasses.replace(t.credit, fn=lambda groups, *a: seen.append(groups) or credit_fn(groups, *a))
+    credit_fn, update = t.plan.advantage.fn, t.learner.update
+    t.plan.advantage = dataclasses.replace(t.plan.advantage, fn=lambda x, cfg: seen.append(x.groups) or credit_fn(x, cfg))
     t.learner.update = lambda batch, adv_BT, *a, **k: seen.append((batch, adv_BT)) or update(batch, adv_BT, *a, **k)
     metrics = t.step(0)
     groups, (batch, adv_BT) = seen

@@ -12,7 +12,7 @@ import torch
 
 from agent_rl.algorithms import AGGREGATIONS, KLS, POLICY_LOSSES
 from agent_rl.config import LearnerConfig
-from agent_rl.learner.learner import ObjectiveParts
+from agent_rl.algorithms.plan import ObjectiveParts
 from agent_rl.types import TrainBatch
 
 

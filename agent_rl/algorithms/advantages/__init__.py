@@ -11,8 +11,8 @@ them; one module per family:
     token.py     a3po, erpo, fipo, opsa, sc_grpo
 """
 
+from agent_rl.algorithms.advantages import group, history, returns, reweight, token  # noqa: F401  (registration)
 from agent_rl.algorithms.advantages.common import broadcast_to_tokens, group_stats
 from agent_rl.algorithms.advantages.group import GrpoConfig, grpo
-from agent_rl.algorithms.advantages import group, history, returns, reweight, token  # noqa: F401  (registration)
 
 __all__ = ["GrpoConfig", "broadcast_to_tokens", "group_stats", "grpo"]

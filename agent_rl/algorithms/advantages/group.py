@@ -18,7 +18,12 @@ from agent_rl.algorithms.advantages.common import (
     masked_whiten,
     sequence_rewards,
 )
-from agent_rl.algorithms.registry import AdvantageInputs, AdvantageOutput, ComponentConfig, register_advantage
+from agent_rl.algorithms.registry import (
+    AdvantageInputs,
+    AdvantageOutput,
+    ComponentConfig,
+    register_advantage,
+)
 
 
 class GrpoConfig(ComponentConfig):

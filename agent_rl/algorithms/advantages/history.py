@@ -7,8 +7,18 @@ from typing import Any
 import torch
 from pydantic import Field
 
-from agent_rl.algorithms.advantages.common import broadcast_to_tokens, grpo_advantage_B, sequence_rewards
-from agent_rl.algorithms.registry import AdvantageInputs, AdvantageOutput, ComponentConfig, register_advantage, require
+from agent_rl.algorithms.advantages.common import (
+    broadcast_to_tokens,
+    grpo_advantage_B,
+    sequence_rewards,
+)
+from agent_rl.algorithms.registry import (
+    AdvantageInputs,
+    AdvantageOutput,
+    ComponentConfig,
+    register_advantage,
+    require,
+)
 
 
 class RewardHistory:

@@ -11,8 +11,18 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from agent_rl.algorithms.advantages.common import discounted_returns, masked_whiten, token_rewards
-from agent_rl.algorithms.registry import AdvantageInputs, AdvantageOutput, ComponentConfig, register_advantage, require
+from agent_rl.algorithms.advantages.common import (
+    discounted_returns,
+    masked_whiten,
+    token_rewards,
+)
+from agent_rl.algorithms.registry import (
+    AdvantageInputs,
+    AdvantageOutput,
+    ComponentConfig,
+    register_advantage,
+    require,
+)
 
 
 class GaeConfig(ComponentConfig):

@@ -13,7 +13,12 @@ from agent_rl.algorithms.advantages.common import (
     is_correct,
     sequence_rewards,
 )
-from agent_rl.algorithms.registry import AdvantageInputs, AdvantageOutput, ComponentConfig, register_advantage
+from agent_rl.algorithms.registry import (
+    AdvantageInputs,
+    AdvantageOutput,
+    ComponentConfig,
+    register_advantage,
+)
 
 
 class TailRlConfig(ComponentConfig):

@@ -19,7 +19,13 @@ from agent_rl.algorithms.advantages.common import (
     segment_mean_std,
     sequence_rewards,
 )
-from agent_rl.algorithms.registry import AdvantageInputs, AdvantageOutput, ComponentConfig, register_advantage, require
+from agent_rl.algorithms.registry import (
+    AdvantageInputs,
+    AdvantageOutput,
+    ComponentConfig,
+    register_advantage,
+    require,
+)
 
 LOG_RATIO_CLAMP = 20.0  # clamp log-ratios before exp(): sampler/learner mismatch can overflow
 

@@ -1,7 +1,7 @@
 """Turn-level and branch-based credit assignment (registry ``credit``).
 
-A credit method replaces the advantage estimator: ``fn(groups, x: AdvantageInputs, state, cfg)``
-returns per-token ``advantages_BT`` (zero outside the loss mask) that feed any policy loss. One
+A credit method replaces the advantage estimator, with the same signature ``fn(x: AdvantageInputs, cfg)``
+(the step's groups in ``x.groups``, its state in ``x.state``); it returns per-token ``advantages_BT`` (zero outside the loss mask) that feed any policy loss. One
 module per method:
 
     spo.py         spo, spo_pp      per-prompt value tracker, prioritised prompt sampling, single stream
@@ -13,8 +13,9 @@ module per method:
     arpo.py        arpo             entropy-adaptive branching after tool calls            (plan_arpo)
     vineppo.py     vineppo          Monte Carlo values from branch continuations           (plan_vineppo)
 
-The branch methods need trees of forked trajectories (``RolloutEngine.fork``); their planners,
-collected in ``BRANCH_PLANNERS``, tell the trainer where to fork after the first rollouts.
+The branch methods need trees of forked trajectories (``RolloutEngine.fork``); each declares its
+planner (``branch_planner=``, ``fn(groups, cfg, vocab_size, step) -> BranchPlan``), which tells the
+trainer where to fork after the first rollouts.
 """
 
 from agent_rl.algorithms.credit import (  # noqa: F401  (registration)
@@ -29,11 +30,4 @@ from agent_rl.algorithms.credit import (  # noqa: F401  (registration)
 )
 from agent_rl.algorithms.credit.common import BranchPlan, BranchRequest
 
-# credit name -> fn(groups, cfg, vocab_size, step) -> BranchPlan
-BRANCH_PLANNERS = {
-    "cbpo": lambda groups, cfg, vocab_size, step: cbpo.plan_cbpo(groups, cfg, vocab_size),
-    "arpo": lambda groups, cfg, vocab_size, step: arpo.plan_arpo(groups, cfg, vocab_size, step),
-    "vineppo": lambda groups, cfg, vocab_size, step: vineppo.plan_vineppo(groups, cfg),
-}
-
-__all__ = ["BRANCH_PLANNERS", "BranchPlan", "BranchRequest"]
+__all__ = ["BranchPlan", "BranchRequest"]

@@ -27,6 +27,7 @@ from agent_rl.algorithms.registry import (
     AdvantageOutput,
     ComponentConfig,
     register_credit,
+    require,
 )
 from agent_rl.core.seeding import derive_seed
 from agent_rl.types import Trajectory, TrajectoryGroup
@@ -102,8 +103,8 @@ def hard_attribution(rows: list[tuple[int, Trajectory]], adv_B: list[float], mas
     return sum_BT / count_BT
 
 
-@register_credit("arpo", config=ArpoConfig, needs={"topk"})
-def arpo(groups, x: AdvantageInputs, state, cfg: ArpoConfig) -> AdvantageOutput:
+@register_credit("arpo", config=ArpoConfig, needs={"topk"}, branch_planner=plan_arpo)
+def arpo(x: AdvantageInputs, cfg: ArpoConfig) -> AdvantageOutput:
     """ARPO, Agentic Reinforced Policy Optimization (Dong et al. 2025, arXiv 2507.19849; dongguanting/ARPO code).
 
     Rollout (``plan_arpo``): H = -(1/log|V|) sum over the first 20 tokens of a segment of sum_{top-10} p log p;
@@ -113,6 +114,7 @@ def arpo(groups, x: AdvantageInputs, state, cfg: ArpoConfig) -> AdvantageOutput:
     soft: A_i on every token of every trajectory, shared prefixes included (their gradient sums to |S| x the mean);
     hard: a token shared by a set S gets mean_{i in S} A_i, trained once (copied prefixes leave the loss).
     """
+    groups = require(x, "groups", "arpo")
     rows = batch_rows(groups, x)
     adv_B = grpo_advantage_B(x.rewards_B, x.group_index_B, cfg.eps, norm_by_std=True)
     if cfg.attribution == "soft":

@@ -26,6 +26,7 @@ from agent_rl.algorithms.registry import (
     AdvantageOutput,
     ComponentConfig,
     register_credit,
+    require,
 )
 from agent_rl.types import Trajectory, TrajectoryGroup
 
@@ -80,7 +81,7 @@ def candidates(t: Trajectory, cfg: CbpoConfig, vocab_size: int) -> list[tuple[in
     return sorted(out, key=lambda c: -c[1])[: cfg.max_candidates]
 
 
-def plan_cbpo(groups: list[TrajectoryGroup], cfg: CbpoConfig, vocab_size: int) -> BranchPlan:
+def plan_cbpo(groups: list[TrajectoryGroup], cfg: CbpoConfig, vocab_size: int, step: int = 0) -> BranchPlan:
     """Fill each group's ``total_rollouts`` slots: branches by balanced priority while it beats kappa, then fresh ones."""
     branches: list[BranchRequest] = []
     fresh: dict[str, int] = {}
@@ -151,8 +152,8 @@ def parent_segments(nodes: list[int], shared: list[float], final_parent: list[fl
     return out
 
 
-@register_credit("cbpo", config=CbpoConfig, needs={"topk"})
-def cbpo(groups, x: AdvantageInputs, state, cfg: CbpoConfig) -> AdvantageOutput:
+@register_credit("cbpo", config=CbpoConfig, needs={"topk"}, branch_planner=plan_cbpo)
+def cbpo(x: AdvantageInputs, cfg: CbpoConfig) -> AdvantageOutput:
     """CBPO, Contrastive Branch Policy Optimization (Wang et al. 2026, arXiv 2608.24300).
 
     Base A_k = (R_k - mean R) / (std R + eps) over every trajectory of the problem (unbiased std, as grpo).
@@ -164,6 +165,7 @@ def cbpo(groups, x: AdvantageInputs, state, cfg: CbpoConfig) -> AdvantageOutput:
     Stage 1 (``plan_cbpo``): P_raw = clip(alpha + gamma (H_b - H_root), 0, 1) on windows every d_min action tokens,
     P_bal = P_raw / ((1+L_i)^rho_path (1+l_ib)^rho_node), branch while max P_bal > kappa within B_node / B_path.
     """
+    groups = require(x, "groups", "cbpo")
     rows = batch_rows(groups, x)
     row_of = {id(t): i for i, (_, t) in enumerate(rows)}
     per_row: list[list[tuple[int, float]]] = [[] for _ in rows]  # (first token, advantage) segments

@@ -11,6 +11,7 @@ from agent_rl.algorithms.registry import (
     AdvantageOutput,
     ComponentConfig,
     register_credit,
+    require,
 )
 from agent_rl.types import Trajectory
 
@@ -84,7 +85,7 @@ def g2po_turn_advantages(trajectories: list[Trajectory], cfg: G2poConfig) -> lis
 
 
 @register_credit("g2po", config=G2poConfig)
-def g2po(groups, x: AdvantageInputs, state, cfg: G2poConfig) -> AdvantageOutput:
+def g2po(x: AdvantageInputs, cfg: G2poConfig) -> AdvantageOutput:
     """G2PO, Group-Graph Policy Optimization (Wang et al. 2026, arXiv 2606.22995; Nala-YN/G2PO code).
 
     Nodes: identical ``state_key``s within a prompt group; edges g(j,t) -> g(j,t+1), the last turn -> success/failure.
@@ -94,6 +95,7 @@ def g2po(groups, x: AdvantageInputs, state, cfg: G2poConfig) -> AdvantageOutput:
     Episode A_ep = norm over all step rows of R_j - 0.1 [invalid]. A = A_ep + w (c1 + c2) on the turn's tokens.
     norm: v - mean (mean_norm) or (v - mean) / (unbiased std + eps) (mean_std_norm); a single row: mean 0, std 1.
     """
+    groups = require(x, "groups", "g2po")
     rows = batch_rows(groups, x)
     per_turn: list[list[float]] = []
     for g in groups:

@@ -17,6 +17,7 @@ from agent_rl.algorithms.registry import (
     AdvantageOutput,
     ComponentConfig,
     register_credit,
+    require,
 )
 from agent_rl.types import Trajectory
 
@@ -68,7 +69,7 @@ def gigpo_turn_advantages(trajectories: list[Trajectory], cfg: GigpoConfig) -> l
 
 
 @register_credit("gigpo", config=GigpoConfig)
-def gigpo(groups, x: AdvantageInputs, state, cfg: GigpoConfig) -> AdvantageOutput:
+def gigpo(x: AdvantageInputs, cfg: GigpoConfig) -> AdvantageOutput:
     """GiGPO, Group-in-Group Policy Optimization (Feng et al. 2025, arXiv 2505.10978).
 
     Episode level: A^E(tau_i) = (R(tau_i) - mean_j R(tau_j)) / F_norm over every step row of the prompt group.
@@ -77,6 +78,7 @@ def gigpo(groups, x: AdvantageInputs, state, cfg: GigpoConfig) -> AdvantageOutpu
     A^S = (R_t - mean_{step group} R) / F_norm, 0 for a singleton group.
     A = A^E + omega * A^S on every token of the turn. F_norm: 1 (mean_norm) or unbiased std + eps (mean_std_norm).
     """
+    groups = require(x, "groups", "gigpo")
     rows = batch_rows(groups, x)
     per_turn: list[list[float]] = []
     for g in groups:

@@ -45,6 +45,7 @@ from agent_rl.algorithms.registry import (
     LossOutput,
     register_credit,
     register_policy_loss,
+    require,
 )
 from agent_rl.types import Trajectory
 
@@ -112,7 +113,7 @@ def multiscale_turn_advantages(trajectories: list[Trajectory], cfg: MultiscaleCo
 
 
 @register_credit("multiscale", config=MultiscaleConfig)
-def multiscale(groups, x: AdvantageInputs, state, cfg: MultiscaleConfig) -> AdvantageOutput:
+def multiscale(x: AdvantageInputs, cfg: MultiscaleConfig) -> AdvantageOutput:
     """Multiscale Policy Optimization (abstract only; our documented interpretation, see the module docstring).
 
     V(s) = mean return-to-go over the prompt group's visits of state key s (own return without a shared key).
@@ -120,6 +121,7 @@ def multiscale(groups, x: AdvantageInputs, state, cfg: MultiscaleConfig) -> Adva
     scale 0: R - mean_group R. A_k = sum_h w_h norm_h(D^h_k), norm over the group's step rows, on turn k's tokens.
     Turn-level importance sampling: the ``turn_ppo`` policy loss.
     """
+    groups = require(x, "groups", "multiscale")
     rows = batch_rows(groups, x)
     per_turn: list[list[float]] = []
     for g in groups:

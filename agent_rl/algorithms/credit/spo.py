@@ -118,7 +118,7 @@ def _binary(x: AdvantageInputs, threshold: float) -> list[float]:
 
 
 @register_credit("spo", config=SpoConfig, needs={"task_ids"}, state=PromptValueTracker, sampler=spo_sampling_weights)
-def spo(groups, x: AdvantageInputs, state: PromptValueTracker, cfg: SpoConfig) -> AdvantageOutput:
+def spo(x: AdvantageInputs, cfg: SpoConfig) -> AdvantageOutput:
     """SPO, Single-stream Policy Optimization (Xu & Ding 2025, arXiv 2509.13232; verl-recipe spo).
 
     Per-prompt tracker: v(x) = alpha / (alpha + beta), updated after use: alpha <- rho alpha + r, beta <- rho beta + 1 - r.
@@ -127,7 +127,7 @@ def spo(groups, x: AdvantageInputs, state: PromptValueTracker, cfg: SpoConfig) -
     Works with one sample per prompt (group_size 1). Constant rho only (the KL-adaptive rho needs the
     post-update policy's logprobs on the prompt's previous response, which the trainer does not compute).
     """
-    tracker = require(x, "state", "spo") if state is None else state
+    tracker = require(x, "state", "spo")
     task_ids = require(x, "task_ids_B", "spo")
     success_B = _binary(x, cfg.success_threshold)
     baseline_B = [tracker.value(t) for t in task_ids]
@@ -156,7 +156,7 @@ def token_measure_normalize(adv_B: torch.Tensor, length_B: torch.Tensor, eps: fl
 
 
 @register_credit("spo_pp", config=SpoPpConfig, needs={"task_ids"}, state=PromptValueTracker, sampler=spo_sampling_weights)
-def spo_pp(groups, x: AdvantageInputs, state: PromptValueTracker, cfg: SpoPpConfig) -> AdvantageOutput:
+def spo_pp(x: AdvantageInputs, cfg: SpoPpConfig) -> AdvantageOutput:
     """SPO++, Stream-Aligned Policy Optimization (Ruan et al. 2026, arXiv 2608.24870).
 
     Baseline frozen at dispatch from event-time memory (z advances by -log rho per policy version):
@@ -166,7 +166,8 @@ def spo_pp(groups, x: AdvantageInputs, state: PromptValueTracker, cfg: SpoPpConf
     Outcomes of this batch become visible only after it (dispatch-causal); the dispatch version is the
     policy version of a row's first turn. Sampling as SPO: w = sqrt(v (1 - v)) / N_eff^gamma + 0.05.
     """
-    tracker = require(x, "state", "spo_pp") if state is None else state
+    groups = require(x, "groups", "spo_pp")
+    tracker = require(x, "state", "spo_pp")
     task_ids = require(x, "task_ids_B", "spo_pp")
     rows = batch_rows(groups, x)
     versions = [min((u.policy_version for u in t.turns_N), default=0) for _, t in rows]

@@ -33,7 +33,7 @@ def turn_gae(rewards_N: list[float], values_N: list[float], gamma: float, lam: f
 
 
 @register_credit("turn_gae", config=TurnGaeConfig, needs={"values"})
-def turn_gae_credit(groups, x: AdvantageInputs, state, cfg: TurnGaeConfig) -> AdvantageOutput:
+def turn_gae_credit(x: AdvantageInputs, cfg: TurnGaeConfig) -> AdvantageOutput:
     """Turn-level GAE with a critic (GAE, Schulman et al. 2016, applied with turns as the MDP steps).
 
     V_k = values_BT at the first token of turn k (the state the agent saw before acting); r_k = the turn's env
@@ -42,6 +42,7 @@ def turn_gae_credit(groups, x: AdvantageInputs, state, cfg: TurnGaeConfig) -> Ad
     on the turn's tokens). Advantages are whitened over the loss tokens (unbiased var) when ``whiten``.
     A truncated episode is not bootstrapped (V after its last turn is 0 as well).
     """
+    groups = require(x, "groups", "turn_gae")
     values_BT = require(x, "values_BT", "turn_gae")
     rows = batch_rows(groups, x)
     advs, rets = [], []

@@ -21,6 +21,7 @@ from agent_rl.algorithms.registry import (
     AdvantageOutput,
     ComponentConfig,
     register_credit,
+    require,
 )
 from agent_rl.types import Trajectory, TrajectoryGroup
 
@@ -34,7 +35,7 @@ class VinePpoConfig(ComponentConfig):
     train_on_branches: bool = Field(False, description="also train on the continuations' own tokens (VinePPO does not)")
 
 
-def plan_vineppo(groups: list[TrajectoryGroup], cfg: VinePpoConfig) -> BranchPlan:
+def plan_vineppo(groups: list[TrajectoryGroup], cfg: VinePpoConfig, vocab_size: int = 0, step: int = 0) -> BranchPlan:
     """K continuations from the start of each turn of every main (unforked) trajectory."""
     branches = []
     for g in groups:
@@ -55,8 +56,8 @@ def step_values(main: Trajectory, kids: list[Trajectory]) -> list[tuple[int, flo
     return [(b, sum(r) / len(r)) for b, r in sorted(by_point.items())]
 
 
-@register_credit("vineppo", config=VinePpoConfig)
-def vineppo(groups, x: AdvantageInputs, state, cfg: VinePpoConfig) -> AdvantageOutput:
+@register_credit("vineppo", config=VinePpoConfig, branch_planner=plan_vineppo)
+def vineppo(x: AdvantageInputs, cfg: VinePpoConfig) -> AdvantageOutput:
     """VinePPO (Kazemnejad et al. 2024, arXiv 2410.01679): unbiased Monte Carlo values at chosen positions.
 
     V_hat(s_b) = (1/K) sum_k R(continuation k forked at token b); V(end) = R of the main trajectory.
@@ -66,6 +67,7 @@ def vineppo(groups, x: AdvantageInputs, state, cfg: VinePpoConfig) -> AdvantageO
     when there is none). Positions: the start of each turn. Continuations are value samples and leave the loss,
     unless train_on_branches (then their own tokens get R_c - the mean of the other continuations from that point).
     """
+    groups = require(x, "groups", "vineppo")
     rows = batch_rows(groups, x)
     mask_BT = x.loss_mask_BT.clone()
     adv_BT = torch.zeros(mask_BT.shape, dtype=torch.float64, device=mask_BT.device)

@@ -109,7 +109,7 @@ def _truncate_loss(t: Trajectory, keep_tokens: int) -> Trajectory:
     return replace(t, loss_mask_T=mask, info={**t.info, "forced_truncated": True})
 
 
-@register_filter("forced_interruption", config=ForcedInterruptionConfig, rollout=interruption_engine_options)
+@register_filter("forced_interruption", config=ForcedInterruptionConfig, engine_options=interruption_engine_options)
 def forced_interruption(groups: list[TrajectoryGroup], state: object, cfg: ForcedInterruptionConfig) -> FilterResult:
     """ScaleRL forced interruption (The Art of Scaling RL Compute, 2025), instead of an overlong penalty.
 

@@ -11,7 +11,12 @@ import torch
 from pydantic import Field
 
 from agent_rl.algorithms.losses.common import log_ratio, ratio_metrics, seeded_generator
-from agent_rl.algorithms.registry import ComponentConfig, LossInputs, LossOutput, register_policy_loss
+from agent_rl.algorithms.registry import (
+    ComponentConfig,
+    LossInputs,
+    LossOutput,
+    register_policy_loss,
+)
 
 
 def _token_covariance(x: LossInputs) -> torch.Tensor:

@@ -15,7 +15,14 @@ from pydantic import Field
 
 from agent_rl.algorithms.losses.common import log_ratio, ratio_metrics
 from agent_rl.algorithms.losses.ppo import PpoClipConfig, ppo_clip
-from agent_rl.algorithms.registry import ComponentConfig, LossInputs, LossOutput, register_policy_loss, require
+from agent_rl.algorithms.registry import (
+    ComponentConfig,
+    LossInputs,
+    LossOutput,
+    TeacherSpec,
+    register_policy_loss,
+    require,
+)
 
 
 class SelfDistillConfig(ComponentConfig):
@@ -39,6 +46,11 @@ class OpsdConfig(SelfDistillConfig):
     )
 
 
+def ema_teacher(cfg: SdpoConfig | OpsdConfig) -> TeacherSpec:
+    """The teacher of sdpo / opsd: an EMA of the policy with the configured decay."""
+    return TeacherSpec(ema_decay=cfg.teacher_ema_decay)
+
+
 def _self_distill(x: LossInputs, cfg: SelfDistillConfig, entry: str) -> LossOutput:
     teacher_BT = require(x, "teacher_logprobs_BT", entry).detach()
     with torch.no_grad():
@@ -57,7 +69,7 @@ def _self_distill(x: LossInputs, cfg: SelfDistillConfig, entry: str) -> LossOutp
     return LossOutput(loss_BT=loss_BT, metrics=metrics)
 
 
-@register_policy_loss("sdpo", config=SdpoConfig, needs={"teacher_logprobs"})
+@register_policy_loss("sdpo", config=SdpoConfig, needs={"teacher_logprobs"}, teacher=ema_teacher)
 def sdpo(x: LossInputs, cfg: SdpoConfig) -> LossOutput:
     """SDPO, RL via self-distillation (2026): teacher = slow EMA of the student, with feedback in context.
 
@@ -68,7 +80,7 @@ def sdpo(x: LossInputs, cfg: SdpoConfig) -> LossOutput:
     return _self_distill(x, cfg, "sdpo")
 
 
-@register_policy_loss("opsd", config=OpsdConfig, needs={"teacher_logprobs"})
+@register_policy_loss("opsd", config=OpsdConfig, needs={"teacher_logprobs"}, teacher=ema_teacher)
 def opsd(x: LossInputs, cfg: OpsdConfig) -> LossOutput:
     """OPSD, on-policy self-distillation (2026): the same model is the teacher with a verified solution in context.
 

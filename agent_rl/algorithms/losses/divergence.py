@@ -12,7 +12,12 @@ import torch
 from pydantic import Field
 
 from agent_rl.algorithms.losses.common import log_ratio, ppo_surrogate, ratio_metrics
-from agent_rl.algorithms.registry import ComponentConfig, LossInputs, LossOutput, register_policy_loss
+from agent_rl.algorithms.registry import (
+    ComponentConfig,
+    LossInputs,
+    LossOutput,
+    register_policy_loss,
+)
 
 # keeps 1 - p away from 0 in the binary KL (verl's DPPO uses the same constant)
 BINARY_EPS = 1e-8

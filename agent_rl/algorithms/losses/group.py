@@ -25,7 +25,13 @@ from agent_rl.algorithms.losses.common import (
     seq_mean,
     seq_sum,
 )
-from agent_rl.algorithms.registry import ComponentConfig, LossInputs, LossOutput, register_policy_loss, require
+from agent_rl.algorithms.registry import (
+    ComponentConfig,
+    LossInputs,
+    LossOutput,
+    register_policy_loss,
+    require,
+)
 
 # stands in for -inf inside logsumexp so that groups without negatives keep finite gradients
 _NEG_FILL = -1e4

@@ -7,8 +7,20 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from agent_rl.algorithms.losses.common import LOG_RATIO_CLAMP, log_ratio, ppo_surrogate, ratio_metrics, seeded_generator
-from agent_rl.algorithms.registry import ComponentConfig, LossInputs, LossOutput, register_policy_loss, require
+from agent_rl.algorithms.losses.common import (
+    LOG_RATIO_CLAMP,
+    log_ratio,
+    ppo_surrogate,
+    ratio_metrics,
+    seeded_generator,
+)
+from agent_rl.algorithms.registry import (
+    ComponentConfig,
+    LossInputs,
+    LossOutput,
+    register_policy_loss,
+    require,
+)
 
 
 def _topk_mask(x: LossInputs, like_BTK: torch.Tensor) -> torch.Tensor:

@@ -7,8 +7,19 @@ from typing import Any
 import torch
 from pydantic import Field
 
-from agent_rl.algorithms.losses.common import dual_clip, log_ratio, ppo_surrogate, ratio_metrics
-from agent_rl.algorithms.registry import ComponentConfig, LossInputs, LossOutput, register_policy_loss, require
+from agent_rl.algorithms.losses.common import (
+    dual_clip,
+    log_ratio,
+    ppo_surrogate,
+    ratio_metrics,
+)
+from agent_rl.algorithms.registry import (
+    ComponentConfig,
+    LossInputs,
+    LossOutput,
+    register_policy_loss,
+    require,
+)
 
 
 class PpoClipConfig(ComponentConfig):

@@ -22,7 +22,13 @@ from agent_rl.algorithms.losses.common import (
     seq_mean,
     seq_sum,
 )
-from agent_rl.algorithms.registry import ComponentConfig, LossInputs, LossOutput, register_policy_loss, require
+from agent_rl.algorithms.registry import (
+    ComponentConfig,
+    LossInputs,
+    LossOutput,
+    register_policy_loss,
+    require,
+)
 
 # GSPO/CTPO cap the token-form log-ratio at 10 before exp()
 SEQ_LOG_RATIO_MAX = 10.0

@@ -6,7 +6,13 @@ import torch
 from pydantic import Field
 
 from agent_rl.algorithms.losses.common import log_ratio, ratio_metrics
-from agent_rl.algorithms.registry import ComponentConfig, LossInputs, LossOutput, register_policy_loss, require
+from agent_rl.algorithms.registry import (
+    ComponentConfig,
+    LossInputs,
+    LossOutput,
+    register_policy_loss,
+    require,
+)
 
 
 class CispoConfig(ComponentConfig):

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from agent_rl.algorithms.registry import ComponentConfig, Registry
+from agent_rl.core.registry import ComponentConfig, Registry
 from agent_rl.rollout.backends.base import (
     GenerationRequest,
     GenerationResult,
