@@ -1,4 +1,4 @@
-"""The ``agent-rl`` command line (DESIGN §6)."""
+"""The ``agent-rl`` command line; the README's command table lists its subcommands."""
 
 from __future__ import annotations
 
@@ -66,26 +66,14 @@ def cmd_objectives(args: argparse.Namespace) -> int:
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
-    import envs
     from rich.console import Console
     from rich.table import Table
 
-    import gymnasium as gym
+    from agent_rl.envloader import env_card, listed_env_ids
 
-    from agent_rl.envloader import load_plugins
-
-    def module_of(spec: gym.envs.registration.EnvSpec) -> str:
-        entry = spec.entry_point
-        return entry.partition(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
-
-    load_plugins(args.plugins)
-    plugin_ids = sorted(  # ids whose environments come from the --plugins modules
-        env_id for env_id, spec in gym.registry.items()
-        if env_id not in envs.REGISTERED and any(module_of(spec) == p or module_of(spec).startswith(p + ".") for p in args.plugins)
-    )
     table = Table("id", "description", "tools", "max turns", "reward", show_lines=True)
-    for env_id in sorted(envs.REGISTERED) + plugin_ids:
-        c = envs.card(env_id)
+    for env_id in listed_env_ids(args.plugins):
+        c = env_card(env_id)
         table.add_row(c["id"], c["description"], ", ".join(c["tools"]), str(c["max_turns"]), c["reward"])
     Console(width=args.width).print(table)
     return 0
@@ -191,8 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from agent_rl.plugins import load_entry_points
+
     args = build_parser().parse_args(argv)
     try:
+        load_entry_points()  # installed plugins, before any config is parsed or anything is listed
         return args.fn(args)
     except ValueError as e:  # user mistakes: one clear line, no traceback
         print(f"error: {e}", file=sys.stderr)

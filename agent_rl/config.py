@@ -134,7 +134,7 @@ class LearnerConfig(Section):
 
 
 class SftConfig(Section):
-    teacher: str = Field("envs.arithmetic.policies:weak_teacher", description="scripted policy, module:function")
+    teacher: str | None = Field(None, description="scripted policy, module:function (null: the env's declared sft_teacher)")
     demos: int = Field(4000, ge=1, description="weak-teacher demonstrations to train on")
     epochs_max: int = Field(30, ge=1, description="upper bound; training stops when held-out success stops improving")
     patience: int = Field(3, ge=1, description="evaluations without improvement before stopping")

@@ -1,24 +1,89 @@
-"""Make environments from the config: import ``envs`` and the user's plugins, then gymnasium.make.
+"""Make environments from the config: import ``envs``, the user's plugins and the installed
+packages' env entry points, then gymnasium.make.
 
-The core never imports ``envs`` statically; this loader does, by name, at run time.
+The rest of the core never imports ``envs``: what it needs to know about an environment (its
+class's declarations, the sandbox it takes, its card for ``agent-rl envs list``) comes from here.
+An env class may declare, as ``module:function`` strings:
+
+- ``sft_teacher``: the scripted policy ``agent-rl sft`` imitates when ``sft.teacher`` is null;
+- ``tokenizer_corpus``: ``f(n, rng)`` yielding ``(messages, tools)``, text the tiny tokenizer also
+  learns (``agent-rl init-model tiny --env ID``).
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 
+from agent_rl.plugins import env_ids as entry_point_env_ids
+from agent_rl.plugins import load_entry_points
+
+# the tiny tokenizer's own text: the quickstart environment's conversations (agent_rl/tiny.py)
+BASE_TOKENIZER_CORPUS = "envs.arithmetic.policies:corpus_conversations"
+
 
 def load_plugins(plugins: list[str]) -> None:
-    importlib.import_module("envs")
+    """Register the built-in envs, the installed packages' entry points and ``env.plugins``."""
+    import envs  # noqa: F401 - registers the built-in ids
+
+    load_entry_points()
     for name in plugins:
         try:
             importlib.import_module(name)
         except ImportError as e:
             raise ValueError(f"env.plugins: cannot import '{name}': {e}") from None
+
+
+def load_function(path: str) -> Callable:
+    """``module:function`` -> the function."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def base_tokenizer_corpus() -> Callable:
+    """The conversations every tiny tokenizer learns from (see ``BASE_TOKENIZER_CORPUS``)."""
+    return load_function(BASE_TOKENIZER_CORPUS)
+
+
+def env_class(env_id: str) -> Any:
+    """The class (or creator function) registered as ``env_id``."""
+    entry = gym.spec(env_id).entry_point
+    if isinstance(entry, str):
+        module, _, name = entry.partition(":")
+        return getattr(importlib.import_module(module), name)
+    return entry
+
+
+def declared(env_id: str, attribute: str) -> str | None:
+    """The ``module:function`` path the env class of ``env_id`` declares as ``attribute``, or None."""
+    return getattr(env_class(env_id), attribute, None) or None
+
+
+def sft_teacher(cfg: Any) -> str:
+    """``sft.teacher``, or else the scripted teacher the env declares (``sft_teacher``)."""
+    if cfg.sft.teacher is not None:
+        return cfg.sft.teacher
+    load_plugins(cfg.env.plugins)
+    path = declared(cfg.env.id, "sft_teacher") if cfg.env.id in gym.registry else None
+    if path is None:
+        raise ValueError(
+            f"config key 'sft.teacher': environment '{cfg.env.id}' declares no scripted SFT teacher; "
+            "set sft.teacher to a module:function policy"
+        )
+    return path
+
+
+def sandbox_kwargs(cfg: Any) -> dict[str, Any]:
+    """``sandbox.backend`` reaches envs whose constructor takes ``sandbox_backend``."""
+    load_plugins(cfg.env.plugins)
+    if cfg.env.id not in gym.registry or "sandbox_backend" in cfg.env.options:
+        return {}
+    accepts = "sandbox_backend" in inspect.signature(env_class(cfg.env.id)).parameters
+    return {"sandbox_backend": cfg.sandbox.backend} if accepts else {}
 
 
 def env_factory(env_cfg: Any, **overrides: Any) -> Callable[[], gym.Env]:
@@ -35,3 +100,28 @@ def env_factory(env_cfg: Any, **overrides: Any) -> Callable[[], gym.Env]:
     env = make()  # fail now, on bad options, not in the middle of a rollout
     env.close()
     return make
+
+
+def listed_env_ids(plugins: list[str]) -> list[str]:
+    """What ``agent-rl envs list`` shows: the built-in ids, then those of the ``--plugins`` modules
+    and of the installed packages' entry points."""
+    import envs
+
+    def module_of(spec: gym.envs.registration.EnvSpec) -> str:
+        entry = spec.entry_point
+        return entry.partition(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
+
+    load_plugins(plugins)
+    from_plugins = {  # ids whose environments come from the --plugins modules
+        env_id for env_id, spec in gym.registry.items()
+        if any(module_of(spec) == p or module_of(spec).startswith(p + ".") for p in plugins)
+    }
+    extra = (from_plugins | set(entry_point_env_ids)) - set(envs.REGISTERED)
+    return sorted(envs.REGISTERED) + sorted(extra)
+
+
+def env_card(env_id: str) -> dict:
+    """One row of ``agent-rl envs list``: id, description, tools, max turns, reward."""
+    import envs
+
+    return envs.card(env_id)

@@ -159,15 +159,14 @@ def _load_policy(path: str) -> Any:
 
 def _engine(cfg: Any) -> RolloutEngine:
     """The model's backend (any registered rollout backend), or a scripted policy (``eval.policy``)."""
-    from agent_rl.envloader import env_factory
+    from agent_rl.envloader import env_factory, sandbox_kwargs
     from agent_rl.rollout.backends import make_backend
     from agent_rl.rollout.backends.hf import load_tokenizer
     from agent_rl.rollout.backends.scripted import ScriptedBackend
     from agent_rl.rollout.engine import EngineConfig
     from agent_rl.rollout.render import ChatRenderer
-    from agent_rl.runtime import _sandbox_kwargs
 
-    make_env = env_factory(cfg.env, **_sandbox_kwargs(cfg))
+    make_env = env_factory(cfg.env, **sandbox_kwargs(cfg))
     env = make_env()
     try:  # a split the env does not know fails now, not in every episode
         env.reset(seed=0, options={"split": cfg.eval.split})

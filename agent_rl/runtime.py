@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from agent_rl.config import Config
-from agent_rl.envloader import env_factory
+from agent_rl.envloader import env_factory, sandbox_kwargs
 from agent_rl.rollout.backends import BACKENDS
 from agent_rl.rollout.backends.hf import load_model, load_tokenizer
 from agent_rl.rollout.engine import EngineConfig, RolloutEngine
@@ -40,7 +40,7 @@ class Components:
 
     def __init__(self, cfg: Config, model: torch.nn.Module | None = None, env_overrides: dict | None = None):
         self.cfg = cfg
-        self.make_env = env_factory(cfg.env, **_sandbox_kwargs(cfg), **(env_overrides or {}))
+        self.make_env = env_factory(cfg.env, **sandbox_kwargs(cfg), **(env_overrides or {}))
         self.tokenizer = load_tokenizer(cfg.model.path)
         self.model = model if model is not None else load_model(cfg.model.path, cfg.model.dtype, cfg.model.device)
         self.renderer = ChatRenderer(self.tokenizer, cfg.rollout.max_tool_response_tokens)
@@ -54,27 +54,6 @@ class Components:
             self.make_env,
             EngineConfig.from_rollout(self.cfg.rollout, temperature=temperature, **options),
         )
-
-
-def _sandbox_kwargs(cfg: Config) -> dict[str, Any]:
-    """``sandbox.backend`` reaches envs whose constructor takes ``sandbox_backend``."""
-    import inspect
-
-    import gymnasium as gym
-
-    from agent_rl.envloader import load_plugins
-
-    load_plugins(cfg.env.plugins)
-    if cfg.env.id not in gym.registry or "sandbox_backend" in cfg.env.options:
-        return {}
-    entry = gym.spec(cfg.env.id).entry_point
-    if isinstance(entry, str):
-        module, _, name = entry.partition(":")
-        import importlib
-
-        entry = getattr(importlib.import_module(module), name)
-    accepts = "sandbox_backend" in inspect.signature(entry).parameters
-    return {"sandbox_backend": cfg.sandbox.backend} if accepts else {}
 
 
 def make_policy_backend(cfg: Config, model: torch.nn.Module, tokenizer: Any) -> Any:

@@ -57,29 +57,24 @@ CHAT_TEMPLATE = (
 def env_corpus(env_id: str) -> Callable | None:
     """The conversations ``env_id`` offers the tokenizer: its env class's ``tokenizer_corpus``
     (``module:function``, called as ``f(n, rng)`` and yielding ``(messages, tools)``), or None."""
-    import importlib
-
     import gymnasium as gym
-    from gymnasium.envs.registration import load_env_creator
 
-    importlib.import_module("envs")  # registers the built-in ids
+    from agent_rl.envloader import declared, load_function, load_plugins
+
+    load_plugins([])  # registers the built-in ids
     if env_id not in gym.registry:
         raise ValueError(f"unknown environment '{env_id}' for the tokenizer corpus")
-    entry = gym.spec(env_id).entry_point
-    path = getattr(load_env_creator(entry) if isinstance(entry, str) else entry, "tokenizer_corpus", None)
-    if not path:
-        return None
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
+    path = declared(env_id, "tokenizer_corpus")
+    return load_function(path) if path else None
 
 
 def _corpus(num_texts: int, seed: int, env_ids: Sequence[str] = ()) -> Iterator[str]:
     """Text the tokenizer learns its merges from: chat renders of the built-in tasks plus prose,
     then the conversations of ``env_ids`` that offer some (none: the Arithmetic-only corpus)."""
-    from envs.arithmetic.policies import corpus_conversations
+    from agent_rl.envloader import base_tokenizer_corpus
 
     rng = random.Random(seed)
-    yield from corpus_conversations(num_texts, rng)
+    yield from base_tokenizer_corpus()(num_texts, rng)
     words = "the a of to and in is it you that was for on are with as be at one have this from".split()
     for _ in range(num_texts // 50):
         yield " ".join(rng.choice(words) for _ in range(rng.randint(5, 30))) + "."

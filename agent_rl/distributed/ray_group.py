@@ -83,9 +83,9 @@ def _use_node_sandboxes(cfg: Any) -> None:
     if not cfg.distributed.ray.sandbox_pools:
         return
     from agent_rl.distributed.sandbox_pool import BACKEND_NAME, register_backend
-    from agent_rl.runtime import _sandbox_kwargs
+    from agent_rl.envloader import sandbox_kwargs
 
-    if "sandbox_backend" not in _sandbox_kwargs(cfg):
+    if "sandbox_backend" not in sandbox_kwargs(cfg):
         return
     register_backend(cfg.distributed.ray.namespace)
     cfg.env.options = {**cfg.env.options, "sandbox_backend": BACKEND_NAME}  # instead of sandbox.backend

@@ -29,6 +29,7 @@ def question_text(expression: str) -> str:
 class ArithmeticEnv(AsyncTextEnv):
     metadata = {"render_modes": [], "tools": ("python",), "reward": "1 for the right <answer>, else 0"}
     description = "Arithmetic question; a python tool; reward 1 for the right <answer>."
+    sft_teacher = "envs.arithmetic.policies:weak_teacher"  # the scripted policy `agent-rl sft` imitates
 
     def __init__(
         self,
