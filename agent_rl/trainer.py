@@ -21,7 +21,7 @@ from agent_rl.core.seeding import derive_seed
 from agent_rl.distributed import Plan, make_learner, make_rollout_source
 from agent_rl.eval import evaluate
 from agent_rl.learner import checkpoint as ckpt
-from agent_rl.learner import fsdp
+from agent_rl.learner import fsdp, launch
 from agent_rl.learner.critic import Critic, load_value_model
 from agent_rl.learner.learner import Learner
 from agent_rl.learner.teacher import (
@@ -441,7 +441,26 @@ def _progress(enabled: bool):
 
 def train(cfg: Config, resume: str | None = None) -> Path:
     """Run RL training; with ``resume`` (a run directory), continue from its newest checkpoint.
-    ``learner.world_size > 1`` starts that many learner ranks (learner/launch.py)."""
-    from agent_rl.learner.launch import run_training
+    ``learner.world_size > 1`` runs that many learner ranks (learner/launch.py): processes on this
+    machine, each running ``main`` below, or Ray actors (``distributed.backend: ray``)."""
+    if launch.starts_local_ranks(cfg):
+        return launch.start_ranks(cfg, Path(resume) if resume else make_run_dir(cfg), resume, module="agent_rl.trainer")
+    with launch.process_group(cfg) as rank:
+        return Trainer(cfg, resume=resume, log=print if rank == 0 else (lambda *a: None)).train()
 
-    return run_training(cfg, resume)
+
+def main(argv: list[str] | None = None) -> None:
+    """One learner rank of ``agent-rl train``: ``python -m agent_rl.trainer CONFIG [--resume RUN_DIR]``."""
+    import argparse
+
+    from agent_rl.config import load_config
+
+    p = argparse.ArgumentParser(description="one learner rank of `agent-rl train` (started by agent_rl.trainer.train)")
+    p.add_argument("config")
+    p.add_argument("--resume", default=None)
+    args = p.parse_args(argv)
+    train(load_config(args.config), resume=args.resume)
+
+
+if __name__ == "__main__":
+    main()

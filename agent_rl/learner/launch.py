@@ -1,6 +1,6 @@
-"""``learner.world_size: N``: N learner ranks on this machine, started torchrun-style by ``agent-rl train``.
+"""``learner.world_size: N``: N learner ranks on this machine, started torchrun-style.
 
-``run_training`` is what ``agent_rl.trainer.train`` calls:
+``agent_rl.trainer.train`` picks one of these, with the helpers below:
 
 - ``world_size: 1`` and no torchrun environment: the plain one-process trainer, no process group
   (unless ``learner.mixed_precision`` / ``cpu_offload`` ask for FSDP2: then a one-rank group);
@@ -9,10 +9,10 @@
   (``agent_rl/distributed/learner_group.py``), on any node of the cluster;
 - ``world_size: N > 1`` (``backend: local``): the run directory is fixed first, then N processes are started with
   ``MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE/LOCAL_RANK`` (gloo on CPU, NCCL on GPU: rank r takes
-  ``cuda:r``), each running ``python -m agent_rl.learner.launch``; if one rank dies, the others
+  ``cuda:r``), each running ``python -m agent_rl.trainer CONFIG``; if one rank dies, the others
   are stopped and the error names it;
-- already under ``torchrun`` (``RANK`` set): join that group (multi-node goes through the
-  distributed issue's launcher, which sets the same variables).
+- already under ``torchrun`` (``RANK`` set): join that group (multi-node goes through an external
+  launcher that sets the same variables).
 
 Rollouts with N ranks: rank 0 samples every episode with an unsharded copy of the policy (the
 ``rollout.backend``) and broadcasts the step's trainable groups; every rank builds the same batch
@@ -24,31 +24,40 @@ one-process update up to float summation order.
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from agent_rl.learner import fsdp
 
 
-def run_training(cfg: Any, resume: str | None = None) -> Path:
-    from agent_rl.trainer import Trainer
+def starts_local_ranks(cfg: Any) -> bool:
+    """Whether this process starts ``learner.world_size`` rank processes (``backend: local``,
+    outside torchrun) instead of training itself."""
+    return cfg.learner.world_size > 1 and "RANK" not in os.environ and cfg.distributed.backend != "ray"
 
-    world = cfg.learner.world_size
-    if world > 1 and "RANK" not in os.environ:
-        if cfg.distributed.backend == "ray":  # the ranks are Ray actors; the trainer makes the group
-            return Trainer(cfg, resume=resume).train()
-        return launch(cfg, resume)
-    needs_group = int(os.environ.get("WORLD_SIZE", "1")) > 1 or cfg.learner.mixed_precision != "none" or cfg.learner.cpu_offload
+
+@contextmanager
+def process_group(cfg: Any) -> Iterator[int]:
+    """This process's torch.distributed group while the block runs, if it needs one; yields its rank.
+
+    A rank under torchrun (``WORLD_SIZE > 1``) joins its group, and FSDP2 options
+    (``mixed_precision``, ``cpu_offload``) need a one-rank group. A Ray driver has none: its ranks
+    are Ray actors in their own group."""
+    ray_driver = cfg.learner.world_size > 1 and "RANK" not in os.environ
+    needs_group = not ray_driver and (
+        int(os.environ.get("WORLD_SIZE", "1")) > 1 or cfg.learner.mixed_precision != "none" or cfg.learner.cpu_offload
+    )
     if needs_group:
         fsdp.init_process_group(cfg.model.device)
     try:
-        return Trainer(cfg, resume=resume, log=print if fsdp.rank_and_world()[0] == 0 else (lambda *a: None)).train()
+        yield fsdp.rank_and_world()[0]
     finally:
         if needs_group:
             import torch.distributed as dist
@@ -56,12 +65,10 @@ def run_training(cfg: Any, resume: str | None = None) -> Path:
             dist.destroy_process_group()
 
 
-def launch(cfg: Any, resume: str | None) -> Path:
-    """Start ``learner.world_size`` ranks of this run and wait for them."""
-    from agent_rl.runtime import make_run_dir
-
+def start_ranks(cfg: Any, run_dir: Path, resume: str | None, module: str) -> Path:
+    """Start ``learner.world_size`` ranks of this run, each ``python -m module CONFIG [--resume
+    RUN_DIR]`` with the run's config written to ``run_dir``, and wait for them."""
     world = cfg.learner.world_size
-    run_dir = Path(resume) if resume else make_run_dir(cfg)
     cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"dir": str(run_dir)})})
     config_path = run_dir / "config.yaml"
     config_path.write_text(cfg.to_yaml())
@@ -69,7 +76,7 @@ def launch(cfg: Any, resume: str | None) -> Path:
     procs = []
     for rank in range(world):
         env = {**base, "RANK": str(rank), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world)}
-        cmd = [sys.executable, "-m", "agent_rl.learner.launch", str(config_path)]
+        cmd = [sys.executable, "-m", module, str(config_path)]
         if resume:
             cmd += ["--resume", str(run_dir)]
         procs.append(subprocess.Popen(cmd, env=env))
@@ -98,17 +105,3 @@ def _wait(procs: list[subprocess.Popen]) -> tuple[int, int] | None:
         if all(c == 0 for c in codes):
             return None
         time.sleep(0.1)
-
-
-def main(argv: list[str] | None = None) -> None:
-    from agent_rl.config import load_config
-
-    p = argparse.ArgumentParser(description="one learner rank of `agent-rl train` (started by learner/launch.py)")
-    p.add_argument("config")
-    p.add_argument("--resume", default=None)
-    args = p.parse_args(argv)
-    run_training(load_config(args.config), resume=args.resume)
-
-
-if __name__ == "__main__":
-    main()

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from agent_rl.learner.launch import run_training
+from agent_rl.trainer import train as run_training
 from tests.distributed.conftest import small_config
 
 pytestmark = pytest.mark.distributed
