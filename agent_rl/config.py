@@ -17,6 +17,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SerializeAsA
 from agent_rl.algorithms import ADVANTAGES, AGGREGATIONS, CREDITS, FILTERS, KLS, POLICY_LOSSES
 from agent_rl.algorithms.losses import LossOptions
 from agent_rl.core.registry import ComponentConfig, Registry
+from agent_rl.plugins import load_entry_points
 from agent_rl.rollout.backends import BACKENDS
 
 
@@ -326,6 +327,7 @@ def apply_override(raw: dict[str, Any], override: str, defaults: dict[str, Any] 
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    load_entry_points()  # installed packages' objectives and backends, before their names are checked
     raw: dict[str, Any] = {}
     if path is not None:
         if not Path(path).is_file():

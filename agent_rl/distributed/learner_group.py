@@ -51,8 +51,10 @@ class LearnerRank:
 
     def __init__(self, rank: int, world: int, cfg_json: dict, threads: int, learner_kwargs: dict):
         from agent_rl.config import Config
+        from agent_rl.plugins import load_entry_points
 
         self.rank, self.world = rank, world
+        load_entry_points()  # this actor's process: the installed plugins the config may name
         self.cfg = Config.model_validate(cfg_json)
         self.learner_kwargs = learner_kwargs
         torch.set_num_threads(max(1, threads))

@@ -47,9 +47,11 @@ class RolloutActor:
         import torch
 
         from agent_rl.config import Config
+        from agent_rl.plugins import load_entry_points
         from agent_rl.runtime import Components
 
         torch.set_num_threads(max(1, threads))
+        load_entry_points()  # this actor's process: the installed plugins the config may name
         cfg = Config.model_validate(cfg_json)
         rc = cfg.distributed.ray
         if rc.gpus_per_worker > 0:
