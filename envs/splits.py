@@ -16,9 +16,10 @@ def split_of(key: str) -> str:
     return "train" if bucket < 8 else ("val" if bucket == 8 else "test")
 
 
-def check_split(split: str) -> str:
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+def check_split(split: str, known: tuple[str, ...] = SPLITS) -> str:
+    """``split`` when it is one of ``known``, else ``ValueError`` naming the known ones."""
+    if split not in known:
+        raise ValueError(f"unknown split {split!r}; known: {', '.join(known)}")
     return split
 
 

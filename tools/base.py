@@ -24,6 +24,7 @@ class Tool:
     name: ClassVar[str]
     description: ClassVar[str]
     Args: ClassVar[type[BaseModel]]
+    final: ClassVar[bool] = False  # a call ends the episode (``submit``): the env reads it, nothing runs
 
     async def run(self, args: BaseModel) -> str:  # pragma: no cover - interface
         raise NotImplementedError

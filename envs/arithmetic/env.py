@@ -9,14 +9,12 @@ the turn budget then truncates the episode.
 
 from __future__ import annotations
 
-import hashlib
-from typing import Any
+from typing import Any, ClassVar
 
-from envs.arithmetic.tasks import LEVELS, SPLITS, Problem, make_problem, sample_problem
-from envs.async_env import AsyncTextEnv
-from envs.spaces import AnyText, Messages
-from tools.base import ToolError, tool_schema
-from tools.parsers import parse_action
+from envs.arithmetic.tasks import LEVELS, SPLITS, make_problem, sample_problem
+from envs.splits import check_difficulties
+from envs.tool_env import TaskStart, ToolEnv
+from tools.base import tool_schema  # noqa: F401 - read as envs.arithmetic.env.tool_schema
 from tools.python import PythonTool
 
 SYSTEM_PROMPT = "Use the python tool if it helps, then reply <answer>N</answer>."
@@ -26,10 +24,13 @@ def question_text(expression: str) -> str:
     return f"What is {expression}?"
 
 
-class ArithmeticEnv(AsyncTextEnv):
-    metadata = {"render_modes": [], "tools": ("python",), "reward": "1 for the right <answer>, else 0"}
+class ArithmeticEnv(ToolEnv):
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": [], "tools": ("python",), "reward": "1 for the right <answer>, else 0"}
     description = "Arithmetic question; a python tool; reward 1 for the right <answer>."
     sft_teacher = "envs.arithmetic.policies:weak_teacher"  # the scripted policy `agent-rl sft` imitates
+    tools = (PythonTool,)
+    splits = SPLITS
+    action_hint = "Call the python tool or reply <answer>NUMBER</answer>."
 
     def __init__(
         self,
@@ -40,105 +41,31 @@ class ArithmeticEnv(AsyncTextEnv):
         tool_timeout_s: float = 5.0,
         max_action_chars: int = 4096,
         use_tool: bool = True,
+        tool_format: str = "hermes",
     ):
-        self.difficulties = (difficulty,) if isinstance(difficulty, int) else tuple(difficulty)
-        for d in self.difficulties:
-            if d not in LEVELS:
-                raise ValueError(f"unknown difficulty {d}; known: {sorted(LEVELS)}")
-        if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
-        self.split = split
+        self.difficulties = check_difficulties(difficulty, LEVELS)
         self.use_tool = use_tool  # False: a single question, no system prompt and no tools
-        self.max_turns = max_turns
-        self.sandbox_backend = sandbox_backend
-        self.tool_timeout_s = tool_timeout_s
-        self.action_space = AnyText(max_length=max_action_chars)
-        self.observation_space = Messages()
-        self._sandbox = None
-        self._tool: PythonTool | None = None
-        self._problem: Problem | None = None
-        self._turn = 0
-        self._seen: list[str] = []
+        if not use_tool:
+            self.tools = ()
+        super().__init__(split=split, max_turns=max_turns, sandbox_backend=sandbox_backend, tool_timeout_s=tool_timeout_s,
+                         max_action_chars=max_action_chars, tool_format=tool_format)
+        self._problem = None
 
-    # -- the task -------------------------------------------------------------------------------
-    def _tools(self) -> list[dict]:
-        return [tool_schema(PythonTool)] if self.use_tool else []
-
-    def _state_key(self) -> str:
-        return hashlib.sha256("\x00".join(self._seen).encode()).hexdigest()[:16]
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        super().reset(seed=seed)
-        options = options or {}
-        if "task" in options:
+    async def new_task(self, seed: int | None, split: str, options: dict[str, Any]) -> TaskStart:
+        if seed is None:
             task = options["task"]
             self._problem = make_problem(task["expression"], task.get("difficulty", 0))
         else:
-            task_seed = int(self.np_random.integers(2**31)) if seed is None else seed
-            self._problem = sample_problem(task_seed, options.get("split", self.split), self.difficulties)
-        self._turn = 0
-        question = question_text(self._problem.expression)
-        self._seen = [question]
-        obs = [{"role": "user", "content": question}]
-        if self.use_tool:
-            obs.insert(0, {"role": "system", "content": SYSTEM_PROMPT})
-        info = {
-            "tools": self._tools(),
-            "task_id": self._problem.task_id,
-            "task": self._problem.to_dict(),
-            "state_key": self._state_key(),
-            # the verified solution, for self-distillation teachers (never shown to the policy)
-            "teacher_context": f"Verified solution: {self._problem.expression} = {self._problem.answer}",
-        }
-        return obs, info
+            self._problem = sample_problem(seed, split, self.difficulties)
+        p = self._problem
+        system = [{"role": "system", "content": SYSTEM_PROMPT}] if self.use_tool else []
+        # the verified solution, for self-distillation teachers (never shown to the policy)
+        return TaskStart(system + [{"role": "user", "content": question_text(p.expression)}], p.task_id, p.to_dict(),
+                         teacher_context=f"Verified solution: {p.expression} = {p.answer}")
 
-    async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        return self.reset(seed=seed, options=options)
-
-    # -- a turn ---------------------------------------------------------------------------------
-    async def astep(self, action: str):
-        if self._problem is None:
-            raise RuntimeError("call reset() before step()")
-        self._turn += 1
-        parsed = parse_action(action if isinstance(action, str) else str(action))
-        reward, terminated, valid = 0.0, False, True
-        info: dict[str, Any] = {"tool_calls": 0, "answered": False}
-        if parsed.answer is not None and not parsed.tool_calls:
-            correct = _as_int(parsed.answer) == self._problem.answer
-            reward, terminated = (1.0 if correct else 0.0), True
-            info.update(answered=True, correct=correct)
-            obs: list[dict] = []
-        elif parsed.tool_calls and self.use_tool:
-            call = parsed.tool_calls[0]
-            info["tool_calls"] = 1
-            try:
-                if call.name != PythonTool.name:
-                    raise ToolError(f"unknown tool '{call.name}'; available: {PythonTool.name}")
-                content = await self._python()(call.arguments)
-            except ToolError as e:
-                content, valid = f"error: {e}", False
-            obs = [{"role": "tool", "content": content}]
-        else:
-            valid = False
-            problem = "; ".join(parsed.errors) or "no tool call and no <answer>...</answer>"
-            obs = [{"role": "user", "content": f"error: {problem}. Call the python tool or reply <answer>NUMBER</answer>."}]
-        self._seen += [m["content"] for m in obs]
-        truncated = not terminated and self._turn >= self.max_turns
-        info.update(action_valid=valid, state_key=self._state_key())
-        return obs, reward, terminated, truncated, info
-
-    def _python(self) -> PythonTool:
-        if self._tool is None:
-            from sandbox import make_sandbox
-
-            self._sandbox = make_sandbox(backend=self.sandbox_backend, timeout_s=self.tool_timeout_s)
-            self._tool = PythonTool(self._sandbox, timeout_s=self.tool_timeout_s)
-        return self._tool
-
-    async def aclose_resources(self) -> None:
-        if self._sandbox is not None:
-            sandbox, self._sandbox, self._tool = self._sandbox, None, None
-            await sandbox.close()
+    async def score(self, answer: str, text: str) -> tuple[float, dict[str, Any]]:
+        correct = _as_int(answer) == self._problem.answer
+        return (1.0 if correct else 0.0), {"correct": correct}
 
 
 def _as_int(text: str) -> int | None:

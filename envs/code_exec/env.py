@@ -18,18 +18,16 @@ hack-proof by construction (``runner.py``); a sandbox infrastructure failure rai
 
 from __future__ import annotations
 
-import hashlib
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
 
-from envs.async_env import AsyncTextEnv
 from envs.code_exec.harness import Grade, grade
 from envs.code_exec.tasks import SPLITS, CodeTask, by_id, task_for_seed
-from envs.spaces import AnyText, Messages
-from tools.base import Tool, ToolError, tool_schema
-from tools.parsers import parse_action
+from envs.tool_env import TaskStart, ToolEnv, TurnResult
+from tools.base import Tool
+from tools.parsers import ParsedAction
 from tools.python import PythonTool
 
 SYSTEM_PROMPT = (
@@ -51,18 +49,24 @@ class SubmitTool(Tool):
     name = "submit"
     description = "Submit your final solution; hidden tests run on it and the episode ends."
     Args = SubmitArgs
+    final = True
 
 
 def user_prompt(task: CodeTask) -> str:
     return f"Complete the function `{task.entry_point}`:\n```python\n{task.prompt}```"
 
 
-class CodeExecEnv(AsyncTextEnv):
-    metadata = {
+class CodeExecEnv(ToolEnv):
+    metadata: ClassVar[dict[str, Any]] = {
         "render_modes": [],
         "tools": ("python", "submit"),
         "reward": "1 if the hidden tests pass, else 0 (partial_credit: fraction of asserts)",
     }
+    tools = (PythonTool, SubmitTool)
+    splits = SPLITS
+    fenced_code = False  # a ```python block is a submission, not a python call
+    no_action = "no tool call and no ```python block"
+    action_hint = "Call the python tool, or submit your solution."
 
     def __init__(
         self,
@@ -75,98 +79,41 @@ class CodeExecEnv(AsyncTextEnv):
         memory_mb: int = 512,
         max_action_chars: int = 32768,
         mcp_servers: list[dict] | None = None,
+        tool_format: str = "hermes",
     ):
-        if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
-        self.split = split
-        self.max_turns = max_turns
+        super().__init__(split=split, max_turns=max_turns, sandbox_backend=sandbox_backend, tool_timeout_s=tool_timeout_s,
+                         max_action_chars=max_action_chars, sandbox_options={"memory_mb": memory_mb},
+                         mcp_servers=mcp_servers, tool_format=tool_format)
         self.partial_credit = partial_credit
-        self.sandbox_backend = sandbox_backend
-        self.tool_timeout_s = tool_timeout_s
         self.test_timeout_s = test_timeout_s
         self.memory_mb = memory_mb
-        self.mcp_servers = list(mcp_servers or [])  # extra tools from MCP servers (tools.mcp)
-        self._mcp = None
-        self.action_space = AnyText(max_length=max_action_chars)
-        self.observation_space = Messages()
-        self._sandbox = None
         self._task: CodeTask | None = None
-        self._turn = 0
-        self._seen: list[str] = []
 
-    def _state_key(self) -> str:
-        return hashlib.sha256("\x00".join(self._seen).encode()).hexdigest()[:16]
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        super().reset(seed=seed)
-        if self._sandbox is not None:  # a new episode starts with an empty work directory
-            self._sandbox, sandbox = None, self._sandbox
-            self.run_blocking(sandbox.close())
-        options = options or {}
-        if "task" in options:
+    async def new_task(self, seed: int | None, split: str, options: dict[str, Any]) -> TaskStart:
+        if seed is None:
             task = options["task"]
             task_id = task["task_id"] if isinstance(task, dict) else task
             if task_id not in by_id():
                 raise ValueError(f"options.task: unknown HumanEval task {task_id!r} (HumanEval/0 .. HumanEval/163)")
             self._task = by_id()[task_id]
         else:
-            task_seed = int(self.np_random.integers(2**31)) if seed is None else seed
-            self._task = task_for_seed(task_seed, options.get("split", self.split))
-        self._turn = 0
-        obs = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user_prompt(self._task)}]
-        self._seen = [obs[1]["content"]]
-        info = {
-            "tools": [tool_schema(PythonTool), tool_schema(SubmitTool), *self._toolbox_schemas()],
-            "task_id": self._task.task_id,
-            "task": self._task.to_dict(),
-            "state_key": self._state_key(),
-            "teacher_context": f"A correct solution:\n```python\n{self._task.reference}```",
-        }
-        return obs, info
+            self._task = task_for_seed(seed, split)
+        messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user_prompt(self._task)}]
+        return TaskStart(messages, self._task.task_id, self._task.to_dict(),
+                         teacher_context=f"A correct solution:\n```python\n{self._task.reference}```")
 
-    async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        if self._sandbox is not None:
-            self._sandbox, sandbox = None, self._sandbox
-            await sandbox.close()
-        return self.reset(seed=seed, options=options)
+    def step_info(self, parsed: ParsedAction) -> dict[str, Any]:
+        return {"tool_calls": len(parsed.tool_calls), "submitted": False}
 
-    async def astep(self, action: str):
-        if self._task is None:
-            raise RuntimeError("call reset() before step()")
-        self._turn += 1
-        text = action if isinstance(action, str) else str(action)
-        parsed = parse_action(text, fenced_code=False)
-        reward, terminated, valid = 0.0, False, True
-        info: dict[str, Any] = {"tool_calls": len(parsed.tool_calls), "submitted": False}
-        submission = _submission(text, parsed)
-        if submission is not None:
-            result = await self._grade(submission)
-            reward = 1.0 if result.passed else (result.fraction if self.partial_credit else 0.0)
-            terminated = True
-            info.update(submitted=True, passed=result.passed, asserts_passed=result.asserts_passed,
-                        asserts_total=result.asserts_total, test_status=result.status, test_error=result.error)
-            obs = [{"role": "user", "content": result.summary()}]
-        elif parsed.tool_calls:
-            call = parsed.tool_calls[0]
-            try:
-                if self._mcp is not None and call.name in self._mcp.names:
-                    content = await self._mcp.call(call.name, call.arguments)
-                elif call.name == PythonTool.name:
-                    content = await PythonTool(self._sandbox_handle(), timeout_s=self.tool_timeout_s)(call.arguments)
-                else:
-                    known = ", ".join(["python", "submit", *(self._mcp.names if self._mcp else [])])
-                    raise ToolError(f"unknown tool '{call.name}'; available: {known}")
-            except (ToolError, ValueError) as e:  # ValueError: code the sandbox refuses (NUL bytes, > 120 kB)
-                content, valid = f"error: {e}", False
-            obs = [{"role": "tool", "content": content}]
-        else:
-            valid = False
-            problem = "; ".join(parsed.errors) or "no tool call and no ```python block"
-            obs = [{"role": "user", "content": f"error: {problem}. Call the python tool, or submit your solution."}]
-        self._seen += [m["content"] for m in obs]
-        truncated = not terminated and self._turn >= self.max_turns
-        info.update(action_valid=valid, state_key=self._state_key())
-        return obs, reward, terminated, truncated, info
+    async def answer(self, text: str, parsed: ParsedAction) -> TurnResult | None:
+        code = _submission(text, parsed)
+        if code is None:
+            return None
+        result = await self._grade(code)
+        reward = 1.0 if result.passed else (result.fraction if self.partial_credit else 0.0)
+        info = {"submitted": True, "passed": result.passed, "asserts_passed": result.asserts_passed,
+                "asserts_total": result.asserts_total, "test_status": result.status, "test_error": result.error}
+        return TurnResult([{"role": "user", "content": result.summary()}], reward, done=True, info=info)
 
     async def _grade(self, code: str) -> Grade:
         # a sandbox of its own: files the agent wrote with the python tool do not reach the grader
@@ -178,30 +125,8 @@ class CodeExecEnv(AsyncTextEnv):
         finally:
             await sandbox.close()
 
-    def _toolbox_schemas(self) -> list[dict]:
-        if self.mcp_servers and self._mcp is None:
-            from tools.mcp import McpToolbox
 
-            self._mcp = McpToolbox.from_config(self.mcp_servers)
-        return self._mcp.schemas() if self._mcp is not None else []
-
-    def _sandbox_handle(self):
-        if self._sandbox is None:
-            from sandbox import make_sandbox
-
-            self._sandbox = make_sandbox(backend=self.sandbox_backend, timeout_s=self.tool_timeout_s, memory_mb=self.memory_mb)
-        return self._sandbox
-
-    async def aclose_resources(self) -> None:
-        if self._mcp is not None:
-            self._mcp, mcp = None, self._mcp
-            mcp.close()
-        if self._sandbox is not None:
-            sandbox, self._sandbox = self._sandbox, None
-            await sandbox.close()
-
-
-def _submission(text: str, parsed) -> str | None:
+def _submission(text: str, parsed: ParsedAction) -> str | None:
     """The submitted code: the first ``submit`` call's code, or the last fenced block of a reply
     without tool calls. None when the action does not submit."""
     for call in parsed.tool_calls:
