@@ -1,4 +1,5 @@
-# `make demo`: set up .venv and run the CPU quickstart.  `make test`: set up .venv and run the tests.
+# `make demo`: set up .venv and run the CPU quickstart.  `make test`: set up .venv, check the import
+# contracts (pyproject.toml) and run the tests.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -19,4 +20,5 @@ demo: $(STAMP)
 	$(VENV)/bin/agent-rl quickstart
 
 test: $(STAMP)
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -m "not gpu"
