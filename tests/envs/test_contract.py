@@ -1,4 +1,5 @@
-"""Every registered environment: Gymnasium's checker plus our contract (DESIGN §3)."""
+"""Every registered environment: Gymnasium's checker plus our contract (environments speak messages;
+seeded resets are deterministic; a malformed action is an error observation, never an exception)."""
 
 from __future__ import annotations
 
