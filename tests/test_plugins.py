@@ -76,7 +76,7 @@ def install(root: Path, dist: str, entry_points: str, modules: dict[str, str]) -
 def run(root: Path, *argv: str) -> subprocess.CompletedProcess:
     env = cli_env()
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
-    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    return subprocess.run([sys.executable, *argv], check=False, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
 
 
 def echo_plugin(root: Path) -> Path:
@@ -125,7 +125,7 @@ def test_a_broken_plugin_fails_in_one_line_naming_it(tmp_path):
     })
     r = run(tmp_path, "-m", "agent_rl.cli", "envs", "list")
     assert r.returncode == 2
-    assert r.stderr.strip().splitlines() == [
+    assert r.stderr.strip().splitlines() == [(
         "error: plugin 'broken' (entry point group 'agent_rl.envs') of distribution 'broken-plugin': "
         "loading 'broken_plugin.envs' failed: RuntimeError: no such thing"
-    ]
+    )]
