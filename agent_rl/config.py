@@ -18,7 +18,7 @@ from agent_rl.algorithms import ADVANTAGES, AGGREGATIONS, CREDITS, FILTERS, KLS,
 from agent_rl.algorithms.losses import LossOptions
 from agent_rl.core.registry import ComponentConfig, Registry
 from agent_rl.plugins import load_entry_points
-from agent_rl.rollout.backends import BACKENDS
+from agent_rl.rollout.config import RolloutConfig
 
 
 class ConfigError(ValueError):
@@ -38,7 +38,6 @@ AggregationSpec = _component(AGGREGATIONS)
 KlSpec = _component(KLS)
 FilterSpec = _component(FILTERS)
 CreditSpec = _component(CREDITS)
-BackendSpec = _component(BACKENDS)
 
 
 class Section(BaseModel):
@@ -61,29 +60,6 @@ class SandboxConfig(Section):
     backend: Literal["auto", "docker", "bwrap", "process"] = "auto"
     timeout_s: float = Field(5.0, description="wall-clock limit of one tool call")
     memory_mb: int = Field(512, description="address-space / memory limit of one tool call")
-
-
-class RolloutConfig(Section):
-    backend: BackendSpec = Field(default_factory=lambda: BACKENDS.parse_config({"name": "hf"}))
-    group_size: int = Field(8, ge=1, description="samples per task (G)")
-    max_turns: int = Field(4, ge=1)
-    max_new_tokens: int = Field(64, ge=1, description="per assistant turn")
-    max_total_tokens: int = Field(1024, ge=8, description="whole episode: prompt + turns + observations")
-    max_tool_response_tokens: int = Field(128, ge=1, description="longer tool responses are cut with a visible marker")
-    temperature: float = Field(1.0, gt=0.0, description="sampling temperature; the learner applies the same")
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    concurrency: int = Field(64, ge=1, description="episodes in flight at once")
-    max_batch_requests: int | None = Field(
-        None, ge=1, description="generation requests per backend call (null: all waiting); ~concurrency/2 "
-        "makes two cohorts that alternate generation and tool calls (CPU)"
-    )
-    ignore_eos: bool = Field(False, description="always generate max_new_tokens per turn (benchmarks)")
-    topk: int = Field(0, ge=0, description="record the sampler's top-k candidates per token (sis, score_centering)")
-    layout: Literal["concat", "per_turn"] = Field(
-        "concat",
-        description="concat: one training row per episode; per_turn: one row per assistant turn with the context "
-        "the model saw (re-rendered each turn, for templates that rewrite history)",
-    )
 
 
 class AlgorithmConfig(Section):
@@ -261,6 +237,15 @@ class Config(Section):
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     run: RunConfig = Field(default_factory=RunConfig)
 
+    @model_validator(mode="after")
+    def _trainable_temperature(self) -> Config:
+        if self.rollout.temperature <= 0.0:
+            raise ValueError(
+                "rollout.temperature must be greater than 0 for training: the learner divides the logits by it "
+                "(greedy decoding is for evaluation: eval.temperature=0)"
+            )
+        return self
+
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 
@@ -289,7 +274,10 @@ def _format(e: ValidationError) -> str:
             lines.append(f"unknown config key '{key}'; allowed keys here: {', '.join(allowed)}")
         elif err["type"] == "value_error":
             msg = str(err.get("ctx", {}).get("error", err["msg"]))
-            lines.append(f"config key '{key}': {msg}")
+            if not key or msg.startswith(f"{key}."):  # the message names its key itself
+                lines.append(msg)
+            else:
+                lines.append(f"config key '{key}': {msg}")
         else:
             lines.append(f"config key '{key}': {err['msg']} (got {err.get('input')!r})")
     return "\n".join(lines)

@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from agent_rl.rollout.engine import EpisodeSpec, RolloutEngine
+from agent_rl.rollout.engine import RolloutEngine
+from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.types import Trajectory
 
 CI_METHOD = "95% percentile bootstrap over tasks"
@@ -163,7 +164,6 @@ def _engine(cfg: Any) -> RolloutEngine:
     from agent_rl.rollout.backends import make_backend
     from agent_rl.rollout.backends.hf import load_tokenizer
     from agent_rl.rollout.backends.scripted import ScriptedBackend
-    from agent_rl.rollout.engine import EngineConfig
     from agent_rl.rollout.render import ChatRenderer
 
     make_env = env_factory(cfg.env, **sandbox_kwargs(cfg))
@@ -183,8 +183,8 @@ def _engine(cfg: Any) -> RolloutEngine:
         backend = ScriptedBackend(_load_policy(cfg.eval.policy), tokenizer, seed=cfg.trainer.seed)
     else:
         backend = make_backend(cfg.rollout.backend, cfg.model, tokenizer=tokenizer)
-    renderer = ChatRenderer(tokenizer, cfg.rollout.max_tool_response_tokens)
-    return RolloutEngine(backend, renderer, make_env, EngineConfig.from_rollout(cfg.rollout, temperature=cfg.eval.temperature))
+    renderer = ChatRenderer(tokenizer)
+    return RolloutEngine(backend, renderer, make_env, cfg.rollout.with_options(temperature=cfg.eval.temperature))
 
 
 def run_eval(cfg: Any, log: Any = print) -> tuple[EvalResult, Path]:

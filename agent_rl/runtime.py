@@ -14,7 +14,7 @@ from agent_rl.config import Config
 from agent_rl.envloader import env_factory, sandbox_kwargs
 from agent_rl.rollout.backends import BACKENDS
 from agent_rl.rollout.backends.hf import load_model, load_tokenizer
-from agent_rl.rollout.engine import EngineConfig, RolloutEngine
+from agent_rl.rollout.engine import RolloutEngine
 from agent_rl.rollout.render import ChatRenderer
 
 
@@ -43,16 +43,16 @@ class Components:
         self.make_env = env_factory(cfg.env, **sandbox_kwargs(cfg), **(env_overrides or {}))
         self.tokenizer = load_tokenizer(cfg.model.path)
         self.model = model if model is not None else load_model(cfg.model.path, cfg.model.dtype, cfg.model.device)
-        self.renderer = ChatRenderer(self.tokenizer, cfg.rollout.max_tool_response_tokens)
+        self.renderer = ChatRenderer(self.tokenizer)
         self.backend = make_policy_backend(cfg, self.model, self.tokenizer)
 
     def engine(self, temperature: float | None = None, backend: Any = None, **options: Any) -> RolloutEngine:
-        """A rollout engine; ``options`` set further ``EngineConfig`` fields (e.g. from filters)."""
+        """A rollout engine; ``options`` set further ``rollout`` fields (e.g. from the objective's plan)."""
         return RolloutEngine(
             backend or self.backend,
             self.renderer,
             self.make_env,
-            EngineConfig.from_rollout(self.cfg.rollout, temperature=temperature, **options),
+            self.cfg.rollout.with_options(temperature=temperature, **options),
         )
 
 

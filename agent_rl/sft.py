@@ -23,7 +23,7 @@ from agent_rl.eval import evaluate
 from agent_rl.learner.logprobs import token_logprobs
 from agent_rl.rollout.backends.scripted import ScriptedBackend
 from agent_rl.rollout.batching import make_batch
-from agent_rl.rollout.engine import EpisodeSpec
+from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.runtime import Components, make_run_dir, seed_everything
 from agent_rl.tracking import Tracker
 from agent_rl.types import TrajectoryGroup

@@ -78,15 +78,16 @@ def build(hidden: int, layers: int, workdir: Path) -> tuple[Any, Any]:
 
 def engine_for(model: Any, tokenizer: Any, **cfg: Any) -> Any:
     from agent_rl.rollout.backends.hf import HfBackend
-    from agent_rl.rollout.engine import EngineConfig, RolloutEngine
+    from agent_rl.rollout.config import RolloutConfig
+    from agent_rl.rollout.engine import RolloutEngine
     from agent_rl.rollout.render import ChatRenderer
 
-    config = EngineConfig(ignore_eos=True, check_drift=False, max_total_tokens=100_000, **cfg)
+    config = RolloutConfig(ignore_eos=True, check_drift=False, max_total_tokens=100_000, **cfg)
     return RolloutEngine(HfBackend(model, tokenizer.pad_token_id), ChatRenderer(tokenizer), make_env_class(), config)
 
 
 def specs(n: int, **options: Any) -> list[Any]:
-    from agent_rl.rollout.engine import EpisodeSpec
+    from agent_rl.rollout.episode import EpisodeSpec
 
     return [EpisodeSpec(seed=i, group_id=str(i), options=options) for i in range(n)]
 

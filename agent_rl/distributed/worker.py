@@ -28,7 +28,9 @@ from agent_rl.rollout.backends.base import (
     GenerationResult,
     InferenceBackend,
 )
-from agent_rl.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine
+from agent_rl.rollout.config import RolloutConfig
+from agent_rl.rollout.engine import RolloutEngine
+from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.types import Trajectory
 
 # event-loop turns a batch waits for other runs' requests that are ready right now
@@ -143,7 +145,7 @@ class RolloutWorker:
     """Runs batches of episodes concurrently on one backend; takes weight updates at any time."""
 
     def __init__(
-        self, backend: InferenceBackend, renderer: Any, make_env: Any, engine_cfg: EngineConfig, partial_rollouts: bool = True
+        self, backend: InferenceBackend, renderer: Any, make_env: Any, engine_cfg: RolloutConfig, partial_rollouts: bool = True
     ):
         self.shared = SharedBackend(backend, partial_rollouts)
         self.renderer = renderer

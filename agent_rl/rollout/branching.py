@@ -12,12 +12,24 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from typing import TYPE_CHECKING, Any
+from collections import Counter
+from typing import Any, Protocol
 
+from agent_rl.rollout.episode import Episode
+from agent_rl.rollout.render import ChatRenderer
 from agent_rl.types import InfraError, StopReason, Trajectory
 
-if TYPE_CHECKING:
-    from agent_rl.rollout.engine import RolloutEngine, _Episode
+
+class ForkHost(Protocol):
+    """What a replay uses of the engine that forks (``RolloutEngine``)."""
+
+    renderer: ChatRenderer
+    metrics: Counter[str]
+    cfg: Any
+
+    async def env_call(self, env: Any, name: str, *args: Any, **kwargs: Any) -> Any: ...
+
+    def observation(self, ep: Episode, obs: list[dict], turn_ended_with_stop: bool) -> list[int]: ...
 
 
 def branch_turn(trajectory: Trajectory, at_token: int) -> int:
@@ -44,9 +56,7 @@ class SharedReplay:
         self.result: asyncio.Future[tuple[Any, dict[str, Any]] | None] = asyncio.get_running_loop().create_future()
 
 
-async def replay_prefix(
-    engine: RolloutEngine, ep: _Episode, parent: Trajectory, at_token: int, k: int, shared: SharedReplay
-) -> None:
+async def replay_prefix(host: ForkHost, ep: Episode, parent: Trajectory, at_token: int, k: int, shared: SharedReplay) -> None:
     """Set ``ep`` (a fresh episode with an env) to the parent's state at ``at_token`` in turn ``k``."""
     ep.parent_id, ep.branch_point = parent.episode_id, at_token
     ep.info.update({key: copy.deepcopy(v) for key, v in parent.info.items() if key in _KEPT_INFO})
@@ -58,51 +68,41 @@ async def replay_prefix(
     try:
         restored = None if leader or not snapshots else await shared.result
         if restored is not None:
-            await engine.env_call(ep.env, "restore", restored[0])
-            vars(ep).update(copy.deepcopy(restored[1]))
-            engine.metrics["fork/restored"] += 1
+            await host.env_call(ep.env, "restore", restored[0])
+            ep.set_conversation(restored[1])
+            host.metrics["fork/restored"] += 1
         else:
-            await _replay(engine, ep, parent, k)
-            engine.metrics["fork/replayed"] += 1
+            await _replay(host, ep, parent, k)
+            host.metrics["fork/replayed"] += 1
         if leader and not shared.result.done():
-            state = {key: getattr(ep, key) for key in ("messages", "tools", "state_key", "reward")}
-            shared.result.set_result((await engine.env_call(ep.env, "snapshot"), state) if snapshots else None)
+            shared.result.set_result((await host.env_call(ep.env, "snapshot"), ep.conversation()) if snapshots else None)
     except Exception as e:  # noqa: BLE001 - env failures end the child, never the run
         if leader and not shared.result.done():
             shared.result.set_result(None)  # the others replay for themselves
         ep.fail(StopReason.INFRA_ERROR if isinstance(e, InfraError) else StopReason.ENV_ERROR, f"fork replay: {e!r}")
         return
-    ep.task_id = parent.task_id
-    ep.token_ids = list(parent.token_ids_T[:at_token])
-    ep.loss_mask = list(parent.loss_mask_T[:at_token])
-    ep.logprobs = list(parent.rollout_logprobs_T[:at_token])
-    ep.topk_ids = [list(c) for c in (parent.topk_ids_TK or [[]] * len(parent.token_ids_T))[:at_token]]
-    ep.topk_logprobs = [list(c) for c in (parent.topk_logprobs_TK or [[]] * len(parent.token_ids_T))[:at_token]]
-    ep.turns = [copy.deepcopy(u) for u in parent.turns_N[:k]]
     branching = parent.turns_N[k]
-    ep.turn_start, ep.requests_in_turn = branching.start, 0
-    ep.context_ids = list(branching.prompt_ids) if branching.prompt_ids is not None else None
-    if engine.cfg.layout == "per_turn" and ep.context_ids is None:
-        ep.context_ids = engine.renderer.prompt_ids(ep.messages, ep.tools)
-    ep.generated = sum(ep.loss_mask)
-    ep.interrupted = any(0 in parent.loss_mask_T[u.start : min(u.end, at_token)] for u in parent.turns_N[: k + 1])
+    context_ids = list(branching.prompt_ids) if branching.prompt_ids is not None else None
+    if host.cfg.layout == "per_turn" and context_ids is None:
+        context_ids = host.renderer.prompt_ids(ep.messages, ep.tools)
+    ep.start_from_prefix(parent, at_token, k, context_ids)
 
 
-async def _replay(engine: RolloutEngine, ep: _Episode, parent: Trajectory, k: int) -> None:
+async def _replay(host: ForkHost, ep: Episode, parent: Trajectory, k: int) -> None:
     """Reset with the parent's seed and options, then step with its first ``k`` turns' texts."""
     info = parent.info
-    obs, reset_info = await engine.env_call(ep.env, "reset", seed=info.get("seed"), options=info.get("options") or {})
+    obs, reset_info = await host.env_call(ep.env, "reset", seed=info.get("seed"), options=info.get("options") or {})
     ep.messages, ep.tools = list(obs), reset_info.get("tools")
     ep.state_key = reset_info.get("state_key")
     for j, turn in enumerate(parent.turns_N[:k]):
-        text = engine.renderer.assistant_text(parent.token_ids_T[turn.start : turn.end])
-        obs, reward, terminated, truncated, step_info = await engine.env_call(ep.env, "step", text)
+        text = host.renderer.assistant_text(parent.token_ids_T[turn.start : turn.end])
+        obs, reward, terminated, truncated, step_info = await host.env_call(ep.env, "step", text)
         if terminated or truncated:
             raise RuntimeError(f"replayed turn {j} ended the episode; the parent went on (a non-deterministic env?)")
         ep.messages = ep.messages + [{"role": "assistant", "content": text}]
-        ended_with_stop = parent.token_ids_T[turn.end - 1] in engine.renderer.stop_token_ids
-        obs_ids = engine.observation(ep, list(obs), ended_with_stop)
-        engine.metrics["fork/replay_drift"] += int(obs_ids != parent.token_ids_T[turn.obs_start : turn.obs_end])
+        ended_with_stop = parent.token_ids_T[turn.end - 1] in host.renderer.stop_token_ids
+        obs_ids = host.observation(ep, list(obs), ended_with_stop)
+        host.metrics["fork/replay_drift"] += int(obs_ids != parent.token_ids_T[turn.obs_start : turn.obs_end])
         ep.state_key = step_info.get("state_key")
         ep.reward += float(reward)
 

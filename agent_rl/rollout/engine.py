@@ -10,7 +10,7 @@ a ``StopReason``; env and infrastructure failures get ``reward=None`` and are ne
 failures. Each request carries a seed derived from the episode's sampling seed and the turn, so an
 episode samples the same tokens whatever else runs beside it.
 
-Layouts (``EngineConfig.layout``): ``concat`` sends the stored ids (prompt + turns + observations)
+Layouts (``RolloutConfig.layout``): ``concat`` sends the stored ids (prompt + turns + observations)
 as each turn's prompt; ``per_turn`` re-renders the conversation with the chat template before each
 turn and sends that (what a template that rewrites history, e.g. drops earlier thinking, shows the
 model); it is recorded in ``Turn.prompt_ids`` and each turn becomes its own training sample.
@@ -21,11 +21,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import gymnasium as gym
 
@@ -36,139 +34,11 @@ from agent_rl.rollout.backends.base import (
     InferenceBackend,
 )
 from agent_rl.rollout.branching import SharedReplay, branch_turn, replay_prefix
+from agent_rl.rollout.config import RolloutConfig
+from agent_rl.rollout.episode import Episode, EpisodeSpec
 from agent_rl.rollout.render import ChatRenderer
 from agent_rl.rollout.scheduler import GenerationScheduler
 from agent_rl.types import InfraError, StopReason, Trajectory, Turn
-
-LAYOUTS = ("concat", "per_turn")
-
-
-@dataclass
-class EpisodeSpec:
-    """What to run: the env is reset with ``seed`` and ``options`` (same seed = same task).
-
-    ``sample_seed`` seeds the policy's sampling; None derives it from the run's seed and the spec's
-    position, so the G copies of one task in a group sample differently.
-    """
-
-    seed: int
-    group_id: str
-    options: dict[str, Any] = field(default_factory=dict)
-    sample_seed: int | None = None
-
-
-@dataclass
-class EngineConfig:
-    max_turns: int = 4
-    max_new_tokens: int = 64  # per assistant turn
-    max_total_tokens: int = 1024  # the stored episode (concat ids); per_turn also caps each turn's context + its tokens
-    max_tool_response_tokens: int | None = None  # None: the renderer's own limit
-    temperature: float = 1.0
-    top_p: float = 1.0
-    concurrency: int = 64  # episodes in flight at once
-    max_batch_requests: int | None = None  # requests per backend call (None: all that wait)
-    check_drift: bool = True
-    ignore_eos: bool = False
-    topk: int = 0  # record the sampler's top-k candidates of every generated token
-    layout: Literal["concat", "per_turn"] = "concat"
-    # ScaleRL forced interruption (set by the ``forced_interruption`` filter): after this many
-    # generated tokens, ``interrupt_message`` is appended (mask 0) inside the assistant's turn and
-    # it may generate ``answer_budget_tokens`` more before the turn is cut.
-    think_budget_tokens: int | None = None
-    answer_budget_tokens: int = 0
-    interrupt_message: str = ""
-
-    def __post_init__(self) -> None:
-        if self.layout not in LAYOUTS:
-            raise ValueError(f"rollout.layout: unknown layout '{self.layout}'; allowed: {', '.join(LAYOUTS)}")
-        if self.concurrency < 1:
-            raise ValueError(f"rollout.concurrency must be >= 1, got {self.concurrency}")
-        if self.max_batch_requests is not None and self.max_batch_requests < 1:
-            raise ValueError(f"rollout.max_batch_requests must be >= 1 or null, got {self.max_batch_requests}")
-
-    @classmethod
-    def from_rollout(cls, cfg: Any, temperature: float | None = None, **extra: Any) -> EngineConfig:
-        return cls(
-            **extra,
-            max_turns=cfg.max_turns,
-            max_new_tokens=cfg.max_new_tokens,
-            max_total_tokens=cfg.max_total_tokens,
-            max_tool_response_tokens=cfg.max_tool_response_tokens,
-            temperature=cfg.temperature if temperature is None else temperature,
-            top_p=cfg.top_p,
-            concurrency=cfg.concurrency,
-            max_batch_requests=cfg.max_batch_requests,
-            ignore_eos=cfg.ignore_eos,
-            topk=cfg.topk,
-            layout=cfg.layout,
-        )
-
-
-class _Episode:
-    def __init__(self, spec: EpisodeSpec, sample_seed: int):
-        self.spec = spec
-        self.sample_seed = sample_seed
-        self.env: gym.Env | None = None
-        self.episode_id = uuid.uuid4().hex[:12]
-        self.messages: list[dict] = []
-        self.tools: list[dict] | None = None
-        self.task_id = ""
-        self.token_ids: list[int] = []
-        self.loss_mask: list[int] = []
-        self.logprobs: list[float] = []
-        self.topk_ids: list[list[int]] = []  # filled only when the engine records top-k
-        self.topk_logprobs: list[list[float]] = []
-        self.turns: list[Turn] = []
-        self.reward = 0.0
-        self.stop: StopReason | None = None
-        self.state_key: str | None = None
-        self.info: dict[str, Any] = {}
-        self.generated = 0  # policy tokens so far (for the forced-interruption budget)
-        self.interrupted = False
-        self.turn_start: int | None = None  # set while an assistant turn goes on over several requests
-        self.context_ids: list[int] | None = None  # per_turn: the rendered context of the current turn
-        self.requests_in_turn = 0
-        self.parent_id: str | None = None
-        self.branch_point: int | None = None
-
-    def append(
-        self,
-        ids: list[int],
-        mask: int,
-        logprobs: list[float] | None = None,
-        topk: tuple[list[list[int]], list[list[float]]] | None = None,
-    ) -> None:
-        self.token_ids += ids
-        self.loss_mask += [mask] * len(ids)
-        self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
-        if topk is not None:
-            self.topk_ids += topk[0]
-            self.topk_logprobs += topk[1]
-        else:
-            self.topk_ids += [[] for _ in ids]
-            self.topk_logprobs += [[] for _ in ids]
-
-    def fail(self, stop: StopReason, error: str) -> None:
-        self.stop, self.info["error"] = stop, error
-
-    def trajectory(self) -> Trajectory:
-        failed = self.stop in (StopReason.ENV_ERROR, StopReason.INFRA_ERROR)
-        return Trajectory(
-            task_id=self.task_id,
-            group_id=self.spec.group_id,
-            episode_id=self.episode_id,
-            token_ids_T=self.token_ids,
-            loss_mask_T=self.loss_mask,
-            rollout_logprobs_T=self.logprobs,
-            turns_N=self.turns,
-            reward=None if failed else self.reward,
-            stop_reason=self.stop or StopReason.DONE,
-            topk_ids_TK=self.topk_ids if any(self.topk_ids) else None,
-            topk_logprobs_TK=self.topk_logprobs if any(self.topk_ids) else None,
-            parent_id=self.parent_id,
-            branch_point=self.branch_point,
-            info=self.info,
-        )
 
 
 async def call_env(env: gym.Env, name: str, *args: Any, pool: ThreadPoolExecutor | None = None, **kwargs: Any) -> Any:
@@ -180,7 +50,7 @@ async def call_env(env: gym.Env, name: str, *args: Any, pool: ThreadPoolExecutor
 
 
 class RolloutEngine:
-    def __init__(self, backend: InferenceBackend, renderer: ChatRenderer, make_env: Any, cfg: EngineConfig):
+    def __init__(self, backend: InferenceBackend, renderer: ChatRenderer, make_env: Any, cfg: RolloutConfig):
         self.backend = backend
         self.renderer = renderer
         self.make_env = make_env  # () -> gym.Env
@@ -212,7 +82,7 @@ class RolloutEngine:
         Episode i samples with ``spec.sample_seed`` or else ``derive_seed(seed, "episode", i)``.
         """
         episodes = [
-            _Episode(s, s.sample_seed if s.sample_seed is not None else derive_seed(seed, "episode", i))
+            Episode(s, s.sample_seed if s.sample_seed is not None else derive_seed(seed, "episode", i))
             for i, s in enumerate(specs)
         ]
         await self._run_episodes(episodes, [self._reset] * len(episodes))
@@ -247,7 +117,7 @@ class RolloutEngine:
             group_id=group_id if group_id is not None else trajectory.group_id,
             options=trajectory.info.get("options") or {},
         )
-        episodes = [_Episode(spec, derive_seed(seed, trajectory.episode_id, at_token, i)) for i in range(n)]
+        episodes = [Episode(spec, derive_seed(seed, trajectory.episode_id, at_token, i)) for i in range(n)]
         shared = SharedReplay()
         await self._run_episodes(episodes, [lambda ep: replay_prefix(self, ep, trajectory, at_token, k, shared)] * n)
         return [ep.trajectory() for ep in episodes]
@@ -268,10 +138,10 @@ class RolloutEngine:
             self._loop_state = (loop, scheduler, asyncio.Semaphore(self.cfg.concurrency))
         return self._loop_state[1], self._loop_state[2]
 
-    async def _run_episodes(self, episodes: list[_Episode], starters: list[Any]) -> None:
+    async def _run_episodes(self, episodes: list[Episode], starters: list[Any]) -> None:
         scheduler, slots = self._shared()
 
-        async def one(ep: _Episode, start: Any) -> None:
+        async def one(ep: Episode, start: Any) -> None:
             async with slots:
                 ep.env = self._idle_envs.pop() if self._idle_envs else self.make_env()
                 try:
@@ -284,7 +154,7 @@ class RolloutEngine:
 
         await asyncio.gather(*(one(ep, s) for ep, s in zip(episodes, starters, strict=True)))
 
-    async def _step(self, ep: _Episode, scheduler: GenerationScheduler) -> None:
+    async def _step(self, ep: Episode, scheduler: GenerationScheduler) -> None:
         """One generation request of ``ep``, then (when its turn is over) the env's answer."""
         request = self._request(ep)
         try:
@@ -294,7 +164,7 @@ class RolloutEngine:
             return
         await self._turn(ep, result, len(request.prompt_ids))
 
-    async def _reset(self, ep: _Episode) -> None:
+    async def _reset(self, ep: Episode) -> None:
         try:
             obs, info = await self.env_call(ep.env, "reset", seed=ep.spec.seed, options=ep.spec.options)
         except Exception as e:  # noqa: BLE001 - env failures end the episode, never the run
@@ -309,7 +179,7 @@ class RolloutEngine:
             ep.info.update(teacher_context=info["teacher_context"], prompt_messages=ep.messages, tools=ep.tools)
         ep.append(self.renderer.prompt_ids(ep.messages, ep.tools), mask=0)
 
-    def _request(self, ep: _Episode) -> GenerationRequest:
+    def _request(self, ep: Episode) -> GenerationRequest:
         if ep.turn_start is None:  # a new assistant turn
             ep.turn_start, ep.requests_in_turn = len(ep.token_ids), 0
             if self.cfg.layout == "per_turn":
@@ -336,7 +206,7 @@ class RolloutEngine:
             seed=seed,
         )
 
-    def _interrupt(self, ep: _Episode, res: GenerationResult) -> bool:
+    def _interrupt(self, ep: Episode, res: GenerationResult) -> bool:
         """Append the interruption message inside the turn when the thinking budget ran out."""
         budget = self.cfg.think_budget_tokens
         if budget is None or ep.interrupted or res.finish_reason != "length" or ep.generated < budget:
@@ -347,7 +217,7 @@ class RolloutEngine:
         self.metrics["rollout/forced_interruptions"] += 1
         return self.cfg.answer_budget_tokens > 0
 
-    async def _turn(self, ep: _Episode, res: GenerationResult, prompt_len: int) -> None:
+    async def _turn(self, ep: Episode, res: GenerationResult, prompt_len: int) -> None:
         topk = (res.topk_ids, res.topk_logprobs) if res.topk_ids is not None else None
         ep.append(res.token_ids, mask=1, logprobs=res.logprobs, topk=topk)
         ep.generated += len(res.token_ids)
@@ -391,7 +261,7 @@ class RolloutEngine:
             drift = self.renderer.drift(ep.token_ids, ep.messages, ep.tools)
             self.metrics["render_drift"] += int(drift)
 
-    def observation(self, ep: _Episode, obs: list[dict], turn_ended_with_stop: bool) -> list[int]:
+    def observation(self, ep: Episode, obs: list[dict], turn_ended_with_stop: bool) -> list[int]:
         """Truncate the observation's tool responses, add it to ``ep.messages``; its token ids."""
         obs, cut = self.renderer.truncate_observation(obs, self.cfg.max_tool_response_tokens)
         self.metrics["obs/truncated"] += cut

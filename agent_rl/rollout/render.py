@@ -13,9 +13,8 @@ from typing import Any
 
 
 class ChatRenderer:
-    def __init__(self, tokenizer: Any, max_tool_response_tokens: int | None = None):
+    def __init__(self, tokenizer: Any):
         self.tokenizer = tokenizer
-        self.max_tool_response_tokens = max_tool_response_tokens
         eos = tokenizer.eos_token
         if eos is None:
             raise ValueError("the tokenizer has no eos_token: cannot tell where an assistant turn ends")
@@ -42,12 +41,9 @@ class ChatRenderer:
             sampled_ids = sampled_ids[:-1]
         return self.decode(sampled_ids)
 
-    def truncate_observation(self, messages: list[dict], limit: int | None = None) -> tuple[list[dict], int]:
-        """Cut tool responses longer than ``limit`` tokens (default: ``max_tool_response_tokens``),
+    def truncate_observation(self, messages: list[dict], limit: int) -> tuple[list[dict], int]:
+        """Cut tool responses longer than ``limit`` tokens (``rollout.max_tool_response_tokens``),
         ending them with a visible marker; returns the messages and how many were cut."""
-        limit = self.max_tool_response_tokens if limit is None else limit
-        if limit is None:
-            return messages, 0
         out, cut = [], 0
         for m in messages:
             ids = self.encode(m.get("content") or "")

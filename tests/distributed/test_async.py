@@ -9,7 +9,8 @@ import pytest
 from agent_rl.distributed import staleness
 from agent_rl.distributed.weights import cpu_state_dict
 from agent_rl.distributed.worker import RolloutWorker
-from agent_rl.rollout.engine import EngineConfig, EpisodeSpec
+from agent_rl.rollout.config import RolloutConfig
+from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.trainer import Trainer
 from agent_rl.types import StopReason, Trajectory, Turn
 from tests.distributed.conftest import small_config
@@ -84,7 +85,7 @@ def test_weights_swap_at_turn_boundaries(tiny_model_dir, partial):
          "env.options={inner: agent_rl/Arithmetic-v0, inner_options: {max_turns: 2}, latency_min_s: 1.5, latency_max_s: 1.5}"],
     )
     c = Components(cfg)
-    worker = RolloutWorker(c.backend, c.renderer, c.make_env, EngineConfig.from_rollout(cfg.rollout), partial_rollouts=partial)
+    worker = RolloutWorker(c.backend, c.renderer, c.make_env, cfg.rollout, partial_rollouts=partial)
     specs = [EpisodeSpec(seed=i, group_id="g") for i in range(3)]
 
     async def scenario():

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from agent_rl.distributed.buffer import AsyncRolloutSource, LoopThread, Plan, staleness
-from agent_rl.rollout.engine import EpisodeSpec
+from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.trainer import Trainer
 from agent_rl.types import StopReason, Trajectory, Turn
 from tests.distributed.conftest import small_config

@@ -12,7 +12,9 @@ from agent_rl.learner.logprobs import token_logprobs
 from agent_rl.rollout.backends.hf import load_model
 from agent_rl.rollout.backends.scripted import ScriptedBackend
 from agent_rl.rollout.batching import make_batch
-from agent_rl.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine
+from agent_rl.rollout.config import RolloutConfig
+from agent_rl.rollout.engine import RolloutEngine
+from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.rollout.render import ChatRenderer
 from agent_rl.types import InfraError, StopReason, TrajectoryGroup
 
@@ -26,7 +28,7 @@ def model(tiny_model_dir):
 
 def engine_for(model, tok, env=EchoEnv, **cfg):
     cfg = {"max_turns": 3, "max_new_tokens": 8, "temperature": TEMPERATURE, **cfg}
-    return RolloutEngine(RecordingBackend(model, tok.pad_token_id), ChatRenderer(tok), env, EngineConfig(**cfg))
+    return RolloutEngine(RecordingBackend(model, tok.pad_token_id), ChatRenderer(tok), env, RolloutConfig(**cfg))
 
 
 def echo_specs(n: int, latency: float, turns: int = 3) -> list[EpisodeSpec]:
@@ -92,7 +94,7 @@ class FailingBackend(ScriptedBackend):
 def test_backend_failure_ends_only_the_episodes_of_that_call(tiny_tokenizer):
     tok = tiny_tokenizer
     backend = FailingBackend(lambda m, rng: "7", tok, fail_call=2)
-    engine = RolloutEngine(backend, ChatRenderer(tok), AsyncEchoEnv, EngineConfig(max_turns=3))
+    engine = RolloutEngine(backend, ChatRenderer(tok), AsyncEchoEnv, RolloutConfig(max_turns=3))
     # tasks 0-3 answer at once, tasks 4-7 after up to 300 ms: the second call holds 0-3 only
     specs = [EpisodeSpec(seed=i, group_id=f"g{i}", options={"turns": 3, "latency": 0.3 * (i >= 4)}) for i in range(8)]
     trajectories = engine.run_sync(specs)
@@ -150,7 +152,7 @@ def test_fork_at_a_turn_boundary_with_a_deterministic_policy_reproduces_the_pare
     prefix make each child's episode the parent's, token for token."""
     tok = tiny_tokenizer
     policy = lambda messages, rng: str(sum(m["role"] == "assistant" for m in messages))
-    engine = RolloutEngine(ScriptedBackend(policy, tok), ChatRenderer(tok), env, EngineConfig(max_turns=4))
+    engine = RolloutEngine(ScriptedBackend(policy, tok), ChatRenderer(tok), env, RolloutConfig(max_turns=4))
     [parent] = engine.run_sync([EpisodeSpec(seed=5, group_id="g", options={"turns": 4})])
     children = engine.fork_sync(parent, parent.turns_N[2].start, n=3, group_id="branches")
     engine.close()
@@ -167,21 +169,21 @@ def test_fork_at_a_turn_boundary_with_a_deterministic_policy_reproduces_the_pare
 def test_max_batch_requests_caps_each_backend_call(tiny_tokenizer):
     tok = tiny_tokenizer
     backend = FailingBackend(lambda m, rng: "7", tok, fail_call=0)
-    engine = RolloutEngine(backend, ChatRenderer(tok), AsyncEchoEnv, EngineConfig(max_turns=2, max_batch_requests=3))
+    engine = RolloutEngine(backend, ChatRenderer(tok), AsyncEchoEnv, RolloutConfig(max_turns=2, max_batch_requests=3))
     trajectories = engine.run_sync([EpisodeSpec(seed=i, group_id="g", options={"turns": 2}) for i in range(8)])
     engine.close()
     # 16 requests in calls of 3, 3, 2 per turn wave (or finer when episodes arrive apart)
     assert max(map(len, backend.batches)) == 3 and sum(map(len, backend.batches)) == 16
     assert all(t.stop_reason == StopReason.DONE for t in trajectories)
     with pytest.raises(ValueError, match="rollout.max_batch_requests"):
-        EngineConfig(max_batch_requests=0)
+        RolloutConfig(max_batch_requests=0)
 
 
 def test_concurrent_forks_and_runs_share_backend_calls(tiny_tokenizer):
     """``gather(fork(...), run(...))`` on one engine (what branch credit methods do): one batch."""
     tok = tiny_tokenizer
     backend = FailingBackend(lambda m, rng: "7", tok, fail_call=0)
-    engine = RolloutEngine(backend, ChatRenderer(tok), AsyncEchoEnv, EngineConfig(max_turns=2))
+    engine = RolloutEngine(backend, ChatRenderer(tok), AsyncEchoEnv, RolloutConfig(max_turns=2))
     [parent] = engine.run_sync([EpisodeSpec(seed=1, group_id="g", options={"turns": 2})])
     fresh = [EpisodeSpec(seed=2, group_id="h", options={"turns": 2})] * 3
 

@@ -10,7 +10,9 @@ from rollout_helpers import DROP_THINKING_TEMPLATE, EchoEnv, pieces
 
 from agent_rl.rollout.backends.scripted import ScriptedBackend
 from agent_rl.rollout.batching import make_batch, per_turn_batch, turn_rows
-from agent_rl.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine
+from agent_rl.rollout.config import RolloutConfig
+from agent_rl.rollout.engine import RolloutEngine
+from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.rollout.render import ChatRenderer
 from agent_rl.types import TrajectoryGroup
 
@@ -41,7 +43,7 @@ def rewriting_tokenizer(tiny_tokenizer):
 
 def rollout(tok, layout):
     backend = RecordingScripted(thinking_policy, tok)
-    engine = RolloutEngine(backend, ChatRenderer(tok), EchoEnv, EngineConfig(max_turns=3, layout=layout))
+    engine = RolloutEngine(backend, ChatRenderer(tok), EchoEnv, RolloutConfig(max_turns=3, layout=layout))
     [traj] = engine.run_sync([EpisodeSpec(seed=5, group_id="g", options={"turns": 3})])
     engine.close()
     return traj, backend, engine.metrics["render_drift"]
@@ -100,7 +102,7 @@ def test_turn_rows_maps_concat_values_onto_per_turn_rows(rewriting_tokenizer):
 
 def test_unknown_layout_names_the_allowed_ones(tiny_tokenizer):
     with pytest.raises(ValueError, match="rollout.layout.*concat, per_turn"):
-        EngineConfig(layout="packed")
+        RolloutConfig(layout="packed")
 
 
 def test_per_turn_batch_carries_advantages_and_the_credit_mask(rewriting_tokenizer):

@@ -7,7 +7,9 @@ from rollout_helpers import EchoEnv, pieces
 
 from agent_rl.rollout.backends.scripted import ScriptedBackend
 from agent_rl.rollout.batching import make_batch
-from agent_rl.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine
+from agent_rl.rollout.config import RolloutConfig
+from agent_rl.rollout.engine import RolloutEngine
+from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.rollout.render import ChatRenderer
 from agent_rl.types import StopReason, TrajectoryGroup
 
@@ -23,7 +25,7 @@ def digit_policy(messages, rng):
 
 
 def run(tok, turns: int, **options):
-    engine = RolloutEngine(ScriptedBackend(digit_policy, tok), ChatRenderer(tok), EchoEnv, EngineConfig(max_turns=turns))
+    engine = RolloutEngine(ScriptedBackend(digit_policy, tok), ChatRenderer(tok), EchoEnv, RolloutConfig(max_turns=turns))
     [traj] = engine.run_sync([EpisodeSpec(seed=5, group_id="g", options={"turns": turns, **options})])
     engine.close()
     return traj, engine.metrics
@@ -78,7 +80,7 @@ def test_ten_turns(tiny_tokenizer):
 def test_max_turns_truncates(tiny_tokenizer, layout):
     """The env would go on for 5 turns; the engine's budget of 2 ends it as MAX_TURNS (not DONE)."""
     tok = tiny_tokenizer
-    cfg = EngineConfig(max_turns=2, layout=layout)
+    cfg = RolloutConfig(max_turns=2, layout=layout)
     engine = RolloutEngine(ScriptedBackend(digit_policy, tok), ChatRenderer(tok), EchoEnv, cfg)
     [traj] = engine.run_sync([EpisodeSpec(seed=5, group_id="g", options={"turns": 5})])
     assert traj.stop_reason == StopReason.MAX_TURNS and traj.reward == 0.0 and len(traj.turns_N) == 2
@@ -87,7 +89,7 @@ def test_max_turns_truncates(tiny_tokenizer, layout):
 
 def test_long_tool_response_is_cut_with_a_marker(tiny_tokenizer):
     tok = tiny_tokenizer
-    cfg = EngineConfig(max_turns=2, max_tool_response_tokens=4)
+    cfg = RolloutConfig(max_turns=2, max_tool_response_tokens=4)
     engine = RolloutEngine(ScriptedBackend(digit_policy, tok), ChatRenderer(tok), EchoEnv, cfg)
     [traj] = engine.run_sync([EpisodeSpec(seed=5, group_id="g", options={"turns": 2, "obs": "1234567890"})])
     obs = traj.turns_N[0]
@@ -101,7 +103,7 @@ def test_long_tool_response_is_cut_with_a_marker(tiny_tokenizer):
 def test_max_total_tokens_ends_before_an_observation_that_does_not_fit(tiny_tokenizer):
     """PROMPT (9) + turn (2) + OBS (15) = 26 tokens > 20: MAX_TOKENS after the first turn."""
     tok = tiny_tokenizer
-    cfg = EngineConfig(max_turns=3, max_total_tokens=20)
+    cfg = RolloutConfig(max_turns=3, max_total_tokens=20)
     engine = RolloutEngine(ScriptedBackend(digit_policy, tok), ChatRenderer(tok), EchoEnv, cfg)
     [traj] = engine.run_sync([EpisodeSpec(seed=5, group_id="g", options={"turns": 3})])
     assert traj.stop_reason == StopReason.MAX_TOKENS and len(traj.token_ids_T) == 11 and traj.reward == 0.0

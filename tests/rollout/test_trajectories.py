@@ -13,7 +13,9 @@ from agent_rl.learner.logprobs import token_logprobs
 from agent_rl.rollout.backends.hf import HfBackend, load_model
 from agent_rl.rollout.backends.scripted import ScriptedBackend
 from agent_rl.rollout.batching import make_batch
-from agent_rl.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine
+from agent_rl.rollout.config import RolloutConfig
+from agent_rl.rollout.engine import RolloutEngine
+from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.rollout.render import ChatRenderer
 from agent_rl.types import StopReason, TrajectoryGroup
 
@@ -33,8 +35,8 @@ def three_turn_policy(messages, rng):
 
 def test_three_turn_mask_is_exact(tiny_tokenizer):
     tok = tiny_tokenizer
-    renderer = ChatRenderer(tok, max_tool_response_tokens=64)
-    engine = RolloutEngine(ScriptedBackend(three_turn_policy, tok), renderer, make_env, EngineConfig(max_turns=5))
+    renderer = ChatRenderer(tok)
+    engine = RolloutEngine(ScriptedBackend(three_turn_policy, tok), renderer, make_env, RolloutConfig(max_turns=5, max_tool_response_tokens=64))
     [traj] = engine.run_sync([EpisodeSpec(seed=0, group_id="g", options=TASK)])
     engine.close()
     enc = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
@@ -102,7 +104,7 @@ def sampled(tiny_model_dir, tiny_tokenizer):
     model = load_model(str(tiny_model_dir))
     backend = RecordingBackend(model, tiny_tokenizer.pad_token_id)
     engine = RolloutEngine(
-        backend, ChatRenderer(tiny_tokenizer, 64), make_env, EngineConfig(max_turns=3, max_new_tokens=24, temperature=0.7)
+        backend, ChatRenderer(tiny_tokenizer), make_env, RolloutConfig(max_turns=3, max_new_tokens=24, temperature=0.7, max_tool_response_tokens=64)
     )
     trajectories = asyncio.run(engine.run([EpisodeSpec(seed=i // 2, group_id=str(i // 2)) for i in range(8)], seed=1))
     engine.close()
@@ -135,8 +137,10 @@ def test_learner_logprobs_match_sampler_at_version_0(sampled, tiny_tokenizer):
 def test_forced_interruption_injects_the_message_inside_the_turn(tiny_tokenizer):
     """ScaleRL: after 10 generated tokens the message (mask 0) is appended, then 8 more tokens."""
     tok = tiny_tokenizer
-    renderer = ChatRenderer(tok, 64)
-    cfg = EngineConfig(max_turns=1, think_budget_tokens=10, answer_budget_tokens=8, interrupt_message=" Time is up.")
+    renderer = ChatRenderer(tok)
+    cfg = RolloutConfig(
+        max_turns=1, think_budget_tokens=10, answer_budget_tokens=8, interrupt_message=" Time is up.", max_tool_response_tokens=64
+    )
     engine = RolloutEngine(ScriptedBackend(lambda m, r: CALL, tok), renderer, make_env, cfg)
     [traj] = engine.run_sync([EpisodeSpec(seed=0, group_id="g", options=TASK)])
     engine.close()

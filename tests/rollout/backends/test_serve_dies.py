@@ -18,7 +18,9 @@ import httpx
 from agent_rl.rollout.backends import BACKENDS
 from agent_rl.rollout.backends.hf import HfBackend, load_model
 from agent_rl.rollout.backends.openai_http import OpenAIBackend
-from agent_rl.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine
+from agent_rl.rollout.config import RolloutConfig
+from agent_rl.rollout.engine import RolloutEngine
+from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.rollout.render import ChatRenderer
 from agent_rl.types import StopReason
 from tests.conftest import ROOT, cli_env
@@ -45,8 +47,8 @@ class CountingEnv(gym.Env):
 
 
 def run_episodes(backend, tokenizer, on_step) -> list:
-    renderer = ChatRenderer(tokenizer, max_tool_response_tokens=32)
-    cfg = EngineConfig(max_turns=5, max_new_tokens=8, max_total_tokens=512, temperature=0.0)
+    renderer = ChatRenderer(tokenizer)
+    cfg = RolloutConfig(max_turns=5, max_new_tokens=8, max_total_tokens=512, temperature=0.0, max_tool_response_tokens=32)
     engine = RolloutEngine(backend, renderer, lambda: CountingEnv(on_step), cfg)
     specs = [EpisodeSpec(seed=i, group_id=f"g{i}", options={"turns": 1 if i < SHORT else 3}) for i in range(SHORT + LONG)]
     trajectories = engine.run_sync(specs, seed=0)
