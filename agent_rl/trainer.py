@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from agent_rl.algorithms.registry import AdvantageInputs
 from agent_rl.config import Config, CriticConfig
 from agent_rl.core.seeding import derive_seed
 from agent_rl.distributed import Plan, make_learner, make_rollout_source
+from agent_rl.distributed.weights import WeightSync
 from agent_rl.eval import evaluate
 from agent_rl.learner import checkpoint as ckpt
 from agent_rl.learner import fsdp, launch
@@ -31,7 +31,7 @@ from agent_rl.learner.teacher import (
 )
 from agent_rl.rollout.backends.hf import load_model
 from agent_rl.rollout.batching import make_batch, per_turn_batch, trainable_groups
-from agent_rl.rollout.engine import EpisodeSpec
+from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.runtime import (
     Components,
     make_policy_backend,
@@ -124,6 +124,7 @@ class Trainer:
         # where rollouts come from: this engine (local, synchronous) or workers producing ahead
         # (asynchronous within distributed.max_staleness; Ray actors with distributed.backend=ray)
         self.rollouts = make_rollout_source(cfg, self.components, self.engine, self._plan, self.plan.engine_options, self.learner.version)
+        self.weight_sync = WeightSync(self.components.model, self.components.backend, self.rollouts, self.rank, self.world)
         self.start_step = 0
         if resume:
             self._load_checkpoint()
@@ -197,8 +198,7 @@ class Trainer:
         metrics.update(self.learner.update(batch, advantages_BT, self.parts, step))
         if self.teacher is not None:
             self.teacher.update(self.components.model)
-        metrics.update(self._sync_weights())
-        self.rollouts.sync(self.components.model, self.learner.version)  # 4. weight broadcast to the samplers
+        metrics.update(self.weight_sync(self.learner.version))  # 4. the new weights to every sampler
         return metrics
 
     def _collect(self, step: int) -> tuple[list[Trajectory], list[TrajectoryGroup], dict[str, float]]:
@@ -229,18 +229,6 @@ class Trainer:
         metrics.update(rollout_metrics(trajectories))
         metrics.update(self.rollouts.metrics())
         return trajectories, trainable_groups(groups), metrics
-
-    def _sync_weights(self) -> dict[str, float]:
-        """The new policy version to the rollout backend: nothing to copy when the backend shares the
-        learner's module (colocated hf, one rank); otherwise the full state dict, gathered on rank 0
-        (a collective), for ``backend.update_weights`` (hf copy, HTTP ``agent-rl serve``, vLLM)."""
-        start = time.perf_counter()
-        backend = self.components.backend
-        shared = getattr(backend, "model", None) is self.components.model
-        state_dict = None if shared else fsdp.full_state_dict(self.components.model)
-        if self.rank == 0:
-            backend.update_weights(state_dict, self.learner.version)
-        return {"time/weight_sync_s": time.perf_counter() - start}
 
     def _frozen_initial_policy(self) -> torch.nn.Module:
         """The reference model: a frozen copy of the initial policy, sharded like it on several ranks."""
@@ -420,8 +408,7 @@ class Trainer:
         for k, v in trainer_state["states"].items():
             self.states[k].load_state_dict(v)
         self.start_step = trainer_state["step"]
-        self._sync_weights()
-        self.rollouts.sync(self.components.model, self.learner.version)
+        self.weight_sync(self.learner.version)
         self.log(f"resumed {self.run_dir} at step {self.start_step} (policy version {self.learner.version})")
 
 

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agent_rl.rollout.engine import EpisodeSpec
+from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.types import Trajectory
 
 
@@ -79,8 +79,8 @@ class WorkerGroup(Protocol):
 
     def handles(self) -> list[WorkerHandle]: ...
 
-    def broadcast(self, model: Any, version: int) -> None:
-        """Send the learner's weights with their version to every worker (called on the trainer's thread)."""
+    def broadcast(self, weights: dict[str, Any] | None, version: int) -> None:
+        """Send the learner's weights (a CPU copy) with their version to every worker (called on the trainer's thread)."""
         ...
 
     def is_worker_failure(self, error: BaseException) -> bool: ...
@@ -187,9 +187,11 @@ class AsyncRolloutSource:
         del self._planned[(step, round_)]
         return trajectories
 
-    def sync(self, model: Any, version: int) -> None:
+    needs_weights = True  # every worker samples from its own copy
+
+    def sync(self, weights: dict[str, Any] | None, version: int) -> None:
         """New weights: broadcast to every worker; the staleness bound is counted from ``version``."""
-        self.group.broadcast(model, version)
+        self.group.broadcast(weights, version)
         self.version = version
 
     def metrics(self) -> dict[str, float]:

@@ -20,9 +20,9 @@ import torch
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from agent_rl.distributed.weights import cpu_state_dict, weights_for_broadcast
+from agent_rl.distributed.weights import cpu_state_dict
 from agent_rl.distributed.worker import RolloutWorker
-from agent_rl.rollout.engine import EngineConfig, EpisodeSpec
+from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.types import Trajectory
 
 
@@ -62,7 +62,7 @@ class RolloutActor:
             components.backend,
             components.renderer,
             components.make_env,
-            EngineConfig.from_rollout(cfg.rollout, **engine_options),
+            cfg.rollout.with_options(**engine_options),
             partial_rollouts=cfg.distributed.partial_rollouts,
         )
 
@@ -161,8 +161,8 @@ class RayWorkerGroup:
         with self._lock:
             return list(self._handles)
 
-    def broadcast(self, model: Any, version: int) -> None:
-        ref = ray.put(weights_for_broadcast(model))  # one copy in the object store, read by every worker
+    def broadcast(self, weights: dict[str, Any], version: int) -> None:
+        ref = ray.put(weights)  # one copy in the object store, read by every worker
         with self._lock:
             self._latest = (ref, version)
             for h in self._handles:

@@ -2,7 +2,7 @@
 
     trajectories = source.rollout(step, round_, num_prompts)   # within the staleness bound
     ... batch -> advantages -> loss -> step ...
-    source.sync(model, learner.version)                         # weight broadcast
+    source.sync(weights, learner.version)                       # weight broadcast (``WeightSync``)
 
 ``distributed.backend: local`` with ``max_staleness: 0`` runs the trainer's own engine on the
 learner's module (colocated, synchronous: exactly the single-process loop). ``max_staleness > 0``
@@ -17,9 +17,9 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from agent_rl.distributed.buffer import AsyncRolloutSource, LoopThread, Plan
-from agent_rl.distributed.weights import weights_for_broadcast
 from agent_rl.distributed.worker import RolloutWorker
-from agent_rl.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine
+from agent_rl.rollout.engine import RolloutEngine
+from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.types import Trajectory
 
 
@@ -28,8 +28,11 @@ class RolloutSource(Protocol):
         """The trajectories of the plan for (step, round_), in plan order."""
         ...
 
-    def sync(self, model: Any, version: int) -> None:
-        """The learner took a step: its weights, now of ``version``, go to the samplers."""
+    needs_weights: bool  # its samplers hold their own copy of the weights
+
+    def sync(self, weights: dict[str, Any] | None, version: int) -> None:
+        """The learner took a step: its weights (gathered once by ``WeightSync``), now of ``version``,
+        go to the samplers (None when they need no copy)."""
         ...
 
     def metrics(self) -> dict[str, float]:
@@ -49,8 +52,10 @@ class LocalRolloutSource:
         plan = self.plan(step, round_, num_prompts)
         return self.engine.run_sync(plan.specs, seed=plan.seed)
 
-    def sync(self, model: Any, version: int) -> None:
-        self.engine.backend.update_weights(None, version)  # the same module: only the version moves
+    needs_weights = False  # the trainer's own backend, which ``WeightSync`` updates
+
+    def sync(self, weights: dict[str, Any] | None, version: int) -> None:
+        pass
 
     def metrics(self) -> dict[str, float]:
         out = {k: float(v) for k, v in self.engine.metrics.items()}
@@ -62,17 +67,15 @@ class LocalRolloutSource:
 
 
 class FollowerSource:
-    """Learner ranks other than 0 (which rolls out for all): they only join the weight gathering."""
+    """Learner ranks other than 0 (which rolls out for all); they join the weight gathering in ``WeightSync``."""
 
-    def __init__(self, gathers: bool):
-        self.gathers = gathers
+    needs_weights = False
 
     def rollout(self, step: int, round_: int, num_prompts: int) -> list[Trajectory]:
         raise RuntimeError("only learner rank 0 rolls out")
 
-    def sync(self, model: Any, version: int) -> None:
-        if self.gathers:
-            weights_for_broadcast(model)
+    def sync(self, weights: dict[str, Any] | None, version: int) -> None:
+        pass
 
     def metrics(self) -> dict[str, float]:
         return {}
@@ -105,7 +108,7 @@ class LocalWorkerGroup:
             backend,
             components.renderer,
             components.make_env,
-            EngineConfig.from_rollout(cfg.rollout, **engine_options),
+            cfg.rollout.with_options(**engine_options),
             partial_rollouts=cfg.distributed.partial_rollouts,
         )
         self.slots_per_worker = max(1, cfg.rollout.concurrency // cfg.rollout.group_size)
@@ -114,8 +117,8 @@ class LocalWorkerGroup:
     def handles(self) -> list[_LocalHandle]:
         return [self._handle]
 
-    def broadcast(self, model: Any, version: int) -> None:
-        self.loop.soon(self.worker.update_weights, weights_for_broadcast(model), version)
+    def broadcast(self, weights: dict[str, Any], version: int) -> None:
+        self.loop.soon(self.worker.update_weights, weights, version)
 
     def is_worker_failure(self, error: BaseException) -> bool:
         return False  # an in-process worker does not die on its own: its errors stop the run
@@ -151,7 +154,7 @@ def make_rollout_source(
     d = cfg.distributed
     synchronous_local = d.backend == "local" and d.max_staleness == 0 and d.lookahead_steps in (None, 0) and not d.overprovision_groups
     if fsdp.rank_and_world()[0] > 0:
-        return FollowerSource(gathers=not synchronous_local)
+        return FollowerSource()
     if synchronous_local:
         return LocalRolloutSource(engine, plan)
     loop = LoopThread("rollout-buffer")
