@@ -18,7 +18,6 @@ from typing import Any
 
 from torch import Tensor
 
-from agent_rl.core.errors import InfraError as InfraError  # re-exported: it lived here first
 
 
 class StopReason(StrEnum):

@@ -15,9 +15,10 @@ import copy
 from collections import Counter
 from typing import Any, Protocol
 
+from agent_rl.core.errors import InfraError
 from agent_rl.rollout.episode import Episode
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.types import InfraError, StopReason, Trajectory
+from agent_rl.types import StopReason, Trajectory
 
 
 class ForkHost(Protocol):

@@ -27,6 +27,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from agent_rl.core.errors import InfraError
 from agent_rl.core.seeding import derive_seed
 from agent_rl.rollout.backends.base import (
     GenerationRequest,
@@ -38,7 +39,7 @@ from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.episode import Episode, EpisodeSpec
 from agent_rl.rollout.render import ChatRenderer
 from agent_rl.rollout.scheduler import GenerationScheduler
-from agent_rl.types import InfraError, StopReason, Trajectory, Turn
+from agent_rl.types import StopReason, Trajectory, Turn
 
 
 async def call_env(env: gym.Env, name: str, *args: Any, pool: ThreadPoolExecutor | None = None, **kwargs: Any) -> Any:

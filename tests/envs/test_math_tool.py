@@ -6,7 +6,7 @@ import gymnasium as gym
 import pytest
 
 import envs
-from agent_rl.types import InfraError
+from agent_rl.core.errors import InfraError
 from envs.math_tool.grading import grade
 from envs.math_tool.policies import mental_answer, oracle, weak_teacher
 from envs.math_tool.tasks import DIFFICULTIES, GENERATORS, generate, sample_problem

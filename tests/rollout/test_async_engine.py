@@ -16,7 +16,8 @@ from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.engine import RolloutEngine
 from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.types import InfraError, StopReason, TrajectoryGroup
+from agent_rl.core.errors import InfraError
+from agent_rl.types import StopReason, TrajectoryGroup
 
 TEMPERATURE = 0.9
 

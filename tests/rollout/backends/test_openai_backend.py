@@ -14,7 +14,7 @@ from agent_rl.rollout.backends import BACKENDS, GenerationRequest
 from agent_rl.rollout.backends.hf import HfBackend, load_model
 from agent_rl.rollout.backends.openai_http import OpenAIBackend, ServerUnavailableError
 from agent_rl.rollout.backends.server import bind, serve_in_thread
-from agent_rl.types import InfraError
+from agent_rl.core.errors import InfraError
 
 
 def backend(url: str, **cfg) -> OpenAIBackend:
