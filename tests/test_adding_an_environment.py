@@ -1,97 +1,117 @@
-"""docs/adding-an-environment.md: its example, run as written, as a user's plugin package."""
+"""docs/adding-an-environment.md, run as written: its files, its commands, its claims."""
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
+import subprocess
 import sys
 
 import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from agent_rl.config import load_config
 from agent_rl.envloader import load_plugins
-from agent_rl.eval import run_eval
-from tests.conftest import ROOT
+from tests.conftest import ROOT, cli_env
 
 GUIDE = ROOT / "docs" / "adding-an-environment.md"
 
-# a user's scripted policies for the example (the guide points to them as my_envs.policies:oracle)
-POLICIES = '''
-SOLUTIONS = {
-    "sum_sq": "def f(xs):\\n    return sum(x * x for x in xs)\\n",
-    "evens": "def f(xs):\\n    return [x for x in xs if x % 2 == 0]\\n",
-}
+
+def guide_files() -> dict[str, str]:
+    """The guide's python blocks by the file name on their first line (``# name.py: ...``)."""
+    blocks = re.findall(r"^```python\n# (\S+\.py)\b.*?\n(.*?)^```$", GUIDE.read_text(), re.DOTALL | re.MULTILINE)
+    files = {name: f"# {name}\n{body}" for name, body in blocks}
+    assert sorted(files) == ["listfun.py", "listfun_policies.py"]
+    return files
 
 
-def oracle(messages, rng=None):
-    task = "sum_sq" if "squares" in messages[0]["content"] else "evens"
-    return "```python\\n" + SOLUTIONS[task] + "```"
-
-
-def hack(messages, rng=None):  # claims success without computing anything, then leaves
-    return "```python\\nimport sys\\nprint('correct'); print('OK'); sys.exit(0)\\n```"
-'''
-
-
-def example_code() -> str:
-    blocks = re.findall(r"^```python\n(.*?)^```$", GUIDE.read_text(), re.DOTALL | re.MULTILINE)
-    assert len(blocks) == 1, "the guide has exactly one python block: the example"
-    return blocks[0]
+def guide_commands() -> list[str]:
+    """The guide's one bash block, one command per line (continuations joined)."""
+    [block] = re.findall(r"^```bash\n(.*?)^```$", GUIDE.read_text(), re.DOTALL | re.MULTILINE)
+    return [line for line in block.replace("\\\n", " ").splitlines() if line.strip()]
 
 
 @pytest.fixture(scope="module")
-def plugin(tmp_path_factory):
-    root = tmp_path_factory.mktemp("userpkg")
-    (root / "my_envs").mkdir()
-    (root / "my_envs" / "__init__.py").write_text("")
-    (root / "my_envs" / "listfun.py").write_text(example_code())
-    (root / "my_envs" / "policies.py").write_text(POLICIES)
-    sys.path.insert(0, str(root))
-    load_plugins(["my_envs.listfun"])  # what `env.plugins: [my_envs.listfun]` does
-    yield root
-    sys.path.remove(str(root))
+def workdir(tmp_path_factory):
+    """A user's working directory: the guide's two files and agent-rl's configs/."""
+    root = tmp_path_factory.mktemp("user")
+    for name, text in guide_files().items():
+        (root / name).write_text(text)
+    (root / "configs").symlink_to(ROOT / "configs")
+    return root
+
+
+@pytest.fixture(scope="module")
+def plugin(workdir):
+    sys.path.insert(0, str(workdir))
+    load_plugins(["listfun"])  # what `env.plugins: [listfun]` does
+    yield workdir
+    sys.path.remove(str(workdir))
 
 
 def test_the_example_fits_in_60_lines():
-    assert len(example_code().splitlines()) <= 60
+    assert len(guide_files()["listfun.py"].splitlines()) <= 60
 
 
 def test_check_env_and_episodes(plugin):
-    from my_envs.policies import hack, oracle
+    from listfun_policies import hack, oracle
 
-    env = gym.make("my_envs/ListFun-v0")
+    env = gym.make("listfun/ListFun-v0")
     try:
         check_env(env.unwrapped, skip_render_check=True)
-        seen = set()
-        for seed in range(6):
-            for policy, expected in ((oracle, 1.0), (hack, 0.0)):
-                obs, info = env.reset(seed=seed)
-                seen.add(info["task_id"])
-                obs, reward, terminated, _, step_info = env.step(policy(obs))
-                assert (reward, terminated, step_info["action_valid"]) == (expected, True, True)
-        assert seen == {"sum_sq", "evens"}
+        for split, tasks in (("train", {"sum_sq", "evens"}), ("test", {"rev", "top"})):
+            seen = set()
+            for seed in range(4):
+                for policy, expected in ((oracle, 1.0), (hack, 0.0)):
+                    obs, info = env.reset(seed=seed, options={"split": split})
+                    seen.add(info["task_id"])
+                    assert [t["function"]["name"] for t in info["tools"]] == ["python"]
+                    obs, reward, terminated, _, step_info = env.step(policy(obs))
+                    assert (reward, terminated, step_info["action_valid"]) == (expected, True, True)
+            assert seen == tasks
+        obs, info = env.reset(options={"task": "rev"})  # a replay of info["task"]
+        assert info["task_id"] == "rev" and env.step(oracle(obs))[1] == 1.0
         env.reset(seed=0)
         obs, reward, terminated, _, info = env.step("no code here")
         assert (reward, terminated, info["action_valid"]) == (0.0, False, False)
-        assert obs[0]["content"].startswith("error:")
+        assert obs[0]["content"].startswith("error: no tool call and no <answer>")
+        obs, _, _, truncated, info = env.step('<tool_call>{"name": "python", "arguments": {"code": "print(6 * 7)"}}</tool_call>')
+        assert obs == [{"role": "tool", "content": "42"}] and info["action_valid"] and not truncated
+        assert env.step("still thinking")[3]  # the third turn without an answer truncates
     finally:
         env.close()
 
 
-def test_eval_and_envs_list_load_the_plugin(plugin, tiny_model_dir, tmp_path, capsys):
-    cfg = load_config(ROOT / "configs" / "quickstart.yaml", [
-        "env.id=my_envs/ListFun-v0", "env.plugins=[my_envs.listfun]", "env.options={}", f"model.path={tiny_model_dir}",
-        "rollout.max_new_tokens=256", "eval.policy=my_envs.policies:oracle", "eval.episodes=4", "eval.k=2", f"run.dir={tmp_path}",
-    ])
-    result, run_dir = run_eval(cfg, log=lambda *a: None)
-    assert (result.pass_at_k, result.success, result.episodes, result.errors) == (1.0, 1.0, 8, 0)
-    assert len((run_dir / "trajectories" / "eval.jsonl").read_text().splitlines()) == 8
-    assert json.loads((run_dir / "eval.json").read_text())["env"] == "my_envs/ListFun-v0"
+def test_splits_are_checked(plugin):
+    with pytest.raises(ValueError, match="unknown split 'val'; known: train, test"):
+        gym.make("listfun/ListFun-v0", split="val")
+    env = gym.make("listfun/ListFun-v0")
+    try:
+        with pytest.raises(ValueError, match="unknown split 'val'; known: train, test"):
+            env.reset(seed=0, options={"split": "val"})
+    finally:
+        env.close()
 
-    from agent_rl.cli import main
 
-    assert main(["envs", "list", "--plugins", "my_envs.listfun", "--width", "250"]) == 0
-    row = next(line for line in capsys.readouterr().out.splitlines() if "my_envs/ListFun-v0" in line)
+def test_the_commands_run_as_written(workdir):
+    commands = guide_commands()
+    assert len(commands) == 3
+    outputs = []
+    for command in commands:
+        words = shlex.split(command, comments=True)
+        env = cli_env()
+        while "=" in words[0] and not words[0].startswith("-"):  # leading VAR=value assignments
+            name, _, value = words.pop(0).partition("=")
+            env[name] = value
+        assert words[0] == "agent-rl", command
+        r = subprocess.run([sys.executable, "-m", "agent_rl.cli", *words[1:]], capture_output=True, text=True,
+                           cwd=workdir, env=env, timeout=600, check=False)
+        assert r.returncode == 0, (command, r.stdout[-2000:], r.stderr[-4000:])
+        outputs.append(r.stdout)
+    row = next(line for line in outputs[1].splitlines() if "listfun/ListFun-v0" in line)
     assert "python" in row and "1 if f is right on the hidden inputs" in row and "3" in row
+    assert "mean@1 1.000" in outputs[2]
+    summary = json.loads((workdir / "runs" / "listfun-eval" / "eval.json").read_text())
+    assert (summary["env"], summary["split"], summary["success"], summary["errors"]) == ("listfun/ListFun-v0", "test", 1.0, 0)
+    assert len((workdir / "runs" / "listfun-eval" / "trajectories" / "eval.jsonl").read_text().splitlines()) == 4
