@@ -6,6 +6,8 @@ import hashlib
 import random
 from dataclasses import dataclass
 
+from envs.splits import check_difficulties, check_split
+
 SPLITS = ("train", "val", "test")
 
 # difficulty -> (number of operands, digits per operand, operators)
@@ -55,11 +57,8 @@ def make_problem(expression: str, difficulty: int = 0) -> Problem:
 
 def sample_problem(seed: int, split: str, difficulties: tuple[int, ...]) -> Problem:
     """The problem of ``seed`` in ``split``: deterministic, drawn by rejection on the split hash."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
-    for d in difficulties:
-        if d not in LEVELS:
-            raise ValueError(f"unknown difficulty {d}; known: {sorted(LEVELS)}")
+    check_split(split, SPLITS)
+    check_difficulties(difficulties, LEVELS)
     rng = random.Random(seed)
     while True:
         difficulty = rng.choice(difficulties)

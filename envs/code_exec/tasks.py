@@ -6,6 +6,8 @@ import functools
 import hashlib
 from dataclasses import dataclass
 
+from envs.splits import check_split
+
 SPLITS = ("train", "val", "test", "all")  # 70 / 10 / 20 %; all: every problem (e.g. 164/164 checks)
 
 
@@ -45,8 +47,7 @@ def all_tasks() -> tuple[CodeTask, ...]:
 
 @functools.cache
 def tasks(split: str) -> tuple[CodeTask, ...]:
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+    check_split(split, SPLITS)
     return tuple(t for t in all_tasks() if split == "all" or t.split == split)
 
 
