@@ -1,4 +1,4 @@
-"""The config tree (DESIGN §6): pydantic models, YAML load, dotted CLI overrides, clear errors.
+"""The config tree: pydantic models, YAML load, dotted CLI overrides, clear errors.
 
 Every configurable component (advantage, loss, aggregation, kl, filters, credit, rollout backend)
 is a mapping whose ``name`` selects a registry entry and whose other keys are validated by that

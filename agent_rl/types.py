@@ -19,7 +19,6 @@ from typing import Any
 from torch import Tensor
 
 
-
 class StopReason(StrEnum):
     """Why an episode ended. Truncation (a budget) is not termination (the task is over)."""
 
