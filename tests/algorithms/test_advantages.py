@@ -232,7 +232,7 @@ def test_gae_vapo_and_orz_options():
 
 
 # ---------------------------------------------------------------------------------------------
-# Difficulty / tail reweighting (test vectors of specs/ALGORITHMS-agentic.md §5).
+# Difficulty / tail reweighting (hand-computed test vectors).
 
 
 def one_group(rewards: list[float]) -> AdvantageInputs:

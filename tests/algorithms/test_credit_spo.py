@@ -1,4 +1,4 @@
-"""SPO / SPO++: the spec's worked examples (ALGORITHMS-agentic.md 1.6, 1b.5), tracker decay,
+"""SPO / SPO++: hand-computed worked examples, tracker decay,
 sampling weights, checkpoint round trip and the task sampler's use of the weights."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Turn-level credit: GiGPO, G2PO, multiscale and turn-level GAE on hand-built episodes.
 
-The spec's shared example (ALGORITHMS-agentic.md 3.4 / 3b.3), one prompt, two 2-turn episodes:
+One hand-computed example shared by the methods, one prompt, two 2-turn episodes:
 
     tau1: s0 -> s1 -> success, turn rewards [0, 10], R = 10
     tau2: s0 -> s2 -> failure, turn rewards [0, 0],  R = 0
@@ -24,7 +24,7 @@ from agent_rl.algorithms.credit.multiscale import turn_mean, turn_ppo, turn_runs
 from agent_rl.algorithms.credit.turn_gae import turn_gae
 from agent_rl.algorithms.registry import LossInputs
 
-ATOL = 1e-4  # the spec prints 4 decimals
+ATOL = 1e-4  # the hand-computed values have 4 decimals
 
 
 def flat(rows: list[list[float]]) -> list[float]:

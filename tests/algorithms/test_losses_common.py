@@ -19,7 +19,7 @@ from agent_rl.algorithms.losses import (
 )
 from agent_rl.algorithms.registry import LossInputs, LossOutput
 
-# the "Policy losses" table of specs/OBJECTIVES.md
+# every registered policy loss (the catalog in docs/objectives.md)
 CATALOG = (
     "ppo_clip reinforce gspo gmpo cispo sapo gipo dcpo bapo tic_grpo ctpo pnpo dhpo sspo wapo opefo conspo disco "
     "kimi kimi_k3 clip_cov kl_cov dppo drpo bandpo sis score_centering bpo vimpo reco sdpo opsd"

@@ -1,4 +1,4 @@
-"""sis, score_centering, bpo: corrections for sampler/learner mismatch (examples of the spec, §5.8-5.12)."""
+"""sis, score_centering, bpo: corrections for sampler/learner mismatch (hand-computed examples)."""
 
 import math
 

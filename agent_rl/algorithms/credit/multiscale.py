@@ -1,6 +1,6 @@
 """Multiscale Policy Optimization, a documented interpretation of its one-sentence abstract.
 
-The abstract (``shared/seeds/002``): "aligns long-horizon agent training with turn-level value
+The abstract (the only text of the method we had): "aligns long-horizon agent training with turn-level value
 changes by combining multiscale advantage estimation for token-level credit assignment with
 turn-level importance sampling for policy updates". No paper or code was found; our choices:
 
