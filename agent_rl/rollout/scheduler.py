@@ -7,7 +7,8 @@ environment step join a later batch, so tool time overlaps generation. When all 
 their envs at the same moment, capping the batch at half of them splits them into two cohorts
 that alternate: one generates while the other waits on its tools (free on a CPU, where a batch
 costs in proportion to its size; on a GPU a smaller batch costs almost as much as a full one).
-A failed call fails only the episodes whose requests were in it.
+A failed call fails only the episodes whose requests were in it; a request the backend failed on
+its own (an exception in its slot of the results, ``backends/base.py``) fails only its episode.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ class GenerationScheduler:
         self._worker: asyncio.Task[None] | None = None
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
-        """The backend's result for ``request``; raises what the backend raised for its batch."""
+        """The backend's result for ``request``; raises what the backend raised for its batch, or for
+        this request alone."""
         future: asyncio.Future[GenerationResult] = asyncio.get_running_loop().create_future()
         self._pending.append((request, future))
         if self._worker is None or self._worker.done():
@@ -65,5 +67,10 @@ class GenerationScheduler:
             self.metrics["rollout/generate_calls"] += 1
             self.metrics["rollout/generate_requests"] += len(batch)
             for (_, future), result in zip(batch, results, strict=True):
-                if not future.done():
+                if future.done():
+                    continue
+                if isinstance(result, BaseException):
+                    self.metrics["rollout/failed_generate_requests"] += 1
+                    future.set_exception(result)
+                else:
                     future.set_result(result)

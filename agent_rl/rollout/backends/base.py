@@ -1,4 +1,12 @@
-"""The interface every inference backend implements."""
+"""The interface every inference backend implements.
+
+Failures, per request or per call: ``generate`` returns one entry per request, in order. An entry
+is either that request's ``GenerationResult`` or the exception that failed that request alone (an
+HTTP request of the ``openai`` backend that kept failing, a malformed answer); the scheduler hands
+it to exactly that request's episode, which ends as ``infra_error``, and the batch's other requests
+go on. Raising from ``generate`` fails every request of the call (one forward for the whole batch
+failed, e.g. the hf backend's model).
+"""
 
 from __future__ import annotations
 
@@ -28,13 +36,26 @@ class GenerationResult:
     finish_reason: Literal["stop", "length"]
     topk_ids: list[list[int]] | None = None  # per sampled token, the k most likely ids
     topk_logprobs: list[list[float]] | None = None  # and their logprobs (same distribution)
+    # the policy version whose weights sampled these ids (every backend sets it from the weights it
+    # sampled with, never from a later update: the engine records it in ``Turn.policy_version``)
+    policy_version: int = 0
+
+    def at_version(self, version: int) -> GenerationResult:
+        """This result labelled with the policy version that sampled it."""
+        self.policy_version = version
+        return self
 
 
 class InferenceBackend(Protocol):
     policy_version: int
 
-    async def generate(self, requests: list[GenerationRequest], seed: int | None = None) -> list[GenerationResult]:
-        """Sample a continuation for every request; requests are batched together."""
+    async def generate(
+        self, requests: list[GenerationRequest], seed: int | None = None
+    ) -> list[GenerationResult | BaseException]:
+        """Sample a continuation for every request; requests are batched together.
+
+        One entry per request: its result, or the exception that failed only that request; raise
+        when the whole call failed (see the module docstring)."""
         ...
 
     def update_weights(self, state_dict: dict, version: int) -> None:

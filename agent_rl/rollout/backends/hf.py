@@ -115,11 +115,13 @@ class HfBackend:
         return await asyncio.get_running_loop().run_in_executor(self._executor, self.generate_sync, requests, seed)
 
     def generate_sync(self, requests: list[GenerationRequest], seed: int | None = None) -> list[GenerationResult]:
+        """Every request's result; one forward serves the batch, so a failure raises for all of them."""
+        version = self.policy_version  # the weights this call samples with (an update may land meanwhile)
         requests = [r if r.seed is not None else replace(r, seed=_row_seed(seed, i)) for i, r in enumerate(requests)]
         out: list[GenerationResult] = []
         for i in range(0, len(requests), self.max_batch_size):
             out += self._generate_batch(requests[i : i + self.max_batch_size])
-        return out
+        return [r.at_version(version) for r in out]
 
     @torch.no_grad()
     def _generate_batch(self, requests: list[GenerationRequest]) -> list[GenerationResult]:

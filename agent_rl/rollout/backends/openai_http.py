@@ -59,7 +59,10 @@ class OpenAIBackend:
         self._tls = ssl.create_default_context()
 
     # ------------------------------------------------------------------------------------------
-    async def generate(self, requests: list[GenerationRequest], seed: int | None = None) -> list[GenerationResult]:
+    async def generate(
+        self, requests: list[GenerationRequest], seed: int | None = None
+    ) -> list[GenerationResult | BaseException]:
+        """One HTTP request per request; one that fails (after its retries) fails only its own slot."""
         from agent_rl.core.seeding import derive_seed
 
         limit = asyncio.Semaphore(self.cfg.max_concurrent_requests)
@@ -70,12 +73,13 @@ class OpenAIBackend:
 
             async def one(r: GenerationRequest, s: int | None) -> GenerationResult:
                 async with limit:
+                    version = self.policy_version  # pushed weights are loaded before update_weights returns
                     body = await self._post(client, "/completions", json=self.completion_body(r, s))
-                return self.parse_choice(body, r)
+                return self.parse_choice(body, r, version)
 
             tasks = [asyncio.ensure_future(one(r, s)) for r, s in zip(requests, seeds, strict=True)]
             try:
-                return list(await asyncio.gather(*tasks))
+                return list(await asyncio.gather(*tasks, return_exceptions=True))
             finally:
                 for t in tasks:
                     t.cancel()
@@ -100,8 +104,11 @@ class OpenAIBackend:
             body["seed"] = seed
         return body
 
-    def parse_choice(self, body: dict[str, Any], r: GenerationRequest) -> GenerationResult:
-        """One completion choice -> a ``GenerationResult``; a clear ValueError when ids or logprobs are missing."""
+    def parse_choice(self, body: dict[str, Any], r: GenerationRequest, version: int | None = None) -> GenerationResult:
+        """One completion choice -> a ``GenerationResult``; a clear ValueError when ids or logprobs are missing.
+
+        Its ``policy_version`` is the one the server reports (``agent-rl serve``), else ``version``
+        (the client's when the request went out; a plain server keeps its weights)."""
         choices = body.get("choices") or []
         if len(choices) != 1:
             raise ValueError(f"the server at {self.base_url} returned {len(choices)} choices for one prompt (n=1)")
@@ -134,10 +141,11 @@ class OpenAIBackend:
         )
         if r.topk:
             result.topk_ids, result.topk_logprobs = _topk(logprobs.get("top_logprobs"), r.topk, self.base_url)
-        version = body.get("policy_version")  # our server reports the weights that sampled
-        if isinstance(version, int):
-            self.policy_version = version
-        return result
+        served = body.get("policy_version")  # our server reports the weights that sampled
+        if isinstance(served, int):
+            self.policy_version = max(self.policy_version, served)
+            return result.at_version(served)
+        return result.at_version(self.policy_version if version is None else version)
 
     async def _post(self, client: httpx.AsyncClient, path: str, **kwargs: Any) -> dict[str, Any]:
         url = self.base_url + path

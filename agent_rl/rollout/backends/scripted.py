@@ -23,17 +23,24 @@ class ScriptedBackend:
         self.policy_version = 0
         self.stop_id = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
 
-    async def generate(self, requests: list[GenerationRequest], seed: int | None = None) -> list[GenerationResult]:
-        out = []
+    async def generate(
+        self, requests: list[GenerationRequest], seed: int | None = None
+    ) -> list[GenerationResult | BaseException]:
+        out: list[GenerationResult | BaseException] = []
         for r in requests:
             if r.messages is None:
-                raise ValueError("a scripted policy needs the conversation (GenerationRequest.messages)")
-            text = self.policy(r.messages, self.rng)
+                out.append(ValueError("a scripted policy needs the conversation (GenerationRequest.messages)"))
+                continue
+            try:
+                text = self.policy(r.messages, self.rng)
+            except Exception as e:  # noqa: BLE001 - the policy failed on this conversation: only its episode ends
+                out.append(e)
+                continue
             ids = list(self.tokenizer.encode(text, add_special_tokens=False)) + [self.stop_id]
             finish = "stop"
             if len(ids) > r.max_new_tokens:
                 ids, finish = ids[: r.max_new_tokens], "length"
-            out.append(GenerationResult(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason=finish))
+            out.append(GenerationResult(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason=finish, policy_version=self.policy_version))
         return out
 
     def update_weights(self, state_dict: dict | None, version: int) -> None:

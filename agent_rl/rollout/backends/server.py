@@ -121,8 +121,12 @@ class ServerState:
         self.metrics["requests"] += len(group)
         self.metrics["max_batch"] = max(self.metrics["max_batch"], len(group))
         for (_, future), result in zip(group, results, strict=True):
-            if not future.done():
-                future.set_result((result, version))
+            if future.done():
+                continue
+            if isinstance(result, BaseException):  # failed alone (backends/base.py)
+                future.set_exception(result)
+            else:
+                future.set_result((result.at_version(version), version))
 
     async def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         model = self.backend.model
