@@ -88,14 +88,18 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from agent_rl.rollout.backends.server import build_state, serve
+    import os
 
+    from agent_rl.rollout.backends.server import build_state, check_exposure, serve
+
+    api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or None
+    check_exposure(args.host, api_key)  # before the model loads
     if not Path(args.model).exists():
         raise ValueError(f"--model {args.model}: no such directory (a from_pretrained checkpoint)")
     state = build_state(
         args.model, args.dtype, args.device, args.served_model_name, batch_wait_ms=args.batch_wait_ms, max_batch_size=args.max_batch_size
     )
-    serve(state, args.host, args.port)
+    serve(state, args.host, args.port, api_key=api_key)
     return 0
 
 
@@ -150,6 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--served-model-name", default=None, help="name in /v1/models (default: --model)")
     sp.add_argument("--batch-wait-ms", type=float, default=5.0, help="one batch gathers requests arriving less than this apart (up to 10 gaps)")
     sp.add_argument("--max-batch-size", type=int, default=64)
+    sp.add_argument(
+        "--api-key",
+        default=None,
+        help="bearer token every /v1 endpoint requires (default: $OPENAI_API_KEY, what the trainer sends); "
+        "required to bind a non-loopback --host",
+    )
     sp.set_defaults(fn=cmd_serve)
 
     sp = sub.add_parser("view", help="static HTML page of a run's trajectories")

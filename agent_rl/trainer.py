@@ -30,6 +30,7 @@ from agent_rl.learner.teacher import (
     splice_teacher_context,
 )
 from agent_rl.rollout.backends.hf import load_model
+from agent_rl.rollout.backends.openai_http import check_push_auth
 from agent_rl.rollout.batching import make_batch, per_turn_batch, trainable_groups
 from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.runtime import (
@@ -80,6 +81,8 @@ class Trainer:
         seed_everything(cfg.trainer.seed)
         # fail fast on everything that does not need the model: the objective's plan
         self.plan = make_plan(cfg.algorithm, cfg.rollout)
+        if cfg.rollout.backend.name == "openai":  # pushing weights off this machine needs a token
+            check_push_auth(cfg.rollout.backend)
         self.run_dir = Path(resume) if resume else make_run_dir(cfg)
         self.components = Components(cfg)
         # learner ranks (learner.world_size > 1): rank 0 samples with an unsharded copy of the policy,

@@ -26,9 +26,11 @@ retries raises ``ServerUnavailableError`` (an ``InfraError``): the engine ends t
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
 import ssl
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -41,6 +43,35 @@ TOKEN_ID_PREFIX = "token_id:"
 
 class ServerUnavailableError(InfraError):
     """The inference server could not be reached (or kept failing) after every retry."""
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback IP (127.0.0.0/8, ::1); any other name or address is not."""
+    host = host.strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve anywhere
+        return False
+
+
+def check_push_auth(cfg: Any) -> None:
+    """Pushing weights (``weight_sync: push``) to a server off this machine needs a bearer token.
+
+    Anyone who can reach such a server's weight-update route (``agent-rl serve``'s, or the
+    dev-mode routes of ``vllm serve``) can replace the policy, so the run refuses to start without
+    one: ``cfg.api_key_env`` must name a set environment variable (the server's ``--api-key``).
+    """
+    host = urlsplit(cfg.base_url).hostname or ""
+    if cfg.weight_sync != "push" or is_loopback(host):
+        return
+    if not (cfg.api_key_env and os.environ.get(cfg.api_key_env)):
+        var = cfg.api_key_env or "OPENAI_API_KEY"
+        raise ValueError(
+            f"rollout.backend.base_url {cfg.base_url} is not on this machine and weights are pushed to it without a "
+            f"token: set {var} to the server's --api-key (rollout.backend.api_key_env names the variable)"
+        )
 
 
 class OpenAIBackend:
@@ -174,6 +205,7 @@ class OpenAIBackend:
         if self.cfg.weight_sync == "none":
             self.policy_version = version
             return
+        check_push_auth(self.cfg)
         if state_dict is None:
             if self._local_model is None:
                 raise ValueError("update_weights(None, ...): the openai backend was built without the learner's model")
@@ -240,4 +272,4 @@ def _topk(top: list[dict[str, float]] | None, k: int, url: str) -> tuple[list[li
     return ids, lps
 
 
-__all__ = ["OpenAIBackend", "ServerUnavailableError", "serialize_state_dict"]
+__all__ = ["OpenAIBackend", "ServerUnavailableError", "check_push_auth", "is_loopback", "serialize_state_dict"]

@@ -11,6 +11,12 @@ logprobs, ``return_token_ids``, ``return_tokens_as_token_ids``, ``skip_special_t
   a ``torch.save``-d state dict on disk;
 - ``GET /v1/policy_version``; every completion also reports the ``policy_version`` that sampled it.
 
+With an API key (``--api-key``, or the ``OPENAI_API_KEY`` environment variable the ``openai``
+backend also reads, ``rollout.backend.api_key_env``) every ``/v1`` endpoint needs
+``Authorization: Bearer <key>``; a request without it or with another key gets 401 and changes
+nothing (``/health`` stays open). Without a key the server binds only a loopback address:
+``serve`` refuses any other host, since anyone who reaches ``/v1/update_weights`` replaces the policy.
+
 Concurrent HTTP requests are batched: a queue gathers the requests that arrive less than
 ``batch_wait_ms`` apart (at most 10 such gaps; plus all that queued up during the previous batch), and one hf
 generate call samples them together in a worker thread, off the event loop. Logprobs are those of
@@ -20,6 +26,7 @@ the distribution sampled from (after temperature and top-p), like vLLM's ``proce
 from __future__ import annotations
 
 import asyncio
+import secrets
 import socket
 import threading
 import time
@@ -30,12 +37,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
+from agent_rl.rollout.backends.openai_http import is_loopback
 
 TOKEN_ID_PREFIX = "token_id:"
 
@@ -192,7 +201,9 @@ def _complete(state_dict: dict[str, torch.Tensor], own: dict[str, torch.Tensor])
 
 
 def _error(status: int, message: str) -> JSONResponse:
-    kind = {400: "BadRequestError", 404: "NotFoundError", 422: "BadRequestError"}.get(status, "InternalServerError")
+    kind = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError", 422: "BadRequestError"}.get(
+        status, "InternalServerError"
+    )
     return JSONResponse({"object": "error", "message": message, "type": kind, "param": None, "code": status}, status)
 
 
@@ -216,7 +227,23 @@ def load_state_dict_file(path: str) -> dict[str, torch.Tensor]:
     return torch.load(p, map_location="cpu", weights_only=True)
 
 
-def create_app(state: ServerState) -> FastAPI:
+def require_key(api_key: str | None) -> Any:
+    """A FastAPI dependency: the bearer token must equal ``api_key`` (None: no check), else 401."""
+    bearer = HTTPBearer(auto_error=False, description="the server's --api-key")
+
+    async def check(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+        if api_key is None:
+            return
+        given = credentials.credentials if credentials is not None else ""
+        if not secrets.compare_digest(given.encode(), api_key.encode()):
+            raise HTTPException(401, "missing or wrong API key (Authorization: Bearer <key>)", {"WWW-Authenticate": "Bearer"})
+
+    return check
+
+
+def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
+    """The app; with ``api_key`` every ``/v1`` route needs it as a bearer token."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         task = await state.start()
@@ -224,25 +251,32 @@ def create_app(state: ServerState) -> FastAPI:
         task.cancel()
 
     app = FastAPI(title="agent-rl serve", lifespan=lifespan)
+    guarded = [Depends(require_key(api_key))]
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg']}" for e in exc.errors())
         return _error(400, problems)
 
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException):
+        response = _error(exc.status_code, str(exc.detail))
+        response.headers.update(exc.headers or {})
+        return response
+
     @app.get("/health")
     async def health():
         return {"status": "ok"}
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", dependencies=guarded)
     async def models():
         return {"object": "list", "data": [{"id": state.model_name, "object": "model", "owned_by": "agent-rl"}]}
 
-    @app.get("/v1/policy_version")
+    @app.get("/v1/policy_version", dependencies=guarded)
     async def policy_version():
         return {"policy_version": state.backend.policy_version}
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", dependencies=guarded)
     async def completions(req: CompletionRequest):
         if req.n != 1 or req.stream or req.echo:
             return _error(400, f"supported: n=1, stream=false, echo=false; got n={req.n}, stream={req.stream}, echo={req.echo}")
@@ -284,7 +318,7 @@ def create_app(state: ServerState) -> FastAPI:
             "policy_version": min(v for _, v in outs),
         })
 
-    @app.post("/v1/update_weights")
+    @app.post("/v1/update_weights", dependencies=guarded)
     async def update_weights(request: Request, version: int | None = None):
         try:
             if request.headers.get("content-type", "").startswith("application/json"):
@@ -332,12 +366,24 @@ def uvicorn_server(app: Any) -> Any:
     return uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
 
 
-def serve(state: ServerState, host: str = "127.0.0.1", port: int = 8000) -> None:
+def check_exposure(host: str, api_key: str | None) -> None:
+    """A non-loopback bind without an API key is refused (one line naming the fix)."""
+    if api_key is None and not is_loopback(host):
+        raise ValueError(
+            f"--host {host} is not a loopback address and the server has no API key: anyone who reaches it "
+            f"could replace the policy through /v1/update_weights; pass --api-key KEY or set OPENAI_API_KEY "
+            f"(the trainer sends the variable named by rollout.backend.api_key_env)"
+        )
+
+
+def serve(state: ServerState, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None) -> None:
     """Blocks until interrupted; prints the base URL once the socket is bound."""
+    check_exposure(host, api_key)
     sock = bind(host, port)
     actual = sock.getsockname()[1]
-    print(f"agent-rl serve: http://{host}:{actual}/v1 (model {state.model_name})", flush=True)
-    uvicorn_server(create_app(state)).run(sockets=[sock])
+    auth = "API key required" if api_key else "no API key"
+    print(f"agent-rl serve: http://{host}:{actual}/v1 (model {state.model_name}, {auth})", flush=True)
+    uvicorn_server(create_app(state, api_key)).run(sockets=[sock])
 
 
 @contextmanager
