@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from tools.base import ToolCall
 
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)(</tool_call>|$)", re.DOTALL)
-_FENCE = re.compile(r"```(?:python|py)\s*\n(.*?)```", re.DOTALL)
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+# the atomic group keeps its first match (the code starts after the last newline of the blank run):
+# a plain ``\s*\n`` retried the rest of an unclosed fence once per newline (quadratic)
+_FENCE = re.compile(r"```(?:python|py)(?>\s*\n)(.*?)```", re.DOTALL)
 
 
 @dataclass
@@ -50,12 +51,28 @@ def parse_action(text: str, *, fenced_code: bool = True) -> ParsedAction:
             continue
         try:
             out.tool_calls.append(_parse_call(body))
-        except (ValueError, json.JSONDecodeError) as e:
+        except ValueError as e:
             out.errors.append(f"malformed tool call: {e}")
+        except RecursionError:  # json.loads recurses once per level of nesting
+            out.errors.append("malformed tool call: JSON nested too deeply")
     if fenced_code and not out.tool_calls:
         for m in _FENCE.finditer(text):
             out.tool_calls.append(ToolCall(name="python", arguments={"code": m.group(1)}))
-    answers = _ANSWER.findall(text)
-    if answers:
-        out.answer = answers[-1].strip()
+    answer = _last_answer(text)
+    if answer is not None:
+        out.answer = answer.strip()
     return out
+
+
+def _last_answer(text: str) -> str | None:
+    """The body of the last ``<answer>...</answer>`` pair, pairs read left to right (each
+    ``<answer>`` closes at the first ``</answer>`` after it). A scan, not a regex: a lazy regex
+    retried every unclosed ``<answer>`` to the end of the text (quadratic in its length)."""
+    open_, close = "<answer>", "</answer>"
+    answer, pos = None, 0
+    while (start := text.find(open_, pos)) >= 0:
+        end = text.find(close, start + len(open_))
+        if end < 0:  # no close after this one: none after a later one either
+            break
+        answer, pos = text[start + len(open_) : end], end + len(close)
+    return answer

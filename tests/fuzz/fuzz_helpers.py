@@ -1,0 +1,79 @@
+"""Shared strategies and settings of the fuzz tests (``hypothesis``).
+
+Every fuzz test is derandomized (the same examples on every run, so CI is reproducible) with no
+per-example deadline (a loaded 2-core machine is slow, not wrong) and no example database (nothing
+is written into the working tree). ``FUZZ_EXAMPLES`` scales every test's example count.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+SCALE = float(os.environ.get("FUZZ_EXAMPLES", "1"))
+
+
+def fuzz_settings(max_examples: int) -> settings:
+    return settings(
+        max_examples=max(1, int(max_examples * SCALE)),
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
+    )
+
+
+# the markers the tool-call formats read, and what breaks parsers: quotes, braces, escapes, NUL
+MARKERS = [
+    "<tool_call>", "</tool_call>", "<answer>", "</answer>", "```python\n", "```py\n", "```", "\n",
+    "{", "}", "[", "]", '"', "'", "\\", ":", ",", '"name"', '"arguments"', '"code"', "null", "true",
+    "1e309", "-0", "NaN", "Infinity", "\x00", "\ud800", "\U0001f600", "\u202e", "\r\n", "<tool_call",
+    "tool_call>", "</answer", "<", ">",
+]
+
+# a tool call's JSON, well-formed or not: real names and argument keys with random values
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+tool_names = st.sampled_from(["python", "submit", "move", "shell", "read_file", "write_file", "nope", ""])
+arg_keys = st.sampled_from(["code", "direction", "command", "path", "content", "x", ""])
+
+
+@st.composite
+def call_json(draw) -> str:
+    """The body of a ``<tool_call>``: a JSON object with a name and arguments, often subtly wrong."""
+    import json
+
+    obj: object = {
+        "name": draw(tool_names | json_values),
+        "arguments": draw(st.dictionaries(arg_keys, json_values, max_size=3) | json_values),
+    }
+    if draw(st.booleans()):
+        obj = draw(json_values)
+    text = json.dumps(obj, allow_nan=True, ensure_ascii=draw(st.booleans()))
+    if draw(st.booleans()) and text:  # cut it, or splice a marker into it
+        cut = draw(st.integers(0, len(text)))
+        text = text[:cut] + draw(st.sampled_from(MARKERS + [""])) + text[cut:] * draw(st.integers(0, 1))
+    return text
+
+
+@st.composite
+def adversarial_text(draw) -> str:
+    """Random text built from the formats' own markers, call bodies and arbitrary unicode."""
+    pieces = draw(
+        st.lists(
+            st.sampled_from(MARKERS) | call_json() | st.text(max_size=30)
+            | st.builds(lambda b: f"<tool_call>{b}</tool_call>", call_json())
+            | st.builds(lambda c: f"```python\n{c}```", st.text(max_size=30)),
+            max_size=12,
+        )
+    )
+    return "".join(pieces)
+
+
+# the deepest JSON nesting a parser meets: Python's json recurses once per level
+DEEP = 100_000
