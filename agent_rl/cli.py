@@ -189,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from agent_rl.breaker import InfraErrorRateError
     from agent_rl.plugins import load_entry_points
 
     args = build_parser().parse_args(argv)
@@ -198,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:  # user mistakes: one clear line, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except InfraErrorRateError as e:  # the run stopped itself: its infrastructure kept failing
+        print(f"error: {e}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

@@ -132,6 +132,15 @@ class TrainerConfig(Section):
     split: Literal["train", "val", "test"] = "train"
     refill_rounds: int = Field(1, ge=0, description="extra sampling rounds when a filter asks for more groups")
     task_pool: int = Field(0, ge=0, description="0: a fresh task per prompt; N: revisit a fixed pool of N tasks")
+    max_infra_error_frac: float = Field(
+        1.0, gt=0.0, le=1.0, description="stop the run when this share of a step's episodes ends in infra_error (1.0: all)"
+    )
+    sustained_infra_error_frac: float = Field(
+        0.5, ge=0.0, le=1.0, description="stop the run when more than this share fails for infra_error_patience steps in a row"
+    )
+    infra_error_patience: int = Field(
+        3, ge=0, description="consecutive steps above sustained_infra_error_frac that stop the run (0: never)"
+    )
 
 
 class EvalConfig(Section):
@@ -311,7 +320,27 @@ def apply_override(raw: dict[str, Any], override: str, defaults: dict[str, Any] 
         node = child
     if parts[-1] == "name" and ".".join(parts[:-1]) in COMPONENT_PATHS:
         node.clear()
-    node[parts[-1]] = yaml.safe_load(value) if value != "" else ""
+    node[parts[-1]] = _yaml(value, f"override '{key}'") if value != "" else ""
+
+
+def _yaml(text: str, where: str) -> Any:
+    """``yaml.safe_load``, its errors (and nesting too deep to parse) a ``ConfigError`` naming ``where``."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{where}: not valid YAML: {' '.join(str(e).split())}") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: YAML nested too deeply") from None
+
+
+def _check_no_nan(node: Any, key: str = "", seen: frozenset[int] = frozenset()) -> None:
+    """NaN passes every ``ge`` / ``gt`` / ``le`` bound (all comparisons are False): refuse it by key."""
+    if isinstance(node, float) and node != node:
+        raise ConfigError(f"config key '{key}': NaN is not a number")
+    if isinstance(node, (dict, list)) and id(node) not in seen:  # YAML anchors can make cycles
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for k, v in items:
+            _check_no_nan(v, f"{key}.{k}" if key else str(k), seen | {id(node)})
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
@@ -321,12 +350,13 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not Path(path).is_file():
             raise ConfigError(f"config file not found: {path}")
         text = Path(path).read_text()
-        raw = yaml.safe_load(text) or {}
+        raw = _yaml(text, str(path)) or {}
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: the top level must be a mapping")
     defaults = Config().model_dump(mode="json") if overrides else None
     for o in overrides or []:
         apply_override(raw, o, defaults)
+    _check_no_nan(raw)
     try:
         return Config.model_validate(raw)
     except ValidationError as e:

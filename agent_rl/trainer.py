@@ -15,6 +15,7 @@ import torch
 from agent_rl.algorithms.needs import NEEDS, NeedContext
 from agent_rl.algorithms.plan import kl_reward_penalty, make_plan
 from agent_rl.algorithms.registry import AdvantageInputs
+from agent_rl.breaker import InfraBreaker, InfraErrorRateError
 from agent_rl.config import Config, CriticConfig
 from agent_rl.core.seeding import derive_seed
 from agent_rl.distributed import Plan, make_learner, make_rollout_source
@@ -128,6 +129,7 @@ class Trainer:
         # (asynchronous within distributed.max_staleness; Ray actors with distributed.backend=ray)
         self.rollouts = make_rollout_source(cfg, self.components, self.engine, self._plan, self.plan.engine_options, self.learner.version)
         self.weight_sync = WeightSync(self.components.model, self.components.backend, self.rollouts, self.rank, self.world)
+        self.breaker = InfraBreaker(cfg)  # stops a run whose infrastructure keeps failing (agent_rl/breaker.py)
         self.start_step = 0
         if resume:
             self._load_checkpoint()
@@ -162,6 +164,12 @@ class Trainer:
         version = self.learner.version
         try:
             return self.step(step)
+        except InfraErrorRateError as e:  # every rank raises it at the same point: the checkpoint collective is safe
+            if self.learner.version == version:
+                e.args = (f"{e.args[0]}; checkpoint {self.save_checkpoint(step)} resumes the run (--resume {self.run_dir})",)
+            self.rollouts.close()
+            self.learner.close()
+            raise
         except BaseException:
             if self.learner.version == version and self.world == 1:
                 self.log(f"step {step} failed; checkpoint {self.save_checkpoint(step)} resumes it (--resume {self.run_dir})")
@@ -173,8 +181,17 @@ class Trainer:
         cfg = self.cfg
         # 1. rollout (rank 0; the other learner ranks receive the trainable groups)
         trajectories, groups, metrics = self._collect(step) if self.rank == 0 else ([], [], {})
-        if self.world > 1:
-            groups, metrics = fsdp.broadcast_object((groups, metrics))
+        tripped = None
+        if self.rank == 0:
+            try:
+                self.breaker.check(step, trajectories)
+            except InfraErrorRateError as e:
+                tripped = e
+                self._save_trajectories(step, trajectories)
+        if self.world > 1:  # every rank stops together when the breaker trips
+            groups, metrics, tripped = fsdp.broadcast_object((groups, metrics, tripped))
+        if tripped is not None:
+            raise tripped
         if not groups:
             self._save_trajectories(step, trajectories)
             metrics["train/skipped"] = 1.0

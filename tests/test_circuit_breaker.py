@@ -1,0 +1,96 @@
+"""The circuit breaker: a run whose infrastructure keeps failing stops, checkpointed, with a non-zero exit."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from agent_rl.breaker import InfraBreaker, InfraErrorRateError
+from agent_rl.config import ConfigError, load_config
+from agent_rl.rollout.backends.server import bind
+from agent_rl.types import StopReason, Trajectory
+from tests.conftest import ROOT
+from tests.learner.helpers import env, train_cmd
+
+
+def episodes(n: int, failed: int, error: str = "backend: ServerUnavailableError('down')") -> list[Trajectory]:
+    out = []
+    for i in range(n):
+        stop = StopReason.INFRA_ERROR if i < failed else StopReason.DONE
+        info = {"error": f"{error} #{i}"} if i < failed else {}
+        out.append(Trajectory(task_id="t", group_id="g", episode_id=f"e{i}", token_ids_T=[1], loss_mask_T=[0],
+                              rollout_logprobs_T=[0.0], turns_N=[], reward=None if i < failed else 1.0,
+                              stop_reason=stop, info=info))
+    return out
+
+
+def test_every_episode_failing_trips_at_once_and_names_the_component_and_first_error():
+    cfg = load_config(None, ["rollout.backend.name=openai", "rollout.backend.base_url=http://127.0.0.1:9/v1"])
+    breaker = InfraBreaker(cfg)
+    breaker.check(0, episodes(4, 3))  # 3 of 4: under the default 1.0, first step above 0.5
+    with pytest.raises(InfraErrorRateError) as info:
+        breaker.check(1, episodes(4, 4))
+    msg = str(info.value)
+    assert msg.startswith("step 1: 4 of 4 episodes ended in an infrastructure error (trainer.max_infra_error_frac=1.0)")
+    assert "the inference backend (rollout.backend.name=openai at http://127.0.0.1:9/v1)" in msg
+    assert msg.endswith("failed first with: backend: ServerUnavailableError('down') #0") and "\n" not in msg
+
+
+def test_more_than_half_failing_for_patience_steps_trips():
+    cfg = load_config(None, ["trainer.infra_error_patience=3"])
+    breaker = InfraBreaker(cfg)
+    for step, failed in enumerate([3, 3, 1, 3, 3]):  # the good step (1 of 4) resets the count
+        breaker.check(step, episodes(4, failed, "step: InfraError('sandbox gone')"))
+    with pytest.raises(InfraErrorRateError, match=r"step 5: 3 of 4 .*more than trainer.sustained_infra_error_frac=0.5 "
+                       r"for trainer.infra_error_patience=3 steps in a row.*environment's infrastructure .*sandbox gone"):
+        breaker.check(5, episodes(4, 3, "step: InfraError('sandbox gone')"))
+    relaxed = InfraBreaker(load_config(None, ["trainer.infra_error_patience=0", "trainer.max_infra_error_frac=0.9"]))
+    for step in range(10):
+        relaxed.check(step, episodes(10, 8))  # 80 %: never 3 in a row counted, under 0.9
+
+
+def test_config_keys_are_checked():
+    with pytest.raises(ConfigError, match="max_infra_error_frac"):
+        load_config(None, ["trainer.max_infra_error_frac=1.5"])
+    with pytest.raises(ConfigError, match="infra_error_patience"):
+        load_config(None, ["trainer.infra_error_patience=-1"])
+
+
+def closed_port() -> int:
+    sock = bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+def test_a_run_against_a_dead_backend_stops_at_its_first_step_and_resumes(tmp_path, tiny_model_dir):
+    run_dir = tmp_path / "run"
+    args = [
+        str(ROOT / "configs" / "quickstart.yaml"),
+        f"model.path={tiny_model_dir}",
+        f"run.dir={run_dir}",
+        "sandbox.backend=process",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=8",
+        "trainer.prompts_per_step=2",
+        "trainer.steps=3",
+        "tracking.tensorboard=false",
+        "tracking.progress=false",
+    ]
+    dead = ["rollout.backend.name=openai", f"rollout.backend.base_url=http://127.0.0.1:{closed_port()}/v1",
+            "rollout.backend.max_retries=0"]
+    r = subprocess.run(train_cmd(*args, *dead), cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 3, r.stderr[-3000:]
+    [line] = [x for x in r.stderr.splitlines() if x.strip()]
+    assert line.startswith("error: step 0: 4 of 4 episodes ended in an infrastructure error"), line
+    assert "the inference backend (rollout.backend.name=openai at http://127.0.0.1:" in line
+    assert "failed first with: backend: ServerUnavailableError(" in line
+    assert f"--resume {run_dir}" in line and "Traceback" not in r.stderr
+    assert (run_dir / "checkpoints" / "step_000000").is_dir()
+
+    # the checkpoint resumes: with the backend fixed, the run goes on from step 0 to its end
+    r = subprocess.run(train_cmd("--resume", str(run_dir), "rollout.backend.name=hf"), cwd=ROOT, env=env(),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"resumed {run_dir} at step 0" in r.stdout
