@@ -4,7 +4,11 @@ Each episode is its own coroutine: reset -> [generate -> env step]* -> end. Up t
 episodes are in flight; their generation requests go through one ``GenerationScheduler``, which
 batches whatever is waiting into one backend call while other episodes are still in their
 environment step (``astep`` when the env has one, else ``step`` in a thread), so tool time hides
-behind generation. Sampled ids are appended as sampled (mask 1, the sampler's logprobs);
+behind generation. No env call runs on the engine's event loop unless the env declares it safe there
+(``loop_safe = True``: its coroutines never block): a sync env steps in the engine's thread pool,
+and an async env's ``areset`` / ``astep`` run on that env's own event loop in its own thread, so an
+env (or reward code) that blocks, e.g. a synchronous sleep inside ``astep``, stalls only its
+episode, never the other episodes or the generation batches. Sampled ids are appended as sampled (mask 1, the sampler's logprobs);
 observations are rendered by the chat template and appended with mask 0. Every episode ends with
 a ``StopReason``; env and infrastructure failures get ``reward=None`` and are never trained on as
 failures. Each request carries a seed derived from the episode's sampling seed and the turn, so an
@@ -21,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -42,10 +47,36 @@ from agent_rl.rollout.scheduler import GenerationScheduler
 from agent_rl.types import StopReason, Trajectory, Turn
 
 
-async def call_env(env: gym.Env, name: str, *args: Any, pool: ThreadPoolExecutor | None = None, **kwargs: Any) -> Any:
-    """``env.a<name>`` when the env has it, else the sync method in a thread of ``pool``."""
+class EnvLoop:
+    """An event loop running in its own thread, for the coroutines of one env that is not ``loop_safe``.
+
+    One loop per env for the env's lifetime: what its coroutines bind to a loop (tasks, streams)
+    stays valid from one call to the next, and a call that blocks blocks only this thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="env-loop", daemon=True)
+        self.thread.start()
+
+    async def run(self, coro: Any) -> Any:
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+async def call_env(
+    env: gym.Env, name: str, *args: Any, pool: ThreadPoolExecutor | None = None, env_loop: EnvLoop | None = None, **kwargs: Any
+) -> Any:
+    """``env.a<name>`` when the env has it (on ``env_loop`` when given and the env is not
+    ``loop_safe``, else on the running loop), else the sync method in a thread of ``pool``."""
     method = getattr(env.unwrapped, "a" + name, None)
     if method is not None:
+        if env_loop is not None and not getattr(env.unwrapped, "loop_safe", False):
+            return await env_loop.run(method(*args, **kwargs))
         return await method(*args, **kwargs)
     return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(getattr(env, name), *args, **kwargs))
 
@@ -61,21 +92,31 @@ class RolloutEngine:
         # sync envs step in these threads: one per episode in flight (asyncio's default pool has
         # only cpu_count + 4, which would serialize 64 episodes' tool calls on a small machine)
         self._env_pool: ThreadPoolExecutor | None = None
+        self._env_loops: dict[int, EnvLoop] = {}  # id(env) -> the loop of an async env that is not loop_safe
         self._loop_state: tuple[asyncio.AbstractEventLoop, GenerationScheduler, asyncio.Semaphore] | None = None
 
     def close(self) -> None:
         for env in self._idle_envs:
             env.close()
         self._idle_envs.clear()
+        for env_loop in self._env_loops.values():
+            env_loop.close()
+        self._env_loops.clear()
         if self._env_pool is not None:
             self._env_pool.shutdown(wait=True)
             self._env_pool = None
 
     async def env_call(self, env: gym.Env, name: str, *args: Any, **kwargs: Any) -> Any:
-        """``call_env`` on the engine's thread pool."""
+        """``call_env`` on the engine's thread pool, or the env's own loop (never the engine's, unless
+        the env is ``loop_safe``)."""
         if self._env_pool is None:
             self._env_pool = ThreadPoolExecutor(max_workers=min(self.cfg.concurrency, 256), thread_name_prefix="env")
-        return await call_env(env, name, *args, pool=self._env_pool, **kwargs)
+        env_loop = None
+        if hasattr(env.unwrapped, "a" + name) and not getattr(env.unwrapped, "loop_safe", False):
+            env_loop = self._env_loops.get(id(env))
+            if env_loop is None:
+                env_loop = self._env_loops[id(env)] = EnvLoop()
+        return await call_env(env, name, *args, pool=self._env_pool, env_loop=env_loop, **kwargs)
 
     async def run(self, specs: list[EpisodeSpec], seed: int = 0) -> list[Trajectory]:
         """Run every episode to its end; returns trajectories in the order of ``specs``.
