@@ -327,7 +327,8 @@ def _yaml(text: str, where: str) -> Any:
     """``yaml.safe_load``, its errors (and nesting too deep to parse) a ``ConfigError`` naming ``where``."""
     try:
         return yaml.safe_load(text)
-    except yaml.YAMLError as e:
+    # the constructors of explicit tags raise plain errors: !!int x, !!timestamp x, !!bool x
+    except (yaml.YAMLError, ValueError, TypeError, AttributeError, KeyError) as e:
         raise ConfigError(f"{where}: not valid YAML: {' '.join(str(e).split())}") from None
     except RecursionError:
         raise ConfigError(f"{where}: YAML nested too deeply") from None

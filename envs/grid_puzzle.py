@@ -29,7 +29,8 @@ from tools.parsers import parse_action
 
 #: direction -> (row delta, column delta)
 DIRECTIONS: dict[str, tuple[int, int]] = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
-_PLAIN = re.compile(r"^\s*(up|down|left|right)\s*\.?\s*$", re.IGNORECASE)
+# (?a:...): ASCII case folding only; Unicode folding matched "rıght" (dotless i), not a direction
+_PLAIN = re.compile(r"^\s*((?a:up|down|left|right))\s*\.?\s*$", re.IGNORECASE)
 
 
 class MoveArgs(BaseModel):

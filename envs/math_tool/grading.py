@@ -45,13 +45,16 @@ def normalize(answer: str) -> str:
 
 
 def _fraction_parts(text: str) -> tuple[int, int] | None:
-    found = _SLASH_FRACTION.fullmatch(text)
-    if found:
-        return int(found.group(1)), int(found.group(2))
-    found = _LATEX_FRACTION.fullmatch(text)
-    if found:
-        sign = -1 if found.group(1) else 1
-        return sign * int(found.group(2)), int(found.group(3))
+    try:
+        found = _SLASH_FRACTION.fullmatch(text)
+        if found:
+            return int(found.group(1)), int(found.group(2))
+        found = _LATEX_FRACTION.fullmatch(text)
+        if found:
+            sign = -1 if found.group(1) else 1
+            return sign * int(found.group(2)), int(found.group(3))
+    except ValueError:  # int() refuses more digits than sys.get_int_max_str_digits() (4300)
+        return None
     return None
 
 

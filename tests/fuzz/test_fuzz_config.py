@@ -77,6 +77,8 @@ def loads_or_explains(path, overs) -> None:
 @example(overs=["env.id=" + "[" * 3000])  # a RecursionError
 @example(overs=["rollout.temperature=.nan"])  # accepted: NaN passed the "> 0" check
 @example(overs=["rollout=&a {x: *a}"])
+@example(overs=["algorithm=!!timestamp x"])  # an AttributeError inside PyYAML
+@example(overs=["trainer.steps=!!bool x"])  # a KeyError inside PyYAML
 def test_overrides_load_or_explain(overs):
     loads_or_explains(None, overs)
 
@@ -94,6 +96,7 @@ def test_files_load_or_explain(tmp_path_factory, text, overs):
 
 
 @pytest.mark.parametrize("override", ["a=[", "model.path=!!python/object:os.system x", "env.id=" + "[" * 3000,
+                                      "algorithm=!!timestamp x", "trainer.steps=!!bool x", "trainer.steps=!!int x",
                                       "rollout.temperature=.nan", "algorithm.loss.eps_high=.nan"])
 def test_found_overrides_are_config_errors(override):
     with pytest.raises(ConfigError) as e:
