@@ -40,7 +40,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         args.config = None
     if args.resume and args.config is None:
         args.config = str(Path(args.resume) / "config.yaml")
-    run_dir = train(_config(args), resume=args.resume)
+    from agent_rl.learner.launch import RankFailedError
+
+    try:
+        run_dir = train(_config(args), resume=args.resume)
+    except RankFailedError as e:  # the rank printed its traceback; this line names it
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     print(f"run directory: {run_dir}")
     return 0
 

@@ -452,7 +452,7 @@ def train(cfg: Config, resume: str | None = None) -> Path:
     machine, each running ``main`` below, or Ray actors (``distributed.backend: ray``)."""
     if launch.starts_local_ranks(cfg):
         return launch.start_ranks(cfg, Path(resume) if resume else make_run_dir(cfg), resume, module="agent_rl.trainer")
-    with launch.process_group(cfg) as rank:
+    with launch.process_group(cfg) as rank, launch.rank_guard():  # a failing rank stops the group at once
         return Trainer(cfg, resume=resume, log=print if rank == 0 else (lambda *a: None)).train()
 
 

@@ -10,7 +10,7 @@
 - ``world_size: N > 1`` (``backend: local``): the run directory is fixed first, then N processes are started with
   ``MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE/LOCAL_RANK`` (gloo on CPU, NCCL on GPU: rank r takes
   ``cuda:r``), each running ``python -m agent_rl.trainer CONFIG``; if one rank dies, the others
-  are stopped and the error names it;
+  are stopped and the error names it and its exception (``RankFailedError``);
 - already under ``torchrun`` (``RANK`` set): join that group (multi-node goes through an external
   launcher that sets the same variables).
 
@@ -20,15 +20,24 @@ and advantages and trains on its block of rows (FSDP2), with step-global loss de
 After the step the full state dict is gathered on rank 0 and loaded into the sampler (weight
 sync). So N ranks train on exactly the batch one process would, and the update equals the
 one-process update up to float summation order.
+
+A rank that raises leaves at once (``rank_guard``): it prints its traceback, records its error
+for the launcher and exits without cleanup, so no thread, pending collective or
+``destroy_process_group`` keeps it alive. Its closed connections fail the collectives the other
+ranks wait in (gloo), and the launcher stops whoever is left (NCCL notices nothing), so the group
+stops within seconds instead of at the collective timeout.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -65,6 +74,46 @@ def process_group(cfg: Any) -> Iterator[int]:
             dist.destroy_process_group()
 
 
+ERRORS_ENV = "AGENT_RL_RANK_ERRORS"  # the launcher's directory where a failing rank records its error
+
+
+class RankFailedError(RuntimeError):
+    """A learner rank failed; the message names the rank and its exception."""
+
+
+@contextmanager
+def rank_guard() -> Iterator[None]:
+    """Around a rank's work (inside ``process_group``): an exception on one rank of several prints
+    its traceback, records ``rank R of W failed: <error>`` for the launcher (``ERRORS_ENV``) or on
+    stderr, and ends the process at once (``os._exit(1)``)."""
+    rank, world = fsdp.rank_and_world()
+    if world == 1:
+        yield
+        return
+    try:
+        yield
+    except BaseException as e:
+        if isinstance(e, SystemExit) and e.code in (0, None):
+            raise
+        traceback.print_exc()
+        message = f"learner rank {rank} of {world} failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        errors = os.environ.get(ERRORS_ENV)
+        if errors:
+            record = {"rank": rank, "time_ns": time.time_ns(), "message": message}
+            Path(errors, f"rank_{rank}.json").write_text(json.dumps(record))
+        print(message, file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+
+def first_failure(errors: Path) -> str | None:
+    """The message of the rank that failed first (the others' errors are usually its echo:
+    a collective that lost its peer)."""
+    records = [json.loads(p.read_text()) for p in sorted(errors.glob("rank_*.json"))]
+    return min(records, key=lambda r: r["time_ns"])["message"] if records else None
+
+
 def start_ranks(cfg: Any, run_dir: Path, resume: str | None, module: str) -> Path:
     """Start ``learner.world_size`` ranks of this run, each ``python -m module CONFIG [--resume
     RUN_DIR]`` with the run's config written to ``run_dir``, and wait for them."""
@@ -72,18 +121,26 @@ def start_ranks(cfg: Any, run_dir: Path, resume: str | None, module: str) -> Pat
     cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"dir": str(run_dir)})})
     config_path = run_dir / "config.yaml"
     config_path.write_text(cfg.to_yaml())
-    base = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(fsdp.free_port()), "WORLD_SIZE": str(world)}
-    procs = []
-    for rank in range(world):
-        env = {**base, "RANK": str(rank), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world)}
-        cmd = [sys.executable, "-m", module, str(config_path)]
-        if resume:
-            cmd += ["--resume", str(run_dir)]
-        procs.append(subprocess.Popen(cmd, env=env))
-    failed = _wait(procs)
-    if failed is not None:
-        rank, code = failed
-        raise RuntimeError(f"learner rank {rank} of {world} exited with code {code}; the other ranks were stopped ({run_dir})")
+    with tempfile.TemporaryDirectory(prefix="agent-rl-ranks-") as errors:
+        base = {
+            **os.environ,
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(fsdp.free_port()),
+            "WORLD_SIZE": str(world),
+            ERRORS_ENV: errors,
+        }
+        procs = []
+        for rank in range(world):
+            env = {**base, "RANK": str(rank), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world)}
+            cmd = [sys.executable, "-m", module, str(config_path)]
+            if resume:
+                cmd += ["--resume", str(run_dir)]
+            procs.append(subprocess.Popen(cmd, env=env))
+        failed = _wait(procs)
+        if failed is not None:
+            rank, code = failed
+            message = first_failure(Path(errors)) or f"learner rank {rank} of {world} exited with code {code}"
+            raise RankFailedError(f"{message}; the other ranks were stopped ({run_dir})")
     return run_dir
 
 
@@ -93,6 +150,7 @@ def _wait(procs: list[subprocess.Popen]) -> tuple[int, int] | None:
         codes = [p.poll() for p in procs]
         bad = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
         if bad:
+            time.sleep(0.5)  # ranks that lost a peer in a collective fail on their own and say so
             for p in procs:
                 if p.poll() is None:
                     p.send_signal(signal.SIGTERM)
