@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import ClassVar
 
 from rollout_helpers import AsyncEchoEnv
 
@@ -24,7 +25,7 @@ class BlockingEchoEnv(AsyncEchoEnv):
         name, block = self.options["name"], self.options.get("block_s", 0.0)
         if block:
             EVENTS.append(f"{name}: blocking")
-            time.sleep(block)  # a synchronous call inside a coroutine
+            time.sleep(block)  # noqa: ASYNC251 - the point: a synchronous call inside a coroutine
             EVENTS.append(f"{name}: unblocked")
         out = self._act(action)
         if out[2]:
@@ -34,7 +35,7 @@ class BlockingEchoEnv(AsyncEchoEnv):
 
 class LoopSafeEchoEnv(AsyncEchoEnv):
     loop_safe = True  # declares that its coroutines never block: they run on the engine's loop
-    threads: set[str] = set()
+    threads: ClassVar[set[str]] = set()
 
     async def astep(self, action: str):
         LoopSafeEchoEnv.threads.add(threading.current_thread().name)

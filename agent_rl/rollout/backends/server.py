@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 from fastapi import Depends, FastAPI, HTTPException, Request
@@ -231,7 +231,7 @@ def require_key(api_key: str | None) -> Any:
     """A FastAPI dependency: the bearer token must equal ``api_key`` (None: no check), else 401."""
     bearer = HTTPBearer(auto_error=False, description="the server's --api-key")
 
-    async def check(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+    async def check(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
         if api_key is None:
             return
         given = credentials.credentials if credentials is not None else ""

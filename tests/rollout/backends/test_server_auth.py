@@ -11,7 +11,11 @@ import torch
 from agent_rl.cli import main as cli_main
 from agent_rl.config import load_config
 from agent_rl.rollout.backends import BACKENDS, GenerationRequest, GenerationResult
-from agent_rl.rollout.backends.openai_http import OpenAIBackend, check_push_auth, is_loopback
+from agent_rl.rollout.backends.openai_http import (
+    OpenAIBackend,
+    check_push_auth,
+    is_loopback,
+)
 from agent_rl.rollout.backends.server import build_state, create_app, serve_in_thread
 from agent_rl.trainer import Trainer
 
