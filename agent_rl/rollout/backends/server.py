@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import torch
 from fastapi import Depends, FastAPI, HTTPException, Request
@@ -207,31 +207,54 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"object": "error", "message": message, "type": kind, "param": None, "code": status}, status)
 
 
+def _unrunnable(req: CompletionRequest, prompts: list[list[int]], vocab: int, context: int | None) -> str | None:
+    """Why the model cannot run ``req`` (None when it can): what torch refuses, or a context overflow."""
+    if req.seed is not None and not -(2**63) <= req.seed < 2**64:
+        return "seed: must be in [-2**63, 2**64)"
+    if any(not -(2**63) <= t < 2**63 for t in req.stop_token_ids):
+        return "stop_token_ids: must be 64-bit integers"
+    if req.logprobs is not None and req.logprobs > vocab:
+        return f"logprobs: at most the vocabulary size, {vocab}"
+    longest = max(len(p) for p in prompts)
+    if context is not None and longest + req.max_tokens > context:
+        return f"prompt ({longest} tokens) + max_tokens ({req.max_tokens}) exceeds the model's context of {context} tokens"
+    return None
+
+
 def load_state_dict_file(path: str) -> dict[str, torch.Tensor]:
     """A ``.safetensors`` file, a directory of them (a saved checkpoint), or a ``torch.save``-d dict."""
     from safetensors.torch import load_file
 
     p = Path(path)
-    if p.is_dir():
-        files = sorted(p.glob("*.safetensors"))
-        if not files:
-            raise ValueError(f"path '{path}': a directory without .safetensors files")
-        out: dict[str, torch.Tensor] = {}
-        for f in files:
-            out.update(load_file(f))
-        return out
-    if not p.is_file():
-        raise ValueError(f"path '{path}' does not exist")
-    if p.suffix == ".safetensors":
-        return load_file(p)
-    return torch.load(p, map_location="cpu", weights_only=True)
+    try:
+        if p.is_dir():
+            files = sorted(p.glob("*.safetensors"))
+            if not files:
+                raise ValueError(f"path '{path}': a directory without .safetensors files")
+            out: dict[str, torch.Tensor] = {}
+            for f in files:
+                out.update(load_file(f))
+        elif not p.is_file():
+            raise ValueError(f"path '{path}' does not exist")
+        elif p.suffix == ".safetensors":
+            out = load_file(p)
+        else:
+            out = torch.load(p, map_location="cpu", weights_only=True)
+    except ValueError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a corrupt or foreign file (SafetensorError, UnpicklingError, ...)
+        raise ValueError(f"path '{path}': cannot read a state dict: {type(e).__name__}: {e}") from None
+    if not isinstance(out, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in out.items()):
+        raise ValueError(f"path '{path}': not a state dict (names to tensors) but a {type(out).__name__}")
+    return out
 
 
 def require_key(api_key: str | None) -> Any:
     """A FastAPI dependency: the bearer token must equal ``api_key`` (None: no check), else 401."""
     bearer = HTTPBearer(auto_error=False, description="the server's --api-key")
 
-    async def check(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
+    # FastAPI's idiom; Annotated cannot name the local ``bearer`` under postponed annotations
+    async def check(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
         if api_key is None:
             return
         given = credentials.credentials if credentials is not None else ""
@@ -286,6 +309,9 @@ def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
         vocab = state.backend.model.get_input_embeddings().num_embeddings
         if any(not 0 <= t < vocab for p in prompts for t in p):
             return _error(400, f"prompt: token ids must be in [0, {vocab})")
+        problem = _unrunnable(req, prompts, vocab, getattr(state.backend.model.config, "max_position_embeddings", None))
+        if problem:  # refused here, not in the batch: a batch fails as a whole
+            return _error(400, problem)
         requests = [
             GenerationRequest(
                 prompt_ids=list(p),
@@ -323,16 +349,22 @@ def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
         try:
             if request.headers.get("content-type", "").startswith("application/json"):
                 body = await request.json()
-                if "path" not in body or "version" not in body:
+                if not isinstance(body, dict) or "path" not in body or "version" not in body:
                     return _error(400, "JSON body needs 'path' and 'version'")
-                version = int(body["version"])
+                if isinstance(body["version"], bool) or not isinstance(body["version"], int):
+                    return _error(400, f"version: an integer, got {body['version']!r}")
+                version = body["version"]
                 state_dict = await asyncio.to_thread(load_state_dict_file, str(body["path"]))
             else:
                 if version is None:
                     return _error(400, "query parameter 'version' is required with a safetensors body")
+                from safetensors import SafetensorError
                 from safetensors.torch import load
 
-                state_dict = load(await request.body())
+                try:
+                    state_dict = load(await request.body())
+                except SafetensorError as e:
+                    return _error(400, f"body: not a safetensors state dict: {e}")
             await state.update_weights(state_dict, version)
         except ValueError as e:
             return _error(400, str(e))
