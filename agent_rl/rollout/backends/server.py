@@ -351,9 +351,10 @@ def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
                 body = await request.json()
                 if not isinstance(body, dict) or "path" not in body or "version" not in body:
                     return _error(400, "JSON body needs 'path' and 'version'")
-                if isinstance(body["version"], bool) or not isinstance(body["version"], int):
+                try:
+                    version = int(body["version"])
+                except (TypeError, OverflowError):  # null, a list, infinity (a bad string is a ValueError)
                     return _error(400, f"version: an integer, got {body['version']!r}")
-                version = body["version"]
                 state_dict = await asyncio.to_thread(load_state_dict_file, str(body["path"]))
             else:
                 if version is None:
