@@ -62,15 +62,58 @@ class SandboxLimits:
     flood_bytes: int = 8 << 20       # a stream producing more than this is killed (OUTPUT_TRUNCATED)
     nproc: int = 64                  # processes + threads of one call (pids cgroup / RLIMIT_NPROC)
     disk_mb: int = 64                # size of the work directory (tmpfs) and largest file
-    max_files: int = 4096            # inodes of the work directory
+    max_files: int = 4096            # inodes of the work directory (0 would mean unbounded: refused)
     cpus: float = 1.0                # CPU share of one container (docker)
     persist_mb: int = 16             # work-directory changes kept between calls of one sandbox
     kill_grace_s: float = 2.0        # the caller waits this long past the timeout before giving up
 
     def __post_init__(self):
-        for name in ("timeout_s", "memory_mb", "max_output_bytes", "flood_bytes", "nproc", "disk_mb", "cpus"):
+        for name in ("timeout_s", "memory_mb", "max_output_bytes", "flood_bytes", "nproc", "disk_mb", "max_files",
+                     "cpus"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"sandbox limit {name} must be > 0, got {getattr(self, name)!r}")
+
+
+@dataclass(frozen=True)
+class Scratch:
+    """A writable tmpfs of a docker / bwrap worker, bounded in bytes AND in inodes.
+
+    Both bounds matter: an empty file costs no block but ~1 KiB of kernel memory (inode + dentry),
+    charged to the worker's memory cgroup, which the resident executor shares; a tmpfs without an
+    inode bound lets a program that creates files until it is stopped starve the executor.
+    """
+
+    path: str
+    size_mb: int
+    inodes: int
+    mode: int
+
+
+def scratch_mounts(limits: SandboxLimits) -> tuple[Scratch, ...]:
+    """The writable directories of a worker (everything else is read-only)."""
+    return (
+        Scratch("/work", limits.disk_mb, limits.max_files, 0o755),
+        Scratch("/tmp", 32, 4096, 0o1777),
+        Scratch("/dev/shm", 16, 1024, 0o1777),
+    )
+
+
+#: Kernel memory of one tmpfs inode (inode + dentry, ~1 KiB measured), with a margin.
+INODE_KIB = 2
+#: What the resident executor itself may need (Python, a call's request and result).
+EXECUTOR_MB = 64
+
+
+def worker_memory_mb(limits: SandboxLimits) -> int:
+    """Memory bound of a worker (its cgroup): the program + full scratch tmpfs + the executor.
+
+    Scratch pages and inodes outlive the program that made them, so the bound reserves them on top
+    of ``memory_mb``: a program that fills every scratch mount and then allocates is OOM-killed
+    (it has ``oom_score_adj`` 1000), and the executor still has ``EXECUTOR_MB`` to carry on.
+    """
+    mounts = scratch_mounts(limits)
+    inode_mb = -(-sum(m.inodes for m in mounts) * INODE_KIB // 1024)
+    return limits.memory_mb + sum(m.size_mb for m in mounts) + inode_mb + EXECUTOR_MB
 
 
 @runtime_checkable

@@ -5,6 +5,12 @@ Each worker is ``bwrap --unshare-all --die-with-parent --as-pid-1 ...`` around
 ``/usr`` read-only and nothing else of the host (no ``/etc/shadow``, no home, no project
 files), tmpfs ``/work``, ``/tmp`` and ``/dev/shm`` of bounded size, no capabilities.
 
+Under root those three are tmpfs mounted by the launcher, in a private mount namespace of the worker
+(``unshare --mount``), with an inode bound as well as a size (bwrap's own ``--tmpfs`` has only
+``--size``): without it, a program that creates empty files until it is stopped fills the worker's
+memory cgroup with inodes that outlive it, and the OOM killer then takes the executor (an
+``infra_error`` the program caused). The mounts vanish with the worker's mount namespace.
+
 Started as root, a worker first drops to its own unprivileged uid (``setpriv``; uid
 ``BWRAP_UID_BASE + slot``) so RLIMIT_NPROC applies and no two workers share a process count, and
 it joins a per-worker memory + pids cgroup where we can create one. The executor is PID 1: a call
@@ -28,7 +34,7 @@ import subprocess
 import threading
 
 from sandbox import cgroups, executor
-from sandbox.base import SandboxLimits
+from sandbox.base import SandboxLimits, scratch_mounts, worker_memory_mb
 from sandbox.pool import PooledSandbox, Worker, WorkerPool
 
 log = logging.getLogger("sandbox.bwrap")
@@ -38,6 +44,9 @@ PYTHON = "/usr/bin/python3"
 _EXECUTOR_SRC = inspect.getsource(executor)
 UID_LOCK_DIR = "/run/agent_rl_sandbox_uids"
 UID_SLOTS = 4096
+#: Empty host directories that each root-launched worker covers with its own tmpfs, in its private
+#: mount namespace (``SCRATCH_DIR + "/work"`` -> ``/work`` ...); nothing is ever mounted on the host.
+SCRATCH_DIR = "/run/agent_rl_sandbox_scratch"
 _names = itertools.count(UID_SLOTS)
 _held: dict[int, int] = {}  # slot -> fd of its lock file
 _slots_lock = threading.Lock()
@@ -87,9 +96,27 @@ def _host_binds() -> tuple[str, ...]:
     return tuple(args)
 
 
-def bwrap_command(limits: SandboxLimits, uid: int | None, cfg: dict) -> list[str]:
-    """The full command of one worker (``uid``: drop to it first; needs root)."""
-    mb = 1 << 20
+def scratch_script(limits: SandboxLimits, uid: int) -> str:
+    """Shell lines (run as root in the worker's private mount namespace) mounting its scratch tmpfs."""
+    lines = []
+    for m in scratch_mounts(limits):
+        opts = f"nosuid,nodev,size={m.size_mb}m,nr_inodes={m.inodes},mode={m.mode:o},uid={uid},gid={uid}"
+        lines.append(f"mount -t tmpfs -o {opts} agent_rl_scratch {shlex.quote(SCRATCH_DIR + m.path)}")
+    return "\n".join(lines)
+
+
+def bwrap_command(limits: SandboxLimits, uid: int | None, cfg: dict, bounded_scratch: bool = False) -> list[str]:
+    """The full command of one worker (``uid``: drop to it first; needs root).
+
+    ``bounded_scratch``: bind the scratch directories from :data:`SCRATCH_DIR`, where the launcher
+    mounted them (:func:`scratch_script`); else bwrap mounts them with a size bound only.
+    """
+    scratch = []
+    for m in scratch_mounts(limits):
+        if bounded_scratch:
+            scratch += ["--bind", SCRATCH_DIR + m.path, m.path]
+        else:
+            scratch += ["--size", str(m.size_mb << 20), "--tmpfs", m.path]
     cmd = []
     if uid is not None:
         cmd += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
@@ -97,14 +124,43 @@ def bwrap_command(limits: SandboxLimits, uid: int | None, cfg: dict) -> list[str
         "bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
         "--as-pid-1",
         "--cap-drop", "ALL", "--hostname", "sandbox", *_host_binds(),
-        "--proc", "/proc", "--dev", "/dev",
-        "--size", str(16 * mb), "--tmpfs", "/dev/shm", "--mqueue", "/dev/mqueue", "--remount-ro", "/dev",
-        "--size", str(32 * mb), "--tmpfs", "/tmp",
-        "--size", str(limits.disk_mb * mb), "--tmpfs", "/work", "--chdir", "/work",
-        "--remount-ro", "/",
+        "--proc", "/proc", "--dev", "/dev", *scratch,
+        "--mqueue", "/dev/mqueue", "--remount-ro", "/dev",
+        "--chdir", "/work", "--remount-ro", "/",
         PYTHON, "-I", "-S", "-c", _EXECUTOR_SRC, json.dumps(cfg),
     ]
     return cmd
+
+
+def _make_scratch_dirs(limits: SandboxLimits) -> None:
+    for m in scratch_mounts(limits):
+        os.makedirs(SCRATCH_DIR + m.path, exist_ok=True)
+    for d in {SCRATCH_DIR, *(os.path.dirname(SCRATCH_DIR + m.path) for m in scratch_mounts(limits))}:
+        os.chmod(d, 0o755)  # the worker's unprivileged uid resolves these paths to bind them
+
+
+@functools.cache
+def can_mount_scratch() -> bool:
+    """Can this (root) process mount tmpfs in a private mount namespace (:func:`scratch_script`)?
+
+    Not in a container without CAP_SYS_ADMIN, for instance: workers then get bwrap's
+    size-bounded tmpfs, whose inodes are bounded only by memory (logged once).
+    """
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("mount") is None:
+        return False
+    target = shlex.quote(SCRATCH_DIR + "/work")
+    try:
+        _make_scratch_dirs(SandboxLimits())
+        out = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-ec",
+                              f"mount -t tmpfs -o size=1m,nr_inodes=16 agent_rl_probe {target}"],
+                             capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("bwrap: no inode-bounded scratch tmpfs (%s); using bwrap's --tmpfs --size", exc)
+        return False
+    if out.returncode != 0:
+        log.warning("bwrap: no inode-bounded scratch tmpfs (%s); using bwrap's --tmpfs --size",
+                    out.stderr.strip()[:200])
+    return out.returncode == 0
 
 
 def rlimits_for(limits: SandboxLimits) -> dict[str, int]:
@@ -120,13 +176,21 @@ async def launch_worker(limits: SandboxLimits) -> Worker:
     name = f"bwrap-{os.getpid()}-{slot}"
     cfg = {"workdir": "/work", "wipe": ["/work", "/tmp", "/dev/shm", "/dev/mqueue"],
            "ttl_s": 3600, "idle_ttl_s": 900}
-    cmd = bwrap_command(limits, uid, cfg)
-    cg = cgroups.WorkerCgroup(f"{os.getpid()}-{slot}", (limits.memory_mb + limits.disk_mb + 96) << 20,
+    bounded = root and can_mount_scratch()
+    cmd = bwrap_command(limits, uid, cfg, bounded_scratch=bounded)
+    cg = cgroups.WorkerCgroup(f"{os.getpid()}-{slot}", worker_memory_mb(limits) << 20,
                               limits.nproc + 8, limits.cpus)
-    if cg.procs_files:  # join the cgroups before bwrap starts, so every process is inside
-        joins = "; ".join(f"echo $$ > {shlex.quote(p)}" for p in cg.procs_files)
-        cmd = ["/bin/sh", "-c", f'{joins}; exec "$@"', "sh", *cmd]
+    # join the cgroups before bwrap starts, so every process is inside
+    prelude = [f"echo $$ > {shlex.quote(p)}" for p in cg.procs_files]
+    if bounded:
+        prelude.append(scratch_script(limits, uid))
+    if prelude:
+        cmd = ["/bin/sh", "-ec", "\n".join([*prelude, 'exec "$@"']), "sh", *cmd]
+    if bounded:  # the scratch mounts live (and die) in the worker's own mount namespace
+        cmd = ["unshare", "--mount", "--propagation", "private", "--", *cmd]
     try:
+        if bounded:
+            _make_scratch_dirs(limits)
         proc = await asyncio.create_subprocess_exec(
             *cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}, start_new_session=True,
@@ -196,5 +260,6 @@ def probe() -> tuple[bool, str]:
     if out.returncode != 0 or out.stdout.strip() != "1":
         return False, f"bwrap failed (rc={out.returncode}): {out.stderr.strip()[:200]}"
     extra = f"; cgroups: {', '.join(cgroups.available()) or 'none (rlimits only)'}"
+    extra += "; scratch tmpfs bounded in size and inodes" if can_mount_scratch() else "; scratch tmpfs bounded in size"
     mode = "as root, dropping to a per-worker uid" if os.geteuid() == 0 else "unprivileged"
     return True, f"bubblewrap {mode}{extra}"

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sandbox import executor
-from sandbox.base import SandboxLimits
+from sandbox.base import SandboxLimits, scratch_mounts, worker_memory_mb
 from sandbox.image import DEFAULT_IMAGE
 from sandbox.pool import PooledSandbox, Worker, WorkerPool
 
@@ -112,19 +112,24 @@ def retry_removals(cli) -> None:
             _remove(cli, cid)
 
 
+def tmpfs_options(limits: SandboxLimits) -> dict[str, str]:
+    """The container's writable tmpfs, each bounded in size AND inodes (``/dev/shm`` too: docker's
+    ``shm_size`` has no inode bound, and inodes are kernel memory the executor's cgroup pays for)."""
+    opts = {}
+    for m in scratch_mounts(limits):
+        owner = f",uid={SANDBOX_USER.split(':')[0]},gid={SANDBOX_USER.split(':')[1]}" if m.path == "/work" else ""
+        opts[m.path] = f"rw,nosuid,nodev,size={m.size_mb}m,nr_inodes={m.inodes},mode={m.mode:o}{owner}"
+    return opts
+
+
 def container_config(cli, image: str, limits: SandboxLimits, cgroup_parent: str | None = None) -> dict:
-    mb = limits.memory_mb + limits.disk_mb + 32 + 16 + 64  # program + tmpfs pages + executor
+    mb = worker_memory_mb(limits)
     cfg = {"workdir": "/work", "wipe": ["/work", "/tmp", "/dev/shm", "/dev/mqueue"], "ttl_s": TTL_S,
            "idle_ttl_s": 900, "oom_files": ["/sys/fs/cgroup/memory/memory.oom_control",
                                             "/sys/fs/cgroup/memory.events"]}
     host_config = cli.api.create_host_config(
         network_mode="none", read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges"],
-        tmpfs={
-            "/work": (f"rw,nosuid,nodev,size={limits.disk_mb}m,nr_inodes={limits.max_files},"
-                      "uid=65534,gid=65534,mode=0755"),
-            "/tmp": "rw,nosuid,nodev,size=32m,nr_inodes=4096,mode=1777",
-        },
-        shm_size="16m", ipc_mode="private", pids_limit=limits.nproc + 8,
+        tmpfs=tmpfs_options(limits), ipc_mode="private", pids_limit=limits.nproc + 8,
         mem_limit=f"{mb}m", memswap_limit=f"{mb}m", nano_cpus=int(limits.cpus * 1e9),
         auto_remove=True, log_config={"type": "none", "config": {}},
         init=False,  # the executor is the init: it reaps, and signals from inside cannot kill it
