@@ -15,6 +15,7 @@ from agent_rl.rollout.backends.openai_http import (
     OpenAIBackend,
     check_push_auth,
     is_loopback,
+    serialize_state_dict,
 )
 from agent_rl.rollout.backends.server import build_state, create_app, serve_in_thread
 from agent_rl.trainer import Trainer
@@ -38,9 +39,12 @@ def test_update_without_or_with_a_wrong_key_is_401_and_changes_nothing(keyed):
     url, state = keyed
     before = {k: v.clone() for k, v in state.backend.model.state_dict().items()}
     name = next(iter(before))
-    body = {"path": "/nonexistent.safetensors", "version": 5}
+    payload = serialize_state_dict({name: before[name] + 1.0})  # a valid update, were it authorized
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {KEY}"}):
-        r = httpx.post(f"{url}/update_weights", json=body, headers=headers)
+        r = httpx.post(
+            f"{url}/update_weights", params={"version": 5}, content=payload,
+            headers={**headers, "Content-Type": "application/octet-stream"},
+        )
         assert r.status_code == 401, r.text
         assert r.json()["type"] == "AuthenticationError" and "API key" in r.json()["message"]
         assert r.headers["www-authenticate"] == "Bearer"
