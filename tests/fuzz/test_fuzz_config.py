@@ -12,7 +12,14 @@ from fuzz_helpers import fuzz_settings
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from agent_rl.algorithms import ADVANTAGES, AGGREGATIONS, CREDITS, FILTERS, KLS, POLICY_LOSSES
+from agent_rl.algorithms import (
+    ADVANTAGES,
+    AGGREGATIONS,
+    CREDITS,
+    FILTERS,
+    KLS,
+    POLICY_LOSSES,
+)
 from agent_rl.config import Config, ConfigError, load_config
 
 

@@ -22,7 +22,11 @@ def server(tiny_model_dir, tmp_path_factory):
     """(client, files): an httpx client of one served tiny model, and paths for update_weights."""
     from safetensors.torch import save_file
 
-    from agent_rl.rollout.backends.server import build_state, create_app, serve_in_thread
+    from agent_rl.rollout.backends.server import (
+        build_state,
+        create_app,
+        serve_in_thread,
+    )
 
     files = tmp_path_factory.mktemp("weights")
     (files / "garbage.safetensors").write_bytes(b"not safetensors")
@@ -30,7 +34,7 @@ def server(tiny_model_dir, tmp_path_factory):
     torch.save({"model.embed_tokens.weight": torch.zeros(2, 2)}, files / "wrong_shape.pt")
     save_file({"nope": torch.zeros(1)}, str(files / "unknown_name.safetensors"))
     (files / "empty_dir").mkdir()
-    (files / "pickle.pt").write_bytes(b"\x80\x04K\x01.")  # pickle of the int 1
+    (files / "pickle.pt").write_bytes(b"\x80\x02K\x01.")  # pickle of the int 1
     state = build_state(str(tiny_model_dir), served_name="tiny")
     with serve_in_thread(create_app(state)) as url, httpx.Client(base_url=url, timeout=120) as client:
         yield client, files
