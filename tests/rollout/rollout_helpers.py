@@ -58,7 +58,12 @@ class EchoEnv(gym.Env):
 
 
 class AsyncEchoEnv(EchoEnv):
-    """``EchoEnv`` with ``areset`` / ``astep``: its latency is an ``asyncio.sleep`` (no thread)."""
+    """``EchoEnv`` with ``areset`` / ``astep``: its latency is an ``asyncio.sleep`` (no thread).
+
+    Its coroutines never block, so it runs on the engine's loop (``loop_safe``): the batching
+    tests count which requests meet in one backend call."""
+
+    loop_safe = True
 
     async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         return self.reset(seed=seed, options=options)

@@ -21,6 +21,8 @@ EVENTS: list[str] = []
 class BlockingEchoEnv(AsyncEchoEnv):
     """``AsyncEchoEnv`` whose ``astep`` blocks the thread it runs on for ``options["block_s"]`` (its reward code)."""
 
+    loop_safe = False  # what an env that does not declare itself safe gets
+
     async def astep(self, action: str):
         name, block = self.options["name"], self.options.get("block_s", 0.0)
         if block:
@@ -34,7 +36,7 @@ class BlockingEchoEnv(AsyncEchoEnv):
 
 
 class LoopSafeEchoEnv(AsyncEchoEnv):
-    loop_safe = True  # declares that its coroutines never block: they run on the engine's loop
+    loop_safe = True  # declares that its coroutines never block: they run on the engine's loop (as AsyncEchoEnv)
     threads: ClassVar[set[str]] = set()
 
     async def astep(self, action: str):
