@@ -39,7 +39,28 @@ def _parse_call(body: str) -> ToolCall:
         args = json.loads(args)
     if not isinstance(args, dict):
         raise ValueError('"arguments" must be a JSON object')
+    if _has_lone_surrogate([obj["name"], args]):
+        raise ValueError("a string holds a lone surrogate such as \\ud800 (not valid Unicode)")
     return ToolCall(name=obj["name"], arguments=args)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _has_lone_surrogate(value: object) -> bool:
+    """Whether a string in ``value`` (JSON data) holds a surrogate: ``json.loads`` reads ``"\\ud800"``
+    as one, and a tool, a sandbox or a tokenizer given it fails on encoding it as UTF-8."""
+    stack = [value]
+    while stack:  # a loop: the data may be nested as deep as json.loads goes
+        item = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return True
+        elif isinstance(item, dict):
+            stack += [*item.keys(), *item.values()]
+        elif isinstance(item, list):
+            stack += item
+    return False
 
 
 def parse_action(text: str, *, fenced_code: bool = True) -> ParsedAction:

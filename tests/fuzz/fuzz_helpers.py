@@ -34,12 +34,14 @@ MARKERS = [
 ]
 
 # a tool call's JSON, well-formed or not: real names and argument keys with random values
+# hypothesis never draws surrogates: lone ones (what json.loads makes of "\ud800") come from here
+SURROGATES = st.sampled_from(["\ud800", "x\udfffy", "\ud83d", "\ud83d\ude00"])
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20),
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20) | SURROGATES,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12,
 )
-tool_names = st.sampled_from(["python", "submit", "move", "shell", "read_file", "write_file", "nope", ""])
+tool_names = st.sampled_from(["python", "submit", "move", "shell", "read_file", "write_file", "nope", "", "\ud800"])
 arg_keys = st.sampled_from(["code", "direction", "command", "path", "content", "x", ""])
 
 

@@ -76,7 +76,8 @@ CALLS = st.builds(
     st.sampled_from(["python", "shell", "read_file", "write_file", "submit", "move"]),
     st.dictionaries(st.sampled_from(["code", "command", "path", "content", "direction"]),
                     st.text(max_size=40) | st.sampled_from(["print(1)", "ls -la", "../../etc/passwd", "/dev/zero", "up",
-                                                            "\x00", "a" * 200_000]), max_size=2),
+                                                            "\x00", "a" * 200_000, "\ud800", "echo \udc00"]),
+                    max_size=2),
 )
 MOVES = st.sampled_from(["up", "Down.", " LEFT ", "right\n", "up down", "rıght", "RİGHT", "ｕｐ", "up\u3000"])
 ACTIONS = (adversarial_text() | st.text() | ANSWERS | MOVES | CALLS).map(defuse)
@@ -89,6 +90,9 @@ ACTIONS = (adversarial_text() | st.text() | ANSWERS | MOVES | CALLS).map(defuse)
 @example(seed=1, actions=["rıght"])  # Maze, Sokoban: a KeyError (Unicode case folding)
 @example(seed=1, actions=["RİGHT"])
 @example(seed=2, actions=["<tool_call>" + "[" * 100_000 + "</tool_call>"])  # a RecursionError in the parser
+# a lone surrogate escape: UnicodeEncodeError from ShellTask's state_key, InfraError from the shell tool
+@example(seed=1, actions=['<tool_call>{"name": "read_file", "arguments": {"path": "\\ud800"}}</tool_call>'])
+@example(seed=1, actions=['<tool_call>{"name": "shell", "arguments": {"command": "\\ud800"}}</tool_call>'])
 def test_any_text_steps(made, env_id, seed, actions):
     env = made(env_id)
     env.reset(seed=seed)

@@ -3,6 +3,7 @@ time; a malformed call is a message in ``ParsedAction.errors``, never an excepti
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
@@ -28,6 +29,8 @@ def check(parsed: ParsedAction) -> None:
                for c in parsed.tool_calls)
     assert parsed.answer is None or isinstance(parsed.answer, str)
     assert all(isinstance(e, str) and e for e in parsed.errors)
+    for c in parsed.tool_calls:  # what a tool receives encodes as UTF-8 (no lone surrogates)
+        json.dumps([c.name, c.arguments], ensure_ascii=False).encode("utf-8")
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
@@ -89,6 +92,23 @@ def test_long_inputs_parse_in_linear_time(fmt, text):
     parsed = FORMATS[fmt](text, fenced_code=True)
     assert time.perf_counter() - start < 2.0
     check(parsed)
+
+
+@pytest.mark.parametrize("text", [
+    '<tool_call>{"name": "shell", "arguments": {"command": "\\ud800"}}</tool_call>',
+    '<tool_call>{"name": "x\\udfff", "arguments": {}}</tool_call>',
+    '<tool_call>{"name": "python", "arguments": {"code": ["\\ud83d"]}}</tool_call>',
+    '<tool_call>{"name": "python", "arguments": {"\\ud800": 1}}</tool_call>',
+    '<tool_call>{"name": "python", "arguments": "{\\"code\\": \\"\\\\ud800\\"}"}</tool_call>',
+])
+def test_lone_surrogate_is_a_malformed_call(text):
+    parsed = parse_action(text)
+    assert parsed.tool_calls == [] and len(parsed.errors) == 1 and "surrogate" in parsed.errors[0]
+
+
+def test_surrogate_pair_is_a_character():
+    parsed = parse_action('<tool_call>{"name": "shell", "arguments": {"command": "echo \\ud83d\\ude00"}}</tool_call>')
+    assert parsed.tool_calls[0].arguments == {"command": "echo \U0001f600"}
 
 
 def test_deep_json_is_a_malformed_call():
