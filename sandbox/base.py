@@ -225,6 +225,20 @@ def classify(
     return ExecStatus.OUTPUT_TRUNCATED if truncated else ExecStatus.OK
 
 
+def oom_report(wall_s: float) -> dict:
+    """The report of a call whose executor the OOM killer took along with the program (``pool``).
+
+    The program, which resets its own ``oom_score_adj`` to 0 and spreads its memory over processes
+    smaller than the executor, chooses the victim; only it can fill the worker's memory (the
+    executor's share is reserved, see :func:`worker_memory_mb`): its failure, not the sandbox's.
+    """
+    empty = {"head": b"", "tail": b"", "total": 0}
+    note = "the program exhausted the worker's memory and the executor was killed with it; worker replaced"
+    return {"op": "result", "exit_code": -9, "timed_out": False, "oom_killed": True, "flooded": False,
+            "stdout": empty, "stderr": empty, "wall_s": wall_s, "cpu_s": 0.0, "notes": [note],
+            "changed": [], "deleted": []}
+
+
 def result_from_report(report: Mapping, wall_s: float | None = None) -> ExecResult:
     """An :class:`ExecResult` from the runner's report (see ``executor.run_child``)."""
     out, err = report["stdout"], report["stderr"]

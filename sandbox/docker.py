@@ -13,12 +13,14 @@ controller dies its attach connection closes, stdin ends (``StdinOnce``), the ex
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import inspect
 import json
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -122,6 +124,48 @@ def tmpfs_options(limits: SandboxLimits) -> dict[str, str]:
     return opts
 
 
+class _OomWatch:
+    """Counts ``oom`` events of our containers, per container id, from the daemon's event stream.
+
+    A container's memory cgroup vanishes with it (``AutoRemove``), so the event stream is how the
+    pool learns, after an executor died, that the OOM killer took it (see ``base.oom_report``).
+    """
+
+    def __init__(self, base_url: str | None):
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.base_url = base_url
+        self.thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def ensure_running(self) -> None:
+        with self._lock:
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, name="sandbox-docker-oom", daemon=True)
+                self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            cli = client(self.base_url, timeout=None)
+            for ev in cli.events(decode=True, filters={"type": "container", "event": "oom", "label": LABEL}):
+                cid = ev.get("id") or (ev.get("Actor") or {}).get("ID", "")
+                self.counts[cid] += 1
+        except Exception as exc:  # noqa: BLE001 - daemon gone: the next worker start restarts the watch
+            log.debug("docker oom watch ended: %s", exc)
+
+
+_oom_watches: dict[str | None, _OomWatch] = {}
+_oom_watches_lock = threading.Lock()
+
+
+def oom_watch(base_url: str | None) -> _OomWatch:
+    with _oom_watches_lock:
+        watch = _oom_watches.get(base_url)
+        if watch is None:
+            watch = _oom_watches[base_url] = _OomWatch(base_url)
+    watch.ensure_running()
+    return watch
+
+
 def container_config(cli, image: str, limits: SandboxLimits, cgroup_parent: str | None = None) -> dict:
     mb = worker_memory_mb(limits)
     cfg = {"workdir": "/work", "wipe": ["/work", "/tmp", "/dev/shm", "/dev/mqueue"], "ttl_s": TTL_S,
@@ -160,8 +204,11 @@ async def _demux(sock_reader: asyncio.StreamReader, out: asyncio.StreamReader, n
         out.feed_eof()
 
 
-async def launch_worker(cli, image: str, limits: SandboxLimits, cgroup_parent: str | None = None) -> Worker:
-    """Create, attach and start one container; wait for its executor's hello."""
+async def launch_worker(cli, image: str, limits: SandboxLimits, cgroup_parent: str | None = None,
+                        oom_counts: collections.Counter | None = None) -> Worker:
+    """Create, attach and start one container; wait for its executor's hello.
+
+    ``oom_counts``: container id -> OOM kills seen so far (an :class:`_OomWatch`'s counts)."""
     loop = asyncio.get_running_loop()
     config = container_config(cli, image, limits, cgroup_parent)
 
@@ -204,6 +251,8 @@ async def launch_worker(cli, image: str, limits: SandboxLimits, cgroup_parent: s
 
     worker = Worker(name, out, write, destroy)
     worker.container_id, worker.attach = cid, sock
+    if oom_counts is not None:
+        worker.oom_kills = lambda: oom_counts[cid]
     return await worker.handshake(30.0)
 
 
@@ -256,7 +305,8 @@ def _make_pool(base_url: str | None, image: str, limits: SandboxLimits, size: in
         if _pending_removal:
             await loop.run_in_executor(_THREADS, retry_removals, cli)
         try:
-            return await launch_worker(cli, image, limits, state["cgroup_parent"])
+            watch = await loop.run_in_executor(_THREADS, oom_watch, base_url)
+            return await launch_worker(cli, image, limits, state["cgroup_parent"], watch.counts)
         except Exception:
             if state.get("client") is cli:
                 state.pop("client")  # reconnect next time (the daemon may have restarted)

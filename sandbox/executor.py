@@ -48,9 +48,13 @@ def _hook(d):
     return d
 
 
+def _body(msg):
+    return json.dumps(msg, default=_default, separators=(",", ":")).encode()
+
+
 def encode(msg):
     """One frame: 4-byte big-endian length + JSON (bytes become ``{"$b": base64}``)."""
-    body = json.dumps(msg, default=_default, separators=(",", ":")).encode()
+    body = _body(msg)
     return _LEN.pack(len(body)) + body
 
 
@@ -412,10 +416,21 @@ def _read_exact(n):
 
 
 def _send(msg):
-    data = encode(msg)
-    while data:
-        n = os.write(1, data)
-        data = data[n:]
+    body = _body(msg)  # header and body written apart, and through a view: no copy of a large result
+    for data in (memoryview(_LEN.pack(len(body))), memoryview(body)):
+        while data:
+            n = os.write(1, data)
+            data = data[n:]
+
+
+def _send_result(result):
+    """Send a call's result; if encoding the changed files exhausts our memory (we carry the
+    program's RLIMIT_AS), send it without them, as for changes over ``persist_bytes``."""
+    try:
+        _send(result)
+    except MemoryError:
+        note = "work directory changes too large to send back (executor memory); dropped"
+        _send(dict(result, changed=[], deleted=[], notes=[*result.get("notes", []), note]))
 
 
 def _no_dump():
@@ -440,9 +455,9 @@ def execute(req, workdir, kill_all, oom_file=None):
     try:
         changed, deleted = collect_changes(workdir, before, req.get("persist_bytes", 16 << 20),
                                            req.get("persist_files", 4096))
-    except (OSError, RecursionError) as exc:
+    except (OSError, RecursionError, MemoryError) as exc:
         changed = None
-        report["notes"].append(f"cannot read the work directory back: {exc}")
+        report["notes"].append(f"cannot read the work directory back: {type(exc).__name__} {exc}")
     if changed is None:
         report["notes"].append("work directory changes too large to keep (size or file count); dropped")
         changed, deleted = [], []
@@ -496,7 +511,7 @@ def serve(cfg):
                 result = execute(req, cfg["workdir"], kill_all=True, oom_file=cfg.get("oom_file"))
             except Exception as exc:  # noqa: BLE001 - report it; the controller recycles us
                 result = {"op": "result", "error": f"executor failed: {type(exc).__name__}: {exc}"}
-            _send(result)
+            _send_result(result)
             _send({"op": "ready", "tainted": _cleanup(cfg) or "error" in result})
         elif op == "exit":
             return

@@ -33,6 +33,7 @@ from sandbox.base import (
     SandboxLimits,
     build_argv,
     build_env,
+    oom_report,
     result_from_report,
     to_bytes,
 )
@@ -149,6 +150,20 @@ class PoolStats:
     last_error: str = ""      # the last infrastructure error of a call
     start_error: str = ""     # why the last worker start failed ("" after a success)
     extra: dict = field(default_factory=dict)
+
+
+async def _oom_killed_since(worker: Worker, before: int | None, wait_s: float = 1.0) -> bool:
+    """Did the worker's memory cgroup OOM-kill something since ``before``? (Waits a little: some
+    backends learn of the kill after the connection drops.)"""
+    if before is None:
+        return False
+    end = time.monotonic() + wait_s
+    while True:
+        if (worker.oom_kills() or 0) > before:
+            return True
+        if time.monotonic() >= end:
+            return False
+        await asyncio.sleep(0.05)
 
 
 class WorkerPool:
@@ -299,13 +314,17 @@ class WorkerPool:
                 if attempt == 0:
                     continue  # the program never started: safe to try another worker
                 raise
+            t0 = time.monotonic()
             try:
                 msg = await asyncio.wait_for(worker.recv(), wait_s)
             except asyncio.TimeoutError:
                 await self._release(worker, False)
                 return {"op": "caller_timeout"}
             except InfraError:
+                oom = await _oom_killed_since(worker, oom_before)
                 await self._release(worker, False)
+                if oom:  # the program filled the worker's memory and the OOM killer took the executor too
+                    return oom_report(time.monotonic() - t0)
                 raise
             if msg.get("op") != "result":
                 await self._release(worker, False)
