@@ -17,6 +17,9 @@ from hypothesis import strategies as st
 from agent_rl.rollout.backends.server import CompletionRequest
 
 
+API_KEY = "fuzz-key"
+
+
 @pytest.fixture(scope="module")
 def server(tiny_model_dir, tmp_path_factory):
     """(client, files): an httpx client of one served tiny model, and paths for update_weights."""
@@ -36,7 +39,9 @@ def server(tiny_model_dir, tmp_path_factory):
     (files / "empty_dir").mkdir()
     (files / "pickle.pt").write_bytes(b"\x80\x02K\x01.")  # pickle of the int 1
     state = build_state(str(tiny_model_dir), served_name="tiny")
-    with serve_in_thread(create_app(state)) as url, httpx.Client(base_url=url, timeout=120) as client:
+    headers = {"authorization": f"Bearer {API_KEY}"}
+    with serve_in_thread(create_app(state, api_key=API_KEY)) as url, \
+            httpx.Client(base_url=url, timeout=120, headers=headers) as client:
         yield client, files
 
 
@@ -153,7 +158,30 @@ def test_bad_request_leaves_batch_mates_alone(server):
         async with httpx.AsyncClient(base_url=str(client.base_url), timeout=120) as ac:
             good = {"prompt": [1, 2], "max_tokens": 2, "seed": 1}
             bad = {"prompt": [1, 2], "max_tokens": 2, "seed": 2**70}
+            ac.headers["authorization"] = f"Bearer {API_KEY}"
             return await asyncio.gather(*(post_json(ac, "/completions", b) for b in (good, bad, good)))
 
     ok, refused, ok2 = asyncio.run(both())
     assert ok.status_code == ok2.status_code == 200 and refused.status_code == 400
+
+
+@fuzz_settings(30)
+@given(path=st.sampled_from(["/models", "/policy_version", "/completions", "/update_weights?version=1"]),
+       auth=st.none() | st.text(st.characters(min_codepoint=32, max_codepoint=255), max_size=30)
+       | st.sampled_from(["Bearer", "Bearer ", f"Bearer {API_KEY} ", f"bearer {API_KEY}", f"Basic {API_KEY}",
+                          f"Bearer {API_KEY}\u00e9", f"Bearer  {API_KEY}", API_KEY]))
+def test_random_authorization(server, path, auth):
+    """Any Authorization header: the key's routes answer 401 (JSON) unless it is the key, never 5xx."""
+    client, _ = server
+    headers = {"content-type": "application/json"}
+    if auth is not None:  # raw latin-1 bytes; HTTP forbids leading and trailing whitespace
+        headers["authorization"] = auth.strip(" \t").encode("latin-1")
+    request = client.build_request("POST" if "s?" in path or path == "/completions" else "GET", path,
+                                   content=b'{"prompt": [1], "max_tokens": 1}', headers=headers)
+    if auth is None:
+        del request.headers["authorization"]
+    response = client.send(request)
+    check(response)
+    if response.status_code != 401:  # only "Bearer <the key>" (any case, any spaces) gets through
+        scheme, _, key = auth.strip().partition(" ")
+        assert scheme.lower() == "bearer" and key.strip() == API_KEY, auth
