@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 
 from agent_rl.rollout.backends.server import CompletionRequest
 
-
 API_KEY = "fuzz-key"
 
 
