@@ -157,6 +157,9 @@ def test_both_backends_mount_every_scratch_with_an_inode_bound():
     for path in ("/work", "/tmp", "/dev/shm"):
         i = cmd.index(SCRATCH_DIR + path)
         assert cmd[i - 1:i + 2] == ["--bind", SCRATCH_DIR + path, path]
+    unprivileged = bwrap_command(limits, None, {})  # no root: bwrap's own tmpfs, bounded in size only
+    assert unprivileged[unprivileged.index("/work") - 3:unprivileged.index("/work") + 1] == [
+        "--size", str(8 << 20), "--tmpfs", "/work"]
     assert scratch_script(limits, 1600007).splitlines()[0] == (
         "mount -t tmpfs -o nosuid,nodev,size=8m,nr_inodes=100,mode=755,uid=1600007,gid=1600007 "
         f"agent_rl_scratch {SCRATCH_DIR}/work")
