@@ -49,9 +49,10 @@ class OpenAIBackendConfig(ComponentConfig):
     api_key_env: str | None = Field(
         "OPENAI_API_KEY", description="environment variable holding the bearer token (unset: no auth header)"
     )
-    weight_sync: Literal["push", "none"] = Field(
+    weight_sync: Literal["push", "vllm", "none"] = Field(
         "push",
-        description="push: update_weights POSTs the learner's weights (agent-rl serve); none: the server keeps "
+        description="push: update_weights POSTs the learner's weights (agent-rl serve); vllm: through `vllm serve`'s "
+        "dev-mode routes and our worker extension, on this machine (docs/vllm.md); none: the server keeps "
         "its weights (a plain server; training is then off-policy, only the version is recorded)",
     )
 
@@ -80,6 +81,9 @@ class VllmBackendConfig(ComponentConfig):
     )
     enforce_eager: bool = Field(False, description="no CUDA graphs (faster start, slower decode)")
     enable_prefix_caching: bool = Field(True, description="reuse the KV cache of shared prefixes (multi-turn, groups)")
+    block_size: int | None = Field(
+        None, ge=1, description="tokens per KV block, the prefix cache's unit (None: vLLM's, 128 on CPU; 32 reuses more of short turns)"
+    )
     logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = Field(
         "processed_logprobs", description="processed: after temperature/top-p, the distribution sampled from"
     )

@@ -29,6 +29,7 @@ import asyncio
 import ipaddress
 import os
 import ssl
+import tempfile
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -64,6 +65,11 @@ def check_push_auth(cfg: Any) -> None:
     one: ``cfg.api_key_env`` must name a set environment variable (the server's ``--api-key``).
     """
     host = urlsplit(cfg.base_url).hostname or ""
+    if cfg.weight_sync == "vllm" and not is_loopback(host):
+        raise ValueError(
+            f"rollout.backend.weight_sync=vllm needs `vllm serve` on this machine (the weights go through a file, and "
+            f"its dev-mode routes must stay on loopback): rollout.backend.base_url {cfg.base_url} is not on this machine"
+        )
     if cfg.weight_sync != "push" or is_loopback(host):
         return
     if not (cfg.api_key_env and os.environ.get(cfg.api_key_env)):
@@ -210,6 +216,9 @@ class OpenAIBackend:
             if self._local_model is None:
                 raise ValueError("update_weights(None, ...): the openai backend was built without the learner's model")
             state_dict = self._local_model.state_dict()
+        if self.cfg.weight_sync == "vllm":
+            self._update_vllm_serve(state_dict, version)
+            return
         payload = serialize_state_dict(state_dict)
         url = f"{self.base_url}/update_weights"
         try:
@@ -231,6 +240,46 @@ class OpenAIBackend:
             )
         body = _json_or_raise(response, url)
         self.policy_version = int(body.get("policy_version", version))
+
+    def _update_vllm_serve(self, state_dict: dict, version: int) -> None:
+        """New weights into a `vllm serve` on this machine started with ``VLLM_SERVER_DEV_MODE=1`` and
+        ``--worker-extension-cls agent_rl.rollout.backends.vllm.WeightSyncExtension``: pause (requests in
+        flight finish), every worker reloads a safetensors file in place, the prefix cache is cleared
+        (no KV of the old weights is reused), resume."""
+        root = self.base_url.removesuffix("/v1")
+        fd, path = tempfile.mkstemp(prefix="agent_rl_weights_", suffix=".safetensors")
+        os.close(fd)
+        try:
+            with open(path, "wb") as f:
+                f.write(serialize_state_dict(state_dict))
+            os.chmod(path, 0o644)  # the server may run as another user
+            steps = [
+                ("/pause", {"params": {"mode": "wait"}}),
+                ("/collective_rpc", {"json": {"method": "agent_rl_load_weights", "args": [path]}}),
+                ("/reset_prefix_cache", {}),
+            ]
+            try:
+                for route, kwargs in steps:
+                    self._dev_post(root, route, **kwargs)
+            finally:
+                self._dev_post(root, "/resume")
+        finally:
+            os.remove(path)
+        self.policy_version = version
+
+    def _dev_post(self, root: str, route: str, **kwargs: Any) -> None:
+        url = root + route
+        try:
+            response = httpx.post(url, headers=self.headers, timeout=self.cfg.timeout_s, verify=self._tls, **kwargs)
+        except httpx.TransportError as e:
+            raise ServerUnavailableError(f"{url}: {type(e).__name__}: {e}") from e
+        if response.status_code == 404:
+            raise NotImplementedError(
+                f"{url} is not served: start `vllm serve` with VLLM_SERVER_DEV_MODE=1 and --worker-extension-cls "
+                f"agent_rl.rollout.backends.vllm.WeightSyncExtension for rollout.backend.weight_sync=vllm (docs/vllm.md)"
+            )
+        if response.status_code >= 400:
+            raise ServerUnavailableError(f"{url}: HTTP {response.status_code}: {response.text[:300]}")
 
     def server_policy_version(self) -> int:
         url = f"{self.base_url}/policy_version"

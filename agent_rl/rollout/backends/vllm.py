@@ -113,6 +113,7 @@ class VllmBackend:
             enable_chunked_prefill=chunked,
             enforce_eager=cfg.enforce_eager,
             enable_prefix_caching=cfg.enable_prefix_caching,
+            block_size=cfg.block_size,
             logprobs_mode=cfg.logprobs_mode,
             worker_extension_cls=EXTENSION,
         )
@@ -177,6 +178,9 @@ class VllmBackend:
             raise InfraError(f"vLLM engine: {e!r}") from e
         if final is None:
             raise InfraError("vLLM engine returned no output")
+        # prefill that the prefix cache saved (earlier turns, a group's shared prompt)
+        self.metrics["vllm/prompt_tokens"] += len(r.prompt_ids)
+        self.metrics["vllm/cached_prompt_tokens"] += int(getattr(final, "num_cached_tokens", 0) or 0)
         return to_result(final.outputs[0], r.topk).at_version(self.policy_version)
 
     # ------------------------------------------------------------------------------------------

