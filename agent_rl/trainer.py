@@ -393,11 +393,16 @@ class Trainer:
 
     def save_checkpoint(self, step: int) -> Path:
         """Atomic DCP checkpoint (learner/checkpoint.py): sharded weights and optimizers, RNG states,
-        scheduler, policy version, objectives' state and data position, the policy in HF format."""
+        scheduler, policy version, objectives' state and data position, the plans the rollout source
+        drew ahead for ``step`` on (asynchronous: groups queued, running or buffered), the policy in HF format."""
         per_rank = {"policy_scheduler": self.learner.scheduler.state_dict(), "version": self.learner.version}
         if self.critic is not None:
             per_rank["critic_scheduler"] = self.critic.scheduler.state_dict()
-        trainer_state = {"step": step, "states": {k: v.state_dict() for k, v in self.states.items() if v is not None}}
+        trainer_state = {
+            "step": step,
+            "states": {k: v.state_dict() for k, v in self.states.items() if v is not None},
+            "rollouts": self.rollouts.state_dict(step),
+        }
         return ckpt.save(
             self.run_dir / "checkpoints", step, self._sharded_state(), per_rank, trainer_state, self._export, self.remote_learner
         )
@@ -429,6 +434,7 @@ class Trainer:
         for k, v in trainer_state["states"].items():
             self.states[k].load_state_dict(v)
         self.start_step = trainer_state["step"]
+        self.rollouts.load_state_dict(trainer_state.get("rollouts", {}))  # its groups are produced again, same seeds
         self.weight_sync(self.learner.version)
         self.log(f"resumed {self.run_dir} at step {self.start_step} (policy version {self.learner.version})")
 

@@ -27,6 +27,14 @@ the cost of the cancelled groups' work and a tilt towards tasks whose episodes e
 Workers are reached through a :class:`WorkerGroup` (in-process or Ray actors). A worker that dies
 is replaced by its group, and the jobs it had in flight are re-queued at the front; groups that
 were already returned by a worker are kept.
+
+Checkpoints (``state_dict`` / ``load_state_dict``): a checkpoint taken before step ``s`` holds the
+plan of every (step, round) from ``s`` on that was already drawn (queued, running, finished and
+waiting, or handed over in a step that did not train), as specs with their fixed sample seeds. A
+resumed run produces those groups again instead of drawing new ones: same task, same group id,
+same sample seed, on the resumed weights (staleness counted from them as always); the steps before
+``s`` were trained and are never planned again. A step trains all its groups in one update, so no
+step is ever half trained.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from agent_rl.rollout.episode import EpisodeSpec
@@ -64,6 +72,18 @@ class Plan:
     seed: int
     jobs: list[Job] = field(default_factory=list)
     need: int | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"specs": [asdict(s) for s in self.specs], "seed": self.seed, "need": self.need}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Plan:
+        return cls([EpisodeSpec(**s) for s in state["specs"]], state["seed"], need=state["need"])
+
+
+def plans_state(plans: dict[tuple[int, int], Plan], step: int) -> dict[tuple[int, int], dict[str, Any]]:
+    """The plans of (step, round) keys from ``step`` on, for a checkpoint taken before ``step``."""
+    return {key: plan.state_dict() for key, plan in sorted(plans.items()) if key[0] >= step}
 
 
 class WorkerHandle(Protocol):
@@ -148,7 +168,9 @@ class AsyncRolloutSource:
         self.stale_policy = stale_policy
         self.overprovision = overprovision
         self.version = version
-        self._planned: dict[tuple[int, int], Plan] = {}
+        self._planned: dict[tuple[int, int], Plan] = {}  # drawn, not yet handed over
+        self._handed: dict[tuple[int, int], Plan] = {}  # handed over in the current step (not trained yet)
+        self._restored: set[tuple[int, int]] = set()  # planned from a checkpoint, jobs not queued yet
         self._queue: deque[Job] = deque()
         self._done: dict[str, list[Trajectory]] = {}
         self._horizon = -1  # jobs of steps <= horizon may start
@@ -173,10 +195,14 @@ class AsyncRolloutSource:
     def rollout(self, step: int, round_: int, num_prompts: int) -> list[Trajectory]:
         """The trajectories of (step, round_) in plan order, none staler than ``max_staleness``."""
         new: list[Job] = []
+        self._handed = {key: plan for key, plan in self._handed.items() if key[0] >= step}
         last = min(step + self.lookahead, self.steps - 1) if round_ == 0 else step
         for s in range(step, last + 1):
             key = (s, round_)
-            if key not in self._planned:
+            if key in self._restored:
+                self._restored.discard(key)
+                new += self._planned[key].jobs
+            elif key not in self._planned:
                 plan = self.plan(s, round_, num_prompts + self.overprovision)
                 plan.specs = with_sample_seeds(plan.specs, plan.seed)
                 plan.jobs = _split(s, round_, plan)
@@ -184,8 +210,21 @@ class AsyncRolloutSource:
                 self._planned[key] = plan
                 new += plan.jobs
         trajectories = self.loop.call(self._collect(step, round_, new, front=round_ > 0))
-        del self._planned[(step, round_)]
+        self._handed[(step, round_)] = self._planned.pop((step, round_))
         return trajectories
+
+    def state_dict(self, step: int) -> dict[str, Any]:
+        """For a checkpoint taken before ``step``: the plans of every (step, round) from ``step`` on
+        already drawn, whatever became of their groups (queued, running, buffered, handed over)."""
+        return {"plans": plans_state({**self._handed, **self._planned}, step)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Before the first ``rollout``: the checkpoint's plans are produced again, not drawn anew."""
+        for key, plan_state in state.get("plans", {}).items():
+            plan = Plan.from_state(plan_state)
+            plan.jobs = _split(key[0], key[1], plan)
+            self._planned[key] = plan
+            self._restored.add(key)
 
     needs_weights = True  # every worker samples from its own copy
 

@@ -16,7 +16,12 @@ import copy
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from agent_rl.distributed.buffer import AsyncRolloutSource, LoopThread, Plan
+from agent_rl.distributed.buffer import (
+    AsyncRolloutSource,
+    LoopThread,
+    Plan,
+    plans_state,
+)
 from agent_rl.distributed.worker import RolloutWorker
 from agent_rl.rollout.engine import RolloutEngine
 from agent_rl.rollout.episode import EpisodeSpec
@@ -39,6 +44,14 @@ class RolloutSource(Protocol):
         """Rollout counters since the last call."""
         ...
 
+    def state_dict(self, step: int) -> dict[str, Any]:
+        """What a checkpoint taken before ``step`` keeps: the plans already drawn for ``step`` on."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Those plans are run again instead of drawn anew (before the first ``rollout``)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -47,9 +60,12 @@ class LocalRolloutSource:
 
     def __init__(self, engine: RolloutEngine, plan: Callable[[int, int, int], Plan]):
         self.engine, self.plan = engine, plan
+        self._planned: dict[tuple[int, int], Plan] = {}  # restored from a checkpoint, or of the current step
 
     def rollout(self, step: int, round_: int, num_prompts: int) -> list[Trajectory]:
-        plan = self.plan(step, round_, num_prompts)
+        self._planned = {key: p for key, p in self._planned.items() if key[0] >= step}
+        plan = self._planned.get((step, round_)) or self.plan(step, round_, num_prompts)
+        self._planned[(step, round_)] = plan
         return self.engine.run_sync(plan.specs, seed=plan.seed)
 
     needs_weights = False  # the trainer's own backend, which ``WeightSync`` updates
@@ -61,6 +77,12 @@ class LocalRolloutSource:
         out = {k: float(v) for k, v in self.engine.metrics.items()}
         self.engine.metrics.clear()
         return out
+
+    def state_dict(self, step: int) -> dict[str, Any]:
+        return {"plans": plans_state(self._planned, step)}  # a step that failed before its update
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._planned = {key: Plan.from_state(p) for key, p in state.get("plans", {}).items()}
 
     def close(self) -> None:
         pass
@@ -79,6 +101,12 @@ class FollowerSource:
 
     def metrics(self) -> dict[str, float]:
         return {}
+
+    def state_dict(self, step: int) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
 
     def close(self) -> None:
         pass

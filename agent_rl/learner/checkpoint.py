@@ -7,7 +7,8 @@ Layout of ``<run>/checkpoints/step_NNNNNN/``:
     driver_dcp/, driver.pt   only with a Ray learner group: the driver's own shards (a critic) and
                     state; the ranks, in their own process group, write ``dcp/`` and ``rank_<r>.pt``
     trainer.pt      rank 0: trainer step, stateful objectives' state (loss / filter / credit state
-                    objects, the task sampler's data position, teacher), anything picklable
+                    objects, the task sampler's data position, teacher), the rollout source's plans
+                    drawn for the coming steps (``rollouts``), anything picklable
     model/          the policy in Hugging Face format (full state dict gathered on rank 0 + tokenizer)
 
 Atomicity: everything is written into ``.tmp_step_NNNNNN`` and renamed to ``step_NNNNNN`` by
