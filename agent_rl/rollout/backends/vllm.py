@@ -234,6 +234,8 @@ class VllmBackend:
             self.engine.shutdown()
 
         self._call(stop())
+        # dropped now, while the interpreter is whole: vLLM's own finalizer would otherwise run at exit
+        self.engine = None
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=30)
         self._loop.close()
