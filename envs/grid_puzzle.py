@@ -170,6 +170,8 @@ class GridPuzzleEnv(gym.Env):
         info = {"action_valid": valid, "state_key": self._state_key(), "solved": solved, "moves": self._turn}
         return obs, reward, solved, truncated, info
 
+    loop_safe = True  # astep is a short pure-Python step: the rollout engine runs it on its own loop
+
     async def astep(self, action: str):
         return self.step(action)
 

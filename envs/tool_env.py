@@ -69,6 +69,11 @@ class TurnResult:
 
 class ToolEnv(AsyncTextEnv):
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    # its coroutines only await the sandbox (whose I/O runs on the sandbox pool's own loop) and do
+    # short work between: the rollout engine runs them on its loop, so batching stays deterministic.
+    # A subclass whose hooks block (slow synchronous grading, network calls) sets it to False and
+    # gets an event loop of its own per env
+    loop_safe: ClassVar[bool] = True
     tools: tuple[type[Tool], ...] = ()  # an instance may narrow them (e.g. no tools at all)
     splits: ClassVar[tuple[str, ...]] = SPLITS
     fenced_code: ClassVar[bool] = True  # a ```python block with no tool call calls the python tool
