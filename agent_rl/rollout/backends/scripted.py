@@ -2,8 +2,7 @@
 
 Used for demonstrations (SFT data goes through the same engine and mask builder as RL) and to
 check environments end to end with an oracle. Logprobs are 0 (the policy is deterministic
-given its random state). A request with a ``seed`` gets a random state of its own, so the same
-episode gives the same text whatever runs beside it; without one the backend's shared state is used.
+given its own random state).
 """
 
 from __future__ import annotations
@@ -32,11 +31,8 @@ class ScriptedBackend:
             if r.messages is None:
                 out.append(ValueError("a scripted policy needs the conversation (GenerationRequest.messages)"))
                 continue
-            # a request's own seed (the engine derives one per episode and turn) gives its own random
-            # state: an episode's text does not depend on which episodes ran before it
-            rng = random.Random(r.seed) if r.seed is not None else self.rng
             try:
-                text = self.policy(r.messages, rng)
+                text = self.policy(r.messages, self.rng)
             except Exception as e:  # noqa: BLE001 - the policy failed on this conversation: only its episode ends
                 out.append(e)
                 continue
