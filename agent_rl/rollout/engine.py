@@ -96,15 +96,17 @@ class RolloutEngine:
         self._loop_state: tuple[asyncio.AbstractEventLoop, GenerationScheduler, asyncio.Semaphore] | None = None
 
     def close(self) -> None:
+        # the env threads first: an episode cancelled while its env was in a thread (a dropped group)
+        # has handed the env back, and closing it while that call still runs would collide with it
+        if self._env_pool is not None:
+            self._env_pool.shutdown(wait=True)
+            self._env_pool = None
         for env in self._idle_envs:
             env.close()
         self._idle_envs.clear()
         for env_loop in self._env_loops.values():
             env_loop.close()
         self._env_loops.clear()
-        if self._env_pool is not None:
-            self._env_pool.shutdown(wait=True)
-            self._env_pool = None
 
     async def env_call(self, env: gym.Env, name: str, *args: Any, **kwargs: Any) -> Any:
         """``call_env`` on the engine's thread pool, or the env's own loop (never the engine's, unless
