@@ -123,6 +123,7 @@ class Trainer:
                 raise ValueError("self-distillation's EMA teacher is not sharded yet: use learner.world_size=1")
             self.teacher = EmaTeacher(self.components.model, decay=self.plan.teacher.ema_decay)
             self.states["teacher"] = self.teacher
+        self._need_providers = self._providers()  # how each built-in need is computed, made once
         tracking = cfg.tracking if self.rank == 0 else cfg.tracking.model_copy(update={"jsonl": False, "tensorboard": False, "wandb": False})
         self.tracker = Tracker(self.run_dir, tracking, cfg.model_dump(mode="json"))
         # where rollouts come from: this engine (local, synchronous) or workers producing ahead
@@ -274,7 +275,7 @@ class Trainer:
             groups=groups,
         )
         ctx = NeedContext(batch, groups, step, self.components.model, self.learner.score)
-        providers = self._providers()
+        providers = self._need_providers
         computed: dict[str, Any] = {}
         with torch.no_grad():
             for name in self.plan.precompute:

@@ -60,18 +60,16 @@ def _vllm_status() -> tuple[bool, str]:
     return True, ""
 
 
+# marker -> (what it needs, whether it is here and why not)
+_NEEDED = {"docker": ("a working Docker engine", _docker_status), "vllm": ("vLLM", _vllm_status)}
+
+
 def pytest_runtest_setup(item):
-    # docker- and vllm-marked tests skip here without a Docker engine / vLLM, and fail in CI
-    in_ci = os.environ.get("CI", "").lower() == "true"
-    if item.get_closest_marker("docker") is not None:
-        ok, why = _docker_status()
+    for marker, (what, status) in _NEEDED.items():
+        if item.get_closest_marker(marker) is None:
+            continue
+        ok, why = status()
         if not ok:
-            if in_ci:
-                pytest.fail(f"docker-marked test without a working Docker engine in CI: {why}", pytrace=False)
-            pytest.skip(f"no Docker engine here: {why}")
-    if item.get_closest_marker("vllm") is not None:
-        ok, why = _vllm_status()
-        if not ok:
-            if in_ci:
-                pytest.fail(f"vllm-marked test without vLLM in CI: {why}", pytrace=False)
-            pytest.skip(f"no vLLM here: {why}")
+            if os.environ.get("CI", "").lower() == "true":
+                pytest.fail(f"{marker}-marked test without {what} in CI: {why}", pytrace=False)
+            pytest.skip(f"no {what} here: {why}")

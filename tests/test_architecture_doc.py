@@ -9,6 +9,9 @@ import re
 from tests.conftest import ROOT
 
 DOC = (ROOT / "docs" / "architecture.md").read_text()
+# the outside folder and design document no user of the repository has (spelled in two parts so
+# that this file does not cite them itself)
+OUTSIDE_DIR, OUTSIDE_DOC = "../" + "shared", "DESIGN" + " §"
 
 
 def defined_names(path) -> set[str]:
@@ -43,7 +46,7 @@ def test_every_class_it_names_exists():
 def test_the_readme_points_to_it_and_nothing_cites_an_outside_design_document():
     assert "docs/architecture.md" in (ROOT / "README.md").read_text()
     for path in [*ROOT.glob("**/*.py"), *ROOT.glob("**/*.md"), *ROOT.glob("configs/*.yaml")]:
-        if ".venv" in path.parts or "runs" in path.parts or path.name == "test_architecture_doc.py":
+        if ".venv" in path.parts or "runs" in path.parts:
             continue
         text = path.read_text()
-        assert "../shared" not in text and "DESIGN §" not in text, path
+        assert OUTSIDE_DIR not in text and OUTSIDE_DOC not in text, path
