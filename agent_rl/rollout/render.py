@@ -13,8 +13,14 @@ from typing import Any
 
 
 class ChatRenderer:
-    def __init__(self, tokenizer: Any):
+    """Renders messages with ``tokenizer``'s chat template.
+
+    ``chat_template_kwargs``: extra variables for the template on every render (e.g.
+    ``{"enable_thinking": False}``; ``rollout.chat_template_kwargs`` in a run's config)."""
+
+    def __init__(self, tokenizer: Any, *, chat_template_kwargs: dict | None = None):
         self.tokenizer = tokenizer
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         eos = tokenizer.eos_token
         if eos is None:
             raise ValueError("the tokenizer has no eos_token: cannot tell where an assistant turn ends")
@@ -23,7 +29,11 @@ class ChatRenderer:
 
     def _text(self, messages: list[dict], tools: list[dict] | None, add_generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(
-            messages, tools=tools or None, add_generation_prompt=add_generation_prompt, tokenize=False
+            messages,
+            tools=tools or None,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=False,
+            **self.chat_template_kwargs,
         )
 
     def encode(self, text: str) -> list[int]:
