@@ -49,9 +49,15 @@ class RolloutConfig(BaseModel):
     layout: Literal["concat", "per_turn"] = Field(
         "concat",
         description="concat: one training row per episode; per_turn: one row per assistant turn with the context "
-        "the model saw (re-rendered each turn, for templates that rewrite history)",
+        "the model saw (re-rendered each turn, for templates that rewrite history). Left unset, a run whose chat "
+        "template rewrites history gets per_turn (said once in the log)",
     )
     check_drift: bool = Field(True, description="count observations whose re-rendered history differs from the stored ids (render_drift)")
+    on_drift: Literal["count", "drop"] = Field(
+        "count",
+        description="count: drift is counted (render_drift); drop: an episode whose tokens cannot be shown to be "
+        "exactly what was sampled under the template is never trained on (dropped, counted in rollout/drift_dropped)",
+    )
     # ScaleRL forced interruption (set by the ``forced_interruption`` filter): after this many generated
     # tokens, ``interrupt_message`` is appended (mask 0) inside the assistant's turn and it may generate
     # ``answer_budget_tokens`` more before the turn is cut
