@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from agent_rl.families import FAMILIES
+
 
 def _config(args: argparse.Namespace):
     from agent_rl.config import load_config
@@ -18,8 +20,8 @@ def cmd_init_model(args: argparse.Namespace) -> int:
 
     if args.kind != "tiny":
         raise ValueError(f"unknown model kind '{args.kind}'; known: tiny")
-    path = init_tiny(args.out, seed=args.seed, env_ids=args.env)
-    print(f"tiny model and tokenizer saved to {path}")
+    path = init_tiny(args.out, seed=args.seed, env_ids=args.env, family=args.family)
+    print(f"tiny {args.family} model and tokenizer saved to {path}")
     return 0
 
 
@@ -136,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", required=True)
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--env", action="append", default=[], help="env id whose text the tokenizer also learns (repeatable)")
+    sp.add_argument(
+        "--family", default="qwen2.5", choices=list(FAMILIES), help="special tokens, stop tokens and chat template of this model family"
+    )
     sp.set_defaults(fn=cmd_init_model)
 
     sp = sub.add_parser("sft", help="supervised warm start on demonstrations")

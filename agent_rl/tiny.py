@@ -4,6 +4,8 @@
 them back with ``AutoModelForCausalLM`` / ``AutoTokenizer``, the path a real checkpoint such as
 ``Qwen/Qwen2.5-0.5B-Instruct`` takes. The chat template is ChatML, renders tools, tool calls
 (``<tool_call>{json}</tool_call>``) and tool responses the way Qwen2.5's template does.
+``--family`` builds the same kind of model with another family's tokens and template
+(``agent_rl/families.py``: qwen3, llama3, mistral, gpt-oss).
 """
 
 from __future__ import annotations
@@ -84,13 +86,19 @@ def _corpus(num_texts: int, seed: int, env_ids: Sequence[str] = ()) -> Iterator[
             yield from conversations(num_texts, rng)
 
 
-def build_tokenizer(vocab_size: int = 1024, seed: int = 0, env_ids: Sequence[str] = ()):
+def build_tokenizer(vocab_size: int = 1024, seed: int = 0, env_ids: Sequence[str] = (), family: str = "qwen2.5"):
     """Byte-level BPE (``tokenizers``) with single-digit number tokens, wrapped for transformers.
 
-    ``env_ids``: environments whose text joins the corpus (e.g. ``agent_rl/MathTool-v0``)."""
+    ``env_ids``: environments whose text joins the corpus (e.g. ``agent_rl/MathTool-v0``).
+    ``family``: whose special tokens and chat template (``agent_rl/families.py``); the corpus is
+    rendered with that template, so the merges fit the family's format."""
     from jinja2 import Environment
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
+
+    from agent_rl.families import get_family, structured
+
+    fam = get_family(family)
 
     tok = Tokenizer(models.BPE())
     # The pre-tokenization of Qwen2's tokenizer, which transformers applies to every qwen2 model
@@ -104,40 +112,62 @@ def build_tokenizer(vocab_size: int = 1024, seed: int = 0, env_ids: Sequence[str
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS + ADDED_TOKENS,
+        special_tokens=fam.special_tokens + fam.added_tokens,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         max_token_length=24,
         show_progress=False,
     )
     env = Environment()
     env.filters["tojson"] = lambda v: json.dumps(v, ensure_ascii=False)
-    render = env.from_string(CHAT_TEMPLATE)
+    render = env.from_string(fam.chat_template)
 
     def texts() -> Iterator[str]:
-        for item in _corpus(6000, seed, env_ids):
+        for i, item in enumerate(_corpus(6000, seed, env_ids)):
             if isinstance(item, str):
                 yield item
             else:
                 messages, tools = item
+                if family != "qwen2.5":  # its corpus writes calls as Qwen2.5 does: the others get tool_calls
+                    messages = structured(messages, family, i)
                 yield render.render(messages=messages, tools=tools, add_generation_prompt=False)
 
     tok.train_from_iterator(texts(), trainer=trainer)
+    others = [t for t in fam.special_tokens if t not in (fam.eos_token, fam.pad_token)]
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        additional_special_tokens=[],
-        chat_template=CHAT_TEMPLATE,
+        eos_token=fam.eos_token,
+        pad_token=fam.pad_token,
+        additional_special_tokens=[] if family == "qwen2.5" else others,
+        chat_template=fam.chat_template,
         model_max_length=4096,
     )
-    fast.add_tokens(ADDED_TOKENS)  # already in the vocabulary: marks them as added tokens
+    fast.add_tokens(fam.added_tokens)  # already in the vocabulary: marks them as added tokens
     return fast
 
 
-def build_model(vocab_size: int, seed: int = 0, hidden_size: int = 128, layers: int = 4):
+def build_model(vocab_size: int, seed: int = 0, hidden_size: int = 128, layers: int = 4, architecture: str = "qwen2"):
+    """The tiny causal LM; ``architecture``: qwen2, llama or mistral (the same sizes)."""
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+    if architecture in ("llama", "mistral"):
+        config_cls, model_cls = (LlamaConfig, LlamaForCausalLM) if architecture == "llama" else (MistralConfig, MistralForCausalLM)
+        config = config_cls(
+            vocab_size=vocab_size,
+            hidden_size=hidden_size,
+            intermediate_size=hidden_size * 3,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=2048,
+            rope_theta=10000.0,
+            tie_word_embeddings=True,
+            bos_token_id=None,
+            eos_token_id=None,
+            pad_token_id=None,
+        )
+        torch.manual_seed(seed)
+        return model_cls(config)
     config = Qwen2Config(
         vocab_size=vocab_size,
         hidden_size=hidden_size,
@@ -158,19 +188,26 @@ def build_model(vocab_size: int, seed: int = 0, hidden_size: int = 128, layers: 
     return model
 
 
-def init_tiny(out: str | Path, seed: int = 0, vocab_size: int = 1024, env_ids: Sequence[str] = ()) -> Path:
+def init_tiny(
+    out: str | Path, seed: int = 0, vocab_size: int = 1024, env_ids: Sequence[str] = (), family: str = "qwen2.5"
+) -> Path:
     """Build and save the tiny model and tokenizer to ``out``; returns the path. ``env_ids``: see
-    ``build_tokenizer`` (the default corpus is Arithmetic's, so the quickstart is unchanged)."""
+    ``build_tokenizer`` (the default corpus is Arithmetic's, so the quickstart is unchanged).
+    ``family``: ``agent_rl/families.py``; its stop tokens go into ``generation_config.json``'s
+    ``eos_token_id`` (a list when there are several, as in real checkpoints)."""
+    from agent_rl.families import get_family
     from agent_rl.rollout.backends.hf import quiet_transformers
 
     quiet_transformers()
+    fam = get_family(family)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(vocab_size=vocab_size, seed=seed, env_ids=env_ids)
-    model = build_model(len(tokenizer), seed=seed)
-    model.config.eos_token_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    tokenizer = build_tokenizer(vocab_size=vocab_size, seed=seed, env_ids=env_ids, family=family)
+    model = build_model(len(tokenizer), seed=seed, architecture=fam.architecture)
+    model.config.eos_token_id = tokenizer.convert_tokens_to_ids(fam.eos_token)
     model.config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.eos_token_id = model.config.eos_token_id
+    stop_ids = tokenizer.convert_tokens_to_ids(fam.stop_tokens)
+    model.generation_config.eos_token_id = stop_ids if len(stop_ids) > 1 else stop_ids[0]
     model.generation_config.pad_token_id = model.config.pad_token_id
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)

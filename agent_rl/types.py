@@ -83,8 +83,13 @@ class Trajectory:
 
     @property
     def trainable(self) -> bool:
-        """False for episodes that ended through no fault of the policy."""
-        return self.reward is not None and not self.stop_reason.is_failure_of_infrastructure
+        """False for episodes that ended through no fault of the policy, and for those whose tokens
+        could not be shown to be what was sampled under the template (``rollout.on_drift: drop``)."""
+        return (
+            self.reward is not None
+            and not self.stop_reason.is_failure_of_infrastructure
+            and not self.info.get("drift_dropped", False)
+        )
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

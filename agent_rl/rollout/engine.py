@@ -17,7 +17,14 @@ episode samples the same tokens whatever else runs beside it.
 Layouts (``RolloutConfig.layout``): ``concat`` sends the stored ids (prompt + turns + observations)
 as each turn's prompt; ``per_turn`` re-renders the conversation with the chat template before each
 turn and sends that (what a template that rewrites history, e.g. drops earlier thinking, shows the
-model); it is recorded in ``Turn.prompt_ids`` and each turn becomes its own training sample.
+model); it is recorded in ``Turn.prompt_ids`` and each turn becomes its own training sample. A
+run that leaves ``layout`` unset gets ``per_turn`` when its template rewrites history
+(``select_layout``).
+
+Drift (``render_drift``, after each observation): under ``concat``, the stored ids differ from a
+re-render of the conversation; under ``per_turn``, the context sent for the turn differs from a
+re-render of the messages it was made from. With ``on_drift: drop`` such an episode is marked
+(``info["drift_dropped"]``, counted in ``rollout/drift_dropped``) and never trained on.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import logging
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -45,6 +53,20 @@ from agent_rl.rollout.episode import Episode, EpisodeSpec
 from agent_rl.rollout.render import ChatRenderer
 from agent_rl.rollout.scheduler import GenerationScheduler
 from agent_rl.types import StopReason, Trajectory, Turn
+
+log = logging.getLogger(__name__)
+
+
+def select_layout(cfg: RolloutConfig, renderer: ChatRenderer) -> str:
+    """Set ``cfg.layout`` to ``per_turn`` when the config leaves it unset and the chat template
+    rewrites history (said once in the log); returns the layout. An explicit ``concat`` stays."""
+    if "layout" not in cfg.model_fields_set and cfg.layout == "concat" and renderer.rewrites_history():
+        cfg.layout = "per_turn"
+        log.warning(
+            "rollout.layout: per_turn, because the chat template rewrites earlier turns (concat rows would hold "
+            "a history the model is never shown); set rollout.layout to choose"
+        )
+    return cfg.layout
 
 
 class EnvLoop:
@@ -262,6 +284,7 @@ class RolloutEngine:
         return self.cfg.answer_budget_tokens > 0
 
     async def _turn(self, ep: Episode, res: GenerationResult, prompt_len: int) -> None:
+        context_messages = ep.messages  # the conversation this turn was sampled after
         topk = (res.topk_ids, res.topk_logprobs) if res.topk_ids is not None else None
         ep.append(res.token_ids, mask=1, logprobs=res.logprobs, topk=topk)
         ep.generated += len(res.token_ids)
@@ -301,9 +324,15 @@ class RolloutEngine:
             return
         ep.append(obs_ids, mask=0)
         turn.obs_end = len(ep.token_ids)
-        if self.cfg.check_drift:
-            drift = self.renderer.drift(ep.token_ids, ep.messages, ep.tools)
+        if self.cfg.check_drift or self.cfg.on_drift == "drop":
+            if self.cfg.layout == "per_turn":
+                drift = turn.prompt_ids != self.renderer.prompt_ids(context_messages, ep.tools)
+            else:
+                drift = self.renderer.drift(ep.token_ids, ep.messages, ep.tools)
             self.metrics["render_drift"] += int(drift)
+            if drift and self.cfg.on_drift == "drop" and not ep.info.get("drift_dropped"):
+                ep.info["drift_dropped"] = True
+                self.metrics["rollout/drift_dropped"] += 1
 
     def observation(self, ep: Episode, obs: list[dict], turn_ended_with_stop: bool) -> list[int]:
         """Truncate the observation's tool responses, add it to ``ep.messages``; its token ids."""

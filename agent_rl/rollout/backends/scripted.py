@@ -1,7 +1,8 @@
 """A scripted policy as a backend: text from a function of the conversation, tokenized once.
 
 Used for demonstrations (SFT data goes through the same engine and mask builder as RL) and to
-check environments end to end with an oracle. Logprobs are 0 (the policy is deterministic
+check environments end to end with an oracle. A text that ends with one of the request's stop
+tokens keeps it; any other gets the first stop token (the tokenizer's eos). Logprobs are 0 (the policy is deterministic
 given its own random state).
 """
 
@@ -36,7 +37,10 @@ class ScriptedBackend:
             except Exception as e:  # noqa: BLE001 - the policy failed on this conversation: only its episode ends
                 out.append(e)
                 continue
-            ids = list(self.tokenizer.encode(text, add_special_tokens=False)) + [self.stop_id]
+            ids = list(self.tokenizer.encode(text, add_special_tokens=False))
+            stops = list(r.stop_token_ids) or [self.stop_id]
+            if not ids or ids[-1] not in stops:  # a text may end its turn itself (gpt-oss: <|call|>)
+                ids.append(stops[0])
             finish = "stop"
             if len(ids) > r.max_new_tokens:
                 ids, finish = ids[: r.max_new_tokens], "length"
