@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from agent_rl.rollout.engine import RolloutEngine
+from agent_rl.rollout.engine import RolloutEngine, select_layout
 from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.types import Trajectory
 
@@ -184,6 +184,7 @@ def _engine(cfg: Any) -> RolloutEngine:
     else:
         backend = make_backend(cfg.rollout.backend, cfg.model, tokenizer=tokenizer)
     renderer = ChatRenderer(tokenizer)
+    select_layout(cfg.rollout, renderer)
     return RolloutEngine(backend, renderer, make_env, cfg.rollout.with_options(temperature=cfg.eval.temperature))
 
 

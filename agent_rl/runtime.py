@@ -14,7 +14,7 @@ from agent_rl.config import Config
 from agent_rl.envloader import env_factory, sandbox_kwargs
 from agent_rl.rollout.backends import BACKENDS
 from agent_rl.rollout.backends.hf import load_model, load_tokenizer
-from agent_rl.rollout.engine import RolloutEngine
+from agent_rl.rollout.engine import RolloutEngine, select_layout
 from agent_rl.rollout.render import ChatRenderer
 
 
@@ -44,6 +44,7 @@ class Components:
         self.tokenizer = load_tokenizer(cfg.model.path)
         self.model = model if model is not None else load_model(cfg.model.path, cfg.model.dtype, cfg.model.device)
         self.renderer = ChatRenderer(self.tokenizer)
+        select_layout(cfg.rollout, self.renderer)  # per_turn for a template that rewrites history
         self.backend = make_policy_backend(cfg, self.model, self.tokenizer)
 
     def engine(self, temperature: float | None = None, backend: Any = None, **options: Any) -> RolloutEngine:
