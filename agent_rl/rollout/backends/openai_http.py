@@ -21,12 +21,19 @@ Connection failures, 429 and 502/503/504 are retried with exponential backoff (a
 seed is idempotent: the retry samples the same tokens). A server still unreachable after the
 retries raises ``ServerUnavailableError`` (an ``InfraError``): the engine ends those episodes as
 ``infra_error``, never as failures of the policy.
+
+A server can lose the weights pushed to it (``weight_sync: push``): it restarts with the model it
+was started with. The backend keeps the latest weights it pushed (a reference, or the learner's
+module) and pushes them again: before its next request when a push found the server down, and
+when a completion reports an older ``policy_version`` than the one pushed (the server restarted);
+that request is then sent again (same seed) to the restored weights.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import os
 import ssl
 import tempfile
@@ -37,6 +44,8 @@ import httpx
 
 from agent_rl.core.errors import InfraError
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
+
+log = logging.getLogger(__name__)
 
 RETRY_STATUS = frozenset({429, 502, 503, 504})
 TOKEN_ID_PREFIX = "token_id:"
@@ -94,6 +103,10 @@ class OpenAIBackend:
         # built once: a client per generate call (each call may run on a fresh event loop) would
         # otherwise build a TLS context every time (~0.1 s measured on a loaded 2-core machine)
         self._tls = ssl.create_default_context()
+        # weight_sync: push: the latest weights pushed (state dict, or None for the learner's module)
+        # and their version, which the server must hold; owed: a push that did not get through
+        self._pushed: tuple[dict | None, int] | None = None
+        self._owed = False
 
     # ------------------------------------------------------------------------------------------
     async def generate(
@@ -107,11 +120,27 @@ class OpenAIBackend:
         # a request without its own seed gets one derived from the call's seed and its index
         seeds = [r.seed if r.seed is not None else (None if seed is None else derive_seed(seed, i)) for i, r in enumerate(requests)]
         async with httpx.AsyncClient(timeout=timeout, headers=self.headers, verify=self._tls) as client:
+            repush: asyncio.Future | None = None  # one push of the lost weights for the whole call
+
+            async def restore() -> None:
+                nonlocal repush
+                if repush is None:
+                    repush = asyncio.ensure_future(self._push_again(client))
+                await asyncio.shield(repush)
+
+            if self._owed:  # the last push found the server down: the weights go first
+                try:
+                    await restore()
+                except ServerUnavailableError as e:
+                    return [e] * len(requests)
 
             async def one(r: GenerationRequest, s: int | None) -> GenerationResult:
                 async with limit:
                     version = self.policy_version  # pushed weights are loaded before update_weights returns
                     body = await self._post(client, "/completions", json=self.completion_body(r, s))
+                    if self._lost_weights(body):  # the server restarted: its weights are not the pushed ones
+                        await restore()
+                        body = await self._post(client, "/completions", json=self.completion_body(r, s))
                 return self.parse_choice(body, r, version)
 
             tasks = [asyncio.ensure_future(one(r, s)) for r, s in zip(requests, seeds, strict=True)]
@@ -207,31 +236,35 @@ class OpenAIBackend:
 
         ``state_dict=None`` (the trainer's colocated call) sends the learner module given at build time.
         With ``weight_sync: none`` nothing is sent: the server keeps its weights, only the version moves.
+        A server that is down (or answers 5xx) stops nothing: the weights are owed, and go again before
+        the next request.
         """
         if self.cfg.weight_sync == "none":
             self.policy_version = version
             return
         check_push_auth(self.cfg)
-        if state_dict is None:
-            if self._local_model is None:
-                raise ValueError("update_weights(None, ...): the openai backend was built without the learner's model")
-            state_dict = self._local_model.state_dict()
+        if state_dict is None and self._local_model is None:
+            raise ValueError("update_weights(None, ...): the openai backend was built without the learner's model")
         if self.cfg.weight_sync == "vllm":
-            self._update_vllm_serve(state_dict, version)
+            self._update_vllm_serve(self._weights(state_dict), version)
             return
-        payload = serialize_state_dict(state_dict)
+        self._pushed, self._owed = (state_dict, version), True  # a reference, until the next update
         url = f"{self.base_url}/update_weights"
         try:
             response = httpx.post(
                 url,
                 params={"version": version},
-                content=payload,
+                content=serialize_state_dict(self._weights(state_dict)),
                 headers={**self.headers, "Content-Type": "application/octet-stream"},
                 timeout=self.cfg.timeout_s,
                 verify=self._tls,
             )
         except httpx.TransportError as e:
-            raise ServerUnavailableError(f"{url}: {type(e).__name__}: {e}") from e
+            log.warning("%s: %s: %s; version %d goes again before the next request", url, type(e).__name__, e, version)
+            return
+        if response.status_code >= 500:
+            log.warning("%s: HTTP %d; version %d goes again before the next request", url, response.status_code, version)
+            return
         if response.status_code in (404, 405):
             raise NotImplementedError(
                 f"the server at {self.base_url} has no weight-update endpoint (POST /v1/update_weights): a plain "
@@ -239,7 +272,25 @@ class OpenAIBackend:
                 f"the in-process `vllm` backend, or set rollout.backend.weight_sync=none to keep the server's weights"
             )
         body = _json_or_raise(response, url)
-        self.policy_version = int(body.get("policy_version", version))
+        self.policy_version, self._owed = int(body.get("policy_version", version)), False
+
+    def _weights(self, state_dict: dict | None) -> dict:
+        return self._local_model.state_dict() if state_dict is None else state_dict
+
+    def _lost_weights(self, body: dict[str, Any]) -> bool:
+        """The completion was sampled by older weights than the ones pushed: the server restarted."""
+        served = body.get("policy_version")
+        return self._pushed is not None and isinstance(served, int) and served < self._pushed[1]
+
+    async def _push_again(self, client: httpx.AsyncClient) -> None:
+        """The latest pushed weights, once more (with the requests' retries)."""
+        assert self._pushed is not None
+        state_dict, version = self._pushed
+        payload = await asyncio.to_thread(serialize_state_dict, self._weights(state_dict))
+        headers = {"Content-Type": "application/octet-stream"}
+        body = await self._post(client, "/update_weights", params={"version": version}, content=payload, headers=headers)
+        self.policy_version, self._owed = int(body.get("policy_version", version)), False
+        log.warning("%s: the weights of version %d were pushed again (the server had lost them)", self.base_url, version)
 
     def _update_vllm_serve(self, state_dict: dict, version: int) -> None:
         """New weights into a `vllm serve` on this machine started with ``VLLM_SERVER_DEV_MODE=1`` and
