@@ -66,6 +66,12 @@ def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     return m
 
 
+def short_groups(groups: list[TrajectoryGroup], group_size: int) -> list[TrajectoryGroup]:
+    """The trainable groups with fewer than ``rollout.group_size`` episodes: episodes that ended in an
+    env or infrastructure error were dropped from them, so their advantages come from fewer samples."""
+    return [g for g in groups if len(g.trajectories_G) < group_size]
+
+
 def advantages_by_episode(groups: list[TrajectoryGroup], advantages_BT: torch.Tensor) -> dict[str, list[float]]:
     """Per-token advantages of each trained episode, when the batch has one row per episode (concat)."""
     episodes = [t for g in groups for t in g.trajectories_G]
@@ -250,7 +256,16 @@ class Trainer:
             groups = [TrajectoryGroup(g.task_id, g.group_id, g.trajectories_G + grown.get(g.group_id, [])) for g in groups]
         metrics.update(rollout_metrics(trajectories))
         metrics.update(self.rollouts.metrics())
-        return trajectories, trainable_groups(groups), metrics
+        groups = trainable_groups(groups)
+        short = short_groups(groups, cfg.rollout.group_size)
+        metrics["train/short_groups"] = float(len(short))  # never trained smaller without saying so
+        if short:
+            self.log(
+                f"step {step}: {len(short)} of {len(groups)} groups train with fewer than rollout.group_size="
+                f"{cfg.rollout.group_size} episodes (smallest: {min(len(g.trajectories_G) for g in short)}); "
+                "their env / infra error episodes were dropped"
+            )
+        return trajectories, groups, metrics
 
     def _frozen_initial_policy(self) -> torch.nn.Module:
         """The reference model: a frozen copy of the initial policy, sharded like it on several ranks."""
