@@ -10,7 +10,8 @@ A subclass declares its ``tools`` (``tools.base.Tool`` classes) and ``splits`` a
 
 The base does the rest, the same way for every env:
 
-* parsing: one ``tool_format`` (``tools.formats``, default ``hermes``) reads tool calls and answers;
+* parsing: one ``tool_format`` (``tools.formats``, default ``hermes``) reads tool calls and answers,
+  and writes tool results the way that family's template expects them (``tool_result``);
 * tools: their JSON schemas (and those of the ``mcp_servers``' tools) go out in ``info["tools"]``;
   a call runs the tool of its name on this episode's sandbox, started on first use with
   ``sandbox_backend`` / ``tool_timeout_s`` / ``sandbox_options`` and closed at the next reset
@@ -19,7 +20,8 @@ The base does the rest, the same way for every env:
   with neither a call nor an answer give an error observation and ``action_valid=False``, never an
   exception; an ``InfraError`` (the sandbox, not the agent, failed) propagates, so the engine ends
   the episode as INFRA_ERROR, unscored;
-* turns: ``take_turn`` runs the answer hook, else the first tool call, else the error; the episode
+* turns: ``take_turn`` runs the answer hook, else every tool call of the turn in order (at most
+  ``max_calls_per_turn``; one result message each, in the same order), else the error; the episode
   is truncated after ``max_turns`` turns without a final answer;
 * ``state_key``: a hash of everything the agent has observed (same observations, same key);
 * splits: ``split`` (constructor) and ``options["split"]`` (reset) are checked against ``splits``.
@@ -42,7 +44,7 @@ from envs.async_env import AsyncTextEnv
 from envs.spaces import AnyText, Messages
 from envs.splits import SPLITS, check_split
 from tools.base import Tool, ToolCall, ToolError, tool_schema
-from tools.formats import get_format
+from tools.formats import ToolFormat, get_format
 from tools.parsers import ParsedAction
 
 
@@ -77,6 +79,7 @@ class ToolEnv(AsyncTextEnv):
     tools: tuple[type[Tool], ...] = ()  # an instance may narrow them (e.g. no tools at all)
     splits: ClassVar[tuple[str, ...]] = SPLITS
     fenced_code: ClassVar[bool] = True  # a ```python block with no tool call calls the python tool
+    max_calls_per_turn: ClassVar[int] = 8  # parallel calls run in one turn; the rest are refused
     no_action: ClassVar[str] = "no tool call and no <answer>...</answer>"  # the error without either
     action_hint: ClassVar[str] = "Call a tool or reply <answer>...</answer>."  # ends every error
 
@@ -98,7 +101,7 @@ class ToolEnv(AsyncTextEnv):
         self.tool_timeout_s = tool_timeout_s
         self.sandbox_options = dict(sandbox_options or {})  # backend options (memory_mb; docker: image, ...)
         self.mcp_servers = list(mcp_servers or [])  # extra tools from MCP servers (tools.mcp)
-        self._parse = get_format(tool_format)
+        self.format: ToolFormat = get_format(tool_format)  # how calls are read and results written
         self.action_space = AnyText(max_length=max_action_chars)
         self.observation_space = Messages()
         self._sandbox = None
@@ -126,18 +129,30 @@ class ToolEnv(AsyncTextEnv):
         raise NotImplementedError
 
     def step_info(self, parsed: ParsedAction) -> dict[str, Any]:
-        """The info keys of every step, before the turn's own: the calls run (0 or 1), answered."""
-        return {"tool_calls": 1 if parsed.tool_calls and self.tool_names else 0, "answered": False}
+        """The info keys of every step, before the turn's own: the calls run, answered."""
+        calls = min(len(parsed.tool_calls), self.max_calls_per_turn) if self.tool_names else 0
+        return {"tool_calls": calls, "answered": False}
 
     async def take_turn(self, text: str, parsed: ParsedAction) -> TurnResult:
-        """A final answer, else the first tool call (one per turn), else an error observation."""
+        """A final answer, else every tool call in order (their results in the same order; the
+        malformed ones reported after them), else an error observation."""
         turn = await self.answer(text, parsed)
         if turn is not None:
             return turn
-        if parsed.tool_calls and self.tool_names:
-            content, valid = await self.call_tool(parsed.tool_calls[0])
-            return TurnResult([{"role": "tool", "content": content}], valid=valid)
-        return self.invalid_action(parsed)
+        if not parsed.tool_calls or not self.tool_names:
+            return self.invalid_action(parsed)
+        turn = TurnResult()
+        for call in parsed.tool_calls[: self.max_calls_per_turn]:
+            content, ok = await self.call_tool(call)
+            turn.messages.append(self.tool_result(call, content))
+            turn.valid = turn.valid and ok
+        problems = list(parsed.errors)
+        if len(parsed.tool_calls) > self.max_calls_per_turn:
+            problems.append(f"{len(parsed.tool_calls)} tool calls in one turn; only the first {self.max_calls_per_turn} ran")
+        if problems:
+            turn.messages.append(self.error_message("; ".join(problems)))
+            turn.valid = False
+        return turn
 
     def make_tool(self, cls: type[Tool], sandbox: Any) -> Tool:
         """The tool ``cls`` on ``sandbox``, with ``tool_timeout_s`` when it takes a timeout."""
@@ -171,7 +186,7 @@ class ToolEnv(AsyncTextEnv):
             raise RuntimeError("call reset() before step()")
         self._turn += 1
         text = action if isinstance(action, str) else str(action)
-        parsed = self._parse(text, fenced_code=self.fenced_code)
+        parsed = self.format.parse(text, fenced_code=self.fenced_code)
         info = self.step_info(parsed)
         turn = await self.take_turn(text, parsed)
         self._seen += [m["content"] for m in turn.messages]
@@ -191,8 +206,15 @@ class ToolEnv(AsyncTextEnv):
 
     def invalid_action(self, parsed: ParsedAction) -> TurnResult:
         """The error observation of an action without a usable call or answer."""
-        problem = "; ".join(parsed.errors) or self.no_action
-        return TurnResult([{"role": "user", "content": f"error: {problem}. {self.action_hint}"}], valid=False)
+        return TurnResult([self.error_message("; ".join(parsed.errors) or self.no_action)], valid=False)
+
+    def error_message(self, problem: str) -> dict[str, str]:
+        """The observation message of an error in the agent's action."""
+        return {"role": "user", "content": f"error: {problem}. {self.action_hint}"}
+
+    def tool_result(self, call: ToolCall, content: str) -> dict[str, Any]:
+        """The observation message of ``call``'s result, as the env's tool format writes it."""
+        return self.format.render_result(call, content)
 
     # -- tools and the sandbox ------------------------------------------------------------------
     @property

@@ -1,28 +1,29 @@
 """Scripted policies for Arithmetic-v0: an oracle and an imperfect weak teacher.
 
-Both map the conversation so far (a list of messages) to the assistant's next text. The weak
+Both map the conversation so far (a list of messages) to the assistant's next text, written in the
+env's tool-call format (``tool_format``, bound by ``agent-rl sft`` / ``eval`` to the run's). The weak
 teacher is like real demonstration data: it often answers without the tool, and then gets large
 numbers wrong; supervised fine-tuning on it gives a policy that reinforcement learning can beat.
 """
 
 from __future__ import annotations
 
-import json
 import random
 import re
 
 from envs.arithmetic.tasks import sample_problem
+from tools.base import ToolCall
+from tools.formats import get_format
 
 _QUESTION = re.compile(r"What is ([0-9+\-*]+)\?")
 
 
-def tool_call_text(expression: str) -> str:
-    call = {"name": "python", "arguments": {"code": f"print({expression})"}}
-    return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
+def tool_call_text(expression: str, tool_format: str = "hermes") -> str:
+    return get_format(tool_format).render_calls([ToolCall("python", {"code": f"print({expression})"})])
 
 
-def answer_text(value: str | int) -> str:
-    return f"<answer>{value}</answer>"
+def answer_text(value: str | int, tool_format: str = "hermes") -> str:
+    return get_format(tool_format).render_reply(f"<answer>{value}</answer>")
 
 
 def _question(messages: list[dict]) -> str | None:
@@ -34,13 +35,13 @@ def _question(messages: list[dict]) -> str | None:
     return None
 
 
-def oracle(messages: list[dict], rng: random.Random | None = None) -> str:
+def oracle(messages: list[dict], rng: random.Random | None = None, *, tool_format: str = "hermes") -> str:
     """Call the python tool on the question, then answer with what it printed."""
     last = messages[-1]
-    if last["role"] == "tool":
-        return answer_text(last["content"].strip())
+    if get_format(tool_format).is_result(last):
+        return answer_text(last["content"].strip(), tool_format)
     expression = _question(messages)
-    return tool_call_text(expression) if expression else answer_text(0)
+    return tool_call_text(expression, tool_format) if expression else answer_text(0, tool_format)
 
 
 def _mental_arithmetic(value: int, rng: random.Random) -> int:
@@ -54,18 +55,18 @@ def _mental_arithmetic(value: int, rng: random.Random) -> int:
     return wrong if wrong != value else value + 1
 
 
-def weak_teacher(messages: list[dict], rng: random.Random, p_direct: float = 0.5) -> str:
+def weak_teacher(messages: list[dict], rng: random.Random, p_direct: float = 0.5, *, tool_format: str = "hermes") -> str:
     """Like ``oracle``, but with probability ``p_direct`` answers at once from mental arithmetic."""
     last = messages[-1]
-    if last["role"] == "tool":
-        return answer_text(last["content"].strip())
+    if get_format(tool_format).is_result(last):
+        return answer_text(last["content"].strip(), tool_format)
     expression = _question(messages)
     if expression is None:
-        return answer_text(0)
+        return answer_text(0, tool_format)
     if rng.random() < p_direct:
         value = int(eval(expression, {"__builtins__": {}}))  # noqa: S307 (digits/ops only)
-        return answer_text(_mental_arithmetic(value, rng))
-    return tool_call_text(expression)
+        return answer_text(_mental_arithmetic(value, rng), tool_format)
+    return tool_call_text(expression, tool_format)
 
 
 def corpus_conversations(n: int, rng: random.Random):

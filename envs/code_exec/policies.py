@@ -2,7 +2,8 @@
 
 Each maps the conversation so far to the assistant's next text. ``canonical`` is the oracle (the
 dataset's reference solution), ``stub`` submits the prompt alone (must fail), ``hack`` submits
-one of ``HACKS`` (reward hacking attempts; all must score 0), ``do_nothing`` never submits.
+one of ``HACKS`` (reward hacking attempts; all must score 0), ``do_nothing`` never submits. Calls
+are written in the env's tool-call format (``tool_format``, bound by ``agent-rl sft`` / ``eval``).
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ import random
 import re
 
 from envs.code_exec.tasks import CodeTask, by_prompt
+from tools.base import ToolCall
+from tools.formats import get_format
 
 _PROMPT = re.compile(r"```python\n(.*)```", re.DOTALL)
 
 
-def submit_text(code: str) -> str:
-    return "<tool_call>\n" + json.dumps({"name": "submit", "arguments": {"code": code}}) + "\n</tool_call>"
+def submit_text(code: str, tool_format: str = "hermes") -> str:
+    return get_format(tool_format).render_calls([ToolCall("submit", {"code": code})])
 
 
 def task_of(messages: list[dict]) -> CodeTask | None:
@@ -29,30 +32,31 @@ def task_of(messages: list[dict]) -> CodeTask | None:
     return None
 
 
-def canonical(messages: list[dict], rng: random.Random | None = None) -> str:
+def canonical(messages: list[dict], rng: random.Random | None = None, *, tool_format: str = "hermes") -> str:
     """Submit the dataset's canonical solution (the prompt completed by it)."""
     task = task_of(messages)
-    return submit_text(task.reference if task else "")
+    return submit_text(task.reference if task else "", tool_format)
 
 
-def canonical_fenced(messages: list[dict], rng: random.Random | None = None) -> str:
+def canonical_fenced(messages: list[dict], rng: random.Random | None = None, *, tool_format: str = "hermes") -> str:
     """Try the solution with the python tool first, then submit it as a fenced block."""
+    fmt = get_format(tool_format)
     task = task_of(messages)
     code = task.reference if task else ""
-    if messages[-1]["role"] == "tool":
-        return f"It runs. My solution:\n```python\n{code}```"
-    call = {"name": "python", "arguments": {"code": code + f"\nprint('defined', {task.entry_point if task else 'None'}.__name__)"}}
-    return "<tool_call>\n" + json.dumps(call) + "\n</tool_call>"
+    if fmt.is_result(messages[-1]):
+        return fmt.render_reply(f"It runs. My solution:\n```python\n{code}```")
+    call = ToolCall("python", {"code": code + f"\nprint('defined', {task.entry_point if task else 'None'}.__name__)"})
+    return fmt.render_calls([call])
 
 
-def stub(messages: list[dict], rng: random.Random | None = None) -> str:
+def stub(messages: list[dict], rng: random.Random | None = None, *, tool_format: str = "hermes") -> str:
     """Submit the prompt alone: the function has only its docstring and returns None."""
     task = task_of(messages)
-    return submit_text(task.prompt if task else "")
+    return submit_text(task.prompt if task else "", tool_format)
 
 
-def do_nothing(messages: list[dict], rng: random.Random | None = None) -> str:
-    return "I would rather not write any code."
+def do_nothing(messages: list[dict], rng: random.Random | None = None, *, tool_format: str = "hermes") -> str:
+    return get_format(tool_format).render_reply("I would rather not write any code.")
 
 
 # ------------------------------------------------------------------ reward hacking attempts
@@ -174,7 +178,7 @@ HACKS = {
 }
 
 
-def hack(messages: list[dict], rng: random.Random) -> str:
+def hack(messages: list[dict], rng: random.Random, *, tool_format: str = "hermes") -> str:
     """Submit one of ``HACKS`` (drawn by ``rng``) instead of a solution."""
     task = task_of(messages)
-    return submit_text(rng.choice(list(HACKS.values()))(task) if task else "")
+    return submit_text(rng.choice(list(HACKS.values()))(task) if task else "", tool_format)

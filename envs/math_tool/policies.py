@@ -1,6 +1,7 @@
 """Scripted policies for MathTool-v0: an oracle and an imperfect weak teacher.
 
-Both map the conversation so far to the assistant's next text. The oracle writes Python for the
+Both map the conversation so far to the assistant's next text, in the env's tool-call format
+(``tool_format``, bound by ``agent-rl sft`` / ``eval`` to the run's). The oracle writes Python for the
 question, runs it with the tool and answers what it printed. The weak teacher, like real
 demonstration data, often answers at once "in its head": right when the answer is small, with a
 wrong digit when the answer has three or more digits in a row. Fine-tuning on it gives a policy
@@ -9,7 +10,6 @@ that reinforcement learning can improve by using the tool more.
 
 from __future__ import annotations
 
-import json
 import random
 import re
 
@@ -21,15 +21,16 @@ from envs.math_tool.tasks import (
     solution_code,
     solve,
 )
+from tools.base import ToolCall
+from tools.formats import get_format
 
 
-def tool_call_text(code: str) -> str:
-    call = {"name": "python", "arguments": {"code": code}}
-    return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
+def tool_call_text(code: str, tool_format: str = "hermes") -> str:
+    return get_format(tool_format).render_calls([ToolCall("python", {"code": code})])
 
 
-def answer_text(value: str) -> str:
-    return f"<answer>{value}</answer>"
+def answer_text(value: str, tool_format: str = "hermes") -> str:
+    return get_format(tool_format).render_reply(f"<answer>{value}</answer>")
 
 
 def _question(messages: list[dict]) -> str | None:
@@ -39,13 +40,13 @@ def _question(messages: list[dict]) -> str | None:
     return None
 
 
-def oracle(messages: list[dict], rng: random.Random | None = None) -> str:
+def oracle(messages: list[dict], rng: random.Random | None = None, *, tool_format: str = "hermes") -> str:
     """Run the question's Python with the tool, then answer with what it printed."""
     last = messages[-1]
-    if last["role"] == "tool":
-        return answer_text(last["content"].strip())
+    if get_format(tool_format).is_result(last):
+        return answer_text(last["content"].strip(), tool_format)
     code = solution_code(_question(messages) or "")
-    return tool_call_text(code) if code else answer_text("0")
+    return tool_call_text(code, tool_format) if code else answer_text("0", tool_format)
 
 
 def mental_answer(question: str, rng: random.Random) -> str:
@@ -63,16 +64,16 @@ def mental_answer(question: str, rng: random.Random) -> str:
     return text[:i] + wrong_digit + text[i + 1 :]
 
 
-def weak_teacher(messages: list[dict], rng: random.Random, p_direct: float = 0.5) -> str:
+def weak_teacher(messages: list[dict], rng: random.Random, p_direct: float = 0.5, *, tool_format: str = "hermes") -> str:
     """Like ``oracle``, but with probability ``p_direct`` answers at once from mental math."""
     last = messages[-1]
-    if last["role"] == "tool":
-        return answer_text(last["content"].strip())
+    if get_format(tool_format).is_result(last):
+        return answer_text(last["content"].strip(), tool_format)
     question = _question(messages) or ""
     if rng.random() < p_direct:
-        return answer_text(mental_answer(question, rng))
+        return answer_text(mental_answer(question, rng), tool_format)
     code = solution_code(question)
-    return tool_call_text(code) if code else answer_text(mental_answer(question, rng))
+    return tool_call_text(code, tool_format) if code else answer_text(mental_answer(question, rng), tool_format)
 
 
 def corpus_conversations(n: int, rng: random.Random):

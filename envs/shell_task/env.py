@@ -119,11 +119,11 @@ class ShellTaskEnv(ToolEnv):
             if call.name == SubmitTool.name:
                 submitted = not call.arguments
                 if call.arguments:
-                    turn.messages.append({"role": "tool", "content": "error: submit takes no arguments"})
+                    turn.messages.append(self.tool_result(call, "error: submit takes no arguments"))
                     turn.valid = False
                 break
             content, ok = await self.call_tool(call)
-            turn.messages.append({"role": "tool", "content": content})
+            turn.messages.append(self.tool_result(call, content))
             turn.valid = turn.valid and ok
         if not parsed.tool_calls:
             turn = self.invalid_action(parsed)

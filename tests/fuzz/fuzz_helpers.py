@@ -77,5 +77,33 @@ def adversarial_text(draw) -> str:
     return "".join(pieces)
 
 
+# the other tool-call formats' syntax (tools/formats): special tokens, reasoning tags, Python calls
+FORMAT_MARKERS = [
+    "<think>", "</think>", "[THINK]", "[/THINK]", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "<|python_tag|>",
+    "<|eom_id|>", "<|eot_id|>", "<|python_start|>", "<|python_end|>", "<|start|>", "assistant", "<|channel|>",
+    "analysis", "commentary", "final", " to=functions.", "to=python", " <|constrain|>json", "<|message|>",
+    "<|end|>", "<|call|>", "<|return|>", "[f(", "x=1", "(", ")", "=", ";", "**kw", "true", "None", '"parameters"',
+]
+python_calls = st.builds(
+    lambda name, keys, values: f"{name}(" + ", ".join(f"{k}={v}" for k, v in zip(keys, values, strict=False)) + ")",
+    st.sampled_from(["python", "get_weather", "a.b", "f", "1x", ""]),
+    st.lists(st.sampled_from(["code", "x", "class", "", "**"]), max_size=3),
+    st.lists(st.sampled_from(["1", "'s'", '"\\ud800"', "[1, {'a': None}]", "true", "null", "f(1)", "{1, 2}", "b'x'", "("]), max_size=3),
+)
+
+
+@st.composite
+def format_text(draw) -> str:
+    """Random text built from every format's markers, JSON call bodies and Python calls."""
+    pieces = draw(
+        st.lists(
+            st.sampled_from(MARKERS + FORMAT_MARKERS) | call_json() | python_calls | st.text(max_size=20)
+            | st.builds(lambda calls: "[" + ", ".join(calls) + "]", st.lists(python_calls, max_size=3)),
+            max_size=14,
+        )
+    )
+    return "".join(pieces)
+
+
 # the deepest JSON nesting a parser meets: Python's json recurses once per level
 DEEP = 100_000

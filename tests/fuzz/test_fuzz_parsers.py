@@ -8,7 +8,7 @@ import re
 import time
 
 import pytest
-from fuzz_helpers import DEEP, MARKERS, adversarial_text, fuzz_settings
+from fuzz_helpers import DEEP, MARKERS, adversarial_text, format_text, fuzz_settings
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -37,7 +37,7 @@ def check(parsed: ParsedAction) -> None:
 @fuzz_settings(150)
 @given(text=st.text(), fenced_code=st.booleans())
 def test_random_text_never_raises(fmt, text, fenced_code):
-    check(FORMATS[fmt](text, fenced_code=fenced_code))
+    check(FORMATS[fmt].parse(text, fenced_code=fenced_code))
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
@@ -49,18 +49,36 @@ def test_random_text_never_raises(fmt, text, fenced_code):
 @example(text='<tool_call>{"name": "x", "arguments": {"a": 1' + "0" * 5000 + "}}</tool_call>", fenced_code=True)
 @example(text="<tool_call>\x00</tool_call><answer>\ud800</answer>", fenced_code=True)
 def test_marker_text_never_raises(fmt, text, fenced_code):
-    check(FORMATS[fmt](text, fenced_code=fenced_code))
+    check(FORMATS[fmt].parse(text, fenced_code=fenced_code))
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+@fuzz_settings(200)
+@given(text=format_text(), fenced_code=st.booleans())
+@example(text="<|channel|>commentary to=functions.f <|constrain|>json<|message|>" + "[" * DEEP, fenced_code=True)
+@example(text="[f(x=" + "[" * DEEP + ")]", fenced_code=True)
+@example(text="<|python_start|>f(x=" + "(" * 5000, fenced_code=False)
+@example(text="[TOOL_CALLS]" + "{" * DEEP, fenced_code=True)
+@example(text="<|python_tag|>" + "[" * DEEP, fenced_code=True)
+@example(text="{" * DEEP, fenced_code=True)
+@example(text="[f(x='\\ud800')]", fenced_code=True)
+@example(text="[f(x=1" + "0" * 5000 + ")]", fenced_code=True)
+def test_every_format_reads_any_format_text(fmt, text, fenced_code):
+    """Each format on text made of all formats' syntax: no exception, well-formed output."""
+    check(FORMATS[fmt].parse(text, fenced_code=fenced_code))
 
 
 @fuzz_settings(150)
 @given(text=adversarial_text())
 def test_hermes_every_call_is_parsed_or_reported(text):
     """A text with ``<tool_call>`` openings gives at least one call or error, at most one per
-    opening (an unterminated one takes the rest of the text); without one, neither."""
+    opening (an unterminated one takes the rest of the text); without one, neither (but a call in
+    another format, such as a bare JSON call, is named)."""
     parsed = parse_action(text, fenced_code=False)
     openings = text.count("<tool_call>")
-    assert (openings > 0) == (len(parsed.tool_calls) + len(parsed.errors) > 0)
-    assert len(parsed.tool_calls) + len(parsed.errors) <= openings
+    errors = [e for e in parsed.errors if not e.startswith("tool call in ")]
+    assert (openings > 0) == (len(parsed.tool_calls) + len(errors) > 0)
+    assert len(parsed.tool_calls) + len(errors) <= openings
 
 
 # the regexes parse_action used before its linear rewrite: the same answers and fenced code
@@ -83,13 +101,18 @@ def test_answer_and_fence_read_as_before(text):
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 @pytest.mark.parametrize(
     "text", [DEEP_CALL, DEEP_ARGUMENTS, UNCLOSED_ANSWERS, UNCLOSED_FENCE, "<tool_call>" * 50_000, "```python\n" * 50_000,
-             "</answer><answer>" * 20_000, "x" * 1_000_000],
+             "</answer><answer>" * 20_000, "x" * 1_000_000,
+             # the other formats' syntax, repeated
+             "<|message|>" * 50_000, "<|start|>" * 50_000, "<|channel|>analysis<|message|>x<|end|>" * 20_000,
+             "[TOOL_CALLS]" * 50_000, "[TOOL_CALLS]f[ARGS]{}" * 30_000, '{"name": "f"}; ' * 40_000,
+             "<|python_tag|>" * 50_000, "[" + "f(x=1), " * 10_000 + "]", "<think>" * 50_000, "</think>" * 50_000],
     ids=["deep-json", "deep-arguments", "unclosed-answers", "unclosed-fence", "many-openings", "many-fences",
-         "answer-pairs", "1M-chars"],
+         "answer-pairs", "1M-chars", "harmony-messages", "harmony-starts", "analysis-messages", "mistral-markers",
+         "mistral-calls", "llama3-calls", "python-tags", "pythonic-calls", "think-openings", "think-closings"],
 )
 def test_long_inputs_parse_in_linear_time(fmt, text):
     start = time.perf_counter()
-    parsed = FORMATS[fmt](text, fenced_code=True)
+    parsed = FORMATS[fmt].parse(text, fenced_code=True)
     assert time.perf_counter() - start < 2.0
     check(parsed)
 
