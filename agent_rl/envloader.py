@@ -8,10 +8,14 @@ An env class may declare, as ``module:function`` strings:
 - ``sft_teacher``: the scripted policy ``agent-rl sft`` imitates when ``sft.teacher`` is null;
 - ``tokenizer_corpus``: ``f(n, rng)`` yielding ``(messages, tools)``, text the tiny tokenizer also
   learns (``agent-rl init-model tiny --env ID``).
+
+The run's tool-call format (``tool_format``) reaches envs that take it, and scripted policies that
+take a ``tool_format`` keyword (``bind_tool_format``), so demonstrations are in the env's format.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from collections.abc import Callable
@@ -21,6 +25,7 @@ import gymnasium as gym
 
 from agent_rl.plugins import env_ids as entry_point_env_ids
 from agent_rl.plugins import load_entry_points
+from tools.formats import detect_format
 
 # the tiny tokenizer's own text: the quickstart environment's conversations (agent_rl/tiny.py)
 BASE_TOKENIZER_CORPUS = "envs.arithmetic.policies:corpus_conversations"
@@ -84,6 +89,35 @@ def sandbox_kwargs(cfg: Any) -> dict[str, Any]:
         return {}
     accepts = "sandbox_backend" in inspect.signature(env_class(cfg.env.id)).parameters
     return {"sandbox_backend": cfg.sandbox.backend} if accepts else {}
+
+
+def tool_format(cfg: Any, tokenizer: Any) -> str | None:
+    """The run's tool-call format: ``env.options.tool_format``, else ``rollout.tool_format``, where
+    ``auto`` is detected from the tokenizer (``ValueError`` naming the values when it cannot be).
+    None for an env whose constructor takes no ``tool_format``."""
+    if "tool_format" in cfg.env.options:
+        return cfg.env.options["tool_format"]
+    load_plugins(cfg.env.plugins)
+    if cfg.env.id not in gym.registry or "tool_format" not in inspect.signature(env_class(cfg.env.id)).parameters:
+        return None
+    if cfg.rollout.tool_format != "auto":
+        return cfg.rollout.tool_format
+    try:
+        return detect_format(tokenizer)
+    except ValueError as e:
+        raise ValueError(f"config key 'rollout.tool_format' is auto: {e}") from None
+
+
+def bind_tool_format(policy: Callable, fmt: str | None) -> Callable:
+    """A scripted policy that writes its calls in ``fmt``: ``policy`` with ``tool_format=fmt`` bound
+    when it takes that keyword (the built-in envs' teachers do), else ``policy`` itself."""
+    if fmt is None:
+        return policy
+    try:
+        accepts = "tool_format" in inspect.signature(policy).parameters
+    except (TypeError, ValueError):  # a callable without a signature
+        accepts = False
+    return functools.partial(policy, tool_format=fmt) if accepts else policy
 
 
 def env_factory(env_cfg: Any, **overrides: Any) -> Callable[[], gym.Env]:

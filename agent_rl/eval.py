@@ -160,7 +160,7 @@ def _load_policy(path: str) -> Any:
 
 def _engine(cfg: Any) -> RolloutEngine:
     """The model's backend (any registered rollout backend), or a scripted policy (``eval.policy``)."""
-    from agent_rl.envloader import env_factory, sandbox_kwargs
+    from agent_rl.envloader import bind_tool_format, env_factory, sandbox_kwargs, tool_format
     from agent_rl.rollout.backends import make_backend
     from agent_rl.rollout.backends.hf import load_tokenizer
     from agent_rl.rollout.backends.scripted import ScriptedBackend
@@ -179,11 +179,14 @@ def _engine(cfg: Any) -> RolloutEngine:
     except OSError as e:
         hint = "; a scripted policy still needs a tokenizer (agent-rl init-model tiny --out DIR)" if cfg.eval.policy else ""
         raise ValueError(f"config key 'model.path': cannot load a tokenizer from '{cfg.model.path}' ({e}){hint}") from None
+    fmt = tool_format(cfg, tokenizer)
+    if fmt is not None and "tool_format" not in cfg.env.options:  # envs in the model's tool-call format
+        make_env = env_factory(cfg.env, **sandbox_kwargs(cfg), tool_format=fmt)
     if cfg.eval.policy:
-        backend = ScriptedBackend(_load_policy(cfg.eval.policy), tokenizer, seed=cfg.trainer.seed)
+        backend = ScriptedBackend(bind_tool_format(_load_policy(cfg.eval.policy), fmt), tokenizer, seed=cfg.trainer.seed)
     else:
         backend = make_backend(cfg.rollout.backend, cfg.model, tokenizer=tokenizer)
-    renderer = ChatRenderer(tokenizer)
+    renderer = ChatRenderer(tokenizer, chat_template_kwargs=cfg.rollout.chat_template_kwargs)
     select_layout(cfg.rollout, renderer)
     return RolloutEngine(backend, renderer, make_env, cfg.rollout.with_options(temperature=cfg.eval.temperature))
 

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from agent_rl.config import Config
-from agent_rl.envloader import env_factory, sandbox_kwargs
+from agent_rl.envloader import env_factory, sandbox_kwargs, tool_format
 from agent_rl.rollout.backends import BACKENDS
 from agent_rl.rollout.backends.hf import load_model, load_tokenizer
 from agent_rl.rollout.engine import RolloutEngine, select_layout
@@ -40,10 +40,14 @@ class Components:
 
     def __init__(self, cfg: Config, model: torch.nn.Module | None = None, env_overrides: dict | None = None):
         self.cfg = cfg
-        self.make_env = env_factory(cfg.env, **sandbox_kwargs(cfg), **(env_overrides or {}))
+        overrides = {**sandbox_kwargs(cfg), **(env_overrides or {})}
+        self.make_env = env_factory(cfg.env, **overrides)
         self.tokenizer = load_tokenizer(cfg.model.path)
+        self.tool_format = tool_format(cfg, self.tokenizer)  # None: the env takes none
+        if self.tool_format is not None and "tool_format" not in cfg.env.options:  # envs in the model's format
+            self.make_env = env_factory(cfg.env, **{"tool_format": self.tool_format, **overrides})
         self.model = model if model is not None else load_model(cfg.model.path, cfg.model.dtype, cfg.model.device)
-        self.renderer = ChatRenderer(self.tokenizer)
+        self.renderer = ChatRenderer(self.tokenizer, chat_template_kwargs=cfg.rollout.chat_template_kwargs)
         select_layout(cfg.rollout, self.renderer)  # per_turn for a template that rewrites history
         self.backend = make_policy_backend(cfg, self.model, self.tokenizer)
 

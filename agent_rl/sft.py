@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from agent_rl.config import Config
-from agent_rl.envloader import sft_teacher
+from agent_rl.envloader import bind_tool_format, sft_teacher
 from agent_rl.eval import evaluate
 from agent_rl.learner.logprobs import token_logprobs
 from agent_rl.rollout.backends.scripted import ScriptedBackend
@@ -54,7 +54,7 @@ def sft(cfg: Config, log: Any = print) -> tuple[Path, float]:
     out_dir = Path(cfg.sft.out) if cfg.sft.out else run_dir / "sft_model"
     tracker = Tracker(run_dir, cfg.tracking)
     teacher_path = sft_teacher(cfg)
-    teacher = load_policy(teacher_path)
+    teacher = bind_tool_format(load_policy(teacher_path), components.tool_format)  # demonstrations in the env's format
     demos = demonstrations(components, teacher, cfg.sft.demos, seed=cfg.trainer.seed * 1_000_003)
     teacher_reward = sum(g.trajectories_G[0].reward for g in demos) / max(len(demos), 1)
     log(f"sft: {len(demos)} demonstrations from {teacher_path} (teacher success {teacher_reward:.3f})")

@@ -20,6 +20,7 @@ from pydantic import (
 
 from agent_rl.core.registry import ComponentConfig
 from agent_rl.rollout.backends import BACKENDS
+from tools.formats import FORMATS
 
 BackendSpec = Annotated[SerializeAsAny[ComponentConfig], BeforeValidator(BACKENDS.parse_config)]
 
@@ -58,6 +59,13 @@ class RolloutConfig(BaseModel):
         description="count: drift is counted (render_drift); drop: an episode whose tokens cannot be shown to be "
         "exactly what was sampled under the template is never trained on (dropped, counted in rollout/drift_dropped)",
     )
+    tool_format: str = Field(
+        "auto", description="how the model writes tool calls: auto (detected from the tokenizer's chat template) or a "
+        "tools.formats name (hermes, llama3_json, mistral, harmony, pythonic, fenced); env.options.tool_format wins"
+    )
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="extra chat template variables on every render, e.g. {enable_thinking: false}"
+    )
     # ScaleRL forced interruption (set by the ``forced_interruption`` filter): after this many generated
     # tokens, ``interrupt_message`` is appended (mask 0) inside the assistant's turn and it may generate
     # ``answer_budget_tokens`` more before the turn is cut
@@ -81,6 +89,10 @@ class RolloutConfig(BaseModel):
             raise ValueError(f"rollout.concurrency must be >= 1, got {concurrency}")
         if isinstance(batch, int) and batch < 1:
             raise ValueError(f"rollout.max_batch_requests must be >= 1 or null, got {batch}")
+        tool_format = raw.get("tool_format")
+        if isinstance(tool_format, str) and tool_format != "auto":
+            if tool_format not in FORMATS:
+                raise ValueError(f"rollout.tool_format: unknown format '{tool_format}'; allowed: auto, {', '.join(sorted(FORMATS))}")
         return raw
 
     def with_options(self, temperature: float | None = None, **options: Any) -> RolloutConfig:
