@@ -10,7 +10,9 @@ Every format is a ``ToolFormat`` object (``tools.formats.base``) with one interf
   writes them, without the end-of-turn token (scripted teachers write demonstrations with it);
 * ``render_reply(text) -> str``: the assistant text of a reply without calls (harmony: the final channel);
 * ``render_result(call, content) -> dict``: the observation message of a call's result (its role:
-  ``result_role``); ``is_result(message)`` recognises one.
+  ``result_role``); ``is_result(message)`` recognises one;
+* ``end_of_calls``: the token that ends a turn of calls when it is not the tokenizer's eos (harmony:
+  ``<|call|>``), for whoever sets the stop tokens.
 
 An environment picks its format by name (``ToolEnv``'s ``tool_format`` option); ``rollout.tool_format``
 (default ``auto``: ``detect_format`` on the model's tokenizer) sets it for a run. ``register_format``

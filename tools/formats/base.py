@@ -52,6 +52,7 @@ class ToolFormat:
     result_role: ClassVar[str] = "tool"  # the role of tool-result messages
     reasoning: ClassVar[tuple[str, str] | None] = ("<think>", "</think>")  # the reasoning block's tags
     markers: ClassVar[tuple[str, ...]] = ()  # text that marks a call in this format even when malformed
+    end_of_calls: ClassVar[str | None] = None  # the token ending a turn of calls, when not the tokenizer's eos
 
     # -- what a subclass writes -----------------------------------------------------------------
     def read(self, text: str) -> Reading:

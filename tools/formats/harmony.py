@@ -64,6 +64,7 @@ class HarmonyFormat(ToolFormat):
     reasoning = None  # the analysis channel, read in ``read``
     markers = ("<|channel|>", "to=functions.")
     reserved = ("<|",)  # every harmony token starts so
+    end_of_calls = CALL  # a call message ends the turn with <|call|>, an answer with <|return|>
 
     def read(self, text: str) -> Reading:
         found, stray = messages(text)
