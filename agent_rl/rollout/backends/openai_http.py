@@ -160,7 +160,7 @@ class OpenAIBackend:
             "n": 1,
             "stream": False,
             "logprobs": r.topk,  # vLLM: 0 = the sampled token's logprob only
-            "stop_token_ids": list(r.stop_token_ids),
+            "stop_token_ids": [] if r.ignore_eos else list(r.stop_token_ids),  # vLLM stops on these even with ignore_eos
             "ignore_eos": r.ignore_eos,
             "skip_special_tokens": False,
             "return_token_ids": True,

@@ -159,7 +159,9 @@ class VllmBackend:
             top_p=r.top_p,
             max_tokens=r.max_new_tokens,
             seed=seed,
-            stop_token_ids=list(r.stop_token_ids),
+            # ignore_eos means exactly max_new_tokens (as on hf); vLLM's ignore_eos skips only the
+            # EOS, so the other stop ids are not sent
+            stop_token_ids=[] if r.ignore_eos else list(r.stop_token_ids),
             ignore_eos=r.ignore_eos,
             logprobs=r.topk,  # the sampled token's logprob is always included; 0 adds no others
             detokenize=False,  # ids are all we read: never decode and re-encode

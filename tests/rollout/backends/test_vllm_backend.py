@@ -136,6 +136,15 @@ def test_an_update_waits_for_requests_in_flight_and_labels_them_with_their_versi
 
 
 @pytest.mark.vllm
+def test_ignore_eos_generates_exactly_max_new_tokens(backend, tiny_tokenizer):
+    """``ignore_eos`` means exactly ``max_new_tokens``, whatever the stop ids (as on hf): vLLM's own
+    ignore_eos skips only the EOS, and a benchmark's random model stopped early on the others."""
+    every_id = list(range(len(tiny_tokenizer)))
+    results = asyncio.run(backend.generate(requests(tiny_tokenizer, n=3, max_new_tokens=12, ignore_eos=True, stop_token_ids=every_id)))
+    assert [len(r.token_ids) for r in results] == [12, 12, 12]
+
+
+@pytest.mark.vllm
 def test_a_cancelled_call_aborts_its_requests(backend, tiny_tokenizer):
     long = requests(tiny_tokenizer, n=3, max_new_tokens=400, ignore_eos=True)
 
