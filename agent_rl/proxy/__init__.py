@@ -1,0 +1,7 @@
+"""The capture proxy: agent programs written against the OpenAI API, trained and evaluated here.
+
+``protocol.py`` (the chat wire format and its errors), ``recorder.py`` (one episode's segments of
+exact token ids, with the sampled ids spliced in), ``app.py`` (the HTTP routes over the policy),
+``programs.py`` (agent programs as episodes of a training run), ``serve.py`` (``agent-rl proxy``).
+Guide: ``docs/agent-programs.md``.
+"""

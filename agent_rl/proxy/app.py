@@ -1,0 +1,224 @@
+"""The capture proxy's HTTP app: OpenAI ``/v1/chat/completions`` over the policy, recording tokens.
+
+Every episode has its own base URL, ``/e/<key>/v1`` (``key`` unguessable), whose recorder
+(``recorder.EpisodeRecorder``) keeps the exact token ids of its calls; the standalone
+``agent-rl proxy`` also serves one session at the plain ``/v1``. A request is rendered with the
+policy's chat template (``ChatRenderer``) and tool-call format (``tools.formats``), sampled through
+``sample`` (the rollout engine's ``GenerationScheduler`` over any backend: hf, vllm, a token-id
+server), and answered as OpenAI messages with the calls parsed into ``tool_calls``. Streaming sends
+the finished completion as chunks. Errors have OpenAI's body and a 4xx status for anything the
+request did wrong; the backend failing is a 503.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from agent_rl.proxy.protocol import ChatRequest, ProxyError, completion_body, error_response, stream_events, tool_call_out
+from agent_rl.proxy.recorder import EpisodeRecorder
+from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SESSION = ""  # the plain /v1 routes' session (standalone proxy only)
+
+Sampler = Callable[[list[GenerationRequest]], Awaitable[list[GenerationResult | BaseException]]]
+
+
+@dataclass
+class ProxyService:
+    """The policy behind the routes and the sessions being recorded.
+
+    ``temperature`` / ``top_p`` set: every request samples with them whatever it asks (a training
+    run: the learner assumes the rollout's temperature); None: the request's (default 1.0).
+    ``seed(key, call, choice)`` gives each choice's sampling seed (None: the request's ``seed``)."""
+
+    renderer: Any
+    format: Any
+    sample: Sampler
+    model_names: list[str]
+    max_new_tokens: int = 512  # cap of one call's completion (and its default)
+    max_total_tokens: int = 4096  # prompt + completion
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: Callable[[str, int, int], int | None] | None = None
+    sessions: dict[str, EpisodeRecorder] = field(default_factory=dict)
+    metrics: Counter[str] = field(default_factory=Counter)
+
+    def open_session(self, key: str | None = None) -> tuple[str, EpisodeRecorder]:
+        key = secrets.token_urlsafe(12) if key is None else key
+        self.sessions[key] = EpisodeRecorder(self.renderer, self.format)
+        return key, self.sessions[key]
+
+    def close_session(self, key: str) -> EpisodeRecorder | None:
+        rec = self.sessions.pop(key, None)
+        if rec is not None:
+            rec.closed = True
+        return rec
+
+    def session(self, key: str) -> EpisodeRecorder:
+        rec = self.sessions.get(key)
+        if rec is None:
+            where = "this proxy serves episodes at /e/<key>/v1" if key == DEFAULT_SESSION else f"no episode '{key}' (it ended, or never started)"
+            raise ProxyError(404, where, None, "episode_not_found")
+        return rec
+
+    async def chat(self, key: str, req: ChatRequest) -> dict[str, Any]:
+        rec = self.session(key)
+        if req.model not in self.model_names:
+            raise ProxyError(404, f"model '{req.model}' is not served here; served: {', '.join(self.model_names)}", "model", "model_not_found")
+        bad = req.unsupported()
+        if bad is not None:
+            raise ProxyError(400, bad[1], bad[0])
+        tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools and req.tool_choice != "none" else None
+        ctx = rec.context(req.messages, tools)
+        room = self.max_total_tokens - len(ctx.prompt_ids)
+        if room < 1:
+            raise ProxyError(400, f"the prompt has {len(ctx.prompt_ids)} tokens; this proxy's context is {self.max_total_tokens}",
+                             "messages", "context_length_exceeded")
+        asked = req.max_completion_tokens or req.max_tokens or self.max_new_tokens
+        call = rec.calls
+        requests = [
+            GenerationRequest(
+                prompt_ids=list(ctx.prompt_ids),
+                max_new_tokens=min(asked, self.max_new_tokens, room),
+                temperature=self.temperature if self.temperature is not None else (1.0 if req.temperature is None else req.temperature),
+                top_p=self.top_p if self.top_p is not None else (req.top_p or 1.0),
+                stop_token_ids=list(self.renderer.stop_token_ids),
+                messages=ctx.render_messages,  # what a scripted policy reads
+                topk=req.top_logprobs or 0,
+                seed=self.seed(key, call, i) if self.seed is not None else (None if req.seed is None else (req.seed + i) % 2**63),
+            )
+            for i in range(req.n)
+        ]
+        results = await self.sample(requests)
+        failed = next((r for r in results if isinstance(r, BaseException)), None)
+        if failed is not None:
+            rec.infra_error = f"backend: {failed!r}"
+            self.metrics["proxy/failed_calls"] += 1
+            raise ProxyError(503, f"the policy's backend failed: {failed!r}", None, "backend_error")
+        if rec.closed:  # the episode ended (timed out) while this call sampled: nothing is recorded
+            raise ProxyError(404, f"episode '{key}' ended while this call sampled", None, "episode_not_found")
+        texts = [self.renderer.assistant_text(r.token_ids) for r in results]
+        replies = [self.reply(t, tools is not None) for t in texts]
+        rec.record(ctx, results, replies, texts)
+        self.metrics["proxy/calls"] += 1
+        self.metrics["proxy/spliced_calls"] += int(ctx.parent is not None)
+        choices = []
+        for i, (res, reply) in enumerate(zip(results, replies, strict=True)):
+            finish = "length" if res.finish_reason == "length" else ("tool_calls" if reply.get("tool_calls") else "stop")
+            choices.append({"index": i, "message": reply, "logprobs": self.logprobs(res) if req.logprobs else None, "finish_reason": finish})
+        return completion_body(req.model, choices, len(ctx.prompt_ids) * req.n, sum(len(r.token_ids) for r in results))
+
+    def reply(self, text: str, parse_calls: bool) -> dict[str, Any]:
+        """The assistant message of sampled ``text``: its calls in ``tool_calls`` (the text before
+        the first call in ``content``); without calls, or with a malformed one, all the text."""
+        reading = self.format.read(text) if parse_calls else None
+        if reading is None or not reading.calls or reading.errors:
+            return {"role": "assistant", "content": text}
+        cut = min((text.find(m) for m in self.format.markers if m in text), default=len(text))
+        content = text[:cut].strip() or None
+        return {"role": "assistant", "content": content, "tool_calls": [tool_call_out(c.name, c.arguments) for c in reading.calls]}
+
+    def logprobs(self, res: GenerationResult) -> dict[str, Any]:
+        def entry(token_id: int, lp: float) -> dict[str, Any]:
+            piece = self.renderer.decode([token_id])
+            return {"token": piece, "logprob": lp, "bytes": list(piece.encode()), "top_logprobs": []}
+
+        content = [entry(t, lp) for t, lp in zip(res.token_ids, res.logprobs, strict=True)]
+        for k, e in enumerate(content):
+            if res.topk_ids is not None and k < len(res.topk_ids):
+                e["top_logprobs"] = [entry(t, lp) for t, lp in zip(res.topk_ids[k], res.topk_logprobs[k], strict=True)]
+        return {"content": content, "refusal": None}
+
+
+def create_proxy_app(service: ProxyService, api_key: str | None = None) -> FastAPI:
+    """The routes; with ``api_key`` each ``/v1`` and ``/e/...`` route needs it as a bearer token."""
+    from agent_rl.rollout.backends.server import require_key
+
+    app = FastAPI(title="agent-rl proxy")
+    guarded = [Depends(require_key(api_key))]
+
+    @app.exception_handler(ProxyError)
+    async def refused(request: Request, exc: ProxyError):
+        return error_response(exc.status, exc.message, exc.param, exc.code)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {"loc": ("body",), "msg": "invalid request"}
+        param = ".".join(str(p) for p in first["loc"][1:]) or None
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg']}" for e in exc.errors()[:5])
+        return error_response(400, problems or "invalid request body", param)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        response = error_response(exc.status_code, str(exc.detail))
+        response.headers.update(getattr(exc, "headers", None) or {})
+        return response
+
+    @app.exception_handler(Exception)
+    async def crashed(request: Request, exc: Exception):  # a bug of ours: a 500 without a traceback in the body
+        log.exception("proxy: %s %s failed", request.method, request.url.path)
+        return error_response(500, f"internal error: {type(exc).__name__}")
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok"}
+
+    def models_body() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": n, "object": "model", "created": 0, "owned_by": "agent-rl"} for n in service.model_names]}
+
+    async def answer(key: str, req: ChatRequest):
+        body = await service.chat(key, req)
+        if req.stream:
+            include = bool(req.stream_options and req.stream_options.include_usage)
+            return StreamingResponse(iter(stream_events(body, include)), media_type="text/event-stream")
+        return JSONResponse(body)
+
+    @app.get("/v1/models", dependencies=guarded)
+    async def models():
+        return models_body()
+
+    @app.get("/e/{key}/v1/models", dependencies=guarded)
+    async def episode_models(key: str):
+        service.session(key)
+        return models_body()
+
+    @app.post("/v1/chat/completions", dependencies=guarded)
+    async def chat(req: ChatRequest):
+        return await answer(DEFAULT_SESSION, req)
+
+    @app.post("/e/{key}/v1/chat/completions", dependencies=guarded)
+    async def episode_chat(key: str, req: ChatRequest):
+        return await answer(key, req)
+
+    @app.get("/v1/sessions", dependencies=guarded)
+    async def sessions():
+        """What each open session recorded so far (the standalone proxy's way to read it)."""
+        return {key or "default": segments_json(rec) for key, rec in service.sessions.items()}
+
+    return app
+
+
+def segments_json(rec: EpisodeRecorder) -> dict[str, Any]:
+    return {
+        "calls": rec.calls,
+        "breaks": rec.breaks,
+        "segments": [
+            {"index": s.index, "token_ids": s.token_ids_T, "loss_mask": s.loss_mask_T, "logprobs": s.logprobs_T,
+             "turns": [[t.start, t.end, t.obs_start, t.obs_end] for t in s.turns_N]}
+            for s in rec.leaves()
+        ],
+    }
+
+

@@ -1,0 +1,70 @@
+"""Fixtures of the proxy suite: a proxy over the tiny model (or a scripted policy) on loopback."""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+
+import pytest
+
+CALL = '<tool_call>\n{"name": "python", "arguments": {"code": "print(2 + 2)"}}\n</tool_call>'
+PYTHON_TOOL = {"type": "function", "function": {"name": "python", "description": "run python",
+                                                "parameters": {"type": "object", "properties": {"code": {"type": "string"}}}}}
+
+
+def calls_then_answers(messages: list[dict], rng) -> str:
+    """A scripted policy: a python call, then (after a tool result) an answer."""
+    return "<answer>4</answer>" if messages[-1]["role"] == "tool" else "Let me compute.\n" + CALL
+
+
+class Recording:
+    """A backend that keeps every request's prompt and every result's ids (what was sampled)."""
+
+    def __init__(self, backend):
+        self.backend, self.calls = backend, []
+        self.policy_version = 0
+
+    async def generate(self, requests, seed=None):
+        out = await self.backend.generate(requests, seed)
+        self.calls += [(list(r.prompt_ids), None if isinstance(o, BaseException) else list(o.token_ids)) for r, o in zip(requests, out)]
+        return out
+
+    def update_weights(self, state_dict, version):
+        self.backend.update_weights(state_dict, version)
+
+    def close(self):
+        self.backend.close()
+
+
+@contextmanager
+def running_proxy(model_dir, backend, api_key=None, **kwargs):
+    from agent_rl.proxy.app import create_proxy_app
+    from agent_rl.proxy.serve import build_service
+    from agent_rl.rollout.backends.server import serve_in_thread
+
+    service = build_service(str(model_dir), backend=backend, **kwargs)
+    with serve_in_thread(create_proxy_app(service, api_key)) as url:
+        yield url, service
+
+
+@pytest.fixture(scope="module")
+def hf_proxy(tiny_model_dir):
+    from agent_rl.rollout.backends.hf import HfBackend, load_model, load_tokenizer
+
+    tok = load_tokenizer(str(tiny_model_dir))
+    rec = Recording(HfBackend(load_model(str(tiny_model_dir), "float32", "cpu"), tok.pad_token_id, 64))
+    with running_proxy(tiny_model_dir, rec, max_new_tokens=12) as (url, service):
+        yield url, service, rec
+
+
+@pytest.fixture(scope="module")
+def scripted_proxy(tiny_model_dir, tiny_tokenizer):
+    from agent_rl.rollout.backends.scripted import ScriptedBackend
+
+    rec = Recording(ScriptedBackend(calls_then_answers, tiny_tokenizer))
+    with running_proxy(tiny_model_dir, rec) as (url, service):
+        yield url, service, rec
+
+
+def dumps(x) -> str:
+    return json.dumps(x, sort_keys=True)
