@@ -263,13 +263,16 @@ class WorkerPool:
                         self._busy += 1
                         break
                     self._fill()
-                    if self._starting == 0 and self._busy == 0 and self.stats.start_error:
+                    # a pool that never started a worker is broken (no daemon, no image): fail now. One
+                    # that ran workers waits for starts to work again (a daemon restart), up to the timeout
+                    if self._starting == 0 and self._busy == 0 and self.stats.start_error and not self.stats.started:
                         why = self.stats.start_error
                         raise InfraError(f"sandbox pool {self.name}: no worker could start: {why}")
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         wait = f"{self.lease_timeout_s:.0f} s"
-                        raise InfraError(f"sandbox pool {self.name}: no worker free within {wait}")
+                        why = f"; last start failure: {self.stats.start_error}" if self.stats.start_error else ""
+                        raise InfraError(f"sandbox pool {self.name}: no worker free within {wait}{why}")
                     try:
                         await asyncio.wait_for(self._c.wait(), min(remaining, 1.0))
                     except asyncio.TimeoutError:
