@@ -18,6 +18,7 @@ from agent_rl.algorithms import ADVANTAGES, AGGREGATIONS, CREDITS, FILTERS, KLS,
 from agent_rl.algorithms.losses import LossOptions
 from agent_rl.core.registry import ComponentConfig, Registry
 from agent_rl.plugins import load_entry_points
+from agent_rl.proxy.config import AgentConfig
 from agent_rl.rollout.config import RolloutConfig
 
 
@@ -235,6 +236,7 @@ class RunConfig(Section):
 class Config(Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     env: EnvConfig = Field(default_factory=EnvConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig, description="an agent program that plays the episodes (docs/agent-programs.md)")
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)

@@ -188,6 +188,10 @@ def _engine(cfg: Any) -> RolloutEngine:
         backend = make_backend(cfg.rollout.backend, cfg.model, tokenizer=tokenizer)
     renderer = ChatRenderer(tokenizer, chat_template_kwargs=cfg.rollout.chat_template_kwargs)
     select_layout(cfg.rollout, renderer)
+    if cfg.agent.program is not None:  # episodes are runs of an agent program (agent_rl/proxy/programs.py)
+        from agent_rl.proxy.programs import make_program_engine
+
+        return make_program_engine(cfg, backend, renderer, make_env, tokenizer, fmt, cfg.rollout.with_options(temperature=cfg.eval.temperature))
     return RolloutEngine(backend, renderer, make_env, cfg.rollout.with_options(temperature=cfg.eval.temperature))
 
 

@@ -52,13 +52,14 @@ class Components:
         self.backend = make_policy_backend(cfg, self.model, self.tokenizer)
 
     def engine(self, temperature: float | None = None, backend: Any = None, **options: Any) -> RolloutEngine:
-        """A rollout engine; ``options`` set further ``rollout`` fields (e.g. from the objective's plan)."""
-        return RolloutEngine(
-            backend or self.backend,
-            self.renderer,
-            self.make_env,
-            self.cfg.rollout.with_options(temperature=temperature, **options),
-        )
+        """A rollout engine; ``options`` set further ``rollout`` fields (e.g. from the objective's plan).
+        With ``agent.program`` set, episodes are runs of that program (``agent_rl/proxy/programs.py``)."""
+        rollout_cfg = self.cfg.rollout.with_options(temperature=temperature, **options)
+        if self.cfg.agent.program is not None:
+            from agent_rl.proxy.programs import make_program_engine
+
+            return make_program_engine(self.cfg, backend or self.backend, self.renderer, self.make_env, self.tokenizer, self.tool_format, rollout_cfg)
+        return RolloutEngine(backend or self.backend, self.renderer, self.make_env, rollout_cfg)
 
 
 def make_policy_backend(cfg: Config, model: torch.nn.Module, tokenizer: Any) -> Any:

@@ -28,6 +28,7 @@ class StopReason(StrEnum):
     ENV_ERROR = "env_error"  # the env raised or returned garbage: not a policy failure
     INFRA_ERROR = "infra_error"  # sandbox/server/backend failure: not a policy failure
     TIMEOUT = "timeout"  # wall-clock budget of the episode
+    AGENT_ERROR = "agent_error"  # an agent program raised or hung; reward None unless agent.crash_is_failure
 
     @property
     def is_failure_of_infrastructure(self) -> bool:
