@@ -4,6 +4,8 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# BFCL's data and multi-turn APIs (envs/bfcl); --no-deps: its pins would downgrade this stack
+BFCL_EVAL := bfcl-eval==2026.3.23
 
 .PHONY: setup demo test vllm-cpu
 
@@ -12,6 +14,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-deps $(BFCL_EVAL)
 	touch $(STAMP)
 
 setup: $(STAMP)
