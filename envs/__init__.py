@@ -71,3 +71,13 @@ _register(
     "envs.shell_task.env:ShellTaskEnv",
     "long-horizon file-tree tasks in a sandbox (find a file, fix a config, collect values); in-sandbox check",
 )
+_register(
+    "agent_rl/BFCL-MultiTurn-v0",
+    "envs.bfcl.multi_turn:BfclMultiTurnEnv",
+    "BFCL v4 multi-turn (base, miss_func, miss_param, long_context) on its stateful APIs; BFCL's state + result check",
+)
+_register(
+    "agent_rl/BFCL-Calls-v0",
+    "envs.bfcl.calls:BfclCallsEnv",
+    "BFCL v4 single-turn Python function calling (simple, multiple, parallel, irrelevance, live_*); AST match",
+)

@@ -61,13 +61,41 @@ def _reply(text: str, tool_format: str) -> str:
     return get_format(tool_format).render_reply(f"<answer>{text}</answer>")
 
 
+def _first(allowed: list, required: bool) -> tuple[bool, Any]:
+    """(whether to pass the parameter, its value): the first allowed value, a dict's or a list of
+    dicts' keys each given their own first allowed value; a parameter the answer marks optional
+    (``""``) is left out unless the function doc requires it."""
+    values = [v for v in allowed if v != ""]
+    if not values:
+        return (required and bool(allowed)), ""
+    if "" in allowed and not required:
+        return False, None
+    value = values[0]
+
+    def fill(d: dict) -> dict:
+        return {k: vs[0] for k, vs in d.items() if vs and "" not in vs}
+
+    if isinstance(value, dict):
+        return True, fill(value)
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        return True, [fill(v) for v in value]
+    return True, value
+
+
 def _truth_calls(task: Any) -> list[ToolCall]:
-    """A single-turn task's ground truth: the first allowed value of every required parameter
-    (``""`` marks an optional one, left out)."""
+    """A single-turn task's ground truth: for every answer entry, the first allowed value of each
+    parameter (see ``_first``)."""
+    docs = {f["name"]: f for f in task.functions}
     calls = []
     for entry in task.answer:
         (name, params), = entry.items()
-        calls.append(ToolCall(name, {p: values[0] for p, values in params.items() if "" not in values}))
+        required = set(docs.get(name, {}).get("parameters", {}).get("required", []))
+        args = {}
+        for p, allowed in params.items():
+            give, value = _first(allowed, p in required)
+            if give:
+                args[p] = value
+        calls.append(ToolCall(name, args))
     return calls
 
 
