@@ -20,7 +20,8 @@ def cmd_init_model(args: argparse.Namespace) -> int:
 
     if args.kind != "tiny":
         raise ValueError(f"unknown model kind '{args.kind}'; known: tiny")
-    path = init_tiny(args.out, seed=args.seed, env_ids=args.env, family=args.family)
+    path = init_tiny(args.out, seed=args.seed, env_ids=args.env, family=args.family,
+                     max_position_embeddings=args.max_position_embeddings)
     print(f"tiny {args.family} model and tokenizer saved to {path}")
     return 0
 
@@ -141,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--family", default="qwen2.5", choices=list(FAMILIES), help="special tokens, stop tokens and chat template of this model family"
     )
+    sp.add_argument("--max-position-embeddings", type=int, default=2048,
+                    help="context length in tokens (BFCL's multi-turn prompts need up to ~25k: python -m envs.bfcl.lengths)")
     sp.set_defaults(fn=cmd_init_model)
 
     sp = sub.add_parser("sft", help="supervised warm start on demonstrations")

@@ -145,8 +145,10 @@ def build_tokenizer(vocab_size: int = 1024, seed: int = 0, env_ids: Sequence[str
     return fast
 
 
-def build_model(vocab_size: int, seed: int = 0, hidden_size: int = 128, layers: int = 4, architecture: str = "qwen2"):
-    """The tiny causal LM; ``architecture``: qwen2, llama or mistral (the same sizes)."""
+def build_model(vocab_size: int, seed: int = 0, hidden_size: int = 128, layers: int = 4, architecture: str = "qwen2",
+                max_position_embeddings: int = 2048):
+    """The tiny causal LM; ``architecture``: qwen2, llama or mistral (the same sizes);
+    ``max_position_embeddings``: its context (BFCL's function docs need tens of thousands)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
@@ -159,7 +161,7 @@ def build_model(vocab_size: int, seed: int = 0, hidden_size: int = 128, layers: 
             num_hidden_layers=layers,
             num_attention_heads=4,
             num_key_value_heads=2,
-            max_position_embeddings=2048,
+            max_position_embeddings=max_position_embeddings,
             rope_theta=10000.0,
             tie_word_embeddings=True,
             bos_token_id=None,
@@ -175,7 +177,7 @@ def build_model(vocab_size: int, seed: int = 0, hidden_size: int = 128, layers: 
         num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=2048,
+        max_position_embeddings=max_position_embeddings,
         rope_theta=10000.0,
         tie_word_embeddings=True,
         bos_token_id=None,
@@ -189,12 +191,14 @@ def build_model(vocab_size: int, seed: int = 0, hidden_size: int = 128, layers: 
 
 
 def init_tiny(
-    out: str | Path, seed: int = 0, vocab_size: int = 1024, env_ids: Sequence[str] = (), family: str = "qwen2.5"
+    out: str | Path, seed: int = 0, vocab_size: int = 1024, env_ids: Sequence[str] = (), family: str = "qwen2.5",
+    max_position_embeddings: int = 2048,
 ) -> Path:
     """Build and save the tiny model and tokenizer to ``out``; returns the path. ``env_ids``: see
     ``build_tokenizer`` (the default corpus is Arithmetic's, so the quickstart is unchanged).
     ``family``: ``agent_rl/families.py``; its stop tokens go into ``generation_config.json``'s
-    ``eos_token_id`` (a list when there are several, as in real checkpoints)."""
+    ``eos_token_id`` (a list when there are several, as in real checkpoints).
+    ``max_position_embeddings``: the context length (``agent-rl init-model --max-position-embeddings``)."""
     from agent_rl.families import get_family
     from agent_rl.rollout.backends.hf import quiet_transformers
 
@@ -203,7 +207,7 @@ def init_tiny(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(vocab_size=vocab_size, seed=seed, env_ids=env_ids, family=family)
-    model = build_model(len(tokenizer), seed=seed, architecture=fam.architecture)
+    model = build_model(len(tokenizer), seed=seed, architecture=fam.architecture, max_position_embeddings=max_position_embeddings)
     model.config.eos_token_id = tokenizer.convert_tokens_to_ids(fam.eos_token)
     model.config.pad_token_id = tokenizer.pad_token_id
     stop_ids = tokenizer.convert_tokens_to_ids(fam.stop_tokens)
