@@ -41,6 +41,7 @@ STEPS = 20
 GROUP_SIZE = 4
 # the step whose rollout request starts each fault
 FAULT_STEPS = {"docker": 4, "worker": 8, "serve": 11, "disk": 15}
+DOCKER_DOWN_S = 6.0  # between the daemon's stop and its start: longer than a step
 
 
 def _need_or_skip(ok: bool, why: str) -> None:
@@ -75,11 +76,17 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> None:
+    def launch(self) -> None:
         cmd = [sys.executable, "-m", "agent_rl.cli", "serve", "--model", str(self.model_dir), "--port", str(self.port),
                "--served-model-name", "tiny"]
         with open(self.log, "a") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=cli_env())
+
+    def start(self) -> None:
+        self.launch()
+        self.wait_ready()
+
+    def wait_ready(self) -> None:
         _wait(self._healthy, 120, "agent-rl serve did not answer /health")
 
     def _healthy(self) -> bool:
@@ -104,6 +111,7 @@ class Faults(threading.Thread):
         super().__init__(name="chaos", daemon=True)
         self.trainer, self.server, self.daemon, self.fault_dir = trainer, server, daemon, fault_dir
         self.step_started = {s: threading.Event() for s in range(STEPS)}
+        self.stopping = False  # the run ended early: inject nothing more
         self.done: dict[str, tuple[float, float]] = {}  # fault -> (start, end) in perf_counter
         self.error: BaseException | None = None
 
@@ -111,17 +119,26 @@ class Faults(threading.Thread):
         try:
             for name, step in sorted(FAULT_STEPS.items(), key=lambda kv: kv[1]):
                 self.step_started[step].wait()
+                if self.stopping:
+                    return
                 t0 = time.perf_counter()
                 getattr(self, name)()
                 self.done[name] = (t0, time.perf_counter())
         except BaseException as e:  # noqa: BLE001 - reported by the test
             self.error = e
 
+    def stop(self) -> None:
+        self.stopping = True
+        for started in self.step_started.values():
+            started.set()
+        self.join(timeout=180)  # a fault under way ends first: never leave a server it restarts behind
+
     def docker(self) -> None:
         (self.fault_dir / "hold").touch()  # a call that is surely running when the daemon stops
         _wait((self.fault_dir / "holding").exists, 120, "no episode took the hold ticket")
         time.sleep(1.0)
         self.daemon.stop()  # its containers die with it: the held call is in flight
+        time.sleep(DOCKER_DOWN_S)  # a slow restart: steps go on meanwhile
         self.daemon.start()
 
     def worker(self) -> None:
@@ -147,9 +164,10 @@ def test_chaos_training_run(ray_cluster, tmp_path, tiny_model_dir, monkeypatch):
     daemon = OwnDockerd()
     server = Server(tiny_model_dir, tmp_path / "serve.log")
     try:
+        server.launch()  # it loads while the daemon starts
         daemon.start()
         daemon.load_image(DEFAULT_IMAGE)
-        server.start()
+        server.wait_ready()
         _chaos_run(tmp_path, tiny_model_dir, monkeypatch, server, daemon, fault_dir)
     finally:
         server.kill()
@@ -224,7 +242,7 @@ def _chaos_run(tmp_path, tiny_model_dir, monkeypatch, server, daemon, fault_dir)
     try:
         run_dir = trainer.train()
     finally:
-        faults.join(timeout=180)  # never leave a server it restarts behind
+        faults.stop()
         server.kill()
     wall = time.perf_counter() - t0
     assert faults.error is None, repr(faults.error)
@@ -244,6 +262,8 @@ def _chaos_run(tmp_path, tiny_model_dir, monkeypatch, server, daemon, fault_dir)
     for s, groups in trained.items():
         assert all(t.stop_reason != StopReason.INFRA_ERROR and t.reward is not None for g in groups for t in g.trajectories_G)
     errors = {s: [t.info.get("error", "") for t in ts] for s, ts in infra.items() if ts}
+    near_faults = {s for f in ("docker", "serve") for s in range(FAULT_STEPS[f], FAULT_STEPS[f] + 4)}
+    assert set(errors) <= near_faults, errors  # no infra_error away from the daemon and the server
     docker_errors = sum("sandbox" in e or "docker" in e or "executor" in e for es in errors.values() for e in es)
     server_errors = sum("ServerUnavailableError" in e for es in errors.values() for e in es)
 
