@@ -48,6 +48,7 @@ def test_random_text_never_raises(fmt, text, fenced_code):
 @example(text="<tool_call>" + "{" * 5000 + "</tool_call>", fenced_code=False)
 @example(text='<tool_call>{"name": "x", "arguments": {"a": 1' + "0" * 5000 + "}}</tool_call>", fenced_code=True)
 @example(text="<tool_call>\x00</tool_call><answer>\ud800</answer>", fenced_code=True)
+@example(text='```python\n{"name": "\ud800", "arguments": {}}```python\n', fenced_code=True)
 def test_marker_text_never_raises(fmt, text, fenced_code):
     check(FORMATS[fmt].parse(text, fenced_code=fenced_code))
 
@@ -94,8 +95,8 @@ def test_answer_and_fence_read_as_before(text):
     parsed = parse_action(text, fenced_code=True)
     answers = _OLD_ANSWER.findall(text)
     assert parsed.answer == (answers[-1].strip() if answers else None)
-    if "<tool_call>" not in text:
-        assert [c.arguments["code"] for c in parsed.tool_calls] == _OLD_FENCE.findall(text)
+    if "<tool_call>" not in text:  # a block holding a lone surrogate is an error now, not a call
+        assert [c.arguments["code"] for c in parsed.tool_calls] == [b for b in _OLD_FENCE.findall(text) if "\ud800" not in b]
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
@@ -105,7 +106,7 @@ def test_answer_and_fence_read_as_before(text):
              # the other formats' syntax, repeated
              "<|message|>" * 50_000, "<|start|>" * 50_000, "<|channel|>analysis<|message|>x<|end|>" * 20_000,
              "[TOOL_CALLS]" * 50_000, "[TOOL_CALLS]f[ARGS]{}" * 30_000, '{"name": "f"}; ' * 40_000,
-             "<|python_tag|>" * 50_000, "[" + "f(x=1), " * 10_000 + "]", "<think>" * 50_000, "</think>" * 50_000],
+             "<|python_tag|>" * 50_000, "[" + "f(x=1), " * 5_000 + "]", "<think>" * 50_000, "</think>" * 50_000],
     ids=["deep-json", "deep-arguments", "unclosed-answers", "unclosed-fence", "many-openings", "many-fences",
          "answer-pairs", "1M-chars", "harmony-messages", "harmony-starts", "analysis-messages", "mistral-markers",
          "mistral-calls", "llama3-calls", "python-tags", "pythonic-calls", "think-openings", "think-closings"],

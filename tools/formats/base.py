@@ -86,7 +86,11 @@ class ToolFormat:
         reading = self.read(text)
         out = ParsedAction(tool_calls=reading.calls, errors=reading.errors)
         if fenced_code and not out.tool_calls:
-            out.tool_calls = [ToolCall(name="python", arguments={"code": m.group(1)}) for m in _FENCE.finditer(reading.visible)]
+            for m in _FENCE.finditer(reading.visible):
+                if _SURROGATE.search(m.group(1)):  # no tool, sandbox or tokenizer can encode it
+                    out.errors.append("malformed python block: it holds a lone surrogate such as \\ud800 (not valid Unicode)")
+                else:
+                    out.tool_calls.append(ToolCall(name="python", arguments={"code": m.group(1)}))
         answer = last_answer(reading.visible)
         if answer is not None:
             out.answer = answer.strip()

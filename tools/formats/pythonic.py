@@ -24,22 +24,33 @@ _JSON_NAMES = {"true": True, "false": False, "null": None}
 RESERVED = (START, END, "<think>", "</think>")
 
 
-class _JsonNames(ast.NodeTransformer):
-    def visit_Name(self, node: ast.Name) -> ast.AST:
-        return ast.Constant(_JSON_NAMES[node.id]) if node.id in _JSON_NAMES else node
+class _NotLiteral(ValueError):
+    """A value that is code, not a literal (a call, a name, an operation)."""
 
 
-def _json_value(value: Any) -> Any:
-    """A literal as JSON data (tuples become lists); ``ValueError`` for what JSON cannot hold."""
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, list | tuple):
-        return [_json_value(v) for v in value]
-    if isinstance(value, dict):
-        if not all(isinstance(k, str) for k in value):
+def _value(node: ast.AST) -> Any:
+    """The JSON data a literal node writes (tuples become lists; ``true`` / ``false`` / ``null`` are
+    read as JSON's); ``_NotLiteral`` for code, ``ValueError`` for literals JSON cannot hold."""
+    if isinstance(node, ast.Constant):
+        if node.value is None or isinstance(node.value, bool | int | float | str):
+            return node.value
+        raise ValueError(f"a {type(node.value).__name__} is not a JSON value")
+    if isinstance(node, ast.Name) and node.id in _JSON_NAMES:
+        return _JSON_NAMES[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd) and isinstance(node.operand, ast.Constant):
+        value = node.operand.value
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.List | ast.Tuple):
+        return [_value(v) for v in node.elts]
+    if isinstance(node, ast.Dict):
+        keys = [_value(k) if k is not None else None for k in node.keys]
+        if not all(isinstance(k, str) for k in keys):
             raise ValueError("dictionary keys must be strings")
-        return {k: _json_value(v) for k, v in value.items()}
-    raise ValueError(f"a {type(value).__name__} is not a JSON value")
+        return dict(zip(keys, (_value(v) for v in node.values), strict=True))
+    if isinstance(node, ast.Set):
+        raise ValueError("a set is not a JSON value")
+    raise _NotLiteral
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -62,12 +73,10 @@ def _call(node: ast.AST) -> ToolCall:
     for kw in node.keywords:
         if kw.arg is None:
             raise ValueError(f"**arguments in the call of '{name}'; write name=value")
-        try:
-            value = ast.literal_eval(_JsonNames().visit(kw.value))
-        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):  # never evaluated
+        try:  # read from the syntax tree, never evaluated
+            args[kw.arg] = _value(kw.value)
+        except _NotLiteral:
             raise ValueError(f"argument '{kw.arg}' of '{name}' is not a literal") from None
-        try:
-            args[kw.arg] = _json_value(value)
         except (ValueError, RecursionError) as e:
             raise ValueError(f"argument '{kw.arg}' of '{name}' is not JSON data ({e})") from None
     return checked_call(name, args)
