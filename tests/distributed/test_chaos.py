@@ -5,8 +5,9 @@ infrastructure fails under it.
 backend pointed at a real ``agent-rl serve`` on loopback, and an env whose every step runs a program
 in a docker sandbox (``tests/distributed/chaos_env.py``). A thread injects four faults at chosen steps:
 
-- the Docker daemon is stopped (SIGTERM, as a service manager does) and started again: a private
-  daemon of the test's own (``OwnDockerd``), as every test that stops a daemon does;
+- the Docker daemon is stopped (SIGTERM, as a service manager does) under a running call and
+  started again 6 s later, longer than a step: a private daemon of the test's own
+  (``OwnDockerd``), as every test that stops a daemon uses, never the machine's;
 - a rollout worker actor is killed (``ray.kill``);
 - the inference server is killed (``kill -9``) and started again on the same port;
 - a sandbox program fills its disk.
