@@ -112,6 +112,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_proxy(args: argparse.Namespace) -> int:
+    import os
+
+    from agent_rl.proxy.serve import build_service, serve_proxy
+    from agent_rl.rollout.backends.server import check_exposure
+
+    api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or None
+    check_exposure(args.host, api_key)  # before the model loads
+    if not Path(args.model).exists():
+        raise ValueError(f"--model {args.model}: no such directory (a from_pretrained checkpoint)")
+    service = build_service(args.model, served_name=args.served_model_name, tool_format=args.tool_format, dtype=args.dtype,
+                            device=args.device, max_new_tokens=args.max_new_tokens, max_total_tokens=args.max_total_tokens)
+    serve_proxy(service, args.host, args.port, api_key=api_key)
+    return 0
+
+
 def cmd_view(args: argparse.Namespace) -> int:
     from agent_rl.viewer import write_view
 
@@ -175,6 +191,19 @@ def build_parser() -> argparse.ArgumentParser:
         "required to bind a non-loopback --host",
     )
     sp.set_defaults(fn=cmd_serve)
+
+    sp = sub.add_parser("proxy", help="OpenAI chat-completions capture proxy over a checkpoint (docs/agent-programs.md)")
+    sp.add_argument("--model", required=True, help="from_pretrained checkpoint directory")
+    sp.add_argument("--host", default="127.0.0.1")
+    sp.add_argument("--port", type=int, default=8001, help="0: a free port (printed)")
+    sp.add_argument("--served-model-name", default="policy", help="the model name requests must use")
+    sp.add_argument("--tool-format", default="auto", help="tool-call format (auto: detected from the tokenizer)")
+    sp.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    sp.add_argument("--device", default="cpu")
+    sp.add_argument("--max-new-tokens", type=int, default=512, help="cap of one completion")
+    sp.add_argument("--max-total-tokens", type=int, default=4096, help="prompt + completion")
+    sp.add_argument("--api-key", default=None, help="bearer token required (default: $OPENAI_API_KEY); required off loopback")
+    sp.set_defaults(fn=cmd_proxy)
 
     sp = sub.add_parser("view", help="static HTML page of a run's trajectories")
     sp.add_argument("run", help="run directory (its trajectories/*.jsonl) or one .jsonl file")

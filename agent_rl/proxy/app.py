@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -101,7 +102,11 @@ class ProxyService:
             )
             for i in range(req.n)
         ]
-        results = await self.sample(requests)
+        rec.begin_call(time.monotonic())
+        try:
+            results = await self.sample(requests)
+        finally:
+            rec.end_call(time.monotonic())
         failed = next((r for r in results if isinstance(r, BaseException)), None)
         if failed is not None:
             rec.infra_error = f"backend: {failed!r}"

@@ -14,7 +14,7 @@ class AgentConfig(BaseModel):
     reward: str | None = Field(
         None, description="module:function(task, answer) -> float; null: the env judges the answer (one step with <answer>ANSWER</answer>)"
     )
-    timeout_s: float = Field(300.0, gt=0, description="wall-clock limit of one episode's program; past it the episode ends as agent_error")
+    timeout_s: float = Field(300.0, gt=0, description="limit of one program's own time (waiting on the policy not counted); past it the episode ends as agent_error")
     crash_is_failure: bool = Field(
         False, description="a program that raises or times out scores reward 0 and is trained on (false: agent_error, never trained)"
     )

@@ -17,7 +17,8 @@ backend call by the engine's ``GenerationScheduler``. The program's return value
 ``<answer>ANSWER</answer>`` in the run's tool format). Each recorded segment (``recorder.py``)
 becomes one ``Trajectory`` with the episode's reward; each chat call is one ``Turn``.
 
-A program that raises, or runs past ``agent.timeout_s`` (its thread is then abandoned, the stack
+A program that raises, or runs past ``agent.timeout_s`` of its own time (waiting on the policy's
+sampling does not count; its thread is then abandoned, the stack
 where it hung is kept), ends as ``StopReason.AGENT_ERROR`` with the traceback in
 ``info["error"]`` and reward None (never trained) unless ``agent.crash_is_failure`` (reward 0). A
 call the backend failed makes the episode ``infra_error``. Sampling uses the run's
@@ -32,6 +33,7 @@ import copy
 import inspect
 import sys
 import threading
+import time
 import traceback
 import uuid
 from typing import Any
@@ -170,7 +172,7 @@ class ProgramEngine(RolloutEngine):
         key, rec = service.open_session()
         self._seeds[key] = sample_seed
         try:
-            answer, error = await self._call_program(f"{root}/e/{key}/v1", task)
+            answer, error = await self._call_program(f"{root}/e/{key}/v1", task, rec)
         finally:
             service.close_session(key)
             self._seeds.pop(key, None)
@@ -198,17 +200,25 @@ class ProgramEngine(RolloutEngine):
         leaves = rec.leaves() or [None]
         return [_trajectory(spec, task_id, reward, stop, dict(info, segment=k), leaf) for k, leaf in enumerate(leaves)]
 
-    async def _call_program(self, url: str, task: dict) -> tuple[Any, str | None]:
-        """(answer, None), or (None, the traceback) when the program raised or timed out."""
+    async def _call_program(self, url: str, task: dict, rec: Any) -> tuple[Any, str | None]:
+        """(answer, None), or (None, the traceback) when the program raised or ran out of time. The
+        limit counts the program's own time: a call waiting on the policy (a busy machine) does not."""
         limit = self.agent.timeout_s
+        loop = asyncio.get_running_loop()
+        start = loop.time()
         if inspect.iscoroutinefunction(self.program):
+            running = asyncio.ensure_future(self.program(url, copy.deepcopy(task)))
             try:
-                return await asyncio.wait_for(self.program(url, copy.deepcopy(task)), limit), None
-            except TimeoutError:
-                return None, f"the agent program timed out after {limit}s"
+                while True:
+                    own = rec.own_time(loop.time() - start, time.monotonic())
+                    done_, _ = await asyncio.wait([running], timeout=max(limit - own, 0.05))
+                    if done_:
+                        return running.result(), None
+                    if rec.own_time(loop.time() - start, time.monotonic()) >= limit:
+                        running.cancel()
+                        return None, f"the agent program timed out after {limit}s"
             except Exception:  # noqa: BLE001 - the program's own failure, kept in the trajectory
                 return None, traceback.format_exc()
-        loop = asyncio.get_running_loop()
         done: asyncio.Future = loop.create_future()
 
         def settle(result: Any, error: str | None) -> None:
@@ -227,12 +237,16 @@ class ProgramEngine(RolloutEngine):
 
         thread = threading.Thread(target=target, name="agent-program", daemon=True)
         thread.start()
-        try:
-            return await asyncio.wait_for(asyncio.shield(done), limit)
-        except TimeoutError:
-            frame = sys._current_frames().get(thread.ident or -1)
-            where = "".join(traceback.format_stack(frame)) if frame is not None else ""
-            return None, f"the agent program timed out after {limit}s; it was at:\n{where}"
+        while True:
+            own = rec.own_time(loop.time() - start, time.monotonic())
+            try:
+                return await asyncio.wait_for(asyncio.shield(done), max(limit - own, 0.05))
+            except TimeoutError:
+                if rec.own_time(loop.time() - start, time.monotonic()) >= limit:
+                    break
+        frame = sys._current_frames().get(thread.ident or -1)
+        where = "".join(traceback.format_stack(frame)) if frame is not None else ""
+        return None, f"the agent program timed out after {limit}s; it was at:\n{where}"
 
     async def _reward(self, env: Any, task: dict, answer: Any) -> float:
         if self.reward_fn is not None:

@@ -89,6 +89,23 @@ class EpisodeRecorder:
         self.breaks = 0  # calls that started a new segment although one existed
         self.closed = False
         self.infra_error: str | None = None  # the backend failed a call of this episode
+        self.inflight = 0  # calls being sampled now
+        self.waited_s = 0.0  # time with at least one call being sampled (not the program's own time)
+        self._since = 0.0
+
+    def begin_call(self, now: float) -> None:
+        if self.inflight == 0:
+            self._since = now
+        self.inflight += 1
+
+    def end_call(self, now: float) -> None:
+        self.inflight -= 1
+        if self.inflight == 0:
+            self.waited_s += now - self._since
+
+    def own_time(self, elapsed: float, now: float) -> float:
+        """Of ``elapsed`` seconds, those the program spent outside the policy's sampling."""
+        return elapsed - self.waited_s - (now - self._since if self.inflight else 0.0)
 
     def render(self, messages: list[Message]) -> list[dict]:
         """The messages as the template renders them: an assistant's calls written in the policy's
