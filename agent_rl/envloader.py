@@ -8,6 +8,7 @@ An env class may declare, as ``module:function`` strings:
 - ``sft_teacher``: the scripted policy ``agent-rl sft`` imitates when ``sft.teacher`` is null;
 - ``tokenizer_corpus``: ``f(n, rng)`` yielding ``(messages, tools)``, text the tiny tokenizer also
   learns (``agent-rl init-model tiny --env ID``).
+- ``task_category``: ``f(task_id) -> str``; ``agent-rl eval`` then also scores each category.
 
 The run's tool-call format (``tool_format``) reaches envs that take it, and scripted policies that
 take a ``tool_format`` keyword (``bind_tool_format``), so demonstrations are in the env's format.

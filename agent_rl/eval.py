@@ -195,6 +195,21 @@ def _engine(cfg: Any) -> RolloutEngine:
     return RolloutEngine(backend, renderer, make_env, cfg.rollout.with_options(temperature=cfg.eval.temperature))
 
 
+def per_category(cfg: Any, trajectories: list[Trajectory], resamples: int = 1000) -> dict[str, EvalResult]:
+    """Scores per task category, for envs that declare ``task_category`` (a ``module:function`` of
+    the task id, e.g. BFCL's category names); empty for the others."""
+    from agent_rl.envloader import declared, load_function
+
+    path = declared(cfg.env.id, "task_category")
+    if path is None:
+        return {}
+    category_of = load_function(path)
+    groups: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in trajectories:
+        groups[category_of(t.task_id)].append(t)
+    return {c: score(ts, cfg.eval.k, resamples=resamples) for c, ts in groups.items()}
+
+
 def run_eval(cfg: Any, log: Any = print) -> tuple[EvalResult, Path]:
     """``agent-rl eval``: score, print, and write ``eval.json`` + ``trajectories/eval.jsonl``."""
     from agent_rl.runtime import make_run_dir
@@ -210,14 +225,18 @@ def run_eval(cfg: Any, log: Any = print) -> tuple[EvalResult, Path]:
         engine.backend.close()
     wall_s = time.perf_counter() - t0
     run_dir = make_run_dir(cfg, suffix="-eval")
+    by_category = per_category(cfg, trajectories, resamples=cfg.eval.bootstrap)
     summary = {**result.to_json(), "wall_s": wall_s, "env": cfg.env.id, "split": cfg.eval.split,
-               "policy": cfg.eval.policy or cfg.model.path}
+               "policy": cfg.eval.policy or cfg.model.path,
+               "per_category": {c: {k: v for k, v in r.to_json().items() if k != "per_task"} for c, r in by_category.items()}}
     (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
     (run_dir / "trajectories").mkdir(exist_ok=True)
     with open(run_dir / "trajectories" / "eval.jsonl", "w") as f:
         f.writelines(json.dumps(t.to_json()) + "\n" for t in trajectories)
     distinct = len({r.task_id for r in result.per_task})
     log(f"{cfg.env.id} [{cfg.eval.split}] {result.row()}")
+    for category, r in by_category.items():
+        log(f"  {category:<24} {r.row()}")
     log(f"  intervals: {result.ci_method}; {distinct} distinct tasks; "
         f"{cfg.eval.episodes} x {cfg.eval.k} episodes in {wall_s:.1f} s")
     failed = [r.task_id for r in result.per_task if r.samples and r.correct < r.samples]

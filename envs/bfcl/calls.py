@@ -49,6 +49,7 @@ class BfclCallsEnv(ToolEnv):
     no_action = "no function call and no <answer>...</answer>"
     action_hint = "Call the functions the request needs, or reply <answer>...</answer> if none fits."
     sft_teacher = "envs.bfcl.policies:replay"
+    task_category = "envs.bfcl.data:category_of"  # agent-rl eval scores each BFCL category
 
     def __init__(
         self,

@@ -86,6 +86,7 @@ class BfclMultiTurnEnv(ToolEnv):
     action_hint = "Call a function, or reply to the user with <answer>...</answer>."
     tokenizer_corpus = "envs.bfcl.policies:corpus_conversations"
     sft_teacher = "envs.bfcl.policies:replay"
+    task_category = "envs.bfcl.data:category_of"  # agent-rl eval scores each BFCL category
 
     def __init__(
         self,

@@ -1,0 +1,37 @@
+"""docs/bfcl.md's bash block, run as written in a scratch directory (configs/ linked in), with the
+claims it makes about the output: per-category rows under BFCL's names."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import cli_env
+
+pytest.importorskip("bfcl_eval")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_the_documented_commands_run(tmp_path):
+    (tmp_path / "configs").symlink_to(ROOT / "configs")
+    [block] = re.findall(r"^```bash\n(.*?)^```$", (ROOT / "docs" / "bfcl.md").read_text(), re.DOTALL | re.MULTILINE)
+    env = {**cli_env(), "PYTHONPATH": str(ROOT)}
+    outputs = []
+    for line in block.splitlines():
+        argv = shlex.split(line)
+        cmd = [sys.executable, "-m", "agent_rl.cli", *argv[1:]] if argv[0] == "agent-rl" else [sys.executable, *argv[1:]]
+        assert argv[0] in ("agent-rl", "python")
+        done = subprocess.run(cmd, cwd=tmp_path, env=env, check=True, timeout=600, capture_output=True, text=True)
+        outputs.append(done.stdout)
+    assert re.search(r"^  multi_turn_\w+ +mean@1 1\.000", outputs[1], re.MULTILINE)  # the replay, 8 tasks
+    assert re.search(r"^  live_irrelevance +mean@1 1\.000", outputs[2], re.MULTILINE)  # no_op: right on irrelevance
+    evals = sorted((tmp_path / "runs").glob("bfcl*eval*/eval.json"))
+    assert evals and all("per_category" in json.loads(p.read_text()) for p in evals)
+    assert "multi_turn_long_context" in outputs[3] and "live_irrelevance" in outputs[3]
