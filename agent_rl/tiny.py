@@ -15,44 +15,10 @@ import random
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-# added (non-special) tokens, as in Qwen2.5: they survive decoding with skip_special_tokens
-ADDED_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<answer>", "</answer>"]
+from agent_rl.families import ADDED_TOKENS, CHAT_TEMPLATE, SPECIAL_TOKENS
 
 QWEN2_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-
-# ChatML. Tools are listed compactly (name, argument names, description): a tiny model pays for
-# every prompt token; a real checkpoint brings its own template.
-CHAT_TEMPLATE = (
-    "{% if tools %}"
-    "<|im_start|>system\n"
-    "{% if messages[0].role == 'system' %}{{ messages[0].content }}\n\n{% endif %}"
-    "# Tools\n"
-    "{% for tool in tools %}{% set fn = tool.function if tool.function is defined else tool %}"
-    "- {{ fn.name }}({{ (fn.parameters.properties or {}).keys() | join(', ') }}): {{ fn.description }}\n"
-    "{% endfor %}"
-    "Call one as <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>.<|im_end|>\n"
-    "{% elif messages[0].role == 'system' %}"
-    "<|im_start|>system\n{{ messages[0].content }}<|im_end|>\n"
-    "{% endif %}"
-    "{% for message in messages %}"
-    "{% if message.role == 'system' and loop.first %}"
-    "{% elif message.role == 'tool' %}"
-    "<|im_start|>user\n<tool_response>\n{{ message.content }}\n</tool_response><|im_end|>\n"
-    "{% elif message.role == 'assistant' %}"
-    "<|im_start|>assistant\n{{ message.content or '' }}"
-    "{% for call in message.tool_calls or [] %}"
-    "{% set fn = call.function if call.function is defined else call %}"
-    "<tool_call>\n{\"name\": \"{{ fn.name }}\", \"arguments\": {{ fn.arguments | tojson }}}\n</tool_call>"
-    "{% endfor %}"
-    "<|im_end|>\n"
-    "{% else %}"
-    "<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n"
-    "{% endif %}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
 
