@@ -183,7 +183,8 @@ def _engine(cfg: Any) -> RolloutEngine:
     if fmt is not None and "tool_format" not in cfg.env.options:  # envs in the model's tool-call format
         make_env = env_factory(cfg.env, **sandbox_kwargs(cfg), tool_format=fmt)
     if cfg.eval.policy:
-        backend = ScriptedBackend(bind_tool_format(_load_policy(cfg.eval.policy), fmt), tokenizer, seed=cfg.trainer.seed)
+        policy = bind_tool_format(_load_policy(cfg.eval.policy), fmt)
+        backend = ScriptedBackend(policy, tokenizer, seed=cfg.trainer.seed, tool_format=fmt)
     else:
         backend = make_backend(cfg.rollout.backend, cfg.model, tokenizer=tokenizer)
     renderer = ChatRenderer(tokenizer, chat_template_kwargs=cfg.rollout.chat_template_kwargs)

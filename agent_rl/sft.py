@@ -39,7 +39,8 @@ def load_policy(path: str) -> Any:
 
 
 def demonstrations(components: Components, teacher: Any, n: int, seed: int) -> list[TrajectoryGroup]:
-    engine = components.engine(backend=ScriptedBackend(teacher, components.tokenizer, seed=seed))
+    backend = ScriptedBackend(teacher, components.tokenizer, seed=seed, tool_format=components.tool_format)
+    engine = components.engine(backend=backend)
     specs = [EpisodeSpec(seed=seed + i, group_id=f"demo-{i}", options={"split": "train"}) for i in range(n)]
     trajectories = engine.run_sync(specs, seed=seed)
     engine.close()

@@ -20,6 +20,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from tools.formats import FORMATS
+
 log = logging.getLogger(__name__)
 
 _PROBE = "PROBE-4711"  # text of the probe conversations' assistant message
@@ -105,11 +107,14 @@ class ChatRenderer:
 
     def truncate_observation(self, messages: list[dict], limit: int) -> tuple[list[dict], int]:
         """Cut tool responses longer than ``limit`` tokens (``rollout.max_tool_response_tokens``),
-        ending them with a visible marker; returns the messages and how many were cut."""
+        ending them with a visible marker; returns the messages and how many were cut. A tool
+        response is a message in the result role of any registered format (``tool``; Llama 3's
+        ``ipython``)."""
+        roles = {f.result_role for f in FORMATS.values()}
         out, cut = [], 0
         for m in messages:
             ids = self.encode(m.get("content") or "")
-            if m.get("role") == "tool" and len(ids) > limit:
+            if m.get("role") in roles and len(ids) > limit:
                 m = {**m, "content": self.decode(ids[:limit]) + f"\n...[truncated {len(ids) - limit} tokens]"}
                 cut += 1
             out.append(m)
