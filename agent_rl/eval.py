@@ -193,7 +193,7 @@ def _engine(cfg: Any) -> RolloutEngine:
         from agent_rl.proxy.programs import make_program_engine
 
         return make_program_engine(cfg, backend, renderer, make_env, tokenizer, fmt, cfg.rollout.with_options(temperature=cfg.eval.temperature))
-    return RolloutEngine(backend, renderer, make_env, cfg.rollout.with_options(temperature=cfg.eval.temperature))
+    return RolloutEngine(backend, renderer, make_env, cfg.rollout.with_options(temperature=cfg.eval.temperature), tool_format=fmt)
 
 
 def per_category(cfg: Any, trajectories: list[Trajectory], resamples: int = 1000) -> dict[str, EvalResult]:

@@ -59,7 +59,7 @@ class Components:
             from agent_rl.proxy.programs import make_program_engine
 
             return make_program_engine(self.cfg, backend or self.backend, self.renderer, self.make_env, self.tokenizer, self.tool_format, rollout_cfg)
-        return RolloutEngine(backend or self.backend, self.renderer, self.make_env, rollout_cfg)
+        return RolloutEngine(backend or self.backend, self.renderer, self.make_env, rollout_cfg, tool_format=self.tool_format)
 
 
 def make_policy_backend(cfg: Config, model: torch.nn.Module, tokenizer: Any) -> Any:

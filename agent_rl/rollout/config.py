@@ -66,6 +66,10 @@ class RolloutConfig(BaseModel):
     chat_template_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="extra chat template variables on every render, e.g. {enable_thinking: false}"
     )
+    thinking_budget: int | None = Field(
+        None, ge=1, description="tokens of reasoning allowed per assistant turn (null: no limit); past it the engine "
+        "appends the format's closing tag (e.g. </think>, mask 0) and the same turn goes on with the answer"
+    )
     # ScaleRL forced interruption (set by the ``forced_interruption`` filter): after this many generated
     # tokens, ``interrupt_message`` is appended (mask 0) inside the assistant's turn and it may generate
     # ``answer_budget_tokens`` more before the turn is cut

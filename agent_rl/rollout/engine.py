@@ -21,6 +21,12 @@ model); it is recorded in ``Turn.prompt_ids`` and each turn becomes its own trai
 run that leaves ``layout`` unset gets ``per_turn`` when its template rewrites history
 (``select_layout``).
 
+Thinking budget (``RolloutConfig.thinking_budget``): a turn's first request may sample at most that
+many tokens; when it stops there inside an open reasoning block (the tool format's tags, e.g.
+``<think>``), the closing tag and a blank line (``</think>\n\n``) are appended with mask 0 and the
+same turn goes on with the answer (up to ``max_new_tokens`` sampled tokens in all), as forced
+interruption does. A block the policy closed itself within the budget is left alone.
+
 Drift (``render_drift``, after each observation): under ``concat``, the stored ids differ from a
 re-render of the conversation; under ``per_turn``, the context sent for the turn differs from a
 re-render of the messages it was made from. With ``on_drift: drop`` such an episode is marked
@@ -53,6 +59,7 @@ from agent_rl.rollout.episode import Episode, EpisodeSpec
 from agent_rl.rollout.render import ChatRenderer
 from agent_rl.rollout.scheduler import GenerationScheduler
 from agent_rl.types import StopReason, Trajectory, Turn
+from tools.formats import ToolFormat, get_format
 
 log = logging.getLogger(__name__)
 
@@ -104,11 +111,22 @@ async def call_env(
 
 
 class RolloutEngine:
-    def __init__(self, backend: InferenceBackend, renderer: ChatRenderer, make_env: Any, cfg: RolloutConfig):
+    """``tool_format``: the run's format (None: the env takes none), whose reasoning tags the thinking
+    budget closes (``<think>``/``</think>`` without one)."""
+
+    def __init__(
+        self, backend: InferenceBackend, renderer: ChatRenderer, make_env: Any, cfg: RolloutConfig, tool_format: str | None = None
+    ):
         self.backend = backend
         self.renderer = renderer
         self.make_env = make_env  # () -> gym.Env
         self.cfg = cfg
+        self.reasoning = get_format(tool_format).reasoning if tool_format is not None else ToolFormat.reasoning
+        if cfg.thinking_budget is not None and self.reasoning is None:
+            raise ValueError(
+                f"rollout.thinking_budget: the tool format '{tool_format}' has no reasoning tags to close; "
+                "set rollout.thinking_budget to null"
+            )
         self._idle_envs: list[gym.Env] = []
         self.metrics: Counter[str] = Counter()
         # sync envs step in these threads: one per episode in flight (asyncio's default pool has
@@ -258,6 +276,8 @@ class RolloutEngine:
                 budget = min(self.cfg.answer_budget_tokens, self.cfg.max_total_tokens - len(prompt))
             elif not ep.interrupted:
                 budget = min(budget, self.cfg.think_budget_tokens - ep.generated)
+        if self.cfg.thinking_budget is not None and sum(ep.loss_mask[ep.turn_start :]) < self.cfg.thinking_budget:
+            budget = min(budget, self.cfg.thinking_budget - sum(ep.loss_mask[ep.turn_start :]))
         seed = derive_seed(ep.sample_seed, "turn", len(ep.turns), ep.requests_in_turn)
         ep.requests_in_turn += 1
         return GenerationRequest(
@@ -283,12 +303,29 @@ class RolloutEngine:
         self.metrics["rollout/forced_interruptions"] += 1
         return self.cfg.answer_budget_tokens > 0
 
+    def _close_thinking(self, ep: Episode, res: GenerationResult, prompt_len: int) -> bool:
+        """When the turn stopped at ``thinking_budget`` sampled tokens: append the reasoning block's
+        closing tag (mask 0) if the block is still open; True when the turn goes on (the answer)."""
+        budget = self.cfg.thinking_budget
+        sampled = sum(ep.loss_mask[ep.turn_start :])
+        if budget is None or res.finish_reason != "length" or sampled != budget or sampled >= self.cfg.max_new_tokens:
+            return False
+        if prompt_len + len(res.token_ids) >= self.cfg.max_total_tokens:
+            return False
+        open_, close = self.reasoning
+        text = self.renderer.decode(ep.token_ids[ep.turn_start :])
+        if text.rfind(open_) > text.rfind(close):  # the block is open: close it, the answer follows
+            ep.append(self.renderer.encode(close + "\n\n"), mask=0)
+            self.metrics["rollout/thinking_closed"] += 1
+            ep.info["thinking_closed"] = ep.info.get("thinking_closed", 0) + 1
+        return True
+
     async def _turn(self, ep: Episode, res: GenerationResult, prompt_len: int) -> None:
         context_messages = ep.messages  # the conversation this turn was sampled after
         topk = (res.topk_ids, res.topk_logprobs) if res.topk_ids is not None else None
         ep.append(res.token_ids, mask=1, logprobs=res.logprobs, topk=topk)
         ep.generated += len(res.token_ids)
-        if self._interrupt(ep, res):
+        if self._close_thinking(ep, res, prompt_len) or self._interrupt(ep, res):
             return  # the same turn goes on with the next request
         start, ep.turn_start = ep.turn_start, None
         turn = Turn(start=start, end=len(ep.token_ids), obs_start=len(ep.token_ids), obs_end=len(ep.token_ids))
