@@ -13,6 +13,7 @@ request did wrong; the backend failing is a 503.
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 import time
 from collections import Counter
@@ -138,6 +139,9 @@ class ProxyService:
     def logprobs(self, res: GenerationResult) -> dict[str, Any]:
         def entry(token_id: int, lp: float) -> dict[str, Any]:
             piece = self.renderer.decode([token_id])
+            # a token the sampler could not pick (temperature 0, top_p) has logprob -inf, which JSON
+            # cannot carry: OpenAI's own stand-in for it is -9999.0
+            lp = lp if math.isfinite(lp) else -9999.0
             return {"token": piece, "logprob": lp, "bytes": list(piece.encode()), "top_logprobs": []}
 
         content = [entry(t, lp) for t, lp in zip(res.token_ids, res.logprobs, strict=True)]

@@ -17,7 +17,7 @@ import uuid
 from typing import Any, Literal
 
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class ProxyError(Exception):
@@ -123,6 +123,16 @@ class ChatRequest(BaseModel):
         if v is not None and not -(2**63) <= v < 2**64:
             raise ValueError("must be in [-2**63, 2**64)")
         return v
+
+    @model_validator(mode="after")
+    def _unicode_text(self) -> ChatRequest:
+        # JSON's "\ud800" decodes to a lone surrogate, which no tokenizer (nor UTF-8) can encode
+        for name in ("messages", "tools"):
+            try:
+                json.dumps(self.model_dump(include={name}), ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"{name}: the text has a lone UTF-16 surrogate (not Unicode text)") from None
+        return self
 
     def unsupported(self) -> tuple[str, str] | None:
         """(param, why) of the first option the policy cannot honour, or None."""
