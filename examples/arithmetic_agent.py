@@ -17,7 +17,7 @@ def run_python(code: str) -> str:
         done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=5)
     except subprocess.TimeoutExpired:
         return "error: timed out"
-    return (done.stdout + done.stderr)[-500:]
+    return (done.stdout + done.stderr).strip()[-500:]  # stripped, as the env's python tool answers
 
 
 def solve(base_url: str, task: dict) -> str | None:
