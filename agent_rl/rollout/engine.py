@@ -288,6 +288,7 @@ class RolloutEngine:
             stop_token_ids=self.renderer.stop_token_ids,
             ignore_eos=self.cfg.ignore_eos,
             messages=ep.messages,
+            tools=ep.tools,
             topk=self.cfg.topk,
             seed=seed,
         )

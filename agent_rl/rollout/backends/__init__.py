@@ -97,6 +97,32 @@ def make_vllm(cfg: VllmBackendConfig, model_cfg: Any, model: Any = None, tokeniz
     return VllmBackend(cfg, model_cfg, model=model)
 
 
+class OpenAIChatBackendConfig(ComponentConfig):
+    base_url: str = Field("http://127.0.0.1:8000/v1", description="server root including /v1, e.g. https://api.openai.com/v1")
+    model: str = Field("policy", description="model name sent in requests")
+    tool_format: str = Field("auto", description="the env's tool-call format the replies are written back in (auto: the tokenizer's)")
+    timeout_s: float = Field(120.0, gt=0, description="per HTTP request")
+    max_concurrent_requests: int = Field(16, ge=1, description="requests in flight at once")
+    api_key_env: str | None = Field("OPENAI_API_KEY", description="environment variable holding the bearer token (unset: no auth header)")
+
+
+@BACKENDS.register("openai_chat", config=OpenAIChatBackendConfig)
+def make_openai_chat(cfg: OpenAIChatBackendConfig, model_cfg: Any, model: Any = None, tokenizer: Any = None) -> InferenceBackend:
+    """Any /v1/chat/completions endpoint returning text and tool calls: evaluation only (``agent-rl eval``).
+
+    Training is refused (it is given the learner's ``model``): the endpoint returns no token ids or logprobs."""
+    if model is not None:
+        raise ValueError("rollout.backend.name=openai_chat is evaluation-only (agent-rl eval): a chat endpoint "
+                         "returns text, not the token ids and logprobs training needs; train with hf, vllm or openai")
+    from agent_rl.rollout.backends.hf import load_tokenizer
+    from agent_rl.rollout.backends.openai_chat import OpenAIChatBackend
+    from tools.formats import detect_format, get_format
+
+    tokenizer = tokenizer or load_tokenizer(model_cfg.path)
+    fmt = get_format(detect_format(tokenizer) if cfg.tool_format == "auto" else cfg.tool_format)
+    return OpenAIChatBackend(cfg, tokenizer, fmt)
+
+
 def make_backend(cfg: ComponentConfig, model_cfg: Any, model: Any = None, tokenizer: Any = None) -> InferenceBackend:
     return BACKENDS(cfg)(cfg, model_cfg, model=model, tokenizer=tokenizer)
 

@@ -23,6 +23,7 @@ class GenerationRequest:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False  # generate exactly max_new_tokens (benchmarks)
     messages: list[dict] | None = None  # the conversation so far (read by scripted policies only)
+    tools: list[dict] | None = None  # the env's tool schemas (read by chat-level backends: openai_chat)
     topk: int = 0  # also return the top-k candidates of each sampling distribution
     # per-request sampling seed: the same prompt, parameters and seed give the same tokens whatever
     # else is in the batch (the engine derives it from the episode's seed and the turn index)
