@@ -64,6 +64,7 @@ class RolloutActor:
             components.make_env,
             cfg.rollout.with_options(**engine_options),
             partial_rollouts=cfg.distributed.partial_rollouts,
+            tool_format=components.tool_format,
         )
 
     async def ready(self) -> str:

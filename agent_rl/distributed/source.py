@@ -138,6 +138,7 @@ class LocalWorkerGroup:
             components.make_env,
             cfg.rollout.with_options(**engine_options),
             partial_rollouts=cfg.distributed.partial_rollouts,
+            tool_format=components.tool_format,
         )
         self.slots_per_worker = max(1, cfg.rollout.concurrency // cfg.rollout.group_size)
         self._handle = _LocalHandle(self.worker)

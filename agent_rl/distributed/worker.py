@@ -145,12 +145,14 @@ class RolloutWorker:
     """Runs batches of episodes concurrently on one backend; takes weight updates at any time."""
 
     def __init__(
-        self, backend: InferenceBackend, renderer: Any, make_env: Any, engine_cfg: RolloutConfig, partial_rollouts: bool = True
+        self, backend: InferenceBackend, renderer: Any, make_env: Any, engine_cfg: RolloutConfig, partial_rollouts: bool = True,
+        tool_format: str | None = None,
     ):
         self.shared = SharedBackend(backend, partial_rollouts)
         self.renderer = renderer
         self.make_env = make_env
         self.engine_cfg = engine_cfg
+        self.tool_format = tool_format  # the run's format: the thinking budget closes its reasoning tags
         self._engine: RolloutEngine | None = None
 
     @property
@@ -161,7 +163,9 @@ class RolloutWorker:
         """Every episode of ``specs`` to its end (``RolloutEngine.run``), and the run's engine metrics."""
         await self.shared.wait_swapped()
         if self._engine is None:
-            self._engine = RolloutEngine(BackendView(self.shared), self.renderer, self.make_env, self.engine_cfg)
+            self._engine = RolloutEngine(
+                BackendView(self.shared), self.renderer, self.make_env, self.engine_cfg, tool_format=self.tool_format
+            )
         engine = self._engine
         self.shared.runs_in_flight += 1
         try:
