@@ -308,8 +308,10 @@ class RolloutEngine:
         """When the turn stopped at ``thinking_budget`` sampled tokens: append the reasoning block's
         closing tag (mask 0) if the block is still open; True when the turn goes on (the answer)."""
         budget = self.cfg.thinking_budget
+        if budget is None or res.finish_reason != "length":
+            return False
         sampled = sum(ep.loss_mask[ep.turn_start :])
-        if budget is None or res.finish_reason != "length" or sampled != budget or sampled >= self.cfg.max_new_tokens:
+        if sampled != budget or sampled >= self.cfg.max_new_tokens:
             return False
         if prompt_len + len(res.token_ids) >= self.cfg.max_total_tokens:
             return False
