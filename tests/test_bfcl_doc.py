@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli_env
+from tests.conftest import cli_env
 
 pytest.importorskip("bfcl_eval")
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ import json
 import sys
 
 import pytest
-from conftest import ROOT
+from tests.conftest import ROOT
 
 from agent_rl.families import FAMILIES
 from agent_rl.rollout.backends.hf import load_tokenizer
@@ -161,7 +161,7 @@ def test_the_documented_command_builds_that_family(tmp_path):
     import shlex
     import subprocess
 
-    from conftest import cli_env
+    from tests.conftest import cli_env
 
     [block] = re.findall(r"^```bash\n(.*?)^```$", (ROOT / "docs" / "model-families.md").read_text(), re.DOTALL | re.MULTILINE)
     for line in block.splitlines():

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ROOT
+from tests.conftest import ROOT
 
 from agent_rl.config import load_config
 from agent_rl.envloader import bind_tool_format, sft_teacher
