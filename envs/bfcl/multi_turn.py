@@ -76,7 +76,7 @@ def task_by_id() -> dict[str, MultiTurnTask]:
 class BfclMultiTurnEnv(ToolEnv):
     metadata: ClassVar[dict[str, Any]] = {
         "render_modes": [],
-        "tools": ("the task's API functions",),
+        "tools": ("the task's functions",),
         "reward": "1 if the API states and call results match BFCL's ground truth after every user turn",
     }
     splits = SPLITS
