@@ -28,6 +28,16 @@ from agent_rl.rollout.backends.base import (
 SETTLE_TURNS = 4
 
 
+def _settable(e: BaseException) -> BaseException:
+    """``e`` as an exception a future can hold: asyncio refuses StopIteration (it would end the
+    awaiting coroutine's generator), which left every episode of the batch waiting forever."""
+    if isinstance(e, StopIteration | StopAsyncIteration):
+        wrapped = RuntimeError(f"the backend raised {type(e).__name__} (a policy or iterator ran out): {e!r}")
+        wrapped.__cause__ = e
+        return wrapped
+    return e
+
+
 class GenerationScheduler:
     def __init__(self, backend: InferenceBackend, metrics: Counter[str], max_batch_requests: int | None = None):
         self.backend = backend
@@ -60,7 +70,7 @@ class GenerationScheduler:
                 self.metrics["rollout/failed_generate_calls"] += 1
                 for _, future in batch:
                     if not future.done():
-                        future.set_exception(e)
+                        future.set_exception(_settable(e))
                 continue
             finally:
                 self.metrics["time/generate_s"] += time.perf_counter() - t0
@@ -71,6 +81,6 @@ class GenerationScheduler:
                     continue
                 if isinstance(result, BaseException):
                     self.metrics["rollout/failed_generate_requests"] += 1
-                    future.set_exception(result)
+                    future.set_exception(_settable(result))
                 else:
                     future.set_result(result)

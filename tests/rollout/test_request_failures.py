@@ -99,3 +99,19 @@ def test_a_weight_update_during_a_request_does_not_relabel_its_turn(tiny_model_d
     engine.close()
     # turn 0 was sampled by version 0 weights (the update landed while it decoded); turn 1 by version 1
     assert [u.policy_version for u in t.turns_N] == [0, 1]
+
+
+def test_a_policy_that_runs_out_ends_its_episode_instead_of_hanging(tiny_tokenizer):
+    """A scripted policy drawing from an exhausted iterator raises StopIteration, which asyncio will
+    not put in a future: the scheduler hands it on as a RuntimeError, so the run ends."""
+    replies = iter(["7"])
+
+    def policy(messages, rng):
+        return next(replies)  # the second call raises StopIteration
+
+    backend = ScriptedBackend(policy, tiny_tokenizer)
+    engine = RolloutEngine(backend, ChatRenderer(tiny_tokenizer), AsyncEchoEnv, RolloutConfig(max_turns=3))
+    trajectories = engine.run_sync([EpisodeSpec(seed=0, group_id="g0", options={"turns": 3})])
+    engine.close()
+    assert trajectories[0].stop_reason == StopReason.INFRA_ERROR and trajectories[0].reward is None
+    assert "StopIteration" in trajectories[0].info["error"]
