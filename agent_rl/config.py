@@ -91,6 +91,22 @@ class CriticConfig(Section):
     grad_clip: float = Field(1.0, gt=0.0, description="max global gradient norm of the critic")
 
 
+class LoraConfig(Section):
+    """LoRA (peft): only low-rank adapters on ``target_modules`` train; the base stays frozen (agent_rl/learner/lora.py)."""
+
+    rank: int = Field(8, ge=1, description="adapter rank r")
+    alpha: float = Field(16.0, gt=0.0, description="scale alpha; the update is (alpha / r) * B A")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout on the adapter's input (0: exact sampler/learner match)")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        description="module names (last name component) that get adapters; must exist in the model",
+    )
+    adapter_name: str = Field("policy", description="the adapter's name in the backends and in every sampled turn's record")
+    on_mismatch: Literal["error", "drop"] = Field(
+        "error", description="a sample whose adapter is not the one expected at its version: error stops the run, drop refuses and counts it"
+    )
+
+
 class LearnerConfig(Section):
     lr: float = Field(1e-4, gt=0.0, description="AdamW learning rate of the policy")
     weight_decay: float = Field(0.0, description="AdamW decoupled weight decay")
@@ -109,6 +125,7 @@ class LearnerConfig(Section):
     fp32_lm_head: bool = Field(False, description="LM head matmul in fp32 (bf16 models keep full-precision logits)")
     update_ratio_metric: bool = Field(True, description="report ||delta theta|| / ||theta|| (costs one copy of this rank's parameter shard)")
     critic: CriticConfig | None = Field(None, description="value model; made with defaults when the advantage needs values (gae)")
+    lora: LoraConfig | None = Field(None, description="LoRA adapters instead of full fine-tuning (None: off)")
 
 
 class SftConfig(Section):
@@ -329,6 +346,11 @@ def _yaml(text: str, where: str) -> Any:
     """``yaml.safe_load``, its errors (and nesting too deep to parse) a ``ConfigError`` naming ``where``."""
     try:
         return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as e:  # file:line:column of the problem, as compilers print it
+        mark = e.problem_mark or e.context_mark
+        at = f"{where}:{mark.line + 1}:{mark.column + 1}" if mark is not None else where
+        what = "; ".join(str(p) for p in (e.problem, e.context) if p) or "cannot parse"
+        raise ConfigError(f"{at}: not valid YAML: {what}") from None
     # the constructors of explicit tags raise plain errors: !!int x, !!timestamp x, !!bool x
     except (yaml.YAMLError, ValueError, TypeError, AttributeError, KeyError) as e:
         raise ConfigError(f"{where}: not valid YAML: {' '.join(str(e).split())}") from None
