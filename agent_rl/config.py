@@ -117,6 +117,8 @@ class LearnerConfig(Section):
     lr_schedule: Literal["constant", "cosine"] = Field("constant", description="after warm-up: constant, or cosine decay to min_lr_ratio at trainer.steps")
     min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0, description="cosine: final LR as a fraction of lr")
     micro_batch_size: int = Field(16, ge=1, description="rows per forward/backward on each rank (gradient accumulation; the update does not depend on it)")
+    packing: bool = Field(False, description="each micro-batch's rows run as one packed sequence (per-row positions, no attention across rows): no compute on padding")
+    max_tokens_per_micro_batch: int | None = Field(None, ge=1, description="token budget of a micro-batch (replaces micro_batch_size; real tokens when packing, rows x longest row otherwise); rows are spread over ranks by tokens")
     world_size: int = Field(1, ge=1, description="learner ranks; >1 shards the model with FSDP2 over that many ranks: processes on this machine (torchrun-style; distributed.backend=local) or Ray actors (distributed.backend=ray)")
     mixed_precision: Literal["none", "bf16"] = Field("none", description="FSDP2: bf16 compute with fp32 master weights and fp32 gradient reduction")
     cpu_offload: bool = Field(False, description="FSDP2: keep sharded parameters, gradients and optimizer state on the CPU")
