@@ -13,7 +13,7 @@ import sys
 from pydantic_core import to_jsonable_python
 
 from agent_rl.algorithms import ALL_REGISTRIES
-from agent_rl.algorithms.registry import Entry
+from agent_rl.algorithms.registry import CHOICES, Entry
 
 REGENERATE = "python -m agent_rl.algorithms.catalog > docs/objectives.md"
 
@@ -66,6 +66,11 @@ def render_catalog(markdown: bool) -> str:
                 for label, text in (("config", _defaults(e)), ("needs", ", ".join(sorted(e.needs)))):
                     if text:
                         lines.append(f"{'':37s}{label}: {text}")
+    if markdown and CHOICES:
+        lines += ["## Choices we made", "", "Where a paper leaves a choice open.", ""]
+        lines += ["| key | open question | our choice |", "|---|---|---|"]
+        lines += [f"| `{c.key}` | {_cell(c.question)} | {_cell(c.choice)} |" for c in sorted(CHOICES, key=lambda c: c.key)]
+        lines.append("")
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

@@ -128,6 +128,10 @@ def make_plan(algorithm: Any, rollout: Any) -> ObjectivePlan:
             required = {k: v for k, v in entry.loss_options(fcfg).items() if getattr(options, k) is None}
             options = options.model_validate({**options.model_dump(), **required})
 
+    if loss.aggregation is not None and algorithm.aggregation.name != loss.aggregation:
+        raise ValueError(
+            f"policy_loss '{loss.name}' needs algorithm.aggregation={loss.aggregation} (got '{algorithm.aggregation.name}')"
+        )
     parts = ObjectiveParts(loss=algorithm.loss, aggregation=algorithm.aggregation, kl=algorithm.kl, options=options)
     advantage_needs = set(advantage.needs)
     reward_kl = algorithm.kl if kl_in_reward(algorithm.kl) else None

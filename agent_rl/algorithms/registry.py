@@ -70,6 +70,9 @@ class ObjectiveEntry(Entry):
     branch_planner: Callable[..., Any] | None = None
     # the teacher of a ``teacher_logprobs`` need: fn(cfg) -> TeacherSpec (default: the policy itself)
     teacher: Callable[..., TeacherSpec] | None = None
+    # a loss whose per-row terms mean what its docstring says under one aggregation only (pair and
+    # group objectives: ``seq_mean_token_mean``); the plan refuses any other
+    aggregation: str | None = None
 
     def check(self) -> None:
         self.needs = frozenset(self.needs)
@@ -189,6 +192,22 @@ def require(x: Any, field_name: str, entry: str) -> Any:
     if value is None:
         raise ValueError(f"'{entry}' needs {field_name}, which the caller did not provide")
     return value
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A choice the paper of an entry leaves open, and what we chose (``docs/objectives.md`` lists them)."""
+
+    key: str
+    question: str
+    choice: str
+
+
+CHOICES: list[Choice] = []
+
+
+def record_choice(key: str, question: str, choice: str) -> None:
+    CHOICES.append(Choice(key, question, choice))
 
 
 ADVANTAGES = Registry("advantage", ObjectiveEntry)
