@@ -12,6 +12,7 @@ Importing this package registers every built-in loss. Modules by family:
 | mismatch.py   | sis, score_centering, bpo                                        |
 | group.py      | conspo, disco, vimpo, reco                                       |
 | distill.py    | sdpo, opsd                                                       |
+| preference.py | dpo, rpo, kto (pairs / labels from rollout groups or a JSONL)     |
 
 ``common.py`` holds the helpers and the cross-cutting options (``LossOptions``,
 ``apply_cross_cutting``, ``compute_policy_loss``).
@@ -74,6 +75,15 @@ from agent_rl.algorithms.losses.ppo import (
     reinforce,
     wapo,
 )
+from agent_rl.algorithms.losses.preference import (
+    DpoConfig,
+    KtoConfig,
+    RpoConfig,
+    dpo,
+    kto,
+    preference_pairs,
+    rpo,
+)
 from agent_rl.algorithms.losses.sequence import (
     CtpoConfig,
     DhpoConfig,
@@ -115,6 +125,7 @@ __all__ = [
     "DcpoConfig",
     "DhpoConfig",
     "DiscoConfig",
+    "DpoConfig",
     "DppoConfig",
     "DrpoConfig",
     "GipoConfig",
@@ -123,12 +134,14 @@ __all__ = [
     "KimiConfig",
     "KimiK3Config",
     "KlCovConfig",
+    "KtoConfig",
     "LossOptions",
     "OpsdConfig",
     "PnpoConfig",
     "PpoClipConfig",
     "RecoConfig",
     "RolloutIsOptions",
+    "RpoConfig",
     "SapoConfig",
     "ScoreCenteringConfig",
     "SdpoConfig",
@@ -150,6 +163,7 @@ __all__ = [
     "dcpo",
     "dhpo",
     "disco",
+    "dpo",
     "dppo",
     "drpo",
     "gipo",
@@ -158,14 +172,17 @@ __all__ = [
     "kimi",
     "kimi_k3",
     "kl_cov",
+    "kto",
     "masked_mean",
     "opefo",
     "opsd",
     "pnpo",
     "ppo_clip",
+    "preference_pairs",
     "reco",
     "reinforce",
     "rollout_is_weights",
+    "rpo",
     "sapo",
     "score_centering",
     "sdpo",
