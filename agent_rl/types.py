@@ -48,6 +48,7 @@ class Turn:
     state_key: str | None = None  # key of the state the agent saw before this turn (GiGPO/G2PO)
     action_valid: bool = True  # False when the action failed to parse / was rejected
     policy_version: int = 0  # weights version that sampled this turn
+    adapter: dict | None = None  # learner.lora: the backend's record of the adapter that sampled it
     prompt_ids: list[int] | None = None  # per_turn layout: the exact context ids sent for this turn
 
 

@@ -21,8 +21,10 @@ def cpu_state_dict(model: Any) -> dict[str, Any]:
 def weights_for_broadcast(model: Any) -> dict[str, Any] | None:
     """The complete weights as a CPU copy; under learner ranks (``learner.world_size > 1``) gathered
     from the shards (a collective every rank joins), complete on rank 0 and None elsewhere."""
-    from agent_rl.learner import fsdp
+    from agent_rl.learner import fsdp, lora
 
+    if lora.is_lora(model):  # learner.lora: only the adapter moves (gathered alone when sharded)
+        return lora.adapter_state(model)
     rank, world = fsdp.rank_and_world()
     if world == 1:
         return cpu_state_dict(model)
@@ -37,6 +39,7 @@ class WeightSync:
         self.model, self.backend, self.source = model, backend, source
         self.rank, self.world = rank, world
         self.gathers = 0  # how many times the full weights were gathered (tests, metrics)
+        self.ledger: Any = None  # learner.lora: records the hash of the adapter sent at each version
 
     @property
     def shares_module(self) -> bool:
@@ -50,10 +53,12 @@ class WeightSync:
     def __call__(self, version: int) -> dict[str, float]:
         start = time.perf_counter()
         weights = None
-        if self.needs_copy():
+        if self.needs_copy() or self.ledger is not None:
             weights = weights_for_broadcast(self.model)
             self.gathers += 1
         if self.rank == 0:
+            if self.ledger is not None:
+                self.ledger.record(version, weights)
             self.backend.update_weights(None if self.shares_module else weights, version)
             self.source.sync(weights, version)
         return {"time/weight_sync_s": time.perf_counter() - start}

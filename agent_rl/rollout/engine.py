@@ -334,6 +334,7 @@ class RolloutEngine:
         turn = Turn(start=start, end=len(ep.token_ids), obs_start=len(ep.token_ids), obs_end=len(ep.token_ids))
         turn.state_key = ep.state_key
         turn.policy_version = res.policy_version  # the weights that sampled it, whatever loaded since
+        turn.adapter = res.adapter
         if self.cfg.layout == "per_turn":
             turn.prompt_ids = ep.context_ids
         ep.turns.append(turn)

@@ -40,6 +40,8 @@ class GenerationResult:
     # the policy version whose weights sampled these ids (every backend sets it from the weights it
     # sampled with, never from a later update: the engine records it in ``Turn.policy_version``)
     policy_version: int = 0
+    # learner.lora: the adapter that sampled (name, version, sha256 of the tensors the backend held)
+    adapter: dict | None = None
 
     def at_version(self, version: int) -> GenerationResult:
         """This result labelled with the policy version that sampled it."""

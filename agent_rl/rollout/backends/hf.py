@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from agent_rl.core.seeding import derive_seed
+from agent_rl.learner import lora
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 
 
@@ -91,6 +92,8 @@ class HfBackend:
         self.pad_token_id = pad_token_id
         self.max_batch_size = max_batch_size
         self.policy_version = 0
+        # learner.lora: the adapter it samples with, hashed from its own module (agent_rl/learner/lora.py)
+        self.adapter = lora.held_adapter(model, 0) if lora.is_lora(model) else None
         self._executor: ThreadPoolExecutor | None = None
 
     @classmethod
@@ -116,11 +119,13 @@ class HfBackend:
 
     def generate_sync(self, requests: list[GenerationRequest], seed: int | None = None) -> list[GenerationResult]:
         """Every request's result; one forward serves the batch, so a failure raises for all of them."""
-        version = self.policy_version  # the weights this call samples with (an update may land meanwhile)
+        version, adapter = self.policy_version, self.adapter  # the weights this call samples with (an update may land meanwhile)
         requests = [r if r.seed is not None else replace(r, seed=_row_seed(seed, i)) for i, r in enumerate(requests)]
         out: list[GenerationResult] = []
         for i in range(0, len(requests), self.max_batch_size):
             out += self._generate_batch(requests[i : i + self.max_batch_size])
+        for r in out:
+            r.adapter = None if adapter is None else adapter.to_json()
         return [r.at_version(version) for r in out]
 
     @torch.no_grad()
@@ -203,10 +208,15 @@ class HfBackend:
             out.append(result)
         return out
 
-    def update_weights(self, state_dict: dict | None, version: int) -> None:
-        """Colocated: the learner may share this very module (``state_dict=None``: nothing to copy)."""
-        if state_dict is not None:
+    def update_weights(self, state_dict: dict | None, version: int, adapter_config: dict | None = None) -> None:
+        """Colocated: the learner may share this very module (``state_dict=None``: nothing to copy).
+        An adapter (learner.lora) is swapped in place; ``adapter_config`` wraps a plain model first."""
+        if lora.is_adapter(state_dict):
+            lora.load_adapter(self, state_dict, adapter_config)
+        elif state_dict is not None:
             self.model.load_state_dict(state_dict)
+        if lora.is_lora(self.model):  # what it holds now, read back from its own module
+            self.adapter = lora.held_adapter(self.model, version)
         self.policy_version = version
 
     def close(self) -> None:
