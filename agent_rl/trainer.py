@@ -22,7 +22,7 @@ from agent_rl.distributed import Plan, make_learner, make_rollout_source
 from agent_rl.distributed.weights import WeightSync
 from agent_rl.eval import evaluate
 from agent_rl.learner import checkpoint as ckpt
-from agent_rl.learner import fsdp, launch
+from agent_rl.learner import fsdp, launch, lora
 from agent_rl.learner.critic import Critic, load_value_model
 from agent_rl.learner.learner import Learner
 from agent_rl.learner.teacher import (
@@ -91,7 +91,7 @@ class Trainer:
         if cfg.rollout.backend.name == "openai":  # pushing weights off this machine needs a token
             check_push_auth(cfg.rollout.backend)
         self.run_dir = Path(resume) if resume else make_run_dir(cfg)
-        self.components = Components(cfg)
+        self.components = Components(cfg, model=lora.policy_model(cfg, load_model))  # learner.lora: base + adapters
         # learner ranks (learner.world_size > 1): rank 0 samples with an unsharded copy of the policy,
         # synced after every step; the others only train (learner/launch.py)
         self.rank, self.world = fsdp.rank_and_world()
@@ -122,6 +122,8 @@ class Trainer:
         if "critic" in self.plan.builds:  # gae, turn_gae; VAPO pre-trains it
             ccfg = cfg.learner.critic or CriticConfig()
             body = load_value_model(ccfg.path or cfg.model.path, cfg.model.dtype, cfg.model.device)
+            if cfg.learner.lora is not None:
+                body = lora.apply_lora(body, cfg.learner.lora, task_type="TOKEN_CLS")
             self.critic = Critic(body, ccfg, cfg.learner, total_steps=cfg.trainer.steps)
         self.teacher = None
         if "teacher" in self.plan.builds:  # self-distillation: a teacher that sees the env's privileged context
@@ -136,6 +138,12 @@ class Trainer:
         # (asynchronous within distributed.max_staleness; Ray actors with distributed.backend=ray)
         self.rollouts = make_rollout_source(cfg, self.components, self.engine, self._plan, self.plan.engine_options, self.learner.version)
         self.weight_sync = WeightSync(self.components.model, self.components.backend, self.rollouts, self.rank, self.world)
+        self.adapters = None  # learner.lora: the hash of the adapter sent at each version, checked on every sample
+        if cfg.learner.lora is not None:
+            lcfg = cfg.learner.lora
+            self.adapters = self.weight_sync.ledger = lora.AdapterLedger(lcfg.adapter_name, cfg.distributed.max_staleness, lcfg.on_mismatch)
+            if not resume:
+                self.weight_sync(self.learner.version)  # the samplers start from the adapter the ledger holds
         self.breaker = InfraBreaker(cfg)  # stops a run whose infrastructure keeps failing (agent_rl/breaker.py)
         self.start_step = 0
         if resume:
@@ -189,6 +197,9 @@ class Trainer:
         cfg = self.cfg
         # 1. rollout (rank 0; the other learner ranks receive the trainable groups)
         trajectories, groups, metrics = self._collect(step) if self.rank == 0 else ([], [], {})
+        if self.adapters is not None and self.rank == 0:  # samples of another adapter than the one sent are refused
+            groups, refused = self.adapters.screen(groups, self.learner.version, step)
+            metrics.update(refused)
         tripped = None
         if self.rank == 0:
             try:
@@ -269,6 +280,8 @@ class Trainer:
 
     def _frozen_initial_policy(self) -> torch.nn.Module:
         """The reference model: a frozen copy of the initial policy, sharded like it on several ranks."""
+        if self.cfg.learner.lora is not None:  # the base: the policy with its adapters off, no copy
+            return lora.ReferencePolicy(self.components.model)
         if self.world == 1:
             return copy.deepcopy(self.components.model).eval().requires_grad_(False)
         cfg = self.cfg
