@@ -338,11 +338,23 @@ class Trainer:
             "entropy": policy_scores,
             "ref_logprobs": lambda ctx: {"ref_logprobs": self.learner.score(self.ref_model, ctx.batch)[0]},
             "values": lambda ctx: {"values": self.critic.values(ctx.batch)},
-            "teacher_logprobs": lambda ctx: {"teacher_logprobs": self._teacher_logprobs(ctx.batch, ctx.groups)},
+            "teacher_logprobs": lambda ctx: self._teacher_scores(ctx.batch, ctx.groups),
+            "teacher_topk": lambda ctx: self._teacher_scores(ctx.batch, ctx.groups),
             "greedy_rewards": greedy,
         }
 
-    def _teacher_logprobs(self, batch: Any, groups: list[TrajectoryGroup]) -> torch.Tensor:
+    def _teacher_scores(self, batch: Any, groups: list[TrajectoryGroup]) -> dict[str, torch.Tensor]:
+        """``teacher_logprobs``; with the plan's ``teacher.topk`` also ``teacher_topk`` (the teacher's
+        logprobs at its top-k ids), and those ids become the batch's candidates, where the learner
+        scores the policy (top-K distillation)."""
+        k = self.plan.teacher.topk if self.plan.teacher is not None else 0
+        if k == 0:
+            return {"teacher_logprobs": self._teacher_logprobs(batch, groups)}
+        logprobs_BT, ids_BTK, topk_BTK = self._teacher_logprobs(batch, groups, topk=k)
+        batch.topk_ids_BTK, batch.topk_mask_BTK = ids_BTK, torch.ones_like(topk_BTK)
+        return {"teacher_logprobs": logprobs_BT, "teacher_topk": topk_BTK}
+
+    def _teacher_logprobs(self, batch: Any, groups: list[TrajectoryGroup], topk: int = 0) -> Any:
         """The teacher's logprobs of the sampled tokens, with the env's ``teacher_context`` (feedback,
         a verified solution) added to the prompt as one more user message."""
         renderer, insert_at_B, context_ids_B = self.components.renderer, [], []
@@ -357,7 +369,7 @@ class Trainer:
         ids_BS, mask_BS, positions_BT = splice_teacher_context(
             batch.input_ids_BT, batch.attention_mask_BT, insert_at_B, context_ids_B, self.components.tokenizer.pad_token_id
         )
-        return compute_teacher_logprobs(self.teacher.model, ids_BS, mask_BS, positions_BT, self.cfg.rollout.temperature)
+        return compute_teacher_logprobs(self.teacher.model, ids_BS, mask_BS, positions_BT, self.cfg.rollout.temperature, topk)
 
     def _greedy_rewards(self, groups: list[TrajectoryGroup]) -> torch.Tensor:
         """ReMax's baseline: the reward of one greedy (temperature 0) episode per group's task."""

@@ -67,7 +67,7 @@ class ObjectiveParts:
         return opts.model_copy(update={"kl_coef": self.kl.coef if kl_in_loss(self.kl) else 0.0, "kl": self.kl or opts.kl})
 
     def needs(self) -> set[str]:
-        return set(POLICY_LOSSES.get(self.loss.name).needs) | self.loss_options().needs()
+        return set(POLICY_LOSSES.get(self.loss.name).needs_for(self.loss)) | self.loss_options().needs()
 
 
 @dataclass
@@ -133,7 +133,7 @@ def make_plan(algorithm: Any, rollout: Any) -> ObjectivePlan:
             f"policy_loss '{loss.name}' needs algorithm.aggregation={loss.aggregation} (got '{algorithm.aggregation.name}')"
         )
     parts = ObjectiveParts(loss=algorithm.loss, aggregation=algorithm.aggregation, kl=algorithm.kl, options=options)
-    advantage_needs = set(advantage.needs)
+    advantage_needs = set(advantage.needs_for(advantage_cfg))
     reward_kl = algorithm.kl if kl_in_reward(algorithm.kl) else None
     if reward_kl is not None:
         advantage_needs |= {"ref_logprobs", *KLS.get(reward_kl.name).needs}
@@ -141,7 +141,7 @@ def make_plan(algorithm: Any, rollout: Any) -> ObjectivePlan:
     needs = frozenset(advantage_needs | loss_needs)
 
     # every need of every entry must be one the rollout records
-    declared = [(advantage, advantage.needs), (loss, loss.needs)]
+    declared = [(advantage, advantage.needs_for(advantage_cfg)), (loss, loss.needs_for(algorithm.loss))]
     for entry, required in declared:
         for name in sorted(required):
             problem = NEEDS[name].rollout(rollout) if NEEDS[name].rollout is not None else None

@@ -50,6 +50,9 @@ class TeacherSpec:
     """The teacher an objective trains against: an EMA of the policy (``ema_decay`` 0: the policy itself)."""
 
     ema_decay: float = 0.0
+    # > 0: also the teacher's top-k ids and logprobs of every position (need ``teacher_topk``); the
+    # learner then scores the policy at those ids (``LossInputs.topk_logprobs_BTK``)
+    topk: int = 0
 
 
 @dataclass
@@ -73,6 +76,12 @@ class ObjectiveEntry(Entry):
     # a loss whose per-row terms mean what its docstring says under one aggregation only (pair and
     # group objectives: ``seq_mean_token_mean``); the plan refuses any other
     aggregation: str | None = None
+    # needs that depend on the entry's config: fn(cfg) -> need names, added to ``needs``
+    config_needs: Callable[..., set[str]] | None = None
+
+    def needs_for(self, cfg: Any) -> frozenset[str]:
+        """``needs`` plus what ``config_needs`` adds for this config."""
+        return self.needs | frozenset(self.config_needs(cfg) if self.config_needs is not None and cfg is not None else ())
 
     def check(self) -> None:
         self.needs = frozenset(self.needs)

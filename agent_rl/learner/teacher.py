@@ -10,7 +10,9 @@ privileged teacher context (environment feedback, a verified solution) inserted 
 
 ``teacher_logprobs_BT[b, t]`` is aligned with the student's ``input_ids_BT`` like the learner's
 logprobs: the teacher's log-probability of student token t, given the teacher context and the
-student tokens before t (0 where the token has no teacher position). Pure torch plus the
+student tokens before t (0 where the token has no teacher position). With ``topk`` it also gives
+the teacher's top-K candidates of each position (top-K distribution matching, ``sdpo`` / ``opsd``
+with ``estimator: topk``). Pure torch plus the
 transformers call convention ``model(input_ids=..., attention_mask=...).logits``.
 """
 
@@ -97,11 +99,16 @@ def compute_teacher_logprobs(
     attention_mask_BS: torch.Tensor,
     positions_BT: torch.Tensor,
     temperature: float = 1.0,
-) -> torch.Tensor:
+    topk: int = 0,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``out[b, t]`` = log q(input_ids_BS[b, j] | input_ids_BS[b, :j]) with j = positions_BT[b, t].
 
     Positions < 1 (padding, or the first token, which has no context) give 0. Only the needed
     rows of the logits go through the log-softmax (``[B, T, V]``, not ``[B, S, V]``).
+
+    ``topk > 0`` also returns the teacher's ``topk`` most likely ids of the distribution that
+    predicts each student token t and their logprobs (``ids_BTK``, ``logprobs_BTK``; ids 0 and
+    logprobs 0 where the token has no teacher position): the support of top-K distillation.
     """
     logits_BSV = model(input_ids=input_ids_BS, attention_mask=attention_mask_BS).logits
     has_BT = positions_BT >= 1
@@ -112,4 +119,9 @@ def compute_teacher_logprobs(
     logp_BTV = torch.log_softmax(logits_BTV.float() / temperature, dim=-1)
     targets_BT = input_ids_BS.gather(1, target_pos_BT)
     logp_BT = logp_BTV.gather(-1, targets_BT.unsqueeze(-1)).squeeze(-1)
-    return torch.where(has_BT, logp_BT, torch.zeros_like(logp_BT))
+    logp_BT = torch.where(has_BT, logp_BT, torch.zeros_like(logp_BT))
+    if topk <= 0:
+        return logp_BT
+    top_lp_BTK, top_ids_BTK = logp_BTV.topk(min(topk, V), dim=-1)
+    keep_BT1 = has_BT.unsqueeze(-1)
+    return logp_BT, torch.where(keep_BT1, top_ids_BTK, 0), torch.where(keep_BT1, top_lp_BTK, 0.0)
