@@ -10,9 +10,23 @@ from agent_rl.families import FAMILIES
 
 
 def _config(args: argparse.Namespace):
+    """The validated config; ``--print-config`` prints it, every default filled in, and exits."""
     from agent_rl.config import load_config
 
-    return load_config(args.config, args.overrides)
+    cfg = load_config(args.config, args.overrides)
+    if getattr(args, "print_config", False):
+        print(cfg.to_yaml(), end="")
+        raise SystemExit(0)
+    return cfg
+
+
+def _preflight(cfg, weights: bool = True) -> None:
+    """What fails before anything is created: the model and the critic can be loaded."""
+    from agent_rl.preflight import check_model
+
+    check_model(cfg.model.path, weights=weights)
+    if cfg.learner.critic is not None and cfg.learner.critic.path is not None:
+        check_model(cfg.learner.critic.path, key="learner.critic.path")
 
 
 def cmd_init_model(args: argparse.Namespace) -> int:
@@ -30,6 +44,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
     from agent_rl.sft import sft
 
     cfg = _config(args)
+    _preflight(cfg)
     out, best = sft(cfg)
     print(f"SFT model: {out} (val success {best:.3f})")
     return 0
@@ -45,8 +60,15 @@ def cmd_train(args: argparse.Namespace) -> int:
         args.config = str(Path(args.resume) / "config.yaml")
     from agent_rl.learner.launch import RankFailedError
 
+    from agent_rl.preflight import check_resume, checkpoint_step
+
+    done = checkpoint_step(args.resume) if args.resume else 0  # a run directory with a checkpoint
+    cfg = _config(args)
+    if args.resume:
+        check_resume(args.resume, done, cfg.trainer.steps)
+    _preflight(cfg)
     try:
-        run_dir = train(_config(args), resume=args.resume)
+        run_dir = train(cfg, resume=args.resume)
     except RankFailedError as e:  # the rank printed its traceback; this line names it
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -57,7 +79,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from agent_rl.eval import run_eval
 
-    run_eval(_config(args))
+    cfg = _config(args)
+    _preflight(cfg, weights=cfg.eval.policy is None)  # a scripted policy needs only the tokenizer
+    run_eval(cfg)
     return 0
 
 
@@ -140,9 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agent-rl", description="Train tool-using LLM agents with RL.")
     sub = p.add_subparsers(dest="command", required=True)
 
+    p.add_argument("--debug", action="store_true", help="full tracebacks instead of one-line errors (also after the command)")
+
     def with_config(sp: argparse.ArgumentParser, required: bool = True) -> None:
         sp.add_argument("config", nargs=None if required else "?", help="YAML config")
         sp.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.steps=10")
+        sp.add_argument("--print-config", action="store_true", help="print the resolved config (every default filled in) and exit")
 
     sp = sub.add_parser("quickstart", help="init-model + sft + train + eval, with a before/after table")
     sp.add_argument("overrides", nargs="*", help="dotted overrides applied to the recipe")
@@ -235,16 +262,22 @@ def main(argv: list[str] | None = None) -> int:
     from agent_rl.breaker import InfraErrorRateError
     from agent_rl.plugins import load_entry_points
 
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv  # anywhere on the line, not only before the subcommand
+    args = build_parser().parse_args([a for a in argv if a != "--debug"])
     try:
         load_entry_points()  # installed plugins, before any config is parsed or anything is listed
         return args.fn(args)
-    except ValueError as e:  # user mistakes: one clear line, no traceback
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except InfraErrorRateError as e:  # the run stopped itself: its infrastructure kept failing
-        print(f"error: {e}", file=sys.stderr)
-        return 3
+    except (ValueError, InfraErrorRateError, KeyboardInterrupt) as e:
+        if "agent_rl.runtime" in sys.modules:  # a run that never started leaves no directory behind
+            sys.modules["agent_rl.runtime"].discard_unstarted_run_dirs()
+        if debug:
+            raise
+        if isinstance(e, KeyboardInterrupt):
+            print("interrupted", file=sys.stderr)
+            return 130
+        print(f"error: {e}", file=sys.stderr)  # user mistakes: one clear line, no traceback
+        return 3 if isinstance(e, InfraErrorRateError) else 2  # 3: the run stopped itself, its infrastructure kept failing
 
 
 if __name__ == "__main__":

@@ -344,13 +344,14 @@ def apply_override(raw: dict[str, Any], override: str, defaults: dict[str, Any] 
     node[parts[-1]] = _yaml(value, f"override '{key}'") if value != "" else ""
 
 
-def _yaml(text: str, where: str) -> Any:
-    """``yaml.safe_load``, its errors (and nesting too deep to parse) a ``ConfigError`` naming ``where``."""
+def _yaml(text: str, where: str, is_file: bool = False) -> Any:
+    """``yaml.safe_load``, its errors (and nesting too deep to parse) a ``ConfigError`` naming ``where``
+    (a file: with the line and column of the problem)."""
     try:
         return yaml.safe_load(text)
     except yaml.MarkedYAMLError as e:  # file:line:column of the problem, as compilers print it
         mark = e.problem_mark or e.context_mark
-        at = f"{where}:{mark.line + 1}:{mark.column + 1}" if mark is not None else where
+        at = where if mark is None else f"{where}:{mark.line + 1}:{mark.column + 1}" if is_file else f"{where} (column {mark.column + 1})"
         what = "; ".join(str(p) for p in (e.problem, e.context) if p) or "cannot parse"
         raise ConfigError(f"{at}: not valid YAML: {what}") from None
     # the constructors of explicit tags raise plain errors: !!int x, !!timestamp x, !!bool x
@@ -377,7 +378,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not Path(path).is_file():
             raise ConfigError(f"config file not found: {path}")
         text = Path(path).read_text()
-        raw = _yaml(text, str(path)) or {}
+        raw = _yaml(text, str(path), is_file=True) or {}
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: the top level must be a mapping")
     defaults = Config().model_dump(mode="json") if overrides else None
