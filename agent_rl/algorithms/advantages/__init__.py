@@ -9,9 +9,10 @@ them; one module per family:
     reweight.py  tailrl, da3po, mmpo
     history.py   dcpo_smooth (per-prompt state)
     token.py     a3po, erpo, fipo, opsa, sc_grpo
+    distill_credit.py  rlsd (self-teacher magnitudes)
 """
 
-from agent_rl.algorithms.advantages import group, history, returns, reweight, token  # noqa: F401  (registration)
+from agent_rl.algorithms.advantages import distill_credit, group, history, returns, reweight, token  # noqa: F401  (registration)
 from agent_rl.algorithms.advantages.common import broadcast_to_tokens, group_stats
 from agent_rl.algorithms.advantages.group import GrpoConfig, grpo
 

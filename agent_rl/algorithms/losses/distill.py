@@ -32,10 +32,11 @@ from agent_rl.algorithms.registry import (
 )
 
 
-class SelfDistillConfig(ComponentConfig):
+class DistillTermConfig(ComponentConfig):
+    """The distillation term's settings (shared by sdpo, opsd, i_sdpo)."""
+
     coef: float = Field(1.0, ge=0.0, description="weight of the distillation term")
     adv_clip: float | None = Field(None, gt=0.0, description="clip |log q - log pi| per token (None: no clip)")
-    rl_coef: float = Field(0.0, ge=0.0, description="add rl_coef * ppo_clip on advantages_BT (SDPO + GRPO); 0: off")
     estimator: Literal["sampled_token", "topk"] = Field(
         "sampled_token", description="sampled_token: REINFORCE on log q - log pi; topk: KL over the teacher's top-K"
     )
@@ -44,6 +45,10 @@ class SelfDistillConfig(ComponentConfig):
         "reverse", description="estimator=topk: reverse KL(pi||q) (SDPO) or forward KL(q||pi)"
     )
     tail: bool = Field(True, description="estimator=topk: one bucket for the mass outside the top-K (else renormalize)")
+
+
+class SelfDistillConfig(DistillTermConfig):
+    rl_coef: float = Field(0.0, ge=0.0, description="add rl_coef * ppo_clip on advantages_BT (SDPO + GRPO); 0: off")
 
 
 class SdpoConfig(SelfDistillConfig):
@@ -61,17 +66,17 @@ class OpsdConfig(SelfDistillConfig):
     )
 
 
-def ema_teacher(cfg: SdpoConfig | OpsdConfig) -> TeacherSpec:
+def ema_teacher(cfg: DistillTermConfig) -> TeacherSpec:
     """The teacher of sdpo / opsd: an EMA of the policy with the configured decay."""
     return TeacherSpec(ema_decay=cfg.teacher_ema_decay, topk=cfg.topk if cfg.estimator == "topk" else 0)
 
 
-def topk_needs(cfg: SelfDistillConfig) -> set[str]:
+def topk_needs(cfg: DistillTermConfig) -> set[str]:
     """estimator=topk reads the teacher's top-K logprobs (and the policy's at those ids)."""
     return {"teacher_topk"} if cfg.estimator == "topk" else set()
 
 
-def distill_term(x: LossInputs, cfg: SelfDistillConfig, entry: str) -> tuple[torch.Tensor, torch.Tensor]:
+def distill_term(x: LossInputs, cfg: DistillTermConfig, entry: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The distillation loss per token and the detached per-token KL estimate it reports."""
     if cfg.estimator == "topk":
         student_BTK = require(x, "topk_logprobs_BTK", entry)

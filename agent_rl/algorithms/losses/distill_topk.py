@@ -66,3 +66,24 @@ def topk_divergence(
     p_BTb = s_BTb.exp() if divergence == "reverse" else q_BTb.exp()
     diff_BTb = s_BTb - q_BTb if divergence == "reverse" else q_BTb - s_BTb
     return (p_BTb * diff_BTb).sum(-1)
+
+
+def topk_jsd(
+    student_BTK: torch.Tensor, teacher_BTK: torch.Tensor, tail: bool = True, mask_BTK: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Per-token Jensen-Shannon divergence over the teacher's top-K (+ tail), in [0, ln 2]; grad via the student.
+
+    JSD = 1/2 KL(pi || m) + 1/2 KL(q || m), m = (pi + q) / 2.
+    """
+    mask = torch.ones_like(student_BTK, dtype=torch.bool) if mask_BTK is None else mask_BTK.bool()
+    s_BTb = _buckets(student_BTK, mask, tail)
+    q_BTb = _buckets(teacher_BTK.detach().to(student_BTK.dtype), mask, tail)
+    m_BTb = torch.logaddexp(s_BTb, q_BTb) - torch.log(torch.tensor(2.0, dtype=s_BTb.dtype))
+    return 0.5 * (s_BTb.exp() * (s_BTb - m_BTb)).sum(-1) + 0.5 * (q_BTb.exp() * (q_BTb - m_BTb)).sum(-1)
+
+
+def topk_entropy(logp_BTK: torch.Tensor, tail: bool = True, mask_BTK: torch.Tensor | None = None) -> torch.Tensor:
+    """Entropy of the distribution over the top-K buckets (+ tail): a lower bound's proxy for the full entropy."""
+    mask = torch.ones_like(logp_BTK, dtype=torch.bool) if mask_BTK is None else mask_BTK.bool()
+    b_BTb = _buckets(logp_BTK, mask, tail)
+    return -(b_BTb.exp() * b_BTb).sum(-1)

@@ -1,0 +1,197 @@
+"""Catalog III on-policy (self-)distillation losses: i_sdpo, powered_opd, g_opd, anti_sd.
+
+All read the teacher the run builds for ``teacher_logprobs`` (``learner/teacher.py``: the policy or
+an EMA of it, with the env's privileged context in its prompt). The papers of ``powered_opd`` and
+``g_opd`` distil from a separate, stronger teacher model; until external teachers exist
+(issue 25 item 3) they distil from that self-teacher, which is the same formula with another q.
+Notation: pi = current policy, q = teacher, ref = frozen initial policy, sg = stop-gradient,
+logp_t = log pi(y_t) (carries the gradient).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from pydantic import Field
+
+from agent_rl.algorithms.losses.common import log_ratio, masked_mean, ratio_metrics
+from agent_rl.algorithms.losses.distill import DistillTermConfig, distill_term, ema_teacher, topk_needs
+from agent_rl.algorithms.losses.distill_topk import topk_entropy, topk_jsd
+from agent_rl.algorithms.losses.ppo import PpoClipConfig, ppo_clip
+from agent_rl.algorithms.registry import (
+    ComponentConfig,
+    LossInputs,
+    LossOutput,
+    TeacherSpec,
+    register_policy_loss,
+    require,
+)
+
+
+class SelfTeacherConfig(ComponentConfig):
+    teacher_ema_decay: float = Field(
+        0.0, ge=0.0, lt=1.0, description="0: the teacher is the current policy with the privileged context; > 0: an EMA"
+    )
+
+
+def self_teacher(cfg: SelfTeacherConfig) -> TeacherSpec:
+    """The policy (or an EMA of it) with the privileged context, scoring only the sampled tokens."""
+    return TeacherSpec(ema_decay=cfg.teacher_ema_decay)
+
+
+def _reinforce_on(adv_BT: torch.Tensor, x: LossInputs, coef: float) -> torch.Tensor:
+    """-coef * sg(A_t) * logp_t: the dense-reward policy gradient of on-policy distillation."""
+    return -coef * adv_BT.detach() * x.logprobs_BT
+
+
+def _metrics(x: LossInputs, **values: torch.Tensor) -> dict[str, float]:
+    metrics = ratio_metrics(x, log_ratio(x))
+    metrics.update({f"loss/{k}": masked_mean(v.detach(), x.loss_mask_BT) for k, v in values.items()})
+    return metrics
+
+
+# ----------------------------------------------------------------------------------------------
+# I-SDPO: route by group.
+
+
+class ISdpoConfig(DistillTermConfig, SelfTeacherConfig):
+    success_threshold: float = Field(
+        1.0, description="a row succeeded when reward >= this; a group with none routes to distillation (binary rewards: 1)"
+    )
+    eps_low: float = Field(0.2, ge=0.0, description="eps_low of the GRPO branch's PPO clip")
+    eps_high: float = Field(0.2, ge=0.0, description="eps_high of the GRPO branch's PPO clip (GRPO: symmetric)")
+
+
+def all_fail_rows(x: LossInputs, threshold: float, entry: str) -> torch.Tensor:
+    """1.0 on rows whose whole group stayed below ``threshold`` (no success), per row."""
+    rewards_B = require(x, "rewards_B", entry).double()
+    group_B = require(x, "group_index_B", entry)
+    _, inverse_B = torch.unique(group_B, return_inverse=True)
+    success_B = (rewards_B >= threshold).double()
+    any_G = torch.zeros(int(inverse_B.max()) + 1 if inverse_B.numel() else 0, dtype=torch.float64).index_add_(0, inverse_B, success_B)
+    return (any_G[inverse_B] == 0).to(x.logprobs_BT.dtype)
+
+
+@register_policy_loss(
+    "i_sdpo",
+    config=ISdpoConfig,
+    needs={"teacher_logprobs", "rewards", "group_index"},
+    teacher=ema_teacher,
+    config_needs=topk_needs,
+)
+def i_sdpo(x: LossInputs, cfg: ISdpoConfig) -> LossOutput:
+    """I-SDPO, instance-level adaptive self-distillation PO (2026): all-fail groups distil, the rest do GRPO.
+
+    One routing decision per group: d_i = 1 if no row of i's group has reward >= success_threshold.
+    L_t = d_i * coef * distill_t + (1 - d_i) * ppo_clip_t(A)   (distill_t: opsd's term, sampled-token or top-K)
+    The teacher is the policy with the privileged context; the distillation rate falls as success rises.
+    """
+    route_B = all_fail_rows(x, cfg.success_threshold, "i_sdpo")
+    distill_BT, kl_BT = distill_term(x, cfg, "i_sdpo")
+    rl = ppo_clip(x, PpoClipConfig(eps_low=cfg.eps_low, eps_high=cfg.eps_high))
+    d_B1 = route_B.unsqueeze(-1)
+    loss_BT = d_B1 * distill_BT + (1 - d_B1) * rl.loss_BT
+    metrics = _metrics(x, distill_kl=kl_BT)
+    metrics["loss/distill_rows_frac"] = float(route_B.mean()) if route_B.numel() else 0.0
+    return LossOutput(loss_BT=loss_BT, metrics=metrics)
+
+
+# ----------------------------------------------------------------------------------------------
+# PowerOPD: bounded Box-Cox reward.
+
+
+class PoweredOpdConfig(SelfTeacherConfig):
+    alpha: float = Field(0.5, gt=0.0, description="Box-Cox power (alpha -> 0: the log-ratio of vanilla OPD; ours: 0.5)")
+    coef: float = Field(1.0, ge=0.0, description="weight of the distillation term")
+
+
+def box_cox_reward(teacher_BT: torch.Tensor, student_BT: torch.Tensor, alpha: float) -> torch.Tensor:
+    """(q^alpha - pi^alpha) / alpha = BC_alpha(q) - BC_alpha(pi): in [-1/alpha, 1/alpha], the sign of log q - log pi."""
+    return (torch.exp(alpha * teacher_BT) - torch.exp(alpha * student_BT)) / alpha
+
+
+@register_policy_loss("powered_opd", config=PoweredOpdConfig, needs={"teacher_logprobs"}, teacher=self_teacher)
+def powered_opd(x: LossInputs, cfg: PoweredOpdConfig) -> LossOutput:
+    """PowerOPD, on-policy distillation with a bounded power transformation (Zhao et al. 2026).
+
+    r_t = BC_alpha(q(y_t)) - BC_alpha(pi(y_t)) = (q_t^alpha - pi_t^alpha) / alpha, BC_alpha(p) = (p^alpha - 1) / alpha;
+    L_t = -coef * sg(r_t) * logp_t. alpha -> 0 gives log q - log pi (vanilla OPD, unbounded);
+    alpha > 0 bounds r in [-1/alpha, 1/alpha] and keeps its sign (ours: Box-Cox on each probability).
+    """
+    teacher_BT = require(x, "teacher_logprobs_BT", "powered_opd").detach()
+    r_BT = box_cox_reward(teacher_BT, x.logprobs_BT.detach(), cfg.alpha)
+    return LossOutput(loss_BT=_reinforce_on(r_BT, x, cfg.coef), metrics=_metrics(x, distill_reward=r_BT))
+
+
+# ----------------------------------------------------------------------------------------------
+# G-OPD / ExOPD: reward scaling against a chosen reference.
+
+
+class GOpdConfig(SelfTeacherConfig):
+    reward_scale: float = Field(
+        1.25, gt=0.0, description="lambda: 1 = standard OPD, > 1 = ExOPD reward extrapolation (ours: 1.25)"
+    )
+    coef: float = Field(1.0, ge=0.0, description="weight of the distillation term")
+
+
+@register_policy_loss("g_opd", config=GOpdConfig, needs={"teacher_logprobs", "ref_logprobs"}, teacher=self_teacher)
+def g_opd(x: LossInputs, cfg: GOpdConfig) -> LossOutput:
+    """G-OPD / ExOPD, generalized on-policy distillation with reward extrapolation (Yang et al. 2026).
+
+    OPD = dense KL-constrained RL with token reward r_t = log q_t - log ref_t and KL(pi || ref) weight 1;
+    G-OPD scales the reward: A_t = lambda (log q_t - log ref_t) - (log pi_t - log ref_t), L_t = -sg(A_t) logp_t.
+    lambda = 1 is OPD (A_t = log q_t - log pi_t, any ref); lambda > 1 (ExOPD) extrapolates past the teacher.
+    ref = the run's reference model (the initial policy).
+    """
+    teacher_BT = require(x, "teacher_logprobs_BT", "g_opd").detach()
+    ref_BT = require(x, "ref_logprobs_BT", "g_opd").detach()
+    adv_BT = cfg.reward_scale * (teacher_BT - ref_BT) - (x.logprobs_BT.detach() - ref_BT)
+    return LossOutput(loss_BT=_reinforce_on(adv_BT, x, cfg.coef), metrics=_metrics(x, distill_reward=adv_BT))
+
+
+# ----------------------------------------------------------------------------------------------
+# AntiSD: ascend a bounded divergence, gated by the teacher's entropy.
+
+
+class AntiSdConfig(SelfTeacherConfig):
+    coef: float = Field(0.1, ge=0.0, description="weight of the ascended JSD term (ours)")
+    rl_coef: float = Field(1.0, ge=0.0, description="weight of the GRPO term it is added to (AntiSD replaces SD inside RL)")
+    entropy_min: float = Field(
+        0.1, ge=0.0, description="gate: the term is on where the teacher's top-K entropy >= this, in nats (ours)"
+    )
+    topk: int = Field(20, ge=1, description="K of the teacher's top-K support of the JSD (ours)")
+    tail: bool = Field(True, description="one bucket for the mass outside the top-K")
+    gate: Literal["token", "batch"] = Field("token", description="gate per token, or on the batch's mean teacher entropy")
+
+
+def _anti_sd_teacher(cfg: AntiSdConfig) -> TeacherSpec:
+    return TeacherSpec(ema_decay=cfg.teacher_ema_decay, topk=cfg.topk)
+
+
+@register_policy_loss(
+    "anti_sd", config=AntiSdConfig, needs={"teacher_logprobs", "teacher_topk"}, teacher=_anti_sd_teacher
+)
+def anti_sd(x: LossInputs, cfg: AntiSdConfig) -> LossOutput:
+    """AntiSD, anti-self-distillation via pointwise mutual information (Shen et al. 2026).
+
+    L_t = rl_coef * ppo_clip_t(A) - coef * g_t * JSD(pi_t, q_t)   (ascends the divergence: the opposite sign of SD)
+    JSD over the teacher's top-K ids + tail (bounded by ln 2); g_t = 1[H(q_t) >= entropy_min] switches the
+    term off where the teacher's entropy has collapsed (gate: token, or batch on the mean entropy).
+    """
+    student_BTK = require(x, "topk_logprobs_BTK", "anti_sd")
+    if "teacher_topk" not in x.extras:
+        raise ValueError("'anti_sd' needs extras['teacher_topk'], which the caller did not provide")
+    teacher_BTK = x.extras["teacher_topk"].detach()
+    jsd_BT = topk_jsd(student_BTK, teacher_BTK, cfg.tail, x.topk_mask_BTK)
+    h_BT = topk_entropy(teacher_BTK.to(student_BTK.dtype), cfg.tail, x.topk_mask_BTK)
+    if cfg.gate == "batch":
+        gate_BT = torch.full_like(h_BT, float(masked_mean(h_BT, x.loss_mask_BT) >= cfg.entropy_min))
+    else:
+        gate_BT = (h_BT >= cfg.entropy_min).to(jsd_BT.dtype)
+    loss_BT = -cfg.coef * gate_BT * jsd_BT
+    if cfg.rl_coef > 0:
+        loss_BT = loss_BT + cfg.rl_coef * ppo_clip(x, PpoClipConfig()).loss_BT
+    metrics = _metrics(x, jsd=jsd_BT, teacher_entropy=h_BT)
+    metrics["loss/gate_frac"] = masked_mean(gate_BT, x.loss_mask_BT)
+    return LossOutput(loss_BT=loss_BT, metrics=metrics)
