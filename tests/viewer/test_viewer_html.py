@@ -180,9 +180,9 @@ def test_view_selects_steps_and_names_bad_input(tmp_path, tiny_model_dir, tiny_t
     (run / "config.yaml").write_text(cfg.to_yaml())
     for step in range(3):
         Trainer._save_trajectories(SimpleNamespace(cfg=cfg, run_dir=run, rank=0), step, trajs[:2])
-    (run / "trajectories" / "eval.jsonl").write_text((run / "trajectories" / "step_000000.jsonl").read_text())
+    (run / "trajectories" / "eval.jsonl").write_text((run / "trajectories" / "step_000001.jsonl").read_text())
     page = write_view(run, last=2).read_text()
-    assert [line.split(" ·")[0] for line in page.split("<h2>")[1:]] == ["step 1", "step 2", "eval"]
+    assert [line.split(" ·")[0] for line in page.split("<h2>")[1:]] == ["step 2", "step 3", "eval"]
     assert page.count('class="episode"') == 6
     assert "\\x07" in page and "\x07" not in page  # visible, and the page stays valid text
     with pytest.raises(ValueError, match="no such run directory"):
@@ -191,7 +191,7 @@ def test_view_selects_steps_and_names_bad_input(tmp_path, tiny_model_dir, tiny_t
     with pytest.raises(ValueError, match=r"step_000003\.jsonl:1: not JSON"):
         write_view(run)
     lonely = tmp_path / "lonely.jsonl"
-    lonely.write_text((run / "trajectories" / "step_000000.jsonl").read_text())
+    lonely.write_text((run / "trajectories" / "step_000001.jsonl").read_text())
     with pytest.raises(ValueError, match="pass --tokenizer"):
         write_view(lonely)
     assert "ep-solved" in write_view(lonely, tokenizer_path=str(tiny_model_dir)).read_text()
