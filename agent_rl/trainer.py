@@ -21,6 +21,7 @@ from agent_rl.core.seeding import derive_seed
 from agent_rl.distributed import Plan, make_learner, make_rollout_source
 from agent_rl.distributed.weights import WeightSync
 from agent_rl.eval import evaluate
+from agent_rl.hints import LearningHints
 from agent_rl.learner import checkpoint as ckpt
 from agent_rl.learner import fsdp, launch, lora
 from agent_rl.learner.critic import Critic, load_value_model
@@ -145,6 +146,7 @@ class Trainer:
             if not resume:
                 self.weight_sync(self.learner.version)  # the samplers start from the adapter the ledger holds
         self.breaker = InfraBreaker(cfg)  # stops a run whose infrastructure keeps failing (agent_rl/breaker.py)
+        self.hints = LearningHints(cfg.trainer.steps, log=self.log)  # says once when RL cannot learn (agent_rl/hints.py)
         self.start_step = 0
         if resume:
             self._load_checkpoint()
@@ -202,6 +204,7 @@ class Trainer:
             metrics.update(refused)
         tripped = None
         if self.rank == 0:
+            self.hints.observe(step, trajectories)
             try:
                 self.breaker.check(step, trajectories)
             except InfraErrorRateError as e:
@@ -419,13 +422,14 @@ class Trainer:
 
     # -- run directory -------------------------------------------------------------------------
     def _save_trajectories(self, step: int, trajectories: list[Trajectory], advantages: dict | None = None) -> None:
-        """For ``agent-rl view``; ``advantages``: episode id -> per-token advantages (``info.advantages_T``)."""
+        """For ``agent-rl view``, numbered like metrics and checkpoints (step 0 of the loop is ``step_000001``);
+        ``advantages``: episode id -> per-token advantages (``info.advantages_T``)."""
         n = self.cfg.tracking.save_trajectories
         if n <= 0 or self.rank != 0:
             return
         out = self.run_dir / "trajectories"
         out.mkdir(exist_ok=True)
-        with open(out / f"step_{step:06d}.jsonl", "w") as f:
+        with open(out / f"step_{step + 1:06d}.jsonl", "w") as f:
             for t in trajectories[:n]:
                 d = t.to_json()
                 if advantages and t.episode_id in advantages:
