@@ -200,6 +200,22 @@ def adapter_metadata(model: Any) -> dict[str, str]:
     return {ADAPTER_METADATA_KEY: json.dumps(keep)}
 
 
+def save_adapter(model: Any, out: Any, state_dict: dict[str, torch.Tensor] | None = None) -> None:
+    """The adapter in PEFT's format at the top of ``out`` (``adapter_config.json`` +
+    ``adapter_model.safetensors``: ``PeftModel.from_pretrained(base, out)`` loads it);
+    ``state_dict``: the model's full state dict when gathered from shards."""
+    from pathlib import Path
+
+    from safetensors.torch import save_file
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.peft_config[model.active_adapter].save_pretrained(str(out))
+    own = state_dict if state_dict is not None else {n: p.detach() for n, p in model.named_parameters() if ".lora_" in n}
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in _peft_names(model, own).items()}
+    save_file(tensors, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
+
+
 class AdapterMismatchError(RuntimeError):
     """Samples were produced by another adapter than the one the trainer sent for their version."""
 

@@ -43,6 +43,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from agent_rl.core.errors import InfraError
+from agent_rl.learner import lora
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 
 log = logging.getLogger(__name__)
@@ -207,6 +208,7 @@ class OpenAIBackend:
         )
         if r.topk:
             result.topk_ids, result.topk_logprobs = _topk(logprobs.get("top_logprobs"), r.topk, self.base_url)
+        result.adapter = body.get("adapter")  # learner.lora: agent-rl serve's record of its adapter
         served = body.get("policy_version")  # our server reports the weights that sampled
         if isinstance(served, int):
             self.policy_version = max(self.policy_version, served)
@@ -254,7 +256,7 @@ class OpenAIBackend:
             response = httpx.post(
                 url,
                 params={"version": version},
-                content=serialize_state_dict(self._weights(state_dict)),
+                content=self._payload(state_dict),
                 headers={**self.headers, "Content-Type": "application/octet-stream"},
                 timeout=self.cfg.timeout_s,
                 verify=self._tls,
@@ -275,7 +277,16 @@ class OpenAIBackend:
         self.policy_version, self._owed = int(body.get("policy_version", version)), False
 
     def _weights(self, state_dict: dict | None) -> dict:
-        return self._local_model.state_dict() if state_dict is None else state_dict
+        if state_dict is not None:
+            return state_dict
+        # learner.lora: only the adapter is pushed
+        return lora.adapter_state(self._local_model) if lora.is_lora(self._local_model) else self._local_model.state_dict()
+
+    def _payload(self, state_dict: dict | None) -> bytes:
+        """The safetensors body of a push; an adapter carries its LoRA config in the header."""
+        weights = self._weights(state_dict)
+        meta = lora.adapter_metadata(self._local_model) if lora.is_adapter(weights) and lora.is_lora(self._local_model) else None
+        return serialize_state_dict(weights, meta)
 
     def _lost_weights(self, body: dict[str, Any]) -> bool:
         """The completion was sampled by older weights than the ones pushed: the server restarted."""
@@ -286,7 +297,7 @@ class OpenAIBackend:
         """The latest pushed weights, once more (with the requests' retries)."""
         assert self._pushed is not None
         state_dict, version = self._pushed
-        payload = await asyncio.to_thread(serialize_state_dict, self._weights(state_dict))
+        payload = await asyncio.to_thread(self._payload, state_dict)
         headers = {"Content-Type": "application/octet-stream"}
         body = await self._post(client, "/update_weights", params={"version": version}, content=payload, headers=headers)
         self.policy_version, self._owed = int(body.get("policy_version", version)), False
@@ -341,11 +352,11 @@ class OpenAIBackend:
         pass
 
 
-def serialize_state_dict(state_dict: dict) -> bytes:
+def serialize_state_dict(state_dict: dict, metadata: dict[str, str] | None = None) -> bytes:
     """safetensors bytes (tied weights are written once per name, as separate tensors)."""
     from safetensors.torch import save
 
-    return save({k: v.detach().to("cpu").contiguous().clone() for k, v in state_dict.items()})
+    return save({k: v.detach().to("cpu").contiguous().clone() for k, v in state_dict.items()}, metadata=metadata)
 
 
 def _json_or_raise(response: httpx.Response, url: str) -> dict[str, Any]:

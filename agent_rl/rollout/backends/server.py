@@ -43,6 +43,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_rl.learner import lora
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 from agent_rl.rollout.backends.openai_http import is_loopback
 
@@ -137,7 +138,11 @@ class ServerState:
             else:
                 future.set_result((result.at_version(version), version))
 
-    async def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+    async def update_weights(self, state_dict: dict[str, torch.Tensor], version: int, adapter_config: dict | None = None) -> None:
+        if lora.is_adapter(state_dict):  # learner.lora: the adapter alone, swapped in place (the base stays)
+            async with self.lock:
+                await asyncio.to_thread(self.backend.update_weights, state_dict, version, adapter_config)
+            return
         model = self.backend.model
         own = model.state_dict()
         unexpected = sorted(set(state_dict) - set(own))
@@ -342,11 +347,13 @@ def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
                 "total_tokens": prompt_tokens + completion_tokens,
             },
             "policy_version": min(v for _, v in outs),
+            "adapter": outs[0][0].adapter,  # learner.lora: the adapter the hf backend held (None without)
         })
 
     @app.post("/v1/update_weights", dependencies=guarded)
     async def update_weights(request: Request, version: int | None = None):
         try:
+            adapter_config = None  # an adapter's LoRA config, in a safetensors body's header
             if request.headers.get("content-type", "").startswith("application/json"):
                 body = await request.json()
                 if not isinstance(body, dict) or "path" not in body or "version" not in body:
@@ -362,11 +369,13 @@ def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
                 from safetensors import SafetensorError
                 from safetensors.torch import load
 
+                payload = await request.body()
                 try:
-                    state_dict = load(await request.body())
+                    state_dict = load(payload)
                 except SafetensorError as e:
                     return _error(400, f"body: not a safetensors state dict: {e}")
-            await state.update_weights(state_dict, version)
+                adapter_config = lora.read_adapter_metadata(payload)
+            await state.update_weights(state_dict, version, adapter_config)
         except ValueError as e:
             return _error(400, str(e))
         return {"policy_version": state.backend.policy_version, "num_tensors": len(state_dict)}
