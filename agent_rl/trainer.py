@@ -461,10 +461,14 @@ class Trainer:
         return state
 
     def _export(self, out: Path) -> None:
-        """The policy in Hugging Face format (``from_pretrained``-loadable), written by rank 0."""
+        """The policy in Hugging Face format (``from_pretrained``-loadable; learner.lora: the adapter in
+        PEFT's format, ``agent-rl export`` merges it), written by rank 0."""
         full = fsdp.full_state_dict(self.components.model)
-        if self.rank == 0:
+        if self.rank == 0 and lora.is_lora(self.components.model):
+            lora.save_adapter(self.components.model, out, full)
+        elif self.rank == 0:
             self.components.model.save_pretrained(out, state_dict=full)
+        if self.rank == 0:
             self.components.tokenizer.save_pretrained(out)
 
     def _load_checkpoint(self) -> None:
