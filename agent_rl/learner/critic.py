@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from agent_rl.learner import fsdp
+from agent_rl.learner import fsdp, packing
 from agent_rl.learner.learner import Optimizer, global_aggregation_inputs
 from agent_rl.learner.logprobs import batch_logits
 from agent_rl.types import TrainBatch
@@ -46,7 +46,7 @@ class Critic:
     def __init__(self, model: torch.nn.Module, cfg: Any, learner_cfg: Any, total_steps: int | None = None):
         """``cfg``: ``learner.critic``; ``learner_cfg``: the sharding / optimizer settings it shares."""
         self.cfg = cfg
-        self.micro_batch_size = learner_cfg.micro_batch_size
+        self.learner_cfg = learner_cfg  # micro-batching and packing as the policy's
         self.model = fsdp.shard_model(
             model, learner_cfg.mixed_precision, learner_cfg.cpu_offload, learner_cfg.activation_checkpointing
         )
@@ -54,7 +54,7 @@ class Critic:
         self.optimizer, self.scheduler = self.optim.optimizer, self.optim.scheduler
 
     def _values(self, batch: TrainBatch) -> torch.Tensor:
-        out_BT = batch_logits(self.model, batch)[..., 0].float()
+        out_BT = batch_logits(self.model, batch, packed=self.learner_cfg.packing)[..., 0].float()
         zeros_B1 = torch.zeros_like(out_BT[:, :1])
         return torch.cat([zeros_B1, out_BT[:, :-1]], dim=1) * batch.attention_mask_BT.to(out_BT.dtype)
 
@@ -62,6 +62,8 @@ class Critic:
     def values(self, batch: TrainBatch) -> torch.Tensor:
         """``values_BT`` of the whole batch (each rank computes its rows; every rank gets all)."""
         self.model.eval()
+        if self.learner_cfg.packing or self.learner_cfg.max_tokens_per_micro_batch is not None:
+            return packing.map_micro_batches(batch, self.learner_cfg, lambda mb: (self._values(mb),))[0]
         return fsdp.map_rows(batch, lambda mb: (self._values(mb),))[0]
 
     def update(
@@ -69,15 +71,14 @@ class Critic:
     ) -> dict[str, float]:
         """One optimizer step of the clipped value loss towards ``returns_BT``; metrics over ranks."""
         if not rows_are_local:
-            batch, (returns_BT, old_values_BT) = fsdp.shard_rows(batch, returns_BT, old_values_BT)
+            batch, (returns_BT, old_values_BT), _ = packing.shard(batch, self.learner_cfg, returns_BT, old_values_BT)
         self.model.train()
         num_tokens = global_aggregation_inputs(batch, None).num_tokens
         _, world = fsdp.rank_and_world()
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum, sq_err_sum, clipped_sum = 0.0, 0.0, 0.0
-        for s in range(0, batch.batch_size, self.micro_batch_size):
-            rows = slice(s, s + self.micro_batch_size)
-            mb = batch.select(rows)
+        for micro in packing.micro_batches(batch, self.learner_cfg):  # the same number on every rank
+            rows, mb = micro.rows, micro.select(batch)
             mask_BT = mb.loss_mask_BT.float()
             v_BT, r_BT, old_BT = self._values(mb), returns_BT[rows].float(), old_values_BT[rows].float()
             err_BT = (v_BT - r_BT) ** 2

@@ -20,7 +20,7 @@ from agent_rl.algorithms.aggregation import aggregation_inputs_for, select_rows
 from agent_rl.algorithms.losses import apply_cross_cutting
 from agent_rl.algorithms.plan import ObjectiveParts
 from agent_rl.algorithms.registry import AggregationInputs, LossInputs
-from agent_rl.learner import fsdp
+from agent_rl.learner import fsdp, packing
 from agent_rl.learner.logprobs import token_logprobs
 from agent_rl.types import TrainBatch
 
@@ -121,7 +121,7 @@ class Learner:
         """``token_logprobs`` with this learner's temperature, chunk size and LM-head precision."""
         return token_logprobs(
             model, batch, self.temperature, with_entropy=with_entropy,
-            chunk_tokens=self.cfg.logprob_chunk_tokens, fp32_lm_head=self.cfg.fp32_lm_head, **kw,
+            chunk_tokens=self.cfg.logprob_chunk_tokens, fp32_lm_head=self.cfg.fp32_lm_head, packed=self.cfg.packing, **kw,
         )
 
     @torch.no_grad()
@@ -129,6 +129,8 @@ class Learner:
         """Logprobs (and entropy) of the whole batch under ``model`` (policy or reference), without
         gradient; each rank computes its block of rows and every rank receives all of them."""
         model.eval()
+        if self.cfg.packing or self.cfg.max_tokens_per_micro_batch is not None:  # micro-batched like the update
+            return packing.map_micro_batches(batch, self.cfg, lambda mb: self.logprobs(model, mb, with_entropy))
         return fsdp.map_rows(batch, lambda mb: self.logprobs(model, mb, with_entropy))
 
     def update(
@@ -137,7 +139,7 @@ class Learner:
         """One optimizer step on ``batch`` (the whole step's rows, identical on every rank; with
         ``rows_are_local`` only this rank's rows); returns metrics reduced over ranks."""
         if not rows_are_local:
-            batch, (advantages_BT,) = fsdp.shard_rows(batch, advantages_BT)
+            batch, (advantages_BT,), _ = packing.shard(batch, self.cfg, advantages_BT)
         self.model.train()
         loss_entry = POLICY_LOSSES.get(parts.loss.name)
         opts = parts.loss_options()
@@ -145,16 +147,11 @@ class Learner:
         agg_all = global_aggregation_inputs(batch, self.max_response_tokens)
         aggregate = AGGREGATIONS(parts.aggregation)
         _, world = fsdp.rank_and_world()
-        mbs = self.cfg.micro_batch_size
-        num_micro = int(fsdp.all_reduce([float(-(-batch.batch_size // mbs))], op="max")[0])
-        if num_micro != -(-batch.batch_size // mbs):
-            raise ValueError("every rank must hold the same number of rows (use fsdp.shard_rows)")
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
         total_loss, mismatch_abs_max, mismatch_k3_sum = 0.0, 0.0, 0.0
-        for s in range(0, batch.batch_size, mbs):
-            rows = slice(s, s + mbs)
-            mb = batch.select(rows)
+        for micro in packing.micro_batches(batch, self.cfg):  # the same number on every rank
+            rows, mb = micro.rows, micro.select(batch)
             topk_BTK = None
             if "topk" in needs or "teacher_topk" in needs:  # the sampler's or the teacher's candidates
                 logprobs_BT, entropy_BT, topk_BTK = self.logprobs(self.model, mb, "entropy" in needs, topk_ids_BTK=mb.topk_ids_BTK)
@@ -191,6 +188,8 @@ class Learner:
             loss = aggregate(out.loss_BT, mask, select_rows(agg_all, rows), parts.aggregation)
             (loss * world).backward()  # FSDP averages over ranks; the sum of the shares is wanted
             total_loss += float(loss.detach())
+            if micro.empty:
+                continue
             frac = float(mask.sum()) / max(agg_all.num_tokens, 1.0)
             for k, v in out.metrics.items():
                 sums[k] = sums.get(k, 0.0) + frac * v

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from agent_rl.learner import packing
 from agent_rl.types import TrainBatch
 
 
@@ -159,8 +160,15 @@ def _chunked_head(model: torch.nn.Module, request: _Request):
         del head.forward  # back to the class's forward (generation sees a plain LM head)
 
 
-def batch_logits(model: torch.nn.Module, batch: TrainBatch) -> torch.Tensor:
-    """``model(...)``'s per-token output on a batch (right-padded rows, explicit positions, no cache)."""
+def batch_logits(model: torch.nn.Module, batch: TrainBatch, packed: bool = False) -> torch.Tensor:
+    """``model(...)``'s per-token output on a batch (right-padded rows, explicit positions, no cache).
+
+    ``packed``: the rows run as one packed sequence (``packing``); the output comes back in the
+    padded layout, zeros on padding."""
+    if packed:
+        packing.check_isolation(model)
+        p = packing.pack(batch)
+        return p.unpack(packing.packed_call(model, p).logits)
     return model(
         input_ids=batch.input_ids_BT,
         attention_mask=batch.attention_mask_BT,
@@ -177,23 +185,31 @@ def token_logprobs(
     chunk_tokens: int = 1024,
     topk_ids_BTK: torch.Tensor | None = None,
     fp32_lm_head: bool = False,
+    packed: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None] | tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """``logprobs_BT[:, t]`` = log p(input_ids[:, t] | input_ids[:, :t]) at ``temperature``; column 0 is 0.
 
     Positions whose token is padding (attention mask 0) are 0 and cost nothing. ``entropy_BT`` is
     the entropy of the distribution that predicted token t (None unless ``with_entropy``). With
     ``topk_ids_BTK`` it also returns the logprobs at those ids, as a third value. ``fp32_lm_head``
-    runs the head's matmul in fp32 (bf16 models: the logits keep their precision).
+    runs the head's matmul in fp32 (bf16 models: the logits keep their precision). ``packed``: the
+    rows run as one packed sequence (``packing``); the results are the same, padding costs nothing.
     """
-    mask_BT = batch.attention_mask_BT.bool()
-    targets_BT = torch.cat([batch.input_ids_BT[:, 1:], batch.input_ids_BT[:, :1]], dim=1)
-    valid_BT = torch.cat([mask_BT[:, 1:], torch.zeros_like(mask_BT[:, :1])], dim=1)
+    if packed:  # the head sees the packed [1, N] layout: targets and validity in that layout
+        packing.check_isolation(model)
+        p = packing.pack(batch)
+        ids_BT, valid_BT = p.input_ids_1N, p.next_in_row_1N()
+        topk_ids_BTK = None if topk_ids_BTK is None else p.gather(topk_ids_BTK)
+    else:
+        ids_BT, valid_BT = batch.input_ids_BT, batch.attention_mask_BT.bool()
+        valid_BT = torch.cat([valid_BT[:, 1:], torch.zeros_like(valid_BT[:, :1])], dim=1)
+    targets_BT = torch.cat([ids_BT[:, 1:], ids_BT[:, :1]], dim=1)
     topk_next_BTK = None
     if topk_ids_BTK is not None:
         topk_next_BTK = torch.cat([topk_ids_BTK[:, 1:], topk_ids_BTK[:, :1]], dim=1)
     request = _Request(targets_BT, valid_BT, topk_next_BTK, temperature, max(1, chunk_tokens), with_entropy, fp32_lm_head)
     with _chunked_head(model, request):
-        packed_BTC = batch_logits(model, batch)
+        packed_BTC = p.unpack(packing.packed_call(model, p).logits) if packed else batch_logits(model, batch)
     logprobs_BT = packed_BTC[..., 0]
     entropy_BT = packed_BTC[..., 1] if with_entropy else None
     if topk_ids_BTK is None:

@@ -1,0 +1,235 @@
+"""Packed micro-batches and token-budget micro-batches (``learner.packing``, ``learner.max_tokens_per_micro_batch``).
+
+Packing: a micro-batch's rows run through the model as ONE sequence of their real tokens,
+``[1, N]`` with N = the rows' total length, each token keeping its row's position id. No token
+attends across a row boundary: transformers derives the block-diagonal causal mask from the
+position ids when the model is called without an attention mask and without a cache (a new
+sequence starts wherever the position does not go up by one): a varlen kernel with flash
+attention, a block-diagonal mask with sdpa / eager. ``pack`` checks that the rows' positions
+let it find exactly the row boundaries, and ``check_isolation`` checks once per model that the
+model really keeps packed sequences apart (an architecture that ignores packed position ids
+is refused, never silently approximated). The per-token outputs come back in the padded
+``[B, T, ...]`` layout, so losses and aggregation never see the packing.
+
+Token budget: micro-batches are cut by tokens instead of rows (first-fit decreasing), and with
+several ranks the rows are dealt to ranks by tokens (longest first, to the rank with the fewest),
+so each rank does about the same work. FSDP's collectives need every rank to run the same number
+of micro-batches: ranks with fewer run empty ones (a zero-mask row: no loss, no gradient).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from agent_rl.learner import fsdp
+from agent_rl.types import TrainBatch
+
+
+@dataclass
+class Pack:
+    """Where each packed token comes from: ``rows_N[n], cols_N[n]`` in the padded batch."""
+
+    rows_N: torch.Tensor
+    cols_N: torch.Tensor
+    input_ids_1N: torch.Tensor
+    position_ids_1N: torch.Tensor
+    shape: tuple[int, int]  # (B, T) of the padded batch
+
+    def next_in_row_1N(self) -> torch.Tensor:
+        """True where packed token n + 1 is the next token of the same row (n predicts it)."""
+        same_N = torch.zeros_like(self.rows_N, dtype=torch.bool)
+        same_N[:-1] = self.rows_N[1:] == self.rows_N[:-1]
+        return same_N[None]
+
+    def gather(self, x_BT: torch.Tensor) -> torch.Tensor:
+        """A ``[B, T, ...]`` tensor in the packed layout ``[1, N, ...]``."""
+        return x_BT[self.rows_N, self.cols_N][None]
+
+    def unpack(self, x_1NC: torch.Tensor) -> torch.Tensor:
+        """``[1, N, ...]`` -> ``[B, T, ...]``, zeros where the padded batch has padding."""
+        out = torch.zeros((*self.shape, *x_1NC.shape[2:]), dtype=x_1NC.dtype, device=x_1NC.device)
+        return out.index_put((self.rows_N, self.cols_N), x_1NC[0])
+
+
+def pack(batch: TrainBatch) -> Pack:
+    """The real tokens (attention mask 1) of every row, concatenated in row order."""
+    rows_N, cols_N = batch.attention_mask_BT.bool().nonzero(as_tuple=True)
+    position_ids_BT = batch.position_ids_BT.expand_as(batch.input_ids_BT)
+    positions_N = position_ids_BT[rows_N, cols_N]
+    # a row starts where the row index changes; transformers starts a sequence where the position
+    # does not go up by one: the two must agree token for token
+    row_start_N = torch.ones_like(rows_N, dtype=torch.bool)
+    row_start_N[1:] = rows_N[1:] != rows_N[:-1]
+    seq_start_N = torch.ones_like(rows_N, dtype=torch.bool)
+    seq_start_N[1:] = positions_N[1:] - positions_N[:-1] != 1
+    if not torch.equal(row_start_N, seq_start_N):
+        n = int((row_start_N != seq_start_N).nonzero()[0, 0])
+        raise ValueError(
+            f"learner.packing: row {int(rows_N[n])} cannot be packed: its position ids must go up by one over its "
+            "tokens and not continue the previous row's (set learner.packing: false for this data)"
+        )
+    return Pack(rows_N, cols_N, batch.input_ids_BT[rows_N, cols_N][None], positions_N[None], tuple(batch.input_ids_BT.shape))
+
+
+def packed_call(model: torch.nn.Module, p: Pack) -> Any:
+    """``model(...)`` on the packed tokens: no attention mask and no cache, so the model derives the
+    sequence boundaries from the position ids."""
+    return model(input_ids=p.input_ids_1N, position_ids=p.position_ids_1N, use_cache=False)
+
+
+_ISOLATION_CHECKED: set[int] = set()
+
+
+@torch.no_grad()
+def check_isolation(model: torch.nn.Module) -> None:
+    """Refuse a model that lets packed sequences see each other (once per model object).
+
+    Packs [a, b] and [a', b] with a != a': if sequences are isolated, b's outputs are the same in
+    both (to rounding); an architecture that ignores packed position ids mixes a into b.
+    Under FSDP every rank runs it at the same call (the forwards are collectives).
+    """
+    if id(model) in _ISOLATION_CHECKED:
+        return
+    vocab = int(model.get_input_embeddings().weight.shape[0])
+    device = model.get_input_embeddings().weight.device
+    a, a2, b = [1, 2, 3, 4], [5, 6, 7, 8], [2, 4, 6]
+    positions = torch.tensor([[0, 1, 2, 3, 0, 1, 2]], device=device)
+    outs = []
+    was_training = model.training
+    model.eval()
+    for first in (a, a2):
+        ids = torch.tensor([[t % vocab for t in first + b]], device=device)
+        outs.append(model(input_ids=ids, position_ids=positions, use_cache=False).logits[0, 4:].float())
+    model.train(was_training)
+    diff, scale = float((outs[0] - outs[1]).abs().max()), float(outs[0].abs().max())
+    if diff > 1e-3 * max(scale, 1.0):
+        raise ValueError(
+            f"learner.packing: {type(model).__name__} lets packed sequences attend to each other (output change "
+            f"{diff:.3g}); set learner.packing: false for this model"
+        )
+    _ISOLATION_CHECKED.add(id(model))
+
+
+@dataclass
+class MicroBatch:
+    """Rows of this rank's batch; ``empty``: a filler that only keeps FSDP's collectives in step."""
+
+    rows: torch.Tensor
+    empty: bool = False
+
+    def select(self, batch: TrainBatch) -> TrainBatch:
+        mb = batch.select(self.rows)
+        if self.empty:
+            mb.loss_mask_BT = torch.zeros_like(mb.loss_mask_BT)
+        return mb
+
+
+def row_lengths(batch: TrainBatch) -> list[int]:
+    return [int(n) for n in batch.attention_mask_BT.sum(-1).tolist()]
+
+
+def plan(lengths_B: list[int], micro_batch_size: int, max_tokens: int | None, packed: bool) -> list[list[int]]:
+    """Rows of each micro-batch: blocks of ``micro_batch_size`` rows, or with ``max_tokens``
+    bins of at most that many tokens (first-fit decreasing; a row longer than the budget is
+    alone). Tokens: the rows' real tokens when packed, rows x the longest row when padded."""
+    B = len(lengths_B)
+    if max_tokens is None:
+        return [list(range(s, min(s + micro_batch_size, B))) for s in range(0, B, micro_batch_size)]
+    bins: list[list[int]] = []
+    cost: list[int] = []
+    for i in sorted(range(B), key=lambda i: (-lengths_B[i], i)):
+        n = lengths_B[i]
+        for k, rows in enumerate(bins):
+            # rows come longest first: in a padded bin the first row sets the width
+            new = cost[k] + n if packed else (len(rows) + 1) * lengths_B[rows[0]]
+            if new <= max_tokens:
+                rows.append(i)
+                cost[k] = new
+                break
+        else:
+            bins.append([i])
+            cost.append(n)
+    return [sorted(rows) for rows in bins]
+
+
+def micro_batches(batch: TrainBatch, cfg: Any) -> list[MicroBatch]:
+    """This rank's micro-batches; the same number on every rank (empty fillers where short)."""
+    rows = plan(row_lengths(batch), cfg.micro_batch_size, cfg.max_tokens_per_micro_batch, cfg.packing)
+    out = [MicroBatch(torch.tensor(r, dtype=torch.long)) for r in rows]
+    most = int(fsdp.all_reduce([float(len(out))], op="max")[0])
+    out += [MicroBatch(torch.zeros(1, dtype=torch.long), empty=True) for _ in range(most - len(out))]
+    return out
+
+
+def balanced_rows(lengths_B: list[int], world: int) -> list[list[int]]:
+    """Rows of each rank: longest first, each to the rank with the fewest tokens so far (then rows)."""
+    loads = [(0, 0)] * world
+    out: list[list[int]] = [[] for _ in range(world)]
+    for i in sorted(range(len(lengths_B)), key=lambda i: (-lengths_B[i], i)):
+        r = min(range(world), key=lambda r: (loads[r], r))
+        out[r].append(i)
+        loads[r] = (loads[r][0] + lengths_B[i], loads[r][1] + 1)
+    return [sorted(rows) for rows in out]
+
+
+def shard(batch: TrainBatch, cfg: Any, *per_row: torch.Tensor) -> tuple[TrainBatch, list[torch.Tensor], torch.Tensor]:
+    """This rank's rows of ``batch`` and of each ``[B, ...]`` tensor, and their indices in ``batch``.
+
+    Without a token budget: ``fsdp.shard_rows``'s blocks. With one: rows dealt by tokens
+    (``balanced_rows``); a rank left without rows gets a zero-mask copy of row 0 (index -1).
+    """
+    rank, world = fsdp.rank_and_world()
+    if world == 1 or cfg.max_tokens_per_micro_batch is None:
+        start, end = fsdp.rows_of_rank(batch.batch_size, rank, world)
+        local, tensors = fsdp.shard_rows(batch, *per_row)
+        index = torch.arange(start, start + local.batch_size)
+        index[end - start :] = -1
+        return local, tensors, index
+    mine = balanced_rows(row_lengths(batch), world)[rank]
+    if mine:
+        index = torch.tensor(mine, dtype=torch.long)
+        return batch.select(index), [t[index].clone() for t in per_row], index
+    filler = MicroBatch(torch.zeros(1, dtype=torch.long), empty=True)
+    return filler.select(batch), [torch.zeros_like(t[:1]) for t in per_row], torch.tensor([-1])
+
+
+def map_micro_batches(
+    batch: TrainBatch, cfg: Any, fn: Callable[[TrainBatch], tuple[torch.Tensor | None, ...]]
+) -> tuple[torch.Tensor | None, ...]:
+    """``fn`` (no gradient) over the whole batch in this learner's micro-batches, every rank
+    computing its rows; every rank receives all rows, in the batch's order."""
+    local, _, index = shard(batch, cfg)
+    outs: list[list[torch.Tensor | None]] = []
+    for m in micro_batches(local, cfg):
+        res = fn(m.select(local))
+        if not m.empty:
+            outs.append([None if t is None else (m.rows, t) for t in res])
+    columns: list[torch.Tensor | None] = []
+    for j in range(len(outs[0]) if outs else 0):
+        if outs[0][j] is None:
+            columns.append(None)
+            continue
+        first = outs[0][j][1]
+        col = torch.zeros((local.batch_size, *batch.input_ids_BT.shape[1:], *first.shape[2:]), dtype=first.dtype, device=first.device)
+        for o in outs:
+            col[o[j][0]] = o[j][1]
+        columns.append(col)
+    if fsdp.rank_and_world()[1] == 1:
+        return tuple(columns)
+    gathered = fsdp.all_gather_objects((index, [None if c is None else c.cpu() for c in columns]))
+    result: list[torch.Tensor | None] = []
+    for j in range(max(len(cols) for _, cols in gathered)):
+        parts = [(idx, cols[j]) for idx, cols in gathered if cols and cols[j] is not None]
+        if not parts:
+            result.append(None)
+            continue
+        full = torch.zeros((batch.batch_size, *parts[0][1].shape[1:]), dtype=parts[0][1].dtype)
+        for idx, col in parts:
+            keep = idx >= 0
+            full[idx[keep]] = col[keep]
+        result.append(full.to(batch.input_ids_BT.device))
+    return tuple(result)
