@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 from pathlib import Path
@@ -66,7 +67,7 @@ def test_agent_rl_serve_takes_only_the_adapter(tiny_model_dir):
             with torch.no_grad():
                 policy.load_state_dict(policy_with_adapter(tiny_model_dir, seed).state_dict())
             client.update_weights(None, version)
-            served = __import__("asyncio").run(client.generate([request], seed=0))[0]
+            served = asyncio.run(client.generate([request], seed=0))[0]
             local = HfBackend(policy, 0).generate_sync([request], seed=0)[0]
             assert served.token_ids == local.token_ids
             assert served.adapter == {"name": "policy", "version": version, "sha256": lora.content_hash(lora.adapter_state(policy))}
@@ -119,3 +120,27 @@ def test_a_lora_run_resumes_exactly(tiny_model_dir, tmp_path):
     adapter = ref / "checkpoints" / "step_000003" / "model" / "adapter_model.safetensors"  # PEFT format
     again = resumed / "checkpoints" / "step_000003" / "model" / "adapter_model.safetensors"
     assert adapter.read_bytes() == again.read_bytes()
+
+
+def test_export_adapter_and_merged_model_generate_the_policys_greedy_tokens(tiny_model_dir, tmp_path, capsys):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from agent_rl.cli import main
+    from agent_rl.trainer import Trainer
+
+    run = tmp_path / "run"
+    trainer = Trainer(lora_cfg(tiny_model_dir, run, "trainer.steps=2", "learner.lr=0.2"), log=lambda *a: None)
+    trainer.train()
+    assert main(["export", str(run)]) == 0 and main(["export", str(run), "--merge"]) == 0
+    adapter = PeftModel.from_pretrained(load_model(str(tiny_model_dir)), str(run / "export"))
+    merged = AutoModelForCausalLM.from_pretrained(str(run / "export_merged"))
+    assert not any(".lora_" in k for k in merged.state_dict())  # a plain model
+    requests = [GenerationRequest(prompt_ids=[i, 5, 9, 2], max_new_tokens=12, temperature=0.0, ignore_eos=True) for i in range(1, 9)]
+    policy, base = trainer.components.model, load_model(str(tiny_model_dir))
+    tokens = {name: [r.token_ids for r in HfBackend(m, 0).generate_sync(requests)] for name, m in
+              (("policy", policy), ("adapter", adapter), ("merged", merged), ("base", base))}
+    assert tokens["adapter"] == tokens["policy"] and tokens["merged"] == tokens["policy"]
+    assert tokens["base"] != tokens["policy"]  # the adapter changed what the policy says
+    assert main(["export", str(run)]) == 2  # the default output exists: one line, no traceback
+    assert "exists and is not empty" in capsys.readouterr().err
