@@ -160,6 +160,14 @@ def cmd_view(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from agent_rl.export import export
+
+    out = export(Path(args.run), Path(args.out) if args.out else None, merge=args.merge, step=args.step)
+    print(f"{'merged model' if args.merge else 'policy'} of {args.run} written to {out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agent-rl", description="Train tool-using LLM agents with RL.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -238,6 +246,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--tokenizer", default=None, help="tokenizer path (default: model.path of RUN/config.yaml)")
     sp.add_argument("--last", type=int, default=0, help="only the last N training steps (0: all)")
     sp.set_defaults(fn=cmd_view)
+
+    sp = sub.add_parser("export", help="a run's policy: a LoRA adapter in PEFT's format, or --merge'd into a Hugging Face model")
+    sp.add_argument("run", help="run directory (its newest checkpoint)")
+    sp.add_argument("--merge", action="store_true", help="fold a LoRA adapter into the base: a plain Hugging Face model")
+    sp.add_argument("--out", default=None, help="output directory (default: RUN/export, RUN/export_merged)")
+    sp.add_argument("--step", type=int, default=None, help="the checkpoint of this step (default: the newest)")
+    sp.set_defaults(fn=cmd_export)
 
     sp = sub.add_parser("objectives", help="the registered objectives")
     sp.add_argument("action", choices=["list"])
