@@ -3,8 +3,9 @@ Laguna's tool-error shaping, added to an env's own reward by ``ShapedEnv``.
 
 A component sees every step (the action text, the env's reward and info) and returns the reward
 it adds there; the episode's reward is the sum of its step rewards, so a component that scores the
-whole episode adds its score on the last step. ``info["reward_components"]`` records each one's
-share of the step. Make a shaped env directly, or register it under an id of its own (in a
+whole episode adds its score on the last step (when the env ends the episode: terminated or
+truncated). ``info["reward_components"]`` holds the episode's reward so far split by component
+(``env`` = the env's own), so the finished trajectory's info has the totals (``sa_mrpo`` reads them). Make a shaped env directly, or register it under an id of its own (in a
 plugin named by ``env.plugins``)::
 
     ShapedEnv(gym.make("Arithmetic-v0"), [R1Format(), LanguageConsistency("en")])
@@ -177,12 +178,15 @@ class ShapedEnv(AsyncTextEnv):
     async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         for c in self.components:
             c.reset()
+        self.totals = {"env": 0.0, **{c.name: 0.0 for c in self.components}}
         return await self._call("reset", seed=seed, options=options)
 
     async def astep(self, action: str):
         obs, reward, terminated, truncated, info = await self._call("step", action)
         shares = {c.name: float(c.step(action, float(reward), terminated or truncated, info)) for c in self.components}
-        info = {**info, "reward_components": {"env": float(reward), **shares}}
+        for name, value in {"env": float(reward), **shares}.items():
+            self.totals[name] += value
+        info = {**info, "reward_components": dict(self.totals)}
         return obs, float(reward) + sum(shares.values()), terminated, truncated, info
 
     async def aclose_resources(self) -> None:

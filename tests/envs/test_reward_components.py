@@ -77,7 +77,8 @@ def test_shaped_arithmetic_env_adds_the_components_to_its_reward():
         assert call[1] == 0.0
         # right answer (env 1.0) + R1 format on the last step: 1 of 3 actions well-formed
         assert done[2] and done[1] == pytest.approx(1.0 + 1 / 3)
-        assert done[4]["reward_components"]["env"] == 1.0
+        # the episode's totals by component (the finished trajectory's info keeps them)
+        assert done[4]["reward_components"] == pytest.approx({"env": 1.0, "r1_format": 1 / 3, "tool_error": -0.1})
         env.close()
     finally:
         gym.registry.pop(env_id, None)
