@@ -184,6 +184,10 @@ def make_rollout_source(
     synchronous_local = d.backend == "local" and d.max_staleness == 0 and d.lookahead_steps in (None, 0) and not d.overprovision_groups
     if fsdp.rank_and_world()[0] > 0:
         return FollowerSource()
+    if cfg.trainer.preference_data is not None:  # offline preference data instead of rollouts
+        from agent_rl.algorithms.preference_data import PreferenceDataSource
+
+        return PreferenceDataSource(cfg.trainer.preference_data, components.renderer, cfg.trainer.seed)
     if synchronous_local:
         return LocalRolloutSource(engine, plan)
     loop = LoopThread("rollout-buffer")

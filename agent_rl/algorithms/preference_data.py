@@ -1,0 +1,170 @@
+"""Offline preference data for ``dpo`` / ``rpo`` / ``kto``: a JSONL read as if it were rollouts.
+
+``trainer.preference_data.path`` replaces the rollout source of ``agent-rl train``: each step takes
+``trainer.prompts_per_step`` records (a seeded permutation per epoch) and hands the trainer groups
+of trajectories, so the reference model, the loss and the learner run unchanged. One record a line:
+
+    {"prompt": [...messages], "chosen": [...messages], "rejected": [...messages], "tools": [...]}   a pair
+    {"prompt": [...messages], "completion": [...messages], "label": true, "tools": [...]}          a labelled sample
+
+``prompt`` / ``chosen`` / ``rejected`` / ``completion`` may also be plain strings (one user / one
+assistant message); ``tools`` is optional (OpenAI tool schemas, passed to the chat template).
+A completion may be a whole multi-turn conversation (assistant, tool, assistant, ...).
+
+A pair is a group of two rows, chosen (reward 1) then rejected (reward 0); a labelled sample is a
+group of one row (reward 1 when ``label`` is true, else 0). Tokens: the prompt rendered with the
+generation prompt, then each completion message as the difference between successive renders of
+the chat template; loss mask 1 on an assistant message's tokens up to and including its
+end-of-turn marker, 0 on the prompt, tool / user messages and the template's text after the marker
+(as the rollout engine masks sampled turns). A template that rewrites earlier messages cannot be
+split this way and is refused. No sampler produced these tokens: ``rollout_logprobs_T`` is 0, so the
+learner's ``train/mismatch_*`` metrics mean nothing here and ``loss_options.rollout_is`` must stay off.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent_rl.core.seeding import derive_seed
+from agent_rl.types import StopReason, Trajectory, Turn
+
+
+class PreferenceDataConfig(BaseModel):
+    """``trainer.preference_data``: train on a JSONL of preference pairs / labelled samples instead of rollouts."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    path: str = Field(description="JSONL of pairs {prompt, chosen, rejected} or labelled samples {prompt, completion, label}")
+    shuffle: bool = Field(True, description="a seeded permutation of the records each epoch (False: file order)")
+
+
+def _messages(value: Any, role: str, where: str) -> list[dict]:
+    if isinstance(value, str):
+        return [{"role": role, "content": value}]
+    if isinstance(value, list) and value and all(isinstance(m, dict) and "role" in m for m in value):
+        return value
+    raise ValueError(f"{where}: expected a string or a non-empty list of messages with 'role'")
+
+
+def load_records(path: str | Path) -> list[dict]:
+    """The records of ``path``, each {"rows": [(messages, reward), ...], "tools", "prompt_len"}; a bad line
+    raises ``ValueError`` naming the file, the line and the keys expected."""
+    records = []
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise ValueError(f"trainer.preference_data.path: cannot read {path} ({e.strerror})") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{n}"
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: not JSON ({e.msg})") from None
+        if not isinstance(rec, dict) or "prompt" not in rec:
+            raise ValueError(f"{where}: expected {{prompt, chosen, rejected}} or {{prompt, completion, label}}")
+        prompt = _messages(rec["prompt"], "user", f"{where} 'prompt'")
+        if "chosen" in rec and "rejected" in rec:
+            rows = [(_messages(rec["chosen"], "assistant", f"{where} 'chosen'"), 1.0),
+                    (_messages(rec["rejected"], "assistant", f"{where} 'rejected'"), 0.0)]  # fmt: skip
+        elif "completion" in rec and isinstance(rec.get("label"), bool):
+            rows = [(_messages(rec["completion"], "assistant", f"{where} 'completion'"), 1.0 if rec["label"] else 0.0)]
+        else:
+            raise ValueError(f"{where}: expected keys chosen + rejected, or completion + label (true/false)")
+        for completion, _ in rows:
+            if not any(m["role"] == "assistant" for m in completion):
+                raise ValueError(f"{where}: a completion needs at least one assistant message")
+        records.append({"prompt": prompt, "rows": rows, "tools": rec.get("tools"), "source": where})
+    if not records:
+        raise ValueError(f"trainer.preference_data.path: {path} holds no records")
+    return records
+
+
+def render_conversation(renderer: Any, prompt: list[dict], completion: list[dict], tools: list[dict] | None) -> tuple[list[int], list[int], list[Turn]]:
+    """(token ids, loss mask, assistant turns) of ``prompt + completion`` (see the module docstring)."""
+    messages = prompt + completion
+    # the template's text (not ids): prefixes are compared and the end-of-turn marker found in it
+    text = renderer._text(prompt, tools, add_generation_prompt=True)
+    ids = renderer.encode(text)
+    mask, turns = [0] * len(ids), []
+    for k in range(len(prompt), len(messages)):
+        is_assistant = messages[k]["role"] == "assistant"
+        next_is_assistant = k + 1 < len(messages) and messages[k + 1]["role"] == "assistant"
+        full = renderer._text(messages[: k + 1], tools, add_generation_prompt=not is_assistant and next_is_assistant)
+        if not full.startswith(text):
+            raise ValueError("the chat template rewrites earlier messages; offline preference data needs one that only appends")
+        segment, text = full[len(text) :], full
+        if not is_assistant:
+            new = renderer.encode(segment)
+            if turns and turns[-1].obs_end == len(ids):
+                turns[-1].obs_end += len(new)
+            ids, mask = ids + new, mask + [0] * len(new)
+            continue
+        ends = [segment.find(m) + len(m) for m in renderer.end_markers if m in segment]
+        cut = min(ends) if ends else len(segment)
+        head, tail = renderer.encode(segment[:cut]), renderer.encode(segment[cut:]) if cut < len(segment) else []
+        start = len(ids)
+        ids, mask = ids + head + tail, mask + [1] * len(head) + [0] * len(tail)
+        turns.append(Turn(start=start, end=start + len(head), obs_start=start + len(head), obs_end=len(ids)))
+    return ids, mask, turns
+
+
+class PreferenceDataSource:
+    """A rollout source (``distributed.RolloutSource``) that reads ``PreferenceDataConfig.path``."""
+
+    needs_weights = False  # nothing samples
+
+    def __init__(self, cfg: PreferenceDataConfig, renderer: Any, seed: int):
+        self.cfg, self.renderer, self.seed = cfg, renderer, seed
+        self.records = load_records(cfg.path)
+
+    def _order(self, epoch: int) -> list[int]:
+        order = list(range(len(self.records)))
+        if self.cfg.shuffle:
+            random.Random(derive_seed("preference_data", self.seed, epoch)).shuffle(order)
+        return order
+
+    def indices(self, step: int, round_: int, num_prompts: int) -> list[int]:
+        """Records of (step, round_): positions step * num_prompts + i of the epochs' permutations;
+        refill rounds draw seeded records (resuming a run gives the same ones)."""
+        n = len(self.records)
+        if round_ > 0:
+            rng = random.Random(derive_seed("preference_refill", self.seed, step, round_))
+            return [rng.randrange(n) for _ in range(num_prompts)]
+        positions = [step * num_prompts + i for i in range(num_prompts)]
+        return [self._order(p // n)[p % n] for p in positions]
+
+    def rollout(self, step: int, round_: int, num_prompts: int) -> list[Trajectory]:
+        out = []
+        for i, r in enumerate(self.indices(step, round_, num_prompts)):
+            rec, group_id = self.records[r], f"pref-s{step}r{round_}p{i}"
+            for j, (completion, reward) in enumerate(rec["rows"]):
+                ids, mask, turns = render_conversation(self.renderer, rec["prompt"], completion, rec["tools"])
+                out.append(
+                    Trajectory(
+                        task_id=f"pref-{r}", group_id=group_id, episode_id=f"{group_id}e{j}", token_ids_T=ids,
+                        loss_mask_T=mask, rollout_logprobs_T=[0.0] * len(ids), turns_N=turns, reward=reward,
+                        stop_reason=StopReason.DONE, info={"source": rec["source"]},
+                    )  # fmt: skip
+                )
+        return out
+
+    def sync(self, weights: dict[str, Any] | None, version: int) -> None:
+        pass
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def state_dict(self, step: int) -> dict[str, Any]:
+        return {}  # the records of a step follow from (seed, step)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
