@@ -19,7 +19,8 @@ import statistics
 def _measure(tokenizer, messages: list[dict], tools: list[dict]) -> int:
     if tokenizer is None:
         return sum(len(str(m.get("content", ""))) for m in messages) + len(json.dumps(tools))
-    return len(tokenizer.apply_chat_template(messages, tools=tools, tokenize=True))
+    text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)  # tokenize=True returns a dict in transformers 5
+    return len(tokenizer.encode(text, add_special_tokens=False))
 
 
 def lengths(tokenizer=None):
