@@ -1,13 +1,15 @@
-"""The capture proxy's HTTP app: OpenAI ``/v1/chat/completions`` over the policy, recording tokens.
+"""The capture proxy's HTTP app: OpenAI ``/v1/chat/completions`` and ``/v1/responses`` over the
+policy, recording tokens.
 
 Every episode has its own base URL, ``/e/<key>/v1`` (``key`` unguessable), whose recorder
 (``recorder.EpisodeRecorder``) keeps the exact token ids of its calls; the standalone
 ``agent-rl proxy`` also serves one session at the plain ``/v1``. A request is rendered with the
 policy's chat template (``ChatRenderer``) and tool-call format (``tools.formats``), sampled through
 ``sample`` (the rollout engine's ``GenerationScheduler`` over any backend: hf, vllm, a token-id
-server), and answered as OpenAI messages with the calls parsed into ``tool_calls``. Streaming sends
-the finished completion as chunks. Errors have OpenAI's body and a 4xx status for anything the
-request did wrong; the backend failing is a 503.
+server), and answered as OpenAI messages with the calls parsed into ``tool_calls`` (``/v1/responses``:
+as output items, ``responses.py``). Streaming sends the finished completion as chunks (events).
+Errors have OpenAI's body and a 4xx status for anything the request did wrong; the backend failing
+is a 503.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from agent_rl.proxy.protocol import ChatRequest, ProxyError, completion_body, error_response, stream_events, tool_call_out
-from agent_rl.proxy.recorder import EpisodeRecorder
+from agent_rl.proxy.protocol import ChatRequest, Message, ProxyError, completion_body, error_response, stream_events, tool_call_out
+from agent_rl.proxy.recorder import Context, EpisodeRecorder
+from agent_rl.proxy.responses import (LOGPROBS, ResponsesRequest, check_conversation, input_messages, output_items, reply_message,
+                                      response_body, response_events)
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 
 log = logging.getLogger(__name__)
@@ -35,6 +39,18 @@ log = logging.getLogger(__name__)
 DEFAULT_SESSION = ""  # the plain /v1 routes' session (standalone proxy only)
 
 Sampler = Callable[[list[GenerationRequest]], Awaitable[list[GenerationResult | BaseException]]]
+
+
+@dataclass
+class Ask:
+    """What one request asks of the sampler, whichever API it came by."""
+
+    n: int = 1
+    max_tokens: int | None = None  # None: the proxy's max_new_tokens
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    top_logprobs: int = 0
 
 
 @dataclass
@@ -75,33 +91,35 @@ class ProxyService:
             raise ProxyError(404, where, None, "episode_not_found")
         return rec
 
-    async def chat(self, key: str, req: ChatRequest) -> dict[str, Any]:
+    def check(self, key: str, model: str) -> EpisodeRecorder:
+        """The session of ``key``, for a request that names ``model`` (404s: no such episode, model)."""
         rec = self.session(key)
-        if req.model not in self.model_names:
-            raise ProxyError(404, f"model '{req.model}' is not served here; served: {', '.join(self.model_names)}", "model", "model_not_found")
-        bad = req.unsupported()
-        if bad is not None:
-            raise ProxyError(400, bad[1], bad[0])
-        tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools and req.tool_choice != "none" else None
-        ctx = rec.context(req.messages, tools)
+        if model not in self.model_names:
+            raise ProxyError(404, f"model '{model}' is not served here; served: {', '.join(self.model_names)}", "model", "model_not_found")
+        return rec
+
+    async def sample_replies(self, key: str, rec: EpisodeRecorder, messages: list[Message], tools: list[dict] | None,
+                             ask: Ask) -> tuple[Context, list[GenerationResult], list[dict[str, Any]]]:
+        """Sample ``ask.n`` completions of the conversation (spliced onto its segment, or rendered
+        fresh), record them, and return (the prompt's context, the results, the assistant replies)."""
+        ctx = rec.context(messages, tools)
         room = self.max_total_tokens - len(ctx.prompt_ids)
         if room < 1:
             raise ProxyError(400, f"the prompt has {len(ctx.prompt_ids)} tokens; this proxy's context is {self.max_total_tokens}",
                              "messages", "context_length_exceeded")
-        asked = req.max_completion_tokens or req.max_tokens or self.max_new_tokens
         call = rec.calls
         requests = [
             GenerationRequest(
                 prompt_ids=list(ctx.prompt_ids),
-                max_new_tokens=min(asked, self.max_new_tokens, room),
-                temperature=self.temperature if self.temperature is not None else (1.0 if req.temperature is None else req.temperature),
-                top_p=self.top_p if self.top_p is not None else (req.top_p or 1.0),
+                max_new_tokens=min(ask.max_tokens or self.max_new_tokens, self.max_new_tokens, room),
+                temperature=self.temperature if self.temperature is not None else (1.0 if ask.temperature is None else ask.temperature),
+                top_p=self.top_p if self.top_p is not None else (ask.top_p or 1.0),
                 stop_token_ids=list(self.renderer.stop_token_ids),
                 messages=ctx.render_messages,  # what a scripted policy reads
-                topk=req.top_logprobs or 0,
-                seed=self.seed(key, call, i) if self.seed is not None else (None if req.seed is None else (req.seed + i) % 2**63),
+                topk=ask.top_logprobs,
+                seed=self.seed(key, call, i) if self.seed is not None else (None if ask.seed is None else (ask.seed + i) % 2**63),
             )
-            for i in range(req.n)
+            for i in range(ask.n)
         ]
         rec.begin_call(time.monotonic())
         try:
@@ -120,11 +138,42 @@ class ProxyService:
         rec.record(ctx, results, replies, texts)
         self.metrics["proxy/calls"] += 1
         self.metrics["proxy/spliced_calls"] += int(ctx.parent is not None)
+        return ctx, results, replies
+
+    async def chat(self, key: str, req: ChatRequest) -> dict[str, Any]:
+        """``/v1/chat/completions``: ``n`` choices, each an assistant message with its ``tool_calls``."""
+        rec = self.check(key, req.model)
+        bad = req.unsupported()
+        if bad is not None:
+            raise ProxyError(400, bad[1], bad[0])
+        tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools and req.tool_choice != "none" else None
+        ask = Ask(req.n, req.max_completion_tokens or req.max_tokens, req.temperature, req.top_p, req.seed, req.top_logprobs or 0)
+        ctx, results, replies = await self.sample_replies(key, rec, req.messages, tools, ask)
         choices = []
         for i, (res, reply) in enumerate(zip(results, replies, strict=True)):
             finish = "length" if res.finish_reason == "length" else ("tool_calls" if reply.get("tool_calls") else "stop")
             choices.append({"index": i, "message": reply, "logprobs": self.logprobs(res) if req.logprobs else None, "finish_reason": finish})
         return completion_body(req.model, choices, len(ctx.prompt_ids) * req.n, sum(len(r.token_ids) for r in results))
+
+    async def respond(self, key: str, req: ResponsesRequest) -> dict[str, Any]:
+        """``/v1/responses`` (``responses.py``): one completion as output items; the conversation
+        is kept under the response's id for a later ``previous_response_id``."""
+        rec = self.check(key, req.model)
+        bad = req.unsupported()
+        if bad is not None:
+            raise ProxyError(400, bad[1], bad[0])
+        history = rec.previous(req.previous_response_id) if req.previous_response_id is not None else []
+        conversation = history + input_messages(req)
+        messages = ([Message(role="system", content=req.instructions)] if req.instructions else []) + conversation
+        check_conversation(messages)
+        logprobs = LOGPROBS in (req.include or [])
+        ask = Ask(1, req.max_output_tokens, req.temperature, req.top_p, req.seed, (req.top_logprobs or 0) if logprobs else 0)
+        ctx, [res], [reply] = await self.sample_replies(key, rec, messages, req.chat_tools(), ask)
+        complete = res.finish_reason != "length"
+        output = output_items(reply, complete, self.logprobs(res)["content"] if logprobs else None)
+        body = response_body(req, output, complete, len(ctx.prompt_ids), len(res.token_ids))
+        rec.remember(body["id"], conversation + [reply_message(output)])
+        return body
 
     def reply(self, text: str, parse_calls: bool) -> dict[str, Any]:
         """The assistant message of sampled ``text``: its calls in ``tool_calls`` (the text before
@@ -210,6 +259,20 @@ def create_proxy_app(service: ProxyService, api_key: str | None = None) -> FastA
     @app.post("/e/{key}/v1/chat/completions", dependencies=guarded)
     async def episode_chat(key: str, req: ChatRequest):
         return await answer(key, req)
+
+    async def answer_responses(key: str, req: ResponsesRequest):
+        body = await service.respond(key, req)
+        if req.stream:
+            return StreamingResponse(iter(response_events(body)), media_type="text/event-stream")
+        return JSONResponse(body)
+
+    @app.post("/v1/responses", dependencies=guarded)
+    async def responses(req: ResponsesRequest):
+        return await answer_responses(DEFAULT_SESSION, req)
+
+    @app.post("/e/{key}/v1/responses", dependencies=guarded)
+    async def episode_responses(key: str, req: ResponsesRequest):
+        return await answer_responses(key, req)
 
     @app.get("/v1/sessions", dependencies=guarded)
     async def sessions():

@@ -36,6 +36,16 @@ def error_response(status: int, message: str, param: str | None = None, code: st
     return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status)
 
 
+def check_unicode(request: BaseModel, names: tuple[str, ...]) -> None:
+    """Refuse text with a lone surrogate: JSON's "\\ud800" decodes to one, which no tokenizer (nor
+    UTF-8) can encode (a ValueError, in a validator: a 400 naming the field)."""
+    for name in names:
+        try:
+            json.dumps(request.model_dump(include={name}), ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{name}: the text has a lone UTF-16 surrogate (not Unicode text)") from None
+
+
 class ContentPart(BaseModel):
     model_config = ConfigDict(extra="ignore")
     type: Literal["text", "input_text", "output_text"]
@@ -126,12 +136,7 @@ class ChatRequest(BaseModel):
 
     @model_validator(mode="after")
     def _unicode_text(self) -> ChatRequest:
-        # JSON's "\ud800" decodes to a lone surrogate, which no tokenizer (nor UTF-8) can encode
-        for name in ("messages", "tools"):
-            try:
-                json.dumps(self.model_dump(include={name}), ensure_ascii=False).encode("utf-8")
-            except UnicodeEncodeError:
-                raise ValueError(f"{name}: the text has a lone UTF-16 surrogate (not Unicode text)") from None
+        check_unicode(self, ("messages", "tools"))
         return self
 
     def unsupported(self) -> tuple[str, str] | None:

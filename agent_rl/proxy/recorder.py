@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,8 @@ from agent_rl.proxy.protocol import Message, ProxyError
 from agent_rl.rollout.backends.base import GenerationResult
 from agent_rl.types import Turn
 from tools.base import ToolCall
+
+KEPT_RESPONSES = 64  # per episode: the responses a later request may name as previous_response_id
 
 
 @dataclass
@@ -92,6 +95,20 @@ class EpisodeRecorder:
         self.inflight = 0  # calls being sampled now
         self.waited_s = 0.0  # time with at least one call being sampled (not the program's own time)
         self._since = 0.0
+        self.responses: OrderedDict[str, list[Message]] = OrderedDict()  # /v1/responses id -> its conversation
+
+    def remember(self, response_id: str, conversation: list[Message]) -> None:
+        """Keep a response's conversation (input and output, no instructions) for ``previous_response_id``."""
+        self.responses[response_id] = conversation
+        while len(self.responses) > KEPT_RESPONSES:
+            self.responses.popitem(last=False)
+
+    def previous(self, response_id: str) -> list[Message]:
+        found = self.responses.get(response_id)
+        if found is None:
+            raise ProxyError(400, f"previous_response_id: no response '{response_id}' in this episode (the proxy keeps its last "
+                                  f"{KEPT_RESPONSES})", "previous_response_id", "previous_response_not_found")
+        return list(found)
 
     def begin_call(self, now: float) -> None:
         if self.inflight == 0:

@@ -66,5 +66,41 @@ def scripted_proxy(tiny_model_dir, tiny_tokenizer):
         yield url, service, rec
 
 
+EXAMPLE = "examples/arithmetic_agent.py:solve"
+
+
+def engine(tokenizer, backend, program=EXAMPLE, **agent):
+    """A ``ProgramEngine`` playing Arithmetic-v0 (difficulty 2) with ``program`` over ``backend``."""
+    from agent_rl.config import EnvConfig
+    from agent_rl.envloader import env_factory
+    from agent_rl.proxy.config import AgentConfig
+    from agent_rl.proxy.programs import ProgramEngine
+    from agent_rl.rollout.config import RolloutConfig
+    from agent_rl.rollout.render import ChatRenderer
+
+    make_env = env_factory(EnvConfig(id="agent_rl/Arithmetic-v0", options={"difficulty": [2], "sandbox_backend": "process"}))
+    cfg = RolloutConfig(max_new_tokens=40, max_total_tokens=256, temperature=1.0)
+    return ProgramEngine(backend, ChatRenderer(tokenizer), make_env, cfg, AgentConfig(program=program, **agent), "hermes")
+
+
+def specs(n):
+    from agent_rl.rollout.episode import EpisodeSpec
+
+    return [EpisodeSpec(seed=i, group_id=f"g{i // 2}") for i in range(n)]
+
+
+def assert_exact(trajectories, backend):
+    """Every trajectory is the last prompt of its episode plus what was sampled for it, and each of
+    its mask-1 spans is a sampled result."""
+    sampled = {tuple(p + s) for p, s in backend.calls}
+    results = {tuple(s) for _, s in backend.calls}
+    for t in trajectories:
+        assert tuple(t.token_ids_T) in sampled
+        for turn in t.turns_N:
+            assert tuple(t.token_ids_T[turn.start : turn.end]) in results
+            assert set(t.loss_mask_T[turn.start : turn.end]) == {1}
+        assert sum(t.loss_mask_T) == sum(u.end - u.start for u in t.turns_N)
+
+
 def dumps(x) -> str:
     return json.dumps(x, sort_keys=True)

@@ -7,41 +7,8 @@ import time
 
 import pytest
 
-from agent_rl.config import EnvConfig
-from agent_rl.envloader import env_factory
-from agent_rl.proxy.config import AgentConfig
-from agent_rl.proxy.programs import ProgramEngine
-from agent_rl.rollout.config import RolloutConfig
-from agent_rl.rollout.episode import EpisodeSpec
-from agent_rl.rollout.render import ChatRenderer
 from agent_rl.types import StopReason
-from tests.proxy.conftest import Recording
-
-EXAMPLE = "examples/arithmetic_agent.py:solve"
-
-
-def engine(tokenizer, backend, program=EXAMPLE, **agent):
-    make_env = env_factory(EnvConfig(id="agent_rl/Arithmetic-v0", options={"difficulty": [2], "sandbox_backend": "process"}))
-    cfg = RolloutConfig(max_new_tokens=40, max_total_tokens=256, temperature=1.0)
-    return ProgramEngine(backend, ChatRenderer(tokenizer), make_env, cfg, AgentConfig(program=program, **agent), "hermes")
-
-
-def specs(n):
-    return [EpisodeSpec(seed=i, group_id=f"g{i // 2}") for i in range(n)]
-
-
-def assert_exact(trajectories, backend):
-    """Every trajectory is the last prompt of its episode plus what was sampled for it, and each of
-    its mask-1 spans is a sampled result."""
-    sampled = {tuple(p + s) for p, s in backend.calls}
-    results = {tuple(s) for _, s in backend.calls}
-    for t in trajectories:
-        assert tuple(t.token_ids_T) in sampled
-        for turn in t.turns_N:
-            assert tuple(t.token_ids_T[turn.start : turn.end]) in results
-            assert set(t.loss_mask_T[turn.start : turn.end]) == {1}
-        assert sum(t.loss_mask_T) == sum(u.end - u.start for u in t.turns_N)
-
+from tests.proxy.conftest import Recording, assert_exact, engine, specs
 
 def test_example_agent_with_the_oracle_is_one_exact_segment_per_episode(tiny_tokenizer):
     from agent_rl.rollout.backends.scripted import ScriptedBackend
@@ -72,8 +39,8 @@ def test_history_rewrite_gives_two_segments(tiny_tokenizer):
     from agent_rl.rollout.backends.scripted import ScriptedBackend
     from envs.arithmetic.policies import oracle
 
-    out = engine(tiny_tokenizer, ScriptedBackend(oracle, tiny_tokenizer), "tests.proxy.agents:rewrites_history",
-                 reward="tests.proxy.agents:judge_length").run_sync(specs(1))
+    out = engine(tiny_tokenizer, ScriptedBackend(oracle, tiny_tokenizer), "tests.proxy.sample_programs:rewrites_history",
+                 reward="tests.proxy.sample_programs:judge_length").run_sync(specs(1))
     assert [(t.info["segment"], t.info["segments"], t.info["segment_breaks"], t.reward) for t in out] == [(0, 2, 1, 1.0), (1, 2, 1, 1.0)]
 
 
@@ -82,10 +49,10 @@ def test_a_crash_is_an_agent_error_with_its_traceback(tiny_tokenizer, crash_is_f
     from agent_rl.rollout.backends.scripted import ScriptedBackend
     from envs.arithmetic.policies import oracle
 
-    out = engine(tiny_tokenizer, ScriptedBackend(oracle, tiny_tokenizer), "tests.proxy.agents:crashes",
+    out = engine(tiny_tokenizer, ScriptedBackend(oracle, tiny_tokenizer), "tests.proxy.sample_programs:crashes",
                  crash_is_failure=crash_is_failure).run_sync(specs(2))
     assert [t.stop_reason for t in out] == [StopReason.AGENT_ERROR] * 2
-    assert all("ZeroDivisionError" in t.info["error"] and "tests/proxy/agents.py" in t.info["error"] for t in out)
+    assert all("ZeroDivisionError" in t.info["error"] and "tests/proxy/sample_programs.py" in t.info["error"] for t in out)
     assert [t.reward for t in out] == ([0.0, 0.0] if crash_is_failure else [None, None])
     assert [t.trainable for t in out] == [crash_is_failure] * 2
 
@@ -95,7 +62,7 @@ def test_a_hang_ends_at_the_time_limit_with_where_it_hung(tiny_tokenizer):
     from envs.arithmetic.policies import oracle
 
     t0 = time.monotonic()
-    out = engine(tiny_tokenizer, ScriptedBackend(oracle, tiny_tokenizer), "tests.proxy.agents:hangs", timeout_s=3.0).run_sync(specs(2))
+    out = engine(tiny_tokenizer, ScriptedBackend(oracle, tiny_tokenizer), "tests.proxy.sample_programs:hangs", timeout_s=3.0).run_sync(specs(2))
     assert time.monotonic() - t0 < 15
     assert [t.stop_reason for t in out] == [StopReason.AGENT_ERROR] * 2
     assert all("timed out after 3.0s" in t.info["error"] and "in hangs" in t.info["error"] for t in out)
@@ -107,7 +74,7 @@ def test_an_async_program_streams(tiny_tokenizer):
     from agent_rl.rollout.backends.scripted import ScriptedBackend
     from envs.arithmetic.policies import oracle
 
-    out = engine(tiny_tokenizer, ScriptedBackend(oracle, tiny_tokenizer), "tests.proxy.agents:solve_async").run_sync(specs(2))
+    out = engine(tiny_tokenizer, ScriptedBackend(oracle, tiny_tokenizer), "tests.proxy.sample_programs:solve_async").run_sync(specs(2))
     assert [(t.stop_reason, t.reward, t.info["calls"]) for t in out] == [(StopReason.DONE, 0.0, 1)] * 2
 
 
@@ -115,4 +82,4 @@ def test_bad_program_paths_are_one_line_errors(tiny_tokenizer):
     from agent_rl.rollout.backends.scripted import ScriptedBackend
 
     with pytest.raises(ValueError, match="agent.program.*nope"):
-        engine(tiny_tokenizer, ScriptedBackend(lambda m, r: "", tiny_tokenizer), "tests.proxy.agents:nope")
+        engine(tiny_tokenizer, ScriptedBackend(lambda m, r: "", tiny_tokenizer), "tests.proxy.sample_programs:nope")
