@@ -108,6 +108,11 @@ class Trainer:
             total_steps=cfg.trainer.steps,
         )
         self.remote_learner = None if isinstance(self.learner, Learner) else self.learner  # writes its own shards
+        self.optimizer_hook = None
+        if self.plan.optimizer_hook is not None:  # gcpo: projected updates
+            if self.remote_learner is not None or self.world > 1:
+                raise ValueError(f"algorithm.loss.name={cfg.algorithm.loss.name}: its optimizer hook needs one local learner (learner.world_size=1)")
+            self.optimizer_hook = self.plan.install_optimizer_hook(self.components.model, self.learner.optimizer)
         self.engine = self.components.engine(**self.plan.engine_options)
 
         # state objects of stateful entries, checkpointed with the run

@@ -99,6 +99,16 @@ class ObjectivePlan:
     def branch_planner(self) -> Callable[..., Any] | None:
         return self.advantage.branch_planner
 
+    @property
+    def optimizer_hook(self) -> Callable[..., Any] | None:
+        """The loss entry's optimizer hook (gcpo), or None."""
+        return POLICY_LOSSES.get(self.parts.loss.name).optimizer_hook
+
+    def install_optimizer_hook(self, model: Any, optimizer: Any) -> Any:
+        """Install the loss entry's optimizer hook on ``optimizer``; what it returns (None: no hook)."""
+        hook = self.optimizer_hook
+        return hook(self.parts.loss, model, optimizer) if hook is not None else None
+
     def make_states(self) -> dict[str, Any]:
         """A fresh state object per stateful entry (None for the others), keyed as in checkpoints."""
         return {key: entry.make_state() for key, entry in self.state_entries.items()}

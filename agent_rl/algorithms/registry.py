@@ -76,6 +76,9 @@ class ObjectiveEntry(Entry):
     # a loss whose per-row terms mean what its docstring says under one aggregation only (pair and
     # group objectives: ``seq_mean_token_mean``); the plan refuses any other
     aggregation: str | None = None
+    # changes every optimizer step: fn(cfg, model, optimizer) -> an object holding the torch optimizer
+    # hooks it registered (``register_step_pre_hook`` / ``_post_hook``), e.g. gcpo's projection
+    optimizer_hook: Callable[..., Any] | None = None
     # needs that depend on the entry's config: fn(cfg) -> need names, added to ``needs``
     config_needs: Callable[..., set[str]] | None = None
 
