@@ -37,20 +37,26 @@ ADDED_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_respon
 
 # ChatML. Tools are listed compactly (name, argument names, description): a tiny model pays for
 # every prompt token; a real checkpoint brings its own template.
-CHAT_TEMPLATE = (
+_FN = "{% set fn = tool.function if tool.function is defined else tool %}"
+# ChatML's system turn: the system prompt, then the tools, compactly; the loop over the messages
+# that follows skips the system message it has already rendered
+_CHATML_SYSTEM = (
     "{% if tools %}"
     "<|im_start|>system\n"
     "{% if messages[0].role == 'system' %}{{ messages[0].content }}\n\n{% endif %}"
     "# Tools\n"
-    "{% for tool in tools %}{% set fn = tool.function if tool.function is defined else tool %}"
+    "{% for tool in tools %}" + _FN + ""
     "- {{ fn.name }}({{ (fn.parameters.properties or {}).keys() | join(', ') }}): {{ fn.description }}\n"
     "{% endfor %}"
-    "Call one as <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>.<|im_end|>\n"
+    'Call one as <tool_call>{"name": ..., "arguments": {...}}</tool_call>.<|im_end|>\n'
     "{% elif messages[0].role == 'system' %}"
     "<|im_start|>system\n{{ messages[0].content }}<|im_end|>\n"
     "{% endif %}"
     "{% for message in messages %}"
     "{% if message.role == 'system' and loop.first %}"
+)
+CHAT_TEMPLATE = (
+    _CHATML_SYSTEM + ""
     "{% elif message.role == 'tool' %}"
     "<|im_start|>user\n<tool_response>\n{{ message.content }}\n</tool_response><|im_end|>\n"
     "{% elif message.role == 'assistant' %}"
@@ -95,7 +101,6 @@ def get_family(name: str) -> Family:
 
 
 # --- shared template pieces ------------------------------------------------------------------
-_FN = "{% set fn = tool.function if tool.function is defined else tool %}"
 _CALL_FN = "{% set fn = call.function if call.function is defined else call %}"
 _ARGS_JSON = "{% if fn.arguments is string %}{{ fn.arguments }}{% else %}{{ fn.arguments | tojson }}{% endif %}"
 _LAST_USER = (
@@ -105,19 +110,7 @@ _LAST_USER = (
 
 # --- Qwen3: ChatML + <think> ----------------------------------------------------------------
 QWEN3_TEMPLATE = (
-    _LAST_USER + "{% if tools %}"
-    "<|im_start|>system\n"
-    "{% if messages[0].role == 'system' %}{{ messages[0].content }}\n\n{% endif %}"
-    "# Tools\n"
-    "{% for tool in tools %}" + _FN + ""
-    "- {{ fn.name }}({{ (fn.parameters.properties or {}).keys() | join(', ') }}): {{ fn.description }}\n"
-    "{% endfor %}"
-    'Call one as <tool_call>{"name": ..., "arguments": {...}}</tool_call>.<|im_end|>\n'
-    "{% elif messages[0].role == 'system' %}"
-    "<|im_start|>system\n{{ messages[0].content }}<|im_end|>\n"
-    "{% endif %}"
-    "{% for message in messages %}"
-    "{% if message.role == 'system' and loop.first %}"
+    _LAST_USER + _CHATML_SYSTEM + ""
     "{% elif message.role == 'tool' %}"
     "{% if loop.first or messages[loop.index0 - 1].role != 'tool' %}<|im_start|>user{% endif %}"
     "\n<tool_response>\n{{ message.content }}\n</tool_response>"

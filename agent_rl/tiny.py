@@ -116,27 +116,14 @@ def build_model(vocab_size: int, seed: int = 0, hidden_size: int = 128, layers: 
     """The tiny causal LM; ``architecture``: qwen2, llama or mistral (the same sizes);
     ``max_position_embeddings``: its context (BFCL's function docs need tens of thousands)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    import transformers
 
-    if architecture in ("llama", "mistral"):
-        config_cls, model_cls = (LlamaConfig, LlamaForCausalLM) if architecture == "llama" else (MistralConfig, MistralForCausalLM)
-        config = config_cls(
-            vocab_size=vocab_size,
-            hidden_size=hidden_size,
-            intermediate_size=hidden_size * 3,
-            num_hidden_layers=layers,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=max_position_embeddings,
-            rope_theta=10000.0,
-            tie_word_embeddings=True,
-            bos_token_id=None,
-            eos_token_id=None,
-            pad_token_id=None,
-        )
-        torch.manual_seed(seed)
-        return model_cls(config)
-    config = Qwen2Config(
+    config_name, model_name, extra = {
+        "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {"use_sliding_window": False}),
+        "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+        "mistral": ("MistralConfig", "MistralForCausalLM", {}),
+    }[architecture]
+    config = getattr(transformers, config_name)(
         vocab_size=vocab_size,
         hidden_size=hidden_size,
         intermediate_size=hidden_size * 3,
@@ -149,11 +136,10 @@ def build_model(vocab_size: int, seed: int = 0, hidden_size: int = 128, layers: 
         bos_token_id=None,
         eos_token_id=None,
         pad_token_id=None,
-        use_sliding_window=False,
+        **extra,
     )
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config)
-    return model
+    return getattr(transformers, model_name)(config)
 
 
 def init_tiny(
