@@ -223,8 +223,9 @@ class AdapterMismatchError(RuntimeError):
 class AdapterLedger:
     """The hash of the adapter sent for each policy version; screens sampled turns against it."""
 
-    def __init__(self, name: str, max_staleness: int, on_mismatch: str = "error"):
+    def __init__(self, name: str, max_staleness: int, on_mismatch: str = "error", first_turn_tolerance: float | None = None):
         self.name, self.max_staleness, self.on_mismatch = name, max_staleness, on_mismatch
+        self.first_turn_tolerance = first_turn_tolerance
         self.sent: dict[int, str] = {}
         self.refused_total = 0
 
@@ -266,3 +267,19 @@ class AdapterLedger:
         if refused and self.on_mismatch == "error":
             raise AdapterMismatchError(f"step {step}: {refused} episodes refused: {first} (learner.lora.on_mismatch=drop refuses and counts instead)")
         return kept, {"adapter/refused_episodes": float(refused), "adapter/refused_total": float(self.refused_total)}
+
+    def first_turn_gap(self, score: Any, policy: Any, batch: Any, learner_version: int, step: int) -> dict[str, float]:
+        """Max |sampler logprob - learner logprob| over the first-turn tokens of the rows sampled at
+        ``learner_version`` (the adapter the learner holds now); ``score(policy, batch)`` gives the learner's.
+        Above ``first_turn_tolerance`` the step is refused (an error: the batch is already built)."""
+        first_BT = (batch.turn_index_BT == 0) & batch.loss_mask_BT.bool() & (batch.policy_version_B == learner_version)[:, None]
+        if not bool(first_BT.any()):
+            return {}
+        logprobs_BT = score(policy, batch)[0]
+        gap = float(((logprobs_BT - batch.rollout_logprobs_BT).abs() * first_BT).max())
+        if self.first_turn_tolerance is not None and gap > self.first_turn_tolerance:
+            raise AdapterMismatchError(
+                f"step {step}: first-turn logprobs of the sampler and the learner differ by {gap:.4f} > "
+                f"learner.lora.first_turn_tolerance={self.first_turn_tolerance} under adapter version {learner_version}"
+            )
+        return {"adapter/first_turn_logprob_gap": gap}

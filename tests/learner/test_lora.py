@@ -116,3 +116,23 @@ def test_two_fsdp_ranks_equal_one_process(tiny_model_dir, tmp_path):
         assert torch.allclose(double["after"][k], single["after"][k], rtol=1e-5, atol=1e-6), k
     for k in ("train/loss", "train/grad_norm"):
         assert math.isclose(double["metrics"][k], single["metrics"][k], rel_tol=1e-5), k
+
+
+def test_first_turn_logprob_gap_counts_only_on_policy_first_turns(tiny_model_dir):
+    policy = lora.apply_lora(load_model(str(tiny_model_dir)), LORA)
+    learner = Learner(policy, learner_cfg())
+    batch, _ = step_batch(policy.config.vocab_size)
+    learner_lp, _ = learner.score(policy, batch)
+    batch.turn_index_BT = torch.where(batch.loss_mask_BT.bool(), 0, -1)
+    batch.turn_index_BT[:, 8:] = torch.where(batch.loss_mask_BT[:, 8:].bool(), 1, -1)  # tokens 8.. are a second turn
+    batch.rollout_logprobs_BT = learner_lp * batch.loss_mask_BT
+    batch.rollout_logprobs_BT[0, 4] += 0.3  # row 0, first turn: counted
+    batch.rollout_logprobs_BT[1, 8] += 0.9  # row 1, second turn: not counted
+    batch.rollout_logprobs_BT[2, 4] += 0.7  # row 2 was sampled by version 0: not counted
+    batch.policy_version_B = torch.tensor([3, 3, 0, 3, 3, 3])
+    ledger = lora.AdapterLedger("policy", 0, first_turn_tolerance=0.5)
+    gap = ledger.first_turn_gap(learner.score, policy, batch, 3, step=7)["adapter/first_turn_logprob_gap"]
+    assert math.isclose(gap, 0.3, abs_tol=1e-5)
+    ledger.first_turn_tolerance = 0.2
+    with pytest.raises(lora.AdapterMismatchError, match="step 7: first-turn logprobs of the sampler and the learner differ by 0.3000 > "):
+        ledger.first_turn_gap(learner.score, policy, batch, 3, step=7)

@@ -117,6 +117,7 @@ def test_a_lora_run_resumes_exactly(tiny_model_dir, tmp_path):
     a, b = metrics(ref), metrics(resumed)
     assert a[3] == b[3] and a[2]["train/loss"] != a[3]["train/loss"]
     assert a[3]["adapter/refused_total"] == 0.0
+    assert all(a[s]["adapter/first_turn_logprob_gap"] < 1e-4 for s in (1, 2, 3))  # colocated: the same module samples
     adapter = ref / "checkpoints" / "step_000003" / "model" / "adapter_model.safetensors"  # PEFT format
     again = resumed / "checkpoints" / "step_000003" / "model" / "adapter_model.safetensors"
     assert adapter.read_bytes() == again.read_bytes()
