@@ -106,6 +106,9 @@ class LoraConfig(Section):
     on_mismatch: Literal["error", "drop"] = Field(
         "error", description="a sample whose adapter is not the one expected at its version: error stops the run, drop refuses and counts it"
     )
+    first_turn_tolerance: float | None = Field(
+        None, gt=0.0, description="max |sampler - learner| logprob on first-turn tokens of on-policy samples (adapter/first_turn_logprob_gap is always logged); None: no limit"
+    )
 
 
 class LearnerConfig(Section):

@@ -147,7 +147,9 @@ class Trainer:
         self.adapters = None  # learner.lora: the hash of the adapter sent at each version, checked on every sample
         if cfg.learner.lora is not None:
             lcfg = cfg.learner.lora
-            self.adapters = self.weight_sync.ledger = lora.AdapterLedger(lcfg.adapter_name, cfg.distributed.max_staleness, lcfg.on_mismatch)
+            self.adapters = self.weight_sync.ledger = lora.AdapterLedger(
+                lcfg.adapter_name, cfg.distributed.max_staleness, lcfg.on_mismatch, lcfg.first_turn_tolerance
+            )
             if not resume:
                 self.weight_sync(self.learner.version)  # the samplers start from the adapter the ledger holds
         self.breaker = InfraBreaker(cfg)  # stops a run whose infrastructure keeps failing (agent_rl/breaker.py)
@@ -225,6 +227,8 @@ class Trainer:
             return metrics
         # 2. batch and advantages
         batch = make_batch(groups, self.components.tokenizer.pad_token_id, cfg.model.device)
+        if self.adapters is not None:  # the sampler's first-turn logprobs vs the learner's, same adapter
+            metrics.update(self.adapters.first_turn_gap(self.learner.score, self.components.model, batch, self.learner.version, step))
         x = self._advantage_inputs(batch, groups, step)
         adv = self.plan.advantages(x)
         if adv.loss_mask_BT is not None:  # copied prefixes of forked branches leave the loss
