@@ -50,6 +50,14 @@ def cmd_sft(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train_rm(args: argparse.Namespace) -> int:
+    from agent_rl.reward_model import RewardModelConfig, train_reward_model
+
+    keys = ("data", "model", "out", "steps", "batch_pairs", "lr", "heldout_frac", "seed")
+    train_reward_model(RewardModelConfig(**{k: getattr(args, k) for k in keys if getattr(args, k) is not None}))
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from agent_rl.trainer import train
 
@@ -205,6 +213,17 @@ def build_parser() -> argparse.ArgumentParser:
     with_config(sp, required=False)
     sp.add_argument("--resume", help="run directory to continue from its last checkpoint")
     sp.set_defaults(fn=cmd_train)
+
+    sp = sub.add_parser("train-rm", help="a Bradley-Terry reward model on preference pairs, with its held-out pair accuracy")
+    sp.add_argument("--data", required=True, help="JSONL of pairs {prompt, chosen, rejected} (messages or strings)")
+    sp.add_argument("--model", required=True, help="base model path; its tokenizer renders the pairs")
+    sp.add_argument("--out", required=True, help="output directory (model, tokenizer, metrics.json)")
+    sp.add_argument("--steps", type=int, help="optimizer steps (100)")
+    sp.add_argument("--batch-pairs", type=int, help="pairs per step (8)")
+    sp.add_argument("--lr", type=float, help="AdamW learning rate (1e-4)")
+    sp.add_argument("--heldout-frac", type=float, help="share of pairs held out for the accuracy (0.1)")
+    sp.add_argument("--seed", type=int, help="split and batch order (0)")
+    sp.set_defaults(fn=cmd_train_rm)
 
     sp = sub.add_parser("eval", help="pass@k / mean@k on held-out tasks")
     with_config(sp)

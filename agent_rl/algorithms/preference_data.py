@@ -114,6 +114,21 @@ def render_conversation(renderer: Any, prompt: list[dict], completion: list[dict
     return ids, mask, turns
 
 
+def record_trajectories(renderer: Any, rec: dict, task_id: str, group_id: str) -> list[Trajectory]:
+    """The rows of one record (chosen then rejected, or the one labelled sample) as trajectories of one group."""
+    out = []
+    for j, (completion, reward) in enumerate(rec["rows"]):
+        ids, mask, turns = render_conversation(renderer, rec["prompt"], completion, rec["tools"])
+        out.append(
+            Trajectory(
+                task_id=task_id, group_id=group_id, episode_id=f"{group_id}e{j}", token_ids_T=ids, loss_mask_T=mask,
+                rollout_logprobs_T=[0.0] * len(ids), turns_N=turns, reward=reward, stop_reason=StopReason.DONE,
+                info={"source": rec["source"]},
+            )  # fmt: skip
+        )
+    return out
+
+
 class PreferenceDataSource:
     """A rollout source (``distributed.RolloutSource``) that reads ``PreferenceDataConfig.path``."""
 
@@ -142,16 +157,7 @@ class PreferenceDataSource:
     def rollout(self, step: int, round_: int, num_prompts: int) -> list[Trajectory]:
         out = []
         for i, r in enumerate(self.indices(step, round_, num_prompts)):
-            rec, group_id = self.records[r], f"pref-s{step}r{round_}p{i}"
-            for j, (completion, reward) in enumerate(rec["rows"]):
-                ids, mask, turns = render_conversation(self.renderer, rec["prompt"], completion, rec["tools"])
-                out.append(
-                    Trajectory(
-                        task_id=f"pref-{r}", group_id=group_id, episode_id=f"{group_id}e{j}", token_ids_T=ids,
-                        loss_mask_T=mask, rollout_logprobs_T=[0.0] * len(ids), turns_N=turns, reward=reward,
-                        stop_reason=StopReason.DONE, info={"source": rec["source"]},
-                    )  # fmt: skip
-                )
+            out += record_trajectories(self.renderer, self.records[r], f"pref-{r}", f"pref-s{step}r{round_}p{i}")
         return out
 
     def sync(self, weights: dict[str, Any] | None, version: int) -> None:
