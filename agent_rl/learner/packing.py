@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from agent_rl.learner import fsdp
+from agent_rl.learner import fsdp, varlen
 from agent_rl.types import TrainBatch
 
 
@@ -38,6 +38,11 @@ class Pack:
     input_ids_1N: torch.Tensor
     position_ids_1N: torch.Tensor
     shape: tuple[int, int]  # (B, T) of the padded batch
+
+    def bounds(self) -> list[tuple[int, int]]:
+        """``[start, end)`` of each row in the pack."""
+        starts = (torch.nonzero(torch.diff(self.rows_N, prepend=self.rows_N[:1] - 1)).flatten()).tolist()
+        return list(zip(starts, [*starts[1:], int(self.rows_N.numel())], strict=True))
 
     def next_in_row_1N(self) -> torch.Tensor:
         """True where packed token n + 1 is the next token of the same row (n predicts it)."""
@@ -77,7 +82,11 @@ def pack(batch: TrainBatch) -> Pack:
 
 def packed_call(model: torch.nn.Module, p: Pack) -> Any:
     """``model(...)`` on the packed tokens: no attention mask and no cache, so the model derives the
-    sequence boundaries from the position ids."""
+    sequence boundaries from the position ids; sdpa models attend row by row (``varlen``)."""
+    if varlen.supported(model):
+        varlen.use(model)
+        with varlen.packed_masks():
+            return model(input_ids=p.input_ids_1N, position_ids=p.position_ids_1N, use_cache=False, agent_rl_seq_bounds=p.bounds())
     return model(input_ids=p.input_ids_1N, position_ids=p.position_ids_1N, use_cache=False)
 
 
@@ -97,13 +106,15 @@ def check_isolation(model: torch.nn.Module) -> None:
     vocab = int(model.get_input_embeddings().weight.shape[0])
     device = model.get_input_embeddings().weight.device
     a, a2, b = [1, 2, 3, 4], [5, 6, 7, 8], [2, 4, 6]
+    rows_N = torch.tensor([0, 0, 0, 0, 1, 1, 1], device=device)
     positions = torch.tensor([[0, 1, 2, 3, 0, 1, 2]], device=device)
     outs = []
     was_training = model.training
     model.eval()
     for first in (a, a2):
         ids = torch.tensor([[t % vocab for t in first + b]], device=device)
-        outs.append(model(input_ids=ids, position_ids=positions, use_cache=False).logits[0, 4:].float())
+        p = Pack(rows_N, positions[0], ids, positions, (2, 4))
+        outs.append(packed_call(model, p).logits[0, 4:].float())
     model.train(was_training)
     diff, scale = float((outs[0] - outs[1]).abs().max()), float(outs[0].abs().max())
     if diff > 1e-3 * max(scale, 1.0):

@@ -12,7 +12,7 @@ import torch
 from agent_rl.algorithms import AGGREGATIONS
 from agent_rl.algorithms.credit.common import copied_prefix_mask
 from agent_rl.config import CriticConfig
-from agent_rl.learner import packing
+from agent_rl.learner import packing, varlen
 from agent_rl.learner.critic import Critic, load_value_model
 from agent_rl.learner.learner import Learner
 from agent_rl.learner.logprobs import token_logprobs
@@ -78,8 +78,16 @@ def test_token_budget_plans_by_hand():
     assert packing.balanced_rows(LENGTHS, 2) == [[0, 4, 5], [1, 2, 3]]
 
 
-def test_packed_logprobs_entropy_topk_and_gradients_equal_padded(tiny_model_dir):
+@pytest.mark.parametrize("attention", ["sdpa", "eager", "sdpa_checkpointed"])
+def test_packed_logprobs_entropy_topk_and_gradients_equal_padded(tiny_model_dir, attention):
+    # sdpa: row-by-row attention (varlen.py); eager: transformers' block-diagonal mask from the
+    # position ids; checkpointed: the recompute in backward gets the row bounds again
     model = load_model(str(tiny_model_dir), "float32", "cpu")
+    if attention == "eager":
+        model.set_attn_implementation("eager")
+    if attention == "sdpa_checkpointed":
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.train()
     batch, _ = step_batch(model.config.vocab_size)
     topk_BTK = torch.randint(0, model.config.vocab_size, (6, 12, 3), generator=torch.Generator().manual_seed(1))
     results = {}
@@ -93,6 +101,7 @@ def test_packed_logprobs_entropy_topk_and_gradients_equal_padded(tiny_model_dir)
         assert torch.allclose(a, b, atol=1e-5, rtol=0)
     assert results[True][0][batch.attention_mask_BT == 0].abs().max() == 0  # padding: 0
     assert rel_diff(results[True][3], results[False][3]) <= 1e-5
+    assert model.config._attn_implementation == ("eager" if attention == "eager" else varlen.NAME)
 
 
 def update(model_dir: str, aggregation: str, loss_mask=None, **cfg_kw) -> dict:
