@@ -13,6 +13,7 @@ import sys
 from pydantic_core import to_jsonable_python
 
 from agent_rl.algorithms import ALL_REGISTRIES
+from agent_rl.algorithms.catalog3 import PIECES, status_rows
 from agent_rl.algorithms.registry import CHOICES, Entry
 
 REGENERATE = "python -m agent_rl.algorithms.catalog > docs/objectives.md"
@@ -66,6 +67,18 @@ def render_catalog(markdown: bool) -> str:
                 for label, text in (("config", _defaults(e)), ("needs", ", ".join(sorted(e.needs)))):
                     if text:
                         lines.append(f"{'':37s}{label}: {text}")
+    registered = {e.name: kind for kind, registry in ALL_REGISTRIES.items() for e in registry.entries()}
+    rows = status_rows(registered)
+    if markdown:
+        lines += ["## Catalog III", "", "Every key of the Catalog III audit (`specs/OBJECTIVES.md`) and where it stands.", ""]
+        lines += ["| key | seed section | status | what it needs / sources searched |", "|---|---|---|---|"]
+        lines += [f"| `{key}` | {section} | {status} | {_cell(note)} |" for key, section, status, note in rows]
+        lines += ["", "| piece of a registered row | where |", "|---|---|"]
+        lines += [f"| {_cell(piece)} | {_cell(where)} |" for piece, where in PIECES]
+        lines.append("")
+    else:
+        for key, _, status, note in rows:
+            lines.append(f"{'catalog3':12s} {key:24s} {status}" + (f": {note}" if note else ""))
     if markdown and CHOICES:
         lines += ["## Choices we made", "", "Where a paper leaves a choice open.", ""]
         lines += ["| key | open question | our choice |", "|---|---|---|"]

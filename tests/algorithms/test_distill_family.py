@@ -118,3 +118,20 @@ def test_the_plan_builds_what_they_declare(overrides, builds, precompute):
     assert builds <= set(plan.builds)
     assert set(precompute) <= set(plan.precompute)
     assert plan.teacher is not None
+
+
+def test_beta_opsd_rewards_and_return_to_go():
+    from agent_rl.algorithms.losses.distill_family import BetaOpsdConfig, beta_opsd
+
+    #  token   q    ref   pi    r = (1/beta)(ln q/ref) - ln(pi/ref), beta 2
+    #  0       .5   .25   .4    .5 ln2 - ln 1.6
+    #  1       .5   .25   .5    .5 ln2 - ln 2
+    #  return-to-go: A = [r0 + r1, r1]; d/dlogp = -A / 2 (token mean)
+    x = inputs([logs([0.4, 0.5])], [logs([0.4, 0.5])], [[0.0, 0.0]], teacher_logprobs_BT=[logs([0.5, 0.5])],
+               ref_logprobs_BT=[logs([0.25, 0.25])])  # fmt: skip
+    r0, r1 = 0.5 * LN2 - math.log(1.6), -0.5 * LN2
+    _, grad = loss_and_grad(beta_opsd, BetaOpsdConfig(beta=2.0), x)
+    assert_close(grad, [[-(r0 + r1) / 2, -r1 / 2]])
+    # beta 1 without return-to-go is vanilla OPSD's sampled-token advantage log q - log pi
+    _, grad = loss_and_grad(beta_opsd, BetaOpsdConfig(beta=1.0, return_to_go=False), x)
+    assert_close(grad, [[-math.log(0.5 / 0.4) / 2, 0.0]])

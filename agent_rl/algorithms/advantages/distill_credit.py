@@ -15,6 +15,7 @@ from agent_rl.algorithms.registry import (
     AdvantageInputs,
     AdvantageOutput,
     ComponentConfig,
+    record_choice,
     register_advantage,
     require,
 )
@@ -45,3 +46,9 @@ def rlsd(x: AdvantageInputs, cfg: RlsdConfig) -> AdvantageOutput:
     adv_BT = adv_B[:, None] * w_BT * mask_BT
     weight_mean = float((w_BT * mask_BT).sum() / mask_BT.sum().clamp(min=1))
     return AdvantageOutput(advantages_BT=adv_BT.to(torch.float32), metrics={"adv/rlsd_weight_mean": weight_mean})
+
+
+for _key, _question, _choice in (
+    ('rlsd', 'magnitude of the per-token weight', "w = exp(sign(A) (log q - log pi_old)), clipped to [1/2, 2]; the base advantage is GRPO's"),
+):
+    record_choice(_key, _question, _choice)

@@ -18,6 +18,7 @@ from agent_rl.algorithms.registry import (
     AdvantageInputs,
     AdvantageOutput,
     ComponentConfig,
+    record_choice,
     register_advantage,
     require,
 )
@@ -122,3 +123,10 @@ def sa_mrpo(x: AdvantageInputs, cfg: SaMrpoConfig) -> AdvantageOutput:
     adv_B = (z_BC * torch.tensor(weights, dtype=torch.float64, device=z_BC.device)).sum(-1)
     metrics = {f"adv/sa_mrpo_weight_{k}": w for k, w in enumerate(weights)}
     return AdvantageOutput(advantages_BT=(adv_B[:, None] * x.loss_mask_BT.double()).to(torch.float32), metrics=metrics)
+
+
+for _key, _question, _choice in (
+    ('grpo_process', 'step rewards and their normalization', "the env's per-turn rewards; mean and population std over all step rewards of the group; reward-to-go per turn"),
+    ('sa_mrpo', 'saturation estimate and discount', "s_k = batch mean of clip(r_k / component_max, 0, 1); w_k = max(0.1, 1 - s_k); components = the env's info['reward_components'] totals"),
+):
+    record_choice(_key, _question, _choice)

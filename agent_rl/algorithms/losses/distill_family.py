@@ -24,6 +24,7 @@ from agent_rl.algorithms.registry import (
     LossInputs,
     LossOutput,
     TeacherSpec,
+    record_choice,
     register_policy_loss,
     require,
 )
@@ -195,3 +196,45 @@ def anti_sd(x: LossInputs, cfg: AntiSdConfig) -> LossOutput:
     metrics = _metrics(x, jsd=jsd_BT, teacher_entropy=h_BT)
     metrics["loss/gate_frac"] = masked_mean(gate_BT, x.loss_mask_BT)
     return LossOutput(loss_BT=loss_BT, metrics=metrics)
+
+
+# ----------------------------------------------------------------------------------------------
+# beta-OPSD: the KL-to-reference weight made explicit.
+
+
+class BetaOpsdConfig(SelfTeacherConfig):
+    beta: float = Field(1.0, gt=0.0, description="weight of KL(pi || ref); 1 = vanilla OPSD's target (ours: no default in the abstract)")
+    return_to_go: bool = Field(True, description="credit each token with the sum of the rewards from it to the row's end (beta-OPSD)")
+    coef: float = Field(1.0, ge=0.0, description="weight of the distillation term")
+
+
+def beta_rewards(teacher_BT: torch.Tensor, ref_BT: torch.Tensor, student_BT: torch.Tensor, beta: float) -> torch.Tensor:
+    """r_t = (1/beta)(log q_t - log ref_t) - (log pi_t - log ref_t): log pi*_t - log pi_t up to the normalizer."""
+    return (teacher_BT - ref_BT) / beta - (student_BT - ref_BT)
+
+
+@register_policy_loss("beta_opsd", config=BetaOpsdConfig, needs={"teacher_logprobs", "ref_logprobs"}, teacher=self_teacher)
+def beta_opsd(x: LossInputs, cfg: BetaOpsdConfig) -> LossOutput:
+    """beta-OPSD (Liu et al. 2026): OPSD is the beta = 1 member of max E[log q - log ref] - beta KL(pi || ref).
+
+    Optimal policy pi* ∝ ref^(1 - 1/beta) q^(1/beta) (geometric path from the reference to the teacher);
+    sampled-token form: r_t = (1/beta)(log q_t - log ref_t) - (log pi_t - log ref_t) = log pi*_t - log pi_t + log Z_t,
+    A_t = sum_{t' >= t} r_t' (return-to-go over the row's policy tokens) or r_t; L_t = -coef * sg(A_t) * logp_t.
+    Ours: the paper distils to the mixed logits; the sampled-token estimator here leaves out log Z_t.
+    """
+    teacher_BT = require(x, "teacher_logprobs_BT", "beta_opsd").detach()
+    ref_BT = require(x, "ref_logprobs_BT", "beta_opsd").detach()
+    mask_BT = x.loss_mask_BT.to(teacher_BT.dtype)
+    r_BT = beta_rewards(teacher_BT, ref_BT, x.logprobs_BT.detach(), cfg.beta) * mask_BT
+    adv_BT = r_BT.flip(-1).cumsum(-1).flip(-1) * mask_BT if cfg.return_to_go else r_BT
+    return LossOutput(loss_BT=_reinforce_on(adv_BT, x, cfg.coef), metrics=_metrics(x, distill_reward=r_BT))
+
+
+for _key, _question, _choice in (
+    ('i_sdpo', 'what counts as a success and what the GRPO branch is', "reward >= success_threshold (1.0); the rest of the group trains with ppo_clip at eps 0.2/0.2 on the run's advantages; the teacher is the current policy with the privileged context"),
+    ('powered_opd', 'where the Box-Cox transform is applied, and alpha', "to each probability: r = (q^a - pi^a)/a (bounded by 1/a, the sign of log q - log pi); alpha = 0.5; the teacher is the run's self-teacher until external teachers exist"),
+    ('g_opd', 'reward scale and reference', "lambda = 1.25 (ExOPD); the reference is the run's frozen initial policy; the teacher is the run's self-teacher until external teachers exist"),
+    ('anti_sd', 'divergence, gate and weights', "JSD over the teacher's top-20 ids + tail; gate per token where the teacher's top-K entropy >= 0.1 nats (or on the batch mean); coef 0.1 next to ppo_clip with rl_coef 1"),
+    ('beta_opsd', 'estimator and beta', 'sampled-token rewards (1/beta)(log q - log ref) - (log pi - log ref) with return-to-go, instead of distilling to mixed logits (the normalizer log Z is left out); beta = 1'),
+):
+    record_choice(_key, _question, _choice)

@@ -22,6 +22,7 @@ from typing import Literal
 import torch
 
 from agent_rl.algorithms.needs import NEEDS, register_need
+from agent_rl.algorithms.registry import record_choice
 
 Divergence = Literal["forward", "reverse"]
 
@@ -87,3 +88,10 @@ def topk_entropy(logp_BTK: torch.Tensor, tail: bool = True, mask_BTK: torch.Tens
     mask = torch.ones_like(logp_BTK, dtype=torch.bool) if mask_BTK is None else mask_BTK.bool()
     b_BTb = _buckets(logp_BTK, mask, tail)
     return -(b_BTb.exp() * b_BTb).sum(-1)
+
+
+for _key, _question, _choice in (
+    ('sdpo', 'top-K support and size', "estimator=topk: the teacher's top-K ids (K=20) plus one tail bucket for the rest of the mass; the learner scores the policy at those ids (the sampler's top-k is not used)"),
+    ('opsd', 'divergence of estimator=topk', "reverse KL(pi || q) by default (SDPO's objective); forward KL(q || pi) and renormalizing instead of a tail bucket are options"),
+):
+    record_choice(_key, _question, _choice)

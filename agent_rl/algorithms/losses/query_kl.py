@@ -13,7 +13,7 @@ from pydantic import Field
 
 from agent_rl.algorithms.losses.common import LOG_RATIO_CLAMP, broadcast, seq_len
 from agent_rl.algorithms.losses.ppo import PpoClipConfig, ppo_clip
-from agent_rl.algorithms.registry import LossInputs, LossOutput, register_policy_loss, require
+from agent_rl.algorithms.registry import LossInputs, LossOutput, record_choice, register_policy_loss, require
 
 
 class QklConfig(PpoClipConfig):
@@ -57,3 +57,9 @@ def qkl(x: LossInputs, cfg: QklConfig) -> LossOutput:
     metrics = dict(rl.metrics)
     metrics["loss/query_kl"] = float(qkl_B.detach().mean()) if qkl_B.numel() else 0.0
     return LossOutput(loss_BT=rl.loss_BT + broadcast(per_token_B, x.logprobs_BT), metrics=metrics)
+
+
+for _key, _question, _choice in (
+    ('qkl', 'estimator, query tokens and per-query weight', "k3 of KL(pi || ref) summed over the tokens before a row's first policy token; w = exp(mean log ref(q)); coef 0.01 next to ppo_clip"),
+):
+    record_choice(_key, _question, _choice)

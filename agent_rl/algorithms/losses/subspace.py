@@ -18,7 +18,7 @@ import torch
 from pydantic import Field
 
 from agent_rl.algorithms.losses.ppo import PpoClipConfig, ppo_clip
-from agent_rl.algorithms.registry import LossInputs, LossOutput, register_policy_loss
+from agent_rl.algorithms.registry import LossInputs, LossOutput, record_choice, register_policy_loss
 
 
 class GcpoConfig(PpoClipConfig):
@@ -88,3 +88,9 @@ def gcpo(x: LossInputs, cfg: GcpoConfig) -> LossOutput:
     U_k, V_k = top-k singular vectors of the initial weights, k = ceil(rank_ratio * min(m, n)).
     """
     return ppo_clip(x, cfg)
+
+
+for _key, _question, _choice in (
+    ('gcpo', 'rank, which matrices, and what is projected', "k = ceil(0.05 min(m, n)) per matrix from the initial weights' SVD; every trainable 2-D weight but the embeddings and LM head; the optimizer's update (after the step), not the gradient"),
+):
+    record_choice(_key, _question, _choice)
