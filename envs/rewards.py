@@ -199,11 +199,16 @@ _DECLARATIONS = ("sft_teacher", "tokenizer_corpus", "task_category")
 
 def register_shaped(env_id: str, base_id: str, components: Callable[[], list[RewardComponent]], **register_kwargs: Any) -> None:
     """Register ``env_id``: ``base_id`` (made with the same keywords) with ``components()`` added."""
+    register_wrapped(env_id, base_id, lambda env: ShapedEnv(env, components()), **register_kwargs)
+
+
+def register_wrapped(env_id: str, base_id: str, wrap: Callable[[gym.Env], gym.Env], **register_kwargs: Any) -> None:
+    """Register ``env_id``: ``wrap(base_id's env made with the same keywords)``, with the base class's declarations."""
     base = gym.spec(base_id).entry_point
     base_cls = base if not isinstance(base, str) else getattr(__import__(base.partition(":")[0], fromlist=["_"]), base.partition(":")[2])
 
-    def make(**kwargs: Any) -> ShapedEnv:
-        return ShapedEnv(gym.make(base_id, **kwargs), components())
+    def make(**kwargs: Any) -> gym.Env:
+        return wrap(gym.make(base_id, **kwargs))
 
     make.__signature__ = inspect.signature(base_cls)  # type: ignore[attr-defined]  (tool_format detection)
     for attribute in _DECLARATIONS:
