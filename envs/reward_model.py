@@ -26,7 +26,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from envs.rewards import ShapedEnv, register_wrapped
+from envs.rewards import ShapedEnv, _register_wrapped
 
 
 class RewardModelScorer:
@@ -90,4 +90,4 @@ def register_reward_model(
     env_id: str, base_id: str, path: str, *, weight: float = 1.0, verifier_weight: float = 0.0, device: str = "cpu", **register_kwargs: Any
 ) -> None:
     """Register ``env_id``: ``base_id`` (same keywords) rewarded by the reward model at ``path``."""
-    register_wrapped(env_id, base_id, lambda env: RewardModelEnv(env, load_scorer(path, device), weight, verifier_weight), **register_kwargs)
+    _register_wrapped(env_id, base_id, lambda env: RewardModelEnv(env, load_scorer(path, device), weight, verifier_weight), **register_kwargs)

@@ -199,10 +199,10 @@ _DECLARATIONS = ("sft_teacher", "tokenizer_corpus", "task_category")
 
 def register_shaped(env_id: str, base_id: str, components: Callable[[], list[RewardComponent]], **register_kwargs: Any) -> None:
     """Register ``env_id``: ``base_id`` (made with the same keywords) with ``components()`` added."""
-    register_wrapped(env_id, base_id, lambda env: ShapedEnv(env, components()), **register_kwargs)
+    _register_wrapped(env_id, base_id, lambda env: ShapedEnv(env, components()), **register_kwargs)
 
 
-def register_wrapped(env_id: str, base_id: str, wrap: Callable[[gym.Env], gym.Env], **register_kwargs: Any) -> None:
+def _register_wrapped(env_id: str, base_id: str, wrap: Callable[[gym.Env], gym.Env], **register_kwargs: Any) -> None:
     """Register ``env_id``: ``wrap(base_id's env made with the same keywords)``, with the base class's declarations."""
     base = gym.spec(base_id).entry_point
     base_cls = base if not isinstance(base, str) else getattr(__import__(base.partition(":")[0], fromlist=["_"]), base.partition(":")[2])
