@@ -17,6 +17,7 @@ class's declarations (``sft_teacher``, ...).
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import re
 from collections.abc import Callable
@@ -197,17 +198,11 @@ class ShapedEnv(AsyncTextEnv):
 _DECLARATIONS = ("sft_teacher", "tokenizer_corpus", "task_category")
 
 
-def register_shaped(env_id: str, base_id: str, components: Callable[[], list[RewardComponent]], **register_kwargs: Any) -> None:
-    """Register ``env_id``: ``base_id`` (made with the same keywords) with ``components()`` added."""
-    _register_wrapped(env_id, base_id, lambda env: ShapedEnv(env, components()), **register_kwargs)
-
-
-def _register_wrapped(env_id: str, base_id: str, wrap: Callable[[gym.Env], gym.Env], **register_kwargs: Any) -> None:
-    """Register ``env_id``: ``wrap(base_id's env made with the same keywords)``, with the base class's declarations."""
+def _register_wrapped(env_id: str, base_id: str, wrap: Callable[[gym.Env], AsyncTextEnv], **register_kwargs: Any) -> None:
     base = gym.spec(base_id).entry_point
-    base_cls = base if not isinstance(base, str) else getattr(__import__(base.partition(":")[0], fromlist=["_"]), base.partition(":")[2])
+    base_cls = base if not isinstance(base, str) else getattr(importlib.import_module(base.partition(":")[0]), base.partition(":")[2])
 
-    def make(**kwargs: Any) -> gym.Env:
+    def make(**kwargs: Any) -> AsyncTextEnv:
         return wrap(gym.make(base_id, **kwargs))
 
     make.__signature__ = inspect.signature(base_cls)  # type: ignore[attr-defined]  (tool_format detection)
@@ -217,3 +212,50 @@ def _register_wrapped(env_id: str, base_id: str, wrap: Callable[[gym.Env], gym.E
     gym.register(env_id, entry_point=make, disable_env_checker=True, **register_kwargs)
 
 
+def register_shaped(env_id: str, base_id: str, components: Callable[[], list[RewardComponent]], **register_kwargs: Any) -> None:
+    """Register ``env_id``: ``base_id`` (made with the same keywords) with ``components()`` added."""
+    _register_wrapped(env_id, base_id, lambda env: ShapedEnv(env, components()), **register_kwargs)
+
+
+# ----------------------------------------------------------------------------------------------
+# Test-time RL without labels (ttpo): the env's verdict never leaves the env.
+
+# info keys through which a verdict or a solution could reach the trainer
+LABEL_KEYS = ("correct", "passed", "score", "verdict", "expected", "solution", "answer_key")
+# keys of info["task"] that hold the label (the rest replays the task)
+TASK_LABEL_KEYS = ("answer", "solution", "expected", "tests", "reference")
+PENDING_CONTEXT = "(pseudo-label pending)"
+
+
+class LabelFreeEnv(ShapedEnv):
+    """``env`` for test-time RL without labels: its reward is replaced by 0, the verdict keys of its
+    info (``LABEL_KEYS``) and of its task (``TASK_LABEL_KEYS``) are dropped, and its privileged ``teacher_context`` (a verified solution) is
+    replaced by ``PENDING_CONTEXT``, which the ``ttpo_vote`` filter fills with the group's majority
+    answer. The final answer, parsed with the env's tool format, goes out in ``info["final_answer"]``
+    (the vote). The hidden label stays inside the env: the trainer never sees it."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env, [])
+
+    async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        obs, info = await super().areset(seed=seed, options=options)
+        info = {k: v for k, v in info.items() if k not in LABEL_KEYS}
+        if isinstance(info.get("task"), dict):
+            info["task"] = {k: v for k, v in info["task"].items() if k not in TASK_LABEL_KEYS}
+        if "teacher_context" in info:
+            info["teacher_context"] = PENDING_CONTEXT
+        return obs, info
+
+    async def astep(self, action: str):
+        obs, _, terminated, truncated, info = await self._call("step", action)
+        info = {k: v for k, v in info.items() if k not in LABEL_KEYS}
+        parse = getattr(self.env.unwrapped, "format", None)
+        answer = parse.parse(action).answer if parse is not None else None
+        if answer is not None and (terminated or truncated):
+            info["final_answer"] = answer.strip()
+        return obs, 0.0, terminated, truncated, info
+
+
+def register_label_free(env_id: str, base_id: str, **register_kwargs: Any) -> None:
+    """Register ``env_id``: ``base_id`` as a ``LabelFreeEnv`` (same keywords and declarations)."""
+    _register_wrapped(env_id, base_id, lambda env: LabelFreeEnv(env), **register_kwargs)

@@ -33,7 +33,7 @@ KEYS: tuple[Catalog3Key, ...] = (
     Catalog3Key("scrl", "later", NOT_YET, "needs a task generator (policy or configured model) that decomposes all-fail prompts into verifiable sub-problems"),
     Catalog3Key("lspo", "later", NOT_YET, "LoRA-scaffolded re-rolls of all-fail groups; needs learner.lora"),
     Catalog3Key("i_sdpo", "later", NOT_YET, ""),
-    Catalog3Key("ttpo", "later", NOT_YET, "needs a label-free run mode: majority-vote pseudo-labels as the teacher context and reward (issue 25 item 4)"),
+    Catalog3Key("ttpo", "later", NOT_YET, ""),
     Catalog3Key("serpo", "later", NOT_YET, "needs self-generated rubrics and verdict-token scoring by the policy (a judge pass in the rollout engine)"),
     Catalog3Key("beta_opsd", "later", NOT_YET, ""),
     Catalog3Key("powered_opd", "later", NOT_YET, ""),

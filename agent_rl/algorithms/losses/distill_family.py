@@ -238,3 +238,38 @@ for _key, _question, _choice in (
     ('beta_opsd', 'estimator and beta', 'sampled-token rewards (1/beta)(log q - log ref) - (log pi - log ref) with return-to-go, instead of distilling to mixed logits (the normalizer log Z is left out); beta = 1'),
 ):
     record_choice(_key, _question, _choice)
+
+
+# ----------------------------------------------------------------------------------------------
+# TTPO: test-time, label-free; agreeing rows distil, disagreeing rows get grouped RL.
+
+
+class TtpoConfig(SelfTeacherConfig):
+    coef: float = Field(1.0, ge=0.0, description="weight of the distillation branch (rows agreeing with the vote)")
+    rl_coef: float = Field(1.0, ge=0.0, description="weight of the RL branch (rows disagreeing with the vote)")
+    converged_tol: float = Field(0.05, ge=0.0, description="distil only where |log q - log pi| > this (converged positions skipped; ours)")
+    confidence: float = Field(0.5, ge=0.0, le=1.0, description="penalize only tokens with pi(y_t) > this (confident errors; ours)")
+
+
+@register_policy_loss("ttpo", config=TtpoConfig, needs={"teacher_logprobs", "rewards"}, teacher=self_teacher)
+def ttpo(x: LossInputs, cfg: TtpoConfig) -> LossOutput:
+    """TTPO, test-time policy optimization without labels (2026): asymmetric OPSD + grouped RL on pseudo-labels.
+
+    With the ``ttpo_vote`` filter: reward_i = 1[answer_i == majority], teacher context = the majority answer.
+    agree_i:    L_t = -coef * sg(log q_t - log pi_t) * 1[|log q_t - log pi_t| > converged_tol] * logp_t
+    disagree_i: L_t = rl_coef * 1[pi(y_t) > confidence] * ppo_clip_t(A)   (A: the run's advantage on the pseudo-rewards)
+    """
+    teacher_BT = require(x, "teacher_logprobs_BT", "ttpo").detach()
+    agree_B1 = (require(x, "rewards_B", "ttpo") >= 0.5).to(x.logprobs_BT.dtype).unsqueeze(-1)
+    delta_BT = teacher_BT - x.logprobs_BT.detach()
+    active_BT = (delta_BT.abs() > cfg.converged_tol).to(delta_BT.dtype)
+    distill_BT = _reinforce_on(delta_BT * active_BT, x, cfg.coef)
+    confident_BT = (x.logprobs_BT.detach().exp() > cfg.confidence).to(delta_BT.dtype)
+    rl_BT = cfg.rl_coef * confident_BT * ppo_clip(x, PpoClipConfig()).loss_BT
+    loss_BT = agree_B1 * distill_BT + (1 - agree_B1) * rl_BT
+    metrics = _metrics(x, distill_kl=-delta_BT)
+    metrics["loss/ttpo_agree_frac"] = float(agree_B1.mean()) if agree_B1.numel() else 0.0
+    return LossOutput(loss_BT=loss_BT, metrics=metrics)
+
+
+record_choice("ttpo", "token selection of both branches", "distillation skips positions with |log q - log pi| <= 0.05 (converged); the RL branch (ppo_clip on the run's advantage of the pseudo-rewards) keeps tokens with pi > 0.5 (confident errors)")
