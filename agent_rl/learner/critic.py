@@ -54,7 +54,8 @@ class Critic:
         self.optimizer, self.scheduler = self.optim.optimizer, self.optim.scheduler
 
     def _values(self, batch: TrainBatch) -> torch.Tensor:
-        out_BT = batch_logits(self.model, batch, packed=self.learner_cfg.packing)[..., 0].float()
+        cfg = self.learner_cfg
+        out_BT = batch_logits(self.model, batch, cfg.packing, cfg.share_prefixes)[..., 0].float()
         zeros_B1 = torch.zeros_like(out_BT[:, :1])
         return torch.cat([zeros_B1, out_BT[:, :-1]], dim=1) * batch.attention_mask_BT.to(out_BT.dtype)
 

@@ -121,7 +121,8 @@ class Learner:
         """``token_logprobs`` with this learner's temperature, chunk size and LM-head precision."""
         return token_logprobs(
             model, batch, self.temperature, with_entropy=with_entropy,
-            chunk_tokens=self.cfg.logprob_chunk_tokens, fp32_lm_head=self.cfg.fp32_lm_head, packed=self.cfg.packing, **kw,
+            chunk_tokens=self.cfg.logprob_chunk_tokens, fp32_lm_head=self.cfg.fp32_lm_head,
+            packed=self.cfg.packing, share_prefixes=self.cfg.share_prefixes, **kw,
         )
 
     @torch.no_grad()

@@ -120,10 +120,31 @@ class _Request:
     chunk: int
     with_entropy: bool
     fp32: bool
+    hidden_index_P: torch.Tensor | None = None  # packed: the head runs on these hidden states (targets_BT: [P])
+
+
+def _pairs_forward(head: torch.nn.Module, request: _Request, hidden_1NH: torch.Tensor) -> torch.Tensor:
+    """Packed layout: per-pair results ``[1, P, 1 + E + K]`` of hidden ``hidden_index_P`` -> ``targets_BT``."""
+    out = _ChunkedHead.apply(
+        hidden_1NH[0, request.hidden_index_P], head.weight, getattr(head, "bias", None), request.targets_BT,
+        request.topk_ids_BTK, request.temperature, request.chunk, request.with_entropy, request.fp32,
+    )
+    return _columns(request, *out)[None]
+
+
+def _columns(request: _Request, logprobs_N: torch.Tensor, entropy_N: torch.Tensor, topk_NK: torch.Tensor) -> torch.Tensor:
+    cols = [logprobs_N[:, None]]
+    if request.with_entropy:
+        cols.append(entropy_N[:, None])
+    if request.topk_ids_BTK is not None:
+        cols.append(topk_NK)
+    return torch.cat(cols, dim=1)
 
 
 def _head_forward(head: torch.nn.Module, request: _Request, hidden_BTH: torch.Tensor) -> torch.Tensor:
     """Packed per-token results ``[B, T, 1 + E + K]`` aligned with the input ids (column 0 zero)."""
+    if request.hidden_index_P is not None:
+        return _pairs_forward(head, request, hidden_BTH)
     B, T, _ = hidden_BTH.shape
     b_N, t_N = request.valid_BT.nonzero(as_tuple=True)
     topk_NK = None if request.topk_ids_BTK is None else request.topk_ids_BTK[b_N, t_N]
@@ -138,12 +159,7 @@ def _head_forward(head: torch.nn.Module, request: _Request, hidden_BTH: torch.Te
         request.with_entropy,
         request.fp32,
     )
-    cols = [logprobs_N[:, None]]
-    if request.with_entropy:
-        cols.append(entropy_N[:, None])
-    if topk_NK is not None:
-        cols.append(topk_NK_out)
-    packed_NC = torch.cat(cols, dim=1)
+    packed_NC = _columns(request, logprobs_N, entropy_N, topk_NK_out)
     out_BTC = torch.zeros((B, T, packed_NC.shape[1]), dtype=packed_NC.dtype, device=packed_NC.device)
     return out_BTC.index_put((b_N, t_N + 1), packed_NC)
 
@@ -160,14 +176,16 @@ def _chunked_head(model: torch.nn.Module, request: _Request):
         del head.forward  # back to the class's forward (generation sees a plain LM head)
 
 
-def batch_logits(model: torch.nn.Module, batch: TrainBatch, packed: bool = False) -> torch.Tensor:
+def batch_logits(model: torch.nn.Module, batch: TrainBatch, packed: bool = False, share_prefixes: bool = False) -> torch.Tensor:
     """``model(...)``'s per-token output on a batch (right-padded rows, explicit positions, no cache).
 
-    ``packed``: the rows run as one packed sequence (``packing``); the output comes back in the
-    padded layout, zeros on padding."""
+    ``packed``: the rows run as one packed sequence (``packing``; ``share_prefixes``: shared
+    prefixes once, ``prefix``); the output comes back in the padded layout, zeros on padding."""
+    if share_prefixes and not packed:
+        raise ValueError("learner.share_prefixes needs learner.packing: true")
     if packed:
         packing.check_isolation(model)
-        p = packing.pack(batch)
+        p = packing.pack(batch, share_prefixes)
         return p.unpack(packing.packed_call(model, p).logits)
     return model(
         input_ids=batch.input_ids_BT,
@@ -186,6 +204,7 @@ def token_logprobs(
     topk_ids_BTK: torch.Tensor | None = None,
     fp32_lm_head: bool = False,
     packed: bool = False,
+    share_prefixes: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None] | tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """``logprobs_BT[:, t]`` = log p(input_ids[:, t] | input_ids[:, :t]) at ``temperature``; column 0 is 0.
 
@@ -194,22 +213,32 @@ def token_logprobs(
     ``topk_ids_BTK`` it also returns the logprobs at those ids, as a third value. ``fp32_lm_head``
     runs the head's matmul in fp32 (bf16 models: the logits keep their precision). ``packed``: the
     rows run as one packed sequence (``packing``); the results are the same, padding costs nothing.
+    ``share_prefixes`` (with ``packed``): rows sharing a prefix compute it once (``prefix``).
     """
-    if packed:  # the head sees the packed [1, N] layout: targets and validity in that layout
+    chunk = max(1, chunk_tokens)
+    if share_prefixes and not packed:
+        raise ValueError("learner.share_prefixes needs learner.packing: true")
+    if packed:  # the head runs on (hidden index, target) pairs of the packed layout
         packing.check_isolation(model)
-        p = packing.pack(batch)
-        ids_BT, valid_BT = p.input_ids_1N, p.next_in_row_1N()
-        topk_ids_BTK = None if topk_ids_BTK is None else p.gather(topk_ids_BTK)
+        p = packing.pack(batch, share_prefixes)
+        h_P, y_P, b_D, t_D, pair_D = p.predictions(batch.input_ids_BT, dedupe=topk_ids_BTK is None)
+        topk_PK = None if topk_ids_BTK is None else topk_ids_BTK[b_D, t_D]
+        request = _Request(y_P, None, topk_PK, temperature, chunk, with_entropy, fp32_lm_head, hidden_index_P=h_P)
+        with _chunked_head(model, request):
+            pairs_PC = packing.packed_call(model, p).logits[0]
+        B, T = batch.input_ids_BT.shape
+        packed_BTC = torch.zeros((B, T, pairs_PC.shape[1]), dtype=pairs_PC.dtype, device=pairs_PC.device)
+        packed_BTC = packed_BTC.index_put((b_D, t_D), pairs_PC[pair_D])
     else:
         ids_BT, valid_BT = batch.input_ids_BT, batch.attention_mask_BT.bool()
         valid_BT = torch.cat([valid_BT[:, 1:], torch.zeros_like(valid_BT[:, :1])], dim=1)
-    targets_BT = torch.cat([ids_BT[:, 1:], ids_BT[:, :1]], dim=1)
-    topk_next_BTK = None
-    if topk_ids_BTK is not None:
-        topk_next_BTK = torch.cat([topk_ids_BTK[:, 1:], topk_ids_BTK[:, :1]], dim=1)
-    request = _Request(targets_BT, valid_BT, topk_next_BTK, temperature, max(1, chunk_tokens), with_entropy, fp32_lm_head)
-    with _chunked_head(model, request):
-        packed_BTC = p.unpack(packing.packed_call(model, p).logits) if packed else batch_logits(model, batch)
+        targets_BT = torch.cat([ids_BT[:, 1:], ids_BT[:, :1]], dim=1)
+        topk_next_BTK = None
+        if topk_ids_BTK is not None:
+            topk_next_BTK = torch.cat([topk_ids_BTK[:, 1:], topk_ids_BTK[:, :1]], dim=1)
+        request = _Request(targets_BT, valid_BT, topk_next_BTK, temperature, chunk, with_entropy, fp32_lm_head)
+        with _chunked_head(model, request):
+            packed_BTC = batch_logits(model, batch)
     logprobs_BT = packed_BTC[..., 0]
     entropy_BT = packed_BTC[..., 1] if with_entropy else None
     if topk_ids_BTK is None:

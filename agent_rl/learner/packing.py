@@ -31,37 +31,54 @@ from agent_rl.types import TrainBatch
 
 @dataclass
 class Pack:
-    """Where each packed token comes from: ``rows_N[n], cols_N[n]`` in the padded batch."""
+    """A micro-batch's rows as one packed sequence of N tokens, and the way back.
 
-    rows_N: torch.Tensor
-    cols_N: torch.Tensor
+    ``index_BT[b, t]``: the packed index of row b's token t (-1 on padding); with shared
+    prefixes several (b, t) point at one packed token. ``segments``: ``(start, end, prefix_start,
+    prefix_end)`` per packed run of tokens: the run attends causally to itself and fully to the
+    tokens of ``[prefix_start, prefix_end)`` (empty without sharing).
+    """
+
     input_ids_1N: torch.Tensor
     position_ids_1N: torch.Tensor
-    shape: tuple[int, int]  # (B, T) of the padded batch
-
-    def bounds(self) -> list[tuple[int, int]]:
-        """``[start, end)`` of each row in the pack."""
-        starts = (torch.nonzero(torch.diff(self.rows_N, prepend=self.rows_N[:1] - 1)).flatten()).tolist()
-        return list(zip(starts, [*starts[1:], int(self.rows_N.numel())], strict=True))
-
-    def next_in_row_1N(self) -> torch.Tensor:
-        """True where packed token n + 1 is the next token of the same row (n predicts it)."""
-        same_N = torch.zeros_like(self.rows_N, dtype=torch.bool)
-        same_N[:-1] = self.rows_N[1:] == self.rows_N[:-1]
-        return same_N[None]
+    index_BT: torch.Tensor
+    src_rows_N: torch.Tensor  # one (row, column) each packed token is read from
+    src_cols_N: torch.Tensor
+    segments: list[tuple[int, int, int, int]]
 
     def gather(self, x_BT: torch.Tensor) -> torch.Tensor:
         """A ``[B, T, ...]`` tensor in the packed layout ``[1, N, ...]``."""
-        return x_BT[self.rows_N, self.cols_N][None]
+        return x_BT[self.src_rows_N, self.src_cols_N][None]
 
     def unpack(self, x_1NC: torch.Tensor) -> torch.Tensor:
-        """``[1, N, ...]`` -> ``[B, T, ...]``, zeros where the padded batch has padding."""
-        out = torch.zeros((*self.shape, *x_1NC.shape[2:]), dtype=x_1NC.dtype, device=x_1NC.device)
-        return out.index_put((self.rows_N, self.cols_N), x_1NC[0])
+        """``[1, N, ...]`` -> ``[B, T, ...]``, zeros where the padded batch has padding (a gather:
+        a shared token's gradient is the sum over the rows that read it)."""
+        out_BTC = x_1NC[0][self.index_BT.clamp(min=0)]
+        keep = (self.index_BT >= 0).view(*self.index_BT.shape, *[1] * (out_BTC.dim() - 2))
+        return torch.where(keep, out_BTC, torch.zeros((), dtype=out_BTC.dtype, device=out_BTC.device))
+
+    def predictions(self, input_ids_BT: torch.Tensor, dedupe: bool) -> tuple[torch.Tensor, ...]:
+        """What the LM head computes: (hidden index, target id) pairs ``h_P, y_P``, and for every
+        predicted token (b_D, t_D) of the batch its pair ``pair_D``. ``dedupe``: a pair that several
+        rows share (inside a shared prefix) is computed once."""
+        prev_BT = torch.cat([torch.full_like(self.index_BT[:, :1], -1), self.index_BT[:, :-1]], dim=1)
+        b_D, t_D = ((self.index_BT >= 0) & (prev_BT >= 0)).nonzero(as_tuple=True)
+        h_D, y_D = prev_BT[b_D, t_D], input_ids_BT[b_D, t_D]
+        if not dedupe:
+            return h_D, y_D, b_D, t_D, torch.arange(h_D.numel(), device=h_D.device)
+        key_P, pair_D = torch.unique(h_D * (int(input_ids_BT.max()) + 1) + y_D, return_inverse=True)
+        h_P = torch.zeros_like(key_P).scatter_(0, pair_D, h_D)
+        y_P = torch.zeros_like(key_P).scatter_(0, pair_D, y_D)
+        return h_P, y_P, b_D, t_D, pair_D
 
 
-def pack(batch: TrainBatch) -> Pack:
-    """The real tokens (attention mask 1) of every row, concatenated in row order."""
+def pack(batch: TrainBatch, share_prefixes: bool = False) -> Pack:
+    """The real tokens (attention mask 1) of every row, concatenated in row order; with
+    ``share_prefixes`` rows that share a prefix read it from one copy (``prefix.shared_pack``)."""
+    if share_prefixes:
+        from agent_rl.learner.prefix import shared_pack
+
+        return shared_pack(batch)
     rows_N, cols_N = batch.attention_mask_BT.bool().nonzero(as_tuple=True)
     position_ids_BT = batch.position_ids_BT.expand_as(batch.input_ids_BT)
     positions_N = position_ids_BT[rows_N, cols_N]
@@ -77,7 +94,11 @@ def pack(batch: TrainBatch) -> Pack:
             f"learner.packing: row {int(rows_N[n])} cannot be packed: its position ids must go up by one over its "
             "tokens and not continue the previous row's (set learner.packing: false for this data)"
         )
-    return Pack(rows_N, cols_N, batch.input_ids_BT[rows_N, cols_N][None], positions_N[None], tuple(batch.input_ids_BT.shape))
+    index_BT = torch.full_like(batch.input_ids_BT, -1)
+    index_BT[rows_N, cols_N] = torch.arange(rows_N.numel(), device=rows_N.device)
+    starts = row_start_N.nonzero().flatten().tolist()
+    segments = [(s, e, s, s) for s, e in zip(starts, [*starts[1:], int(rows_N.numel())], strict=True)]
+    return Pack(batch.input_ids_BT[rows_N, cols_N][None], positions_N[None], index_BT, rows_N, cols_N, segments)
 
 
 def packed_call(model: torch.nn.Module, p: Pack) -> Any:
@@ -86,7 +107,12 @@ def packed_call(model: torch.nn.Module, p: Pack) -> Any:
     if varlen.supported(model):
         varlen.use(model)
         with varlen.packed_masks():
-            return model(input_ids=p.input_ids_1N, position_ids=p.position_ids_1N, use_cache=False, agent_rl_seq_bounds=p.bounds())
+            return model(input_ids=p.input_ids_1N, position_ids=p.position_ids_1N, use_cache=False, agent_rl_segments=p.segments)
+    if any(pe > ps for _, _, ps, pe in p.segments):
+        raise ValueError(
+            f"learner.share_prefixes: {type(model).__name__} uses {getattr(model.config, '_attn_implementation', '?')} "
+            "attention, which cannot read a shared prefix exactly here; it needs sdpa with full attention in every layer"
+        )
     return model(input_ids=p.input_ids_1N, position_ids=p.position_ids_1N, use_cache=False)
 
 
@@ -107,13 +133,15 @@ def check_isolation(model: torch.nn.Module) -> None:
     device = model.get_input_embeddings().weight.device
     a, a2, b = [1, 2, 3, 4], [5, 6, 7, 8], [2, 4, 6]
     rows_N = torch.tensor([0, 0, 0, 0, 1, 1, 1], device=device)
+    cols_N = torch.tensor([0, 1, 2, 3, 0, 1, 2], device=device)
+    index_BT = torch.tensor([[0, 1, 2, 3], [4, 5, 6, -1]], device=device)
     positions = torch.tensor([[0, 1, 2, 3, 0, 1, 2]], device=device)
     outs = []
     was_training = model.training
     model.eval()
     for first in (a, a2):
         ids = torch.tensor([[t % vocab for t in first + b]], device=device)
-        p = Pack(rows_N, positions[0], ids, positions, (2, 4))
+        p = Pack(ids, positions, index_BT, rows_N, cols_N, [(0, 4, 0, 0), (4, 7, 4, 4)])
         outs.append(packed_call(model, p).logits[0, 4:].float())
     model.train(was_training)
     diff, scale = float((outs[0] - outs[1]).abs().max()), float(outs[0].abs().max())

@@ -5,9 +5,10 @@ With the position ids alone, transformers isolates packed rows for sdpa / eager 
 block-diagonal ``[N, N]`` mask: exact, but it computes every masked score (on CPU a pack of 16
 rows was 2-3x slower than the padded batch). Flash attention has a varlen kernel; sdpa does
 not, so this module registers an attention implementation, ``agent_rl_varlen_sdpa``, that
-behaves exactly as transformers' ``sdpa`` unless a call passes ``agent_rl_seq_bounds`` (the
-``[start, end)`` of every row in the pack): then it runs causal sdpa on each row's slice of the
-queries, keys and values. The bounds travel as a keyword argument of the model call, which
+behaves exactly as transformers' ``sdpa`` unless a call passes ``agent_rl_segments``
+(``packing.Pack.segments``): then it runs causal sdpa on each row's slice of the queries, keys
+and values; a suffix that reads a shared prefix attends to all of the prefix's keys and causally
+to its own (``prefix.py``). The segments travel as a keyword argument of the model call, which
 transformers hands on to every decoder layer and its attention (also when activation
 checkpointing recomputes a layer in the backward pass); while such a call builds its masks, the
 mask function returns no mask at all (``_PACKED``).
@@ -29,18 +30,30 @@ _registered = False
 def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    bounds = kwargs.pop("agent_rl_seq_bounds", None)
-    if bounds is None:
+    segments = kwargs.pop("agent_rl_segments", None)
+    if segments is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs)
     if query.shape[0] != 1:
-        raise ValueError("agent_rl_seq_bounds: a packed call has one row")
-    outs = [
-        sdpa_attention_forward(
-            module, query[:, :, s:e], key[:, :, s:e], value[:, :, s:e], None, dropout=dropout, scaling=scaling, is_causal=True, **kwargs
-        )[0]
-        for s, e in bounds
-    ]
-    return torch.cat(outs, dim=1), None  # [1, N, heads, head_dim]
+        raise ValueError("agent_rl_segments: a packed call has one row")
+    outs = []
+    for s, e, ps, pe in segments:
+        if e == s:
+            continue
+        if pe == ps:  # a row of its own: causal
+            out = sdpa_attention_forward(
+                module, query[:, :, s:e], key[:, :, s:e], value[:, :, s:e], None, dropout=dropout, scaling=scaling, is_causal=True, **kwargs
+            )[0]
+        else:  # a suffix: all of its shared prefix, then causal over itself
+            n, m = e - s, pe - ps
+            mask_nm = torch.ones((n, m + n), dtype=torch.bool, device=query.device)
+            mask_nm[:, m:] = torch.ones((n, n), dtype=torch.bool, device=query.device).tril()
+            k = torch.cat([key[:, :, ps:pe], key[:, :, s:e]], dim=2)
+            v = torch.cat([value[:, :, ps:pe], value[:, :, s:e]], dim=2)
+            out = sdpa_attention_forward(
+                module, query[:, :, s:e], k, v, mask_nm[None, None], dropout=dropout, scaling=scaling, is_causal=False, **kwargs
+            )[0]
+        outs.append(out)
+    return torch.cat(outs, dim=1), None  # [1, N, heads, head_dim], segments in packed order
 
 
 def _mask(*args: Any, **kwargs: Any):

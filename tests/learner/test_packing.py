@@ -28,10 +28,14 @@ PACKED_BUDGET = {"packing": True, "max_tokens_per_micro_batch": 24}
 def test_pack_layout_and_round_trip():
     batch, _ = step_batch(50, B=3, T=12)  # lengths 12, 9, 7
     p = packing.pack(batch)
-    assert p.rows_N.tolist() == [0] * 12 + [1] * 9 + [2] * 7
+    assert p.src_rows_N.tolist() == [0] * 12 + [1] * 9 + [2] * 7
     assert p.position_ids_1N[0].tolist() == list(range(12)) + list(range(9)) + list(range(7))
-    #  row 0 ends at n = 11 and row 1 at n = 20: no next token of the same row there
-    assert (~p.next_in_row_1N()[0]).nonzero().flatten().tolist() == [11, 20, 27]
+    assert p.segments == [(0, 12, 0, 0), (12, 21, 12, 12), (21, 28, 21, 21)]
+    assert p.index_BT[2].tolist() == list(range(21, 28)) + [-1] * 5
+    # the head's pairs: hidden n predicts token n + 1 of the same row (not across 11 | 12, 20 | 21)
+    h_P, y_P, b_D, t_D, _ = p.predictions(batch.input_ids_BT, dedupe=False)
+    assert h_P.tolist() == list(range(11)) + list(range(12, 20)) + list(range(21, 27))
+    assert torch.equal(y_P, batch.input_ids_BT[b_D, t_D]) and t_D.min() == 1
     assert torch.equal(p.unpack(p.gather(batch.input_ids_BT)), batch.input_ids_BT * batch.attention_mask_BT)
 
 
@@ -156,7 +160,7 @@ def critic_step(model_dir: str, **cfg_kw) -> dict:
     critic.model.dropout.p = 0.0
     batch, _ = step_batch(critic.model.config.vocab_size)
     values = critic.values(batch)
-    old_BT = values + 0.2 * batch.loss_mask_BT * torch.linspace(-1, 1, 12)  # some clipped, some not
+    old_BT = values + 0.2 * batch.loss_mask_BT * torch.linspace(-1, 1, batch.input_ids_BT.shape[1])  # some clipped, some not
     metrics = critic.update(batch, 3.0 * batch.loss_mask_BT, old_BT)
     values_after = critic.values(batch)
     grads = {n: p.grad for n, p in critic.model.named_parameters() if p.grad is not None}

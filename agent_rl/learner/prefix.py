@@ -1,0 +1,83 @@
+"""Shared-prefix packing (``learner.share_prefixes``): rows of a micro-batch that begin with the same
+tokens at the same positions (a group's prompt, a fork's parent) compute that prefix once.
+
+Layout (one level of sharing): rows are taken in order; a row joins the first earlier cluster
+whose first row shares at least ``MIN_SHARED_TOKENS`` tokens with it, and a cluster's prefix is
+the shortest of those common prefixes. A cluster of several rows is packed as its prefix once,
+then each row's remaining tokens:
+
+    rows   a = p p p p x x        b = p p p p y y y
+    packed   p p p p | x x | y y y          segments (0, 4, -), (4, 6, 0:4), (6, 9, 0:4)
+
+Each suffix attends to all of its prefix and causally to itself (``varlen``), with its own
+position ids, so every hidden state is the one the unshared row computes. A prefix token's
+logprob, entropy or value is computed once and read by every row of the cluster (a gather: its
+gradient is the sum of the rows' gradients), so losses, aggregation and gradients equal the
+unshared computation. Exact only where the attention can read a prefix (``varlen``: sdpa with
+full attention); any other model is refused with the reason.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from agent_rl.learner.packing import Pack
+from agent_rl.types import TrainBatch
+
+MIN_SHARED_TOKENS = 16  # shorter common prefixes are not worth a segment of their own
+
+
+def common_prefix(ids_a: torch.Tensor, ids_b: torch.Tensor, pos_a: torch.Tensor, pos_b: torch.Tensor) -> int:
+    """Tokens the two rows share from their start (same ids at the same positions)."""
+    n = min(ids_a.numel(), ids_b.numel())
+    same_n = (ids_a[:n] == ids_b[:n]) & (pos_a[:n] == pos_b[:n])
+    return n if bool(same_n.all()) else int((~same_n).nonzero()[0, 0])
+
+
+def clusters(ids_B: list[torch.Tensor], pos_B: list[torch.Tensor]) -> list[tuple[list[int], int]]:
+    """(rows, shared prefix length) of each cluster; a row alone shares nothing (length 0)."""
+    out: list[tuple[list[int], int]] = []
+    for b in range(len(ids_B)):
+        for k, (rows, shared) in enumerate(out):
+            n = common_prefix(ids_B[rows[0]], ids_B[b], pos_B[rows[0]], pos_B[b])
+            if n >= MIN_SHARED_TOKENS:
+                out[k] = ([*rows, b], n if len(rows) == 1 else min(shared, n))
+                break
+        else:
+            out.append(([b], 0))
+    return out
+
+
+def shared_pack(batch: TrainBatch) -> Pack:
+    """The packed layout with each cluster's prefix once (see the module docstring)."""
+    mask_BT = batch.attention_mask_BT.bool()
+    position_ids_BT = batch.position_ids_BT.expand_as(batch.input_ids_BT)
+    cols_B = [mask_BT[b].nonzero().flatten() for b in range(batch.batch_size)]
+    ids_B = [batch.input_ids_BT[b, c] for b, c in enumerate(cols_B)]
+    pos_B = [position_ids_BT[b, c] for b, c in enumerate(cols_B)]
+    index_BT = torch.full_like(batch.input_ids_BT, -1)
+    src_rows, src_cols, segments = [], [], []
+    n = 0
+
+    def place(b: int, lo: int, hi: int, prefix: tuple[int, int]) -> tuple[int, int]:
+        """Row b's tokens [lo, hi) as the next packed run; returns its [start, end)."""
+        nonlocal n
+        cols = cols_B[b][lo:hi]
+        index_BT[b, cols] = torch.arange(n, n + cols.numel(), device=index_BT.device)
+        src_rows.append(torch.full_like(cols, b))
+        src_cols.append(cols)
+        segments.append((n, n + cols.numel(), *prefix))
+        n += cols.numel()
+        return segments[-1][0], segments[-1][1]
+
+    for rows, shared in clusters(ids_B, pos_B):
+        if len(rows) == 1:
+            place(rows[0], 0, cols_B[rows[0]].numel(), (n, n))
+            continue
+        ps, pe = place(rows[0], 0, shared, (n, n))
+        for b in rows:
+            index_BT[b, cols_B[b][:shared]] = torch.arange(ps, pe, device=index_BT.device)
+            place(b, shared, cols_B[b].numel(), (ps, pe))
+    src_rows_N, src_cols_N = torch.cat(src_rows), torch.cat(src_cols)
+    ids_1N = batch.input_ids_BT[src_rows_N, src_cols_N][None]
+    return Pack(ids_1N, position_ids_BT[src_rows_N, src_cols_N][None], index_BT, src_rows_N, src_cols_N, segments)

@@ -1,0 +1,97 @@
+"""Shared-prefix packing (``learner.share_prefixes``): a prefix that rows share is computed once, and
+logprobs, entropy, loss, gradients and values equal the unshared computation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agent_rl.learner import packing, prefix
+from agent_rl.learner.logprobs import token_logprobs
+from agent_rl.rollout.backends.hf import load_model
+from tests.learner.helpers import step_batch
+from tests.learner.test_learner import rel_diff
+from tests.learner.test_packing import assert_same_update, critic_step, update
+
+PROMPT = 17  # >= prefix.MIN_SHARED_TOKENS
+
+
+def shared_batch(vocab: int):
+    """step_batch's 6 rows (3 groups of 2), widened to 26 columns: each group's rows start with the
+    same 17-token prompt; row 3 is a fork of row 2 at token 20; row 4 is only the prompt."""
+    batch, adv_BT = step_batch(vocab, T=26, seed=3)
+    lengths_B = torch.tensor([26, 22, 24, 25, 17, 21])
+    attn_BT = (torch.arange(26)[None] < lengths_B[:, None]).long()
+    g = torch.Generator().manual_seed(5)
+    ids_BT = torch.randint(0, vocab, (6, 26), generator=g)
+    for a, b in ((0, 1), (2, 3), (4, 5)):
+        ids_BT[b, :PROMPT] = ids_BT[a, :PROMPT]
+    ids_BT[3, :20] = ids_BT[2, :20]
+    loss_BT = attn_BT.clone()
+    loss_BT[:, :PROMPT] = 0
+    loss_BT[3, :20] = 0  # the fork's copied tokens are trained on once, in row 2
+    batch.input_ids_BT, batch.attention_mask_BT, batch.loss_mask_BT = ids_BT * attn_BT, attn_BT, loss_BT
+    batch.rollout_logprobs_BT = -torch.rand(6, 26, generator=g) * loss_BT
+    return batch, torch.randn(6, 26, generator=g) * loss_BT
+
+
+def test_clusters_and_layout_by_hand(tiny_model_dir):
+    batch, _ = shared_batch(50)
+    p = packing.pack(batch, share_prefixes=True)
+    #  rows 0+1: prompt 17 once, then 9 + 5;  rows 2+3: 20 shared, then 4 + 5;  rows 4+5: 17, then 0 + 4
+    assert p.segments == [
+        (0, 17, 0, 0), (17, 26, 0, 17), (26, 31, 0, 17),
+        (31, 51, 31, 31), (51, 55, 31, 51), (55, 60, 31, 51),
+        (60, 77, 60, 60), (77, 77, 60, 77), (77, 81, 60, 77),
+    ]
+    assert p.input_ids_1N.shape[1] == 81 == int(batch.attention_mask_BT.sum()) - 17 - 20 - 17
+    assert p.index_BT[1, :17].tolist() == list(range(17)) and p.index_BT[1, 17:22].tolist() == list(range(26, 31))
+    assert p.position_ids_1N[0, 51:55].tolist() == [20, 21, 22, 23]  # a suffix keeps its row's positions
+    assert torch.equal(p.unpack(p.gather(batch.input_ids_BT)), batch.input_ids_BT * batch.attention_mask_BT)
+
+
+def test_a_prefix_shorter_than_the_minimum_is_not_shared():
+    batch, _ = shared_batch(50)
+    batch.input_ids_BT[1, 15] = (batch.input_ids_BT[0, 15] + 1) % 50  # rows 0 and 1 now share 15 tokens
+    p = packing.pack(batch, share_prefixes=True)
+    assert p.segments[:2] == [(0, 26, 0, 0), (26, 48, 26, 26)]
+
+
+@pytest.mark.parametrize("with_topk", [False, True])
+def test_shared_logprobs_entropy_and_gradients_equal_unshared(tiny_model_dir, with_topk):
+    model = load_model(str(tiny_model_dir), "float32", "cpu")
+    batch, _ = shared_batch(model.config.vocab_size)
+    topk_BTK = torch.randint(0, model.config.vocab_size, (6, 26, 2), generator=torch.Generator().manual_seed(1)) if with_topk else None
+    w_BT = torch.rand(6, 26, generator=torch.Generator().manual_seed(2))  # a different weight per row and token
+    results = {}
+    for share in (False, True):
+        model.zero_grad()
+        out = token_logprobs(model, batch, 0.9, True, chunk_tokens=16, topk_ids_BTK=topk_BTK, packed=True, share_prefixes=share)
+        loss = (w_BT * out[0]).sum() + 0.3 * (w_BT * out[1]).sum() + (0.1 * out[2].sum() if with_topk else 0)
+        loss.backward()
+        results[share] = ([o.detach() for o in out], {n: p.grad.clone() for n, p in model.named_parameters()})
+    for a, b in zip(results[True][0], results[False][0], strict=True):
+        assert torch.allclose(a, b, atol=1e-5, rtol=0)
+    assert rel_diff(results[True][1], results[False][1]) <= 1e-5
+
+
+def test_shared_update_and_critic_equal_unshared(tiny_model_dir, monkeypatch):
+    import tests.learner.test_packing as tp
+
+    monkeypatch.setattr(tp, "step_batch", lambda vocab, **_: shared_batch(vocab))
+    unshared = update(str(tiny_model_dir), "seq_mean_token_mean", packing=True)
+    assert_same_update(update(str(tiny_model_dir), "seq_mean_token_mean", packing=True, share_prefixes=True), unshared)
+    a, b = critic_step(str(tiny_model_dir), packing=True), critic_step(str(tiny_model_dir), packing=True, share_prefixes=True)
+    assert rel_diff(b["grads"], a["grads"]) <= 1e-5
+    assert torch.allclose(b["values"], a["values"], atol=1e-5, rtol=0)
+
+
+def test_sharing_is_refused_where_it_cannot_be_exact(tiny_model_dir):
+    model = load_model(str(tiny_model_dir), "float32", "cpu")
+    model.set_attn_implementation("eager")
+    batch, _ = shared_batch(model.config.vocab_size)
+    with pytest.raises(ValueError, match="share_prefixes: Qwen2ForCausalLM uses eager attention"):
+        token_logprobs(model, batch, packed=True, share_prefixes=True)
+    with pytest.raises(ValueError, match="needs learner.packing: true"):
+        token_logprobs(model, batch, share_prefixes=True)
+    assert prefix.MIN_SHARED_TOKENS <= PROMPT
