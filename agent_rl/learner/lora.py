@@ -26,7 +26,8 @@ from typing import Any
 import torch
 
 # backends (rollout.backend.name, and for openai its weight_sync) that load adapters and report them
-ADAPTER_BACKENDS = {"hf": None, "openai": ("push",)}
+ADAPTER_BACKENDS = {"hf": None, "openai": ("push",), "vllm": None}
+VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's max_lora_rank values
 ADAPTER_METADATA_KEY = "agent_rl_lora"  # safetensors metadata of a pushed adapter: its peft config
 
 
@@ -109,9 +110,15 @@ class ReferencePolicy:
 
 
 def _peft_names(model: Any, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    from peft import get_peft_model_state_dict
-
-    return get_peft_model_state_dict(model, state_dict=tensors, adapter_name=model.active_adapter)
+    """The adapter's entries of ``tensors`` (parameter or state-dict names) under PEFT's file names:
+    ``...q_proj.lora_A.<adapter>.weight`` -> ``...q_proj.lora_A.weight``."""
+    out = {}
+    for k, v in tensors.items():
+        for part in (".lora_A.", ".lora_B."):
+            tagged = f"{part}{model.active_adapter}."
+            if tagged in k:
+                out[k.replace(tagged, part)] = v
+    return out
 
 
 def adapter_state(model: Any) -> dict[str, torch.Tensor] | None:
@@ -139,12 +146,17 @@ def content_hash(tensors: dict[str, torch.Tensor]) -> str:
 
 
 def set_adapter_weights(model: Any, tensors: dict[str, torch.Tensor]) -> None:
-    """Copy ``tensors`` (PEFT's names) into the model's active adapter, in place; unknown names raise."""
-    from peft import set_peft_model_state_dict
-
-    result = set_peft_model_state_dict(model, tensors, adapter_name=model.active_adapter)
-    if result.unexpected_keys:
-        raise ValueError(f"adapter tensors the model has no place for: {result.unexpected_keys[:5]}")
+    """Copy ``tensors`` (PEFT's names) into the model's active adapter, in place; every adapter
+    parameter must be given, and nothing else."""
+    tag = model.active_adapter
+    params = {k: p for k, p in model.named_parameters() if f".lora_A.{tag}." in k or f".lora_B.{tag}." in k}
+    names = {k: k.replace(".lora_A.", f".lora_A.{tag}.").replace(".lora_B.", f".lora_B.{tag}.") for k in tensors}
+    unknown = sorted(k for k, n in names.items() if n not in params)
+    if unknown or len(tensors) != len(params):
+        raise ValueError(f"the adapter does not fit the model: {len(tensors)} tensors for {len(params)} adapter parameters; unknown: {unknown[:5]}")
+    with torch.no_grad():
+        for k, t in tensors.items():
+            params[names[k]].copy_(t)
 
 
 @dataclass(frozen=True)
@@ -204,6 +216,12 @@ def save_adapter(model: Any, out: Any, state_dict: dict[str, torch.Tensor] | Non
     """The adapter in PEFT's format at the top of ``out`` (``adapter_config.json`` +
     ``adapter_model.safetensors``: ``PeftModel.from_pretrained(base, out)`` loads it);
     ``state_dict``: the model's full state dict when gathered from shards."""
+    own = state_dict if state_dict is not None else {n: p.detach() for n, p in model.named_parameters() if ".lora_" in n}
+    write_adapter(model, out, _peft_names(model, own))
+
+
+def write_adapter(model: Any, out: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    """``tensors`` (PEFT's names) and ``model``'s adapter config as a PEFT adapter directory."""
     from pathlib import Path
 
     from safetensors.torch import save_file
@@ -211,9 +229,8 @@ def save_adapter(model: Any, out: Any, state_dict: dict[str, torch.Tensor] | Non
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model.peft_config[model.active_adapter].save_pretrained(str(out))
-    own = state_dict if state_dict is not None else {n: p.detach() for n, p in model.named_parameters() if ".lora_" in n}
-    tensors = {k: v.detach().to("cpu").contiguous() for k, v in _peft_names(model, own).items()}
-    save_file(tensors, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
+    save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
+    return out
 
 
 class AdapterMismatchError(RuntimeError):

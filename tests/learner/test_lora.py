@@ -87,7 +87,7 @@ def test_unknown_target_module_lists_the_models_modules(tiny_model_dir):
 @pytest.mark.parametrize(
     ("backend", "message"),
     [
-        ({"name": "vllm"}, "rollout.backend.name=vllm cannot take LoRA adapters"),
+        ({"name": "openai_chat"}, "rollout.backend.name=openai_chat cannot take LoRA adapters"),
         ({"name": "openai", "weight_sync": "none"}, "weight_sync=none cannot send adapters"),
     ],
 )

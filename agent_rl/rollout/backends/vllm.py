@@ -38,6 +38,7 @@ from typing import Any
 from safetensors.torch import save_file
 
 from agent_rl.core.errors import InfraError
+from agent_rl.learner import lora
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,13 @@ class VllmBackend:
 
         self.policy_version = 0
         self._local_model = model  # the learner's module: what update_weights(None, v) sends
+        # learner.lora: the base stays loaded; every sync is a new LoRA request (one per version)
+        self.adapter: lora.AdapterRecord | None = None
+        self._lora_request: Any = None
+        lora_args: dict[str, Any] = {}
+        if lora.is_lora(model):
+            rank = model.peft_config[model.active_adapter].r
+            lora_args = {"enable_lora": True, "max_loras": 2, "max_lora_rank": next(r for r in lora.VLLM_RANKS if r >= rank)}
         self.on_cpu = current_platform.is_cpu()
         chunked = cfg.enable_chunked_prefill
         if chunked is None:
@@ -116,6 +124,7 @@ class VllmBackend:
             block_size=cfg.block_size,
             logprobs_mode=cfg.logprobs_mode,
             worker_extension_cls=EXTENSION,
+            **lora_args,
         )
         self.metrics: Counter[str] = Counter()
         self._weights_dir = tempfile.mkdtemp(prefix="agent_rl_vllm_weights_")
@@ -171,9 +180,11 @@ class VllmBackend:
         from vllm.inputs import TokensPrompt
 
         final = None
+        # a LoRA request keeps its adapter to the end, whatever loads meanwhile: labelled at the start
+        lora_request, adapter, version = self._lora_request, self.adapter, self.policy_version
         try:
             async for output in self.engine.generate(
-                TokensPrompt(prompt_token_ids=list(r.prompt_ids)), self.sampling_params(r, seed), request_id
+                TokensPrompt(prompt_token_ids=list(r.prompt_ids)), self.sampling_params(r, seed), request_id, lora_request=lora_request
             ):
                 final = output
         except Exception as e:  # engine death is the infrastructure's failure, not the policy's
@@ -183,11 +194,18 @@ class VllmBackend:
         # prefill that the prefix cache saved (earlier turns, a group's shared prompt)
         self.metrics["vllm/prompt_tokens"] += len(r.prompt_ids)
         self.metrics["vllm/cached_prompt_tokens"] += int(getattr(final, "num_cached_tokens", 0) or 0)
-        return to_result(final.outputs[0], r.topk).at_version(self.policy_version)
+        result = to_result(final.outputs[0], r.topk)
+        if adapter is not None:
+            result.adapter = adapter.to_json()
+            return result.at_version(version)
+        return result.at_version(self.policy_version)
 
     # ------------------------------------------------------------------------------------------
     def update_weights(self, state_dict: dict | None, version: int) -> None:
         """Load the learner's weights into every worker; later samples carry ``version``."""
+        if lora.is_lora(self._local_model) and (state_dict is None or lora.is_adapter(state_dict)):
+            self._load_adapter(state_dict, version)
+            return
         if state_dict is None:
             if self._local_model is None:
                 raise ValueError("update_weights(None, ...): the vllm backend was built without the learner's model")
@@ -214,6 +232,32 @@ class VllmBackend:
             raise InfraError(f"vLLM weight update to version {version} failed: {e!r}") from e
         finally:
             os.remove(path)
+        self.metrics["vllm/weight_update_s"] += time.perf_counter() - start
+        self.metrics["vllm/weight_updates"] += 1
+
+    def _load_adapter(self, tensors: dict | None, version: int) -> None:
+        """learner.lora: the adapter of ``version`` as a new LoRA request, the base untouched. Its
+        record hashes the adapter file vLLM reads, read back here (not the engine's own tensors)."""
+        from safetensors.torch import load_file
+        from vllm.lora.request import LoRARequest
+
+        start = time.perf_counter()
+        tensors = tensors if tensors is not None else lora.adapter_state(self._local_model)
+        path = lora.write_adapter(self._local_model, os.path.join(self._weights_dir, f"adapter_v{version}"), tensors)
+        record = lora.AdapterRecord(self._local_model.active_adapter, version, lora.content_hash(load_file(path / "adapter_model.safetensors")))
+        request = LoRARequest(f"{record.name}-v{version}", version + 1, str(path))
+
+        async def switch() -> None:
+            await self.engine.add_lora(request)  # loaded before any request uses it
+            self._lora_request, self.adapter, self.policy_version = request, record, version
+
+        try:
+            self._call(switch())
+        except Exception as e:  # noqa: BLE001 - the engine died or refused the adapter
+            raise InfraError(f"vLLM LoRA adapter for version {version} failed: {e!r}") from e
+        for old in os.listdir(self._weights_dir):  # loaded by the engine: only the last two stay on disk
+            if old.startswith("adapter_v") and int(old.removeprefix("adapter_v")) < version - 1:
+                shutil.rmtree(os.path.join(self._weights_dir, old), ignore_errors=True)
         self.metrics["vllm/weight_update_s"] += time.perf_counter() - start
         self.metrics["vllm/weight_updates"] += 1
 
