@@ -107,7 +107,7 @@ def test_rlsd_teacher_sets_the_magnitude_and_the_reward_the_sign():
     [
         (["algorithm.loss.name=i_sdpo"], {"teacher"}, ("teacher_logprobs",)),
         (["algorithm.loss.name=g_opd"], {"teacher", "reference"}, ("ref_logprobs", "teacher_logprobs")),
-        (["algorithm.loss.name=anti_sd"], {"teacher"}, ("teacher_logprobs", "teacher_topk")),
+        (["algorithm.loss.name=anti_sd"], {"teacher"}, ("teacher_topk",)),
         (["algorithm.advantage.name=rlsd"], {"teacher"}, ("old_logprobs", "teacher_logprobs")),
     ],
 )

@@ -171,7 +171,7 @@ def _anti_sd_teacher(cfg: AntiSdConfig) -> TeacherSpec:
 
 
 @register_policy_loss(
-    "anti_sd", config=AntiSdConfig, needs={"teacher_logprobs", "teacher_topk"}, teacher=_anti_sd_teacher
+    "anti_sd", config=AntiSdConfig, needs={"teacher_topk"}, teacher=_anti_sd_teacher
 )
 def anti_sd(x: LossInputs, cfg: AntiSdConfig) -> LossOutput:
     """AntiSD, anti-self-distillation via pointwise mutual information (Shen et al. 2026).
