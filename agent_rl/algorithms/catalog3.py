@@ -23,8 +23,6 @@ class Catalog3Key:
     note: str
 
 
-_PAPER_NOTE = "its paper is needed for the mechanism and was not read in this pass (not searched yet)"
-
 KEYS: tuple[Catalog3Key, ...] = (
     # formerly "Later"
     Catalog3Key("prime", "later", NOT_YET, "implicit PRM trained online (issue 24)"),
@@ -52,14 +50,30 @@ KEYS: tuple[Catalog3Key, ...] = (
     Catalog3Key("sa_mrpo", "mechanism", NOT_YET, ""),
     Catalog3Key("gcpo", "mechanism", NOT_YET, ""),
     Catalog3Key("redippo", "mechanism", NOT_YET, "needs a second, reference-answer-aware critic beside the standard one"),
-    # missed by the first catalog; the paper is needed
+    # missed by the first catalog; the paper is needed. Notes: what the seed's abstract says the method
+    # needs; "searched" names the queries run (docs corpus) that found no paper text with its formula.
     *(
-        Catalog3Key(k, "paper", NOT_YET, _PAPER_NOTE)
-        for k in (
-            "cipo_constraint", "gupo", "cvpo", "mupo", "mgpo", "opid", "dart_sd", "agent_reflex", "genac",
-            "absolute_zero", "skill_self_play", "omni_opd", "e_grm", "x_tree", "context_pilot", "actor_refiner", "memreward",
+        Catalog3Key(k, "paper", NOT_YET, note)
+        for k, note in (
+            ("cipo_constraint", "constraint-infused PO: the seed (002) gives no mechanism; paper not searched yet"),
+            ("gupo", "per-group gradients as random variables, Dirichlet uncertainty weights in their aggregation: needs per-group gradients in the learner; searched 'GUPO Dirichlet gradient uncertainty policy optimization aggregation': no paper text"),
+            ("cvpo", "token value-variance advantage adjustment + difficulty curriculum: needs a critic's value variance; searched 'CVPO value variance advantage curriculum ...': no paper text"),
+            ("mupo", "multiple-solution divergent thinking against diversity collapse (VLMs): searched 'MUPO policy optimization ...': no paper text"),
+            ("mgpo", "multi-granularity PO of an agent composing reasoning skills to synthesize trajectories: searched 'MGPO policy optimization LLM ...': no paper text"),
+            ("opid", "skills mined from finished trajectories turned into token-level self-distillation advantages: needs a skill miner; paper not searched yet"),
+            ("dart_sd", "interaction-state transition graph, critical breakpoint of failed rollouts, supervision on recovery steps: paper not searched yet"),
+            ("agent_reflex", "mined reflection skills, reflective SFT data, reflection-guided on-policy distillation: paper not searched yet"),
+            ("genac", "a generative critic that reasons before its value: needs a text-generating critic; paper not searched yet"),
+            ("absolute_zero", "self-play task proposal and solving: needs a task generator in the task sampler; paper not searched yet"),
+            ("skill_self_play", "paper not searched yet"),
+            ("omni_opd", "logit-free OPD: Monte Carlo chunk rollouts scored by semantic similarity, black-box teachers: needs external teachers; paper not searched yet"),
+            ("e_grm", "generative reward model with convergence-triggered reasoning and a discriminative scorer: paper not searched yet"),
+            ("x_tree", "experience tree of action spans mined from trajectories (skill bonuses, teacher context): paper not searched yet"),
+            ("context_pilot", "context-offloading tools, context-aware partial rollout, action-level credit: paper not searched yet"),
+            ("actor_refiner", "the seed (002) gives the name only; paper not searched yet"),
+            ("memreward", "graph-based experience memory predicting rewards from few labels: paper not searched yet"),
         )
-    ),  # fmt: skip
+    ),
 )
 
 # pieces missing inside registered rows, and where they are now

@@ -70,7 +70,8 @@ def all_fail_rows(x: LossInputs, threshold: float, entry: str) -> torch.Tensor:
     group_B = require(x, "group_index_B", entry)
     _, inverse_B = torch.unique(group_B, return_inverse=True)
     success_B = (rewards_B >= threshold).double()
-    any_G = torch.zeros(int(inverse_B.max()) + 1 if inverse_B.numel() else 0, dtype=torch.float64).index_add_(0, inverse_B, success_B)
+    num_groups = int(inverse_B.max()) + 1 if inverse_B.numel() else 0
+    any_G = torch.zeros(num_groups, dtype=torch.float64, device=success_B.device).index_add_(0, inverse_B.to(success_B.device), success_B)
     return (any_G[inverse_B] == 0).to(x.logprobs_BT.dtype)
 
 

@@ -17,6 +17,7 @@ gains probability (``tests/algorithms/test_distill_topk.py``).
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -79,7 +80,7 @@ def topk_jsd(
     mask = torch.ones_like(student_BTK, dtype=torch.bool) if mask_BTK is None else mask_BTK.bool()
     s_BTb = _buckets(student_BTK, mask, tail)
     q_BTb = _buckets(teacher_BTK.detach().to(student_BTK.dtype), mask, tail)
-    m_BTb = torch.logaddexp(s_BTb, q_BTb) - torch.log(torch.tensor(2.0, dtype=s_BTb.dtype))
+    m_BTb = torch.logaddexp(s_BTb, q_BTb) - math.log(2.0)
     return 0.5 * (s_BTb.exp() * (s_BTb - m_BTb)).sum(-1) + 0.5 * (q_BTb.exp() * (q_BTb - m_BTb)).sum(-1)
 
 
