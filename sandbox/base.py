@@ -334,3 +334,27 @@ class FileStore:
             self.entries.pop(path, None)
         for e in changed:
             self.entries[e["path"]] = (e["kind"], e["mode"], e["data"])
+
+
+class FileBackedSandbox:
+    """The file half of :class:`Sandbox` over the controller's :class:`FileStore` (the process,
+    docker and bwrap backends), and the closed state; a subclass sets ``_files`` and implements ``exec``."""
+
+    _files: FileStore
+    _closed: bool = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("exec on a closed sandbox")
+
+    async def write_file(self, path: str, data: str | bytes, mode: int = 0o644) -> None:
+        self._files.write(path, to_bytes(data), mode)
+
+    async def read_file(self, path: str, binary: bool = False) -> str | bytes:
+        data = self._files.read(path)
+        return data if binary else data.decode("utf-8", errors="replace")
+
+    async def close(self) -> None:
+        """Idempotent; the sandbox's files are dropped (a pooled sandbox's pool stays: it is shared)."""
+        self._closed = True
+        self._files.entries.clear()

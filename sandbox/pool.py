@@ -29,6 +29,7 @@ from sandbox import executor
 from sandbox.base import (
     ExecResult,
     ExecStatus,
+    FileBackedSandbox,
     FileStore,
     SandboxLimits,
     build_argv,
@@ -393,7 +394,7 @@ class WorkerPool:
 # ---------------------------------------------------------------- the sandbox
 
 
-class PooledSandbox:
+class PooledSandbox(FileBackedSandbox):
     """A sandbox whose calls lease a worker from a shared pool; its files live in a FileStore."""
 
     def __init__(self, backend_name: str, pool_key: tuple, make_pool: Callable[[], WorkerPool],
@@ -405,7 +406,6 @@ class PooledSandbox:
         self.python = python
         self._rlimits = rlimits
         self._files = FileStore()
-        self._closed = False
 
     def _request(self, argv: list[str], stdin: bytes | None, timeout_s: float, env: Mapping[str, str] | None) -> dict:
         rlimits = dict(self._rlimits, cpu=int(timeout_s) + 2)
@@ -425,8 +425,7 @@ class PooledSandbox:
         timeout_s: float | None = None,
         env: Mapping[str, str] | None = None,
     ) -> ExecResult:
-        if self._closed:
-            raise RuntimeError("exec on a closed sandbox")
+        self._check_open()
         timeout_s = self.limits.timeout_s if timeout_s is None else float(timeout_s)
         request = self._request(build_argv(code, argv, self.python), to_bytes(stdin), timeout_s, env)
         if self.pool.closed:  # the shared pools were closed (e.g. close_all_pools): use the new one
@@ -444,18 +443,6 @@ class PooledSandbox:
             return ExecResult.infra(msg["error"], time.monotonic() - t0)
         self._files.apply(msg.get("changed", []), msg.get("deleted", []))
         return result_from_report(msg)
-
-    async def write_file(self, path: str, data: str | bytes, mode: int = 0o644) -> None:
-        self._files.write(path, to_bytes(data), mode)
-
-    async def read_file(self, path: str, binary: bool = False) -> str | bytes:
-        data = self._files.read(path)
-        return data if binary else data.decode("utf-8", errors="replace")
-
-    async def close(self) -> None:
-        """Idempotent. The pool stays (it is shared); this sandbox's files are dropped."""
-        self._closed = True
-        self._files.entries.clear()
 
 
 # ---------------------------------------------------------------- process-wide pools

@@ -27,6 +27,7 @@ from typing import Mapping, Sequence
 from sandbox import executor
 from sandbox.base import (
     ExecResult,
+    FileBackedSandbox,
     FileStore,
     SandboxLimits,
     build_argv,
@@ -73,7 +74,7 @@ def rlimits_for(limits: SandboxLimits, timeout_s: float, nproc: bool) -> dict[st
     return rl
 
 
-class ProcessSandbox:
+class ProcessSandbox(FileBackedSandbox):
     """Runs each call as a child process with rlimits, in its own session and temp directory."""
 
     backend_name = "process"
@@ -84,7 +85,6 @@ class ProcessSandbox:
         self.python = python if os.path.exists(python) else shutil.which("python3") or python
         self.uid = PROCESS_UID if os.geteuid() == 0 else None
         self._files = FileStore()
-        self._closed = False
 
     async def exec(
         self,
@@ -94,8 +94,7 @@ class ProcessSandbox:
         timeout_s: float | None = None,
         env: Mapping[str, str] | None = None,
     ) -> ExecResult:
-        if self._closed:
-            raise RuntimeError("exec on a closed sandbox")
+        self._check_open()
         timeout_s = self.limits.timeout_s if timeout_s is None else float(timeout_s)
         argv = build_argv(code, argv, self.python)
         build_env(env, home="/")  # invalid names raise ValueError here, in the caller
@@ -151,17 +150,6 @@ class ProcessSandbox:
             why = err.decode(errors="replace")[-500:]
             return {"error": f"the process backend's helper failed (rc={helper.returncode}): {why}"}
         return executor.decode(out[4:])
-
-    async def write_file(self, path: str, data: str | bytes, mode: int = 0o644) -> None:
-        self._files.write(path, to_bytes(data), mode)
-
-    async def read_file(self, path: str, binary: bool = False) -> str | bytes:
-        data = self._files.read(path)
-        return data if binary else data.decode("utf-8", errors="replace")
-
-    async def close(self) -> None:
-        self._closed = True
-        self._files.entries.clear()
 
 
 def probe() -> tuple[bool, str]:
