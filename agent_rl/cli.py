@@ -29,6 +29,12 @@ def _preflight(cfg, weights: bool = True) -> None:
         check_model(cfg.learner.critic.path, key="learner.critic.path")
 
 
+def _loading(command: str, cfg) -> None:
+    """The first phase of a long command, said before the model loads (it can take a while)."""
+    if cfg.tracking.progress:
+        print(f"{command}: loading {cfg.model.path} on {cfg.model.device}, env {cfg.env.id}", flush=True)
+
+
 def cmd_init_model(args: argparse.Namespace) -> int:
     from agent_rl.tiny import init_tiny
 
@@ -45,6 +51,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
     cfg = _config(args)
     _preflight(cfg)
+    _loading("sft", cfg)
     out, best = sft(cfg)
     print(f"SFT model: {out} (val success {best:.3f})")
     return 0
@@ -75,6 +82,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.resume:
         check_resume(args.resume, done, cfg.trainer.steps)
     _preflight(cfg)
+    _loading("train", cfg)
     try:
         run_dir = train(cfg, resume=args.resume)
     except RankFailedError as e:  # the rank printed its traceback; this line names it
@@ -157,6 +165,17 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     service = build_service(args.model, served_name=args.served_model_name, tool_format=args.tool_format, dtype=args.dtype,
                             device=args.device, max_new_tokens=args.max_new_tokens, max_total_tokens=args.max_total_tokens)
     serve_proxy(service, args.host, args.port, api_key=api_key)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from agent_rl.compare import compare
+
+    metrics = tuple(m.strip() for m in args.metrics.split(",") if m.strip()) if args.metrics else None
+    labels = [x.strip() for x in args.labels.split(",")] if args.labels else None
+    out, report = compare(args.runs, metrics, x=args.x, out=args.out, labels=labels)
+    print(report)
+    print(f"plot written to {out}")
     return 0
 
 
@@ -273,6 +292,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--step", type=int, default=None, help="the checkpoint of this step (default: the newest)")
     sp.set_defaults(fn=cmd_export)
 
+    sp = sub.add_parser("compare", help="curves (PNG) and a table of metrics across runs, and their config differences")
+    sp.add_argument("runs", nargs="+", help="run directories (their metrics.jsonl and config.yaml)")
+    sp.add_argument("--metrics", default=None, help="comma-separated metric names of metrics.jsonl (default: rollout/reward_mean, and eval/success when logged)")
+    sp.add_argument("--x", default="step", choices=["step", "tokens"], help="align by training step or by sampled tokens")
+    sp.add_argument("--out", default="compare.png", help="PNG to write")
+    sp.add_argument("--labels", default=None, help="comma-separated names of the runs (default: directory names)")
+    sp.set_defaults(fn=cmd_compare)
+
     sp = sub.add_parser("objectives", help="the registered objectives")
     sp.add_argument("action", choices=["list"])
     sp.add_argument("--markdown", action="store_true")
@@ -292,9 +319,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _quiet_warnings() -> None:
+    """Warnings as one line without the source line that raised them; torch's note that a one-process
+    checkpoint runs without torch.distributed (every save and load) is dropped, and the process
+    sandbox's isolation warning, which its logger already printed, is not said twice."""
+    import warnings
+
+    warnings.formatwarning = lambda message, category, *_a, **_k: f"warning: {message}\n"
+    warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+    warnings.filterwarnings("ignore", message="sandbox backend 'process' is NOT isolated")
+
+
 def main(argv: list[str] | None = None) -> int:
     from agent_rl.breaker import InfraErrorRateError
     from agent_rl.plugins import load_entry_points
+
+    _quiet_warnings()
 
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # anywhere on the line, not only before the subcommand

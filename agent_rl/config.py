@@ -8,6 +8,7 @@ before a model is loaded.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -123,8 +124,8 @@ class LearnerConfig(Section):
     micro_batch_size: int = Field(16, ge=1, description="rows per forward/backward on each rank (gradient accumulation; the update does not depend on it)")
     packing: bool = Field(False, description="each micro-batch's rows run as one packed sequence (per-row positions, no attention across rows): no compute on padding")
     max_tokens_per_micro_batch: int | None = Field(None, ge=1, description="token budget of a micro-batch (replaces micro_batch_size; real tokens when packing, rows x longest row otherwise); rows are spread over ranks by tokens")
-    world_size: int = Field(1, ge=1, description="learner ranks; >1 shards the model with FSDP2 over that many ranks: processes on this machine (torchrun-style; distributed.backend=local) or Ray actors (distributed.backend=ray)")
     share_prefixes: bool = Field(False, description="with packing: rows of a micro-batch that share a prefix of >= 16 tokens (a group's prompt, a fork's parent) compute it once; sdpa models only (others are refused)")
+    world_size: int = Field(1, ge=1, description="learner ranks; >1 shards the model with FSDP2 over that many ranks: processes on this machine (torchrun-style; distributed.backend=local) or Ray actors (distributed.backend=ray)")
     mixed_precision: Literal["none", "bf16"] = Field("none", description="FSDP2: bf16 compute with fp32 master weights and fp32 gradient reduction")
     cpu_offload: bool = Field(False, description="FSDP2: keep sharded parameters, gradients and optimizer state on the CPU")
     activation_checkpointing: bool = Field(False, description="recompute each decoder layer's activations in the backward pass")
@@ -246,12 +247,50 @@ class DistributedConfig(Section):
         )
 
 
+LoggerName = Literal["tensorboard", "wandb", "mlflow", "trackio"]
+_NOTED: set[str] = set()  # deprecation notes already printed by this process
+
+
 class TrackingConfig(Section):
-    jsonl: bool = True
-    tensorboard: bool = True
-    wandb: bool = False
-    progress: bool = True
+    jsonl: bool = Field(True, description="metrics.jsonl in the run directory (reward.png, agent-rl compare and resume read it)")
+    loggers: list[LoggerName] = Field(
+        default_factory=lambda: ["tensorboard"],
+        description="experiment trackers: tensorboard, wandb, mlflow, trackio (each imported only when listed)",
+    )
+    project: str = Field("agent_rl", description="wandb / trackio project and mlflow experiment; the run is named after its directory")
+    mlflow_uri: str | None = Field(
+        None, description="mlflow tracking URI (None: $MLFLOW_TRACKING_URI, else sqlite:///<run.root>/mlflow.db)"
+    )
+    table_episodes: int = Field(32, ge=0, description="episodes of the saved trajectories logged as a table at the end (0: none)")
+    progress: bool = Field(True, description="live progress: a bar on a terminal, a line per step when piped")
     save_trajectories: int = Field(16, ge=0, description="episodes per step written for the viewer")
+    tensorboard: bool | None = Field(None, description="deprecated: list tensorboard in tracking.loggers")
+    wandb: bool | None = Field(None, description="deprecated: list wandb in tracking.loggers")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _deprecated_switches(cls, data: Any) -> Any:
+        """``tracking.tensorboard`` / ``tracking.wandb`` still work: folded into ``loggers``, with a note."""
+        if not isinstance(data, dict) or all(data.get(k) is None for k in ("tensorboard", "wandb")):
+            return data
+        data = dict(data)
+        loggers, used = list(data.get("loggers", ["tensorboard"])), []
+        for name in ("tensorboard", "wandb"):
+            on = data.pop(name, None)
+            if on is not None:
+                loggers = [n for n in loggers if n != name] + ([name] if on else [])
+                used.append(f"tracking.{name}")
+        if not set(used) <= _NOTED:
+            _NOTED.update(used)
+            print(f"note: {' and '.join(used)} deprecated; use tracking.loggers={loggers}".replace("'", ""), file=sys.stderr)
+        data["loggers"] = loggers
+        return data
+
+    @model_validator(mode="after")
+    def _unique(self) -> TrackingConfig:
+        if len(set(self.loggers)) != len(self.loggers):
+            raise ValueError(f"tracking.loggers lists a tracker twice: {self.loggers}")
+        return self
 
 
 class RunConfig(Section):

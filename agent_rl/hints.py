@@ -73,16 +73,15 @@ class LearningHints:
         bad, actions = invalid_actions(trajectories)
         if actions and bad / actions >= self.cfg.invalid_frac:
             self._seen("invalid_actions", f"{bad} of {actions} actions were invalid (not parsed or rejected by the env)")
-        hints = []
-        for kind in ("constant_reward", "invalid_actions"):
-            # the pattern held on every step so far, and the window is complete
-            if self._streak.get(kind) == step + 1 == window and kind not in self.given:
-                self.given.add(kind)
-                hints.append(f"hint: RL cannot learn here: in the first {window} step(s) {self._detail[kind]}. {CAUSES}")
-        for h in hints:
-            if self.log is not None:
-                self.log(h)
-        return hints
+        # the pattern held on every step so far, and the window is complete; both: one hint
+        kinds = [k for k in ("constant_reward", "invalid_actions") if self._streak.get(k) == step + 1 == window and k not in self.given]
+        if not kinds:
+            return []
+        self.given.update(kinds)
+        hint = f"hint: RL cannot learn here: in the first {window} step(s) {'; and '.join(self._detail[k] for k in kinds)}. {CAUSES}"
+        if self.log is not None:
+            self.log(hint)
+        return [hint]
 
     def _seen(self, kind: str, detail: str) -> None:
         self._streak[kind] = self._streak.get(kind, 0) + 1

@@ -25,7 +25,8 @@ from agent_rl.rollout.backends.scripted import ScriptedBackend
 from agent_rl.rollout.batching import make_batch
 from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.runtime import Components, make_run_dir, seed_everything
-from agent_rl.tracking import Tracker
+from agent_rl.progress import RunProgress
+from agent_rl.tracking import Tracker, read_metrics
 from agent_rl.types import TrajectoryGroup
 
 
@@ -53,7 +54,9 @@ def sft(cfg: Config, log: Any = print) -> tuple[Path, float]:
     components = Components(cfg)
     run_dir = make_run_dir(cfg, suffix="-sft")
     out_dir = Path(cfg.sft.out) if cfg.sft.out else run_dir / "sft_model"
-    tracker = Tracker(run_dir, cfg.tracking)
+    tracker = Tracker(run_dir, cfg.tracking, cfg.model_dump(mode="json"), plot_keys=("sft/val_success",))
+    progress = RunProgress("sft", cfg.sft.max_steps, enabled=cfg.tracking.progress, line_every=max(1, cfg.sft.max_steps // 50))
+    progress.phase("demonstrations")
     teacher_path = sft_teacher(cfg)
     teacher = bind_tool_format(load_policy(teacher_path), components.tool_format)  # demonstrations in the env's format
     demos = demonstrations(components, teacher, cfg.sft.demos, seed=cfg.trainer.seed * 1_000_003)
@@ -66,11 +69,13 @@ def sft(cfg: Config, log: Any = print) -> tuple[Path, float]:
     engine = components.engine()
     best, best_state, bad_evals, step = -1.0, None, 0, 0
     done = False
+    progress.start()  # a live bar on a terminal, a line every ~2% of sft.max_steps when piped
     while not done:
         order = list(range(len(demos)))
         rng.shuffle(order)
         for i in range(0, len(order) - cfg.sft.batch_size + 1, cfg.sft.batch_size):
             batch = make_batch([demos[j] for j in order[i : i + cfg.sft.batch_size]], pad, cfg.model.device)
+            progress.phase("update")
             model.train()
             logprobs_BT, _ = token_logprobs(model, batch, temperature=1.0)
             mask = batch.loss_mask_BT
@@ -82,6 +87,7 @@ def sft(cfg: Config, log: Any = print) -> tuple[Path, float]:
             step += 1
             metrics = {"sft/loss": float(loss.detach())}
             if step % cfg.sft.eval_every_steps == 0 or step >= cfg.sft.max_steps:
+                progress.phase("eval")
                 result, _ = asyncio.run(evaluate(engine, cfg.sft.eval_episodes, 1, split="val"))
                 metrics["sft/val_success"] = result.success
                 log(f"sft step {step}: loss {float(loss.detach()):.4f}  val success {result.success:.3f}")
@@ -91,8 +97,10 @@ def sft(cfg: Config, log: Any = print) -> tuple[Path, float]:
                     bad_evals += 1
                 done = bad_evals >= cfg.sft.patience or step >= cfg.sft.max_steps
             tracker.log(step, metrics)
+            progress.step(step, metrics)
             if done:
                 break
+    progress.stop()
     engine.close()
     if best_state is not None:
         model.load_state_dict(best_state)
@@ -101,4 +109,5 @@ def sft(cfg: Config, log: Any = print) -> tuple[Path, float]:
     components.tokenizer.save_pretrained(out_dir)
     tracker.close()
     log(f"sft: best val success {best:.3f}; saved {out_dir}")
+    progress.summary(run_dir, read_metrics(run_dir), ["metrics.jsonl", "reward.png", str(out_dir.resolve())])
     return out_dir, best

@@ -18,7 +18,7 @@ SMALL = [
     "rollout.group_size=2",
     "rollout.max_new_tokens=16",
     "trainer.prompts_per_step=2",
-    "tracking.tensorboard=false",
+    "tracking.loggers=[]",
     "tracking.progress=false",
     "eval.episodes=4",
 ]

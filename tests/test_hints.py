@@ -57,3 +57,12 @@ def test_invalid_actions_hint_and_short_runs():
     hints = LearningHints(total_steps=1)
     ok = _step({"a": [0.0, 1.0]}, valid=[False] * 8 + [True] * 2)  # 16 of 20: below 90 %
     assert hints.observe(0, ok) == []
+
+
+def test_both_patterns_make_one_hint():
+    hints = LearningHints(total_steps=1)
+    [h] = hints.observe(0, _step({"a": [0.0, 0.0]}, valid=[False]))
+    assert h == (
+        "hint: RL cannot learn here: in the first 1 step(s) every group's samples got the same reward (reward 0), "
+        f"so every advantage is 0; and 2 of 2 actions were invalid (not parsed or rejected by the env). {CAUSES}"
+    )

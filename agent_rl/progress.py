@@ -1,0 +1,136 @@
+"""Live progress of a long command (train, sft): phase, step, ETA and key metrics; a summary at the end.
+
+On a terminal it is one live bar; piped (CI, ``| tee``) it prints a readable line per step, since a
+bar redrawn in place leaves only its last state in a log. Steps are counted from 1, like
+``metrics.jsonl`` and the checkpoints.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from collections.abc import Callable
+from typing import Any, TextIO
+
+# (metric, short name, format); shown when the step logged it
+KEY_METRICS = (
+    ("rollout/reward_mean", "reward", "{:.3f}"),
+    ("eval/success", "success", "{:.3f}"),
+    ("train/loss", "loss", "{:.4f}"),
+    ("sft/loss", "loss", "{:.4f}"),
+    ("sft/val_success", "val success", "{:.3f}"),
+)
+LOWER_IS_BETTER = ("loss",)  # a metric whose name ends so is best at its minimum
+
+
+def clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+class RunProgress:
+    """``phase(name)`` while a step runs, ``step(n, metrics)`` when step n is done; use as a context."""
+
+    def __init__(self, command: str, total: int, start: int = 0, enabled: bool = True, stream: TextIO | None = None,
+                 line_every: int = 1, now: Callable[[], float] = time.perf_counter):
+        self.command, self.total, self.first, self.done = command, total, start, start  # first: the step it resumed at
+        self.enabled = enabled
+        self.stream = stream or sys.stdout
+        self.line_every = max(1, line_every)  # piped: a line every N steps (and at every eval and the last)
+        self.live = enabled and self.stream.isatty()
+        self.current = "loading"
+        self.now = now  # the clock (tests give their own)
+        self.t0 = self.t_step = now()
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> RunProgress:
+        self.t0 = self.t_step = self.now()
+        if self.live:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self._bar = Progress(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[metrics]}"),
+                console=Console(file=self.stream),
+            )
+            self._bar.__enter__()
+            self._task = self._bar.add_task(self._describe(), total=self.total, completed=self.first, metrics="")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+            self._bar = None
+
+    def start(self) -> RunProgress:
+        """``with`` without the indent: the clock starts (and the bar shows) now; ``stop()`` ends it."""
+        return self.__enter__()
+
+    def stop(self) -> None:
+        self.__exit__(None, None, None)
+
+    def _describe(self) -> str:
+        return f"{self.command}: {self.current}"  # (square brackets would be rich markup)
+
+    def phase(self, name: str) -> None:
+        """What the command is doing now: loading, rollout, update, eval, checkpoint, ..."""
+        self.current = name
+        if self._bar is not None:
+            self._bar.update(self._task, description=self._describe())
+
+    def eta_s(self) -> float | None:
+        """Seconds left at the mean pace of the steps this process ran (None before the first)."""
+        ran = self.done - self.first
+        return (self.t_step - self.t0) / ran * (self.total - self.done) if ran > 0 else None
+
+    @staticmethod
+    def metric_parts(metrics: dict[str, float], step_s: float) -> list[str]:
+        """The key metrics the step logged, and the sampled tokens per second."""
+        parts, seen = [], set()
+        for key, short, fmt in KEY_METRICS:
+            if key in metrics and short not in seen:
+                seen.add(short)
+                parts.append(f"{short} {fmt.format(metrics[key])}")
+        if metrics.get("rollout/generated_tokens") and step_s > 0:
+            parts.append(f"{metrics['rollout/generated_tokens'] / step_s:.0f} tok/s")
+        return parts
+
+    def line(self, step: int, metrics: dict[str, float], step_s: float) -> str:
+        parts = [f"{self.command} step {step}/{self.total}", *self.metric_parts(metrics, step_s), f"{step_s:.1f} s/step"]
+        eta = self.eta_s()
+        if eta is not None and step < self.total:
+            parts.append(f"ETA {clock(eta)}")
+        return " | ".join(parts)
+
+    def step(self, step: int, metrics: dict[str, float]) -> None:
+        now = self.now()
+        step_s, self.t_step = now - self.t_step, now
+        self.done = step
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.update(self._task, completed=step, metrics=" | ".join(self.metric_parts(metrics, step_s)))
+        elif step % self.line_every == 0 or step == self.total or any(k.startswith(("eval/", "sft/val")) for k in metrics):
+            print(self.line(step, metrics, step_s), file=self.stream, flush=True)
+
+    def summary(self, run_dir: Path, rows: list[dict[str, Any]], files: list[str]) -> str:
+        """Best and final value of each key metric over ``rows`` (``metrics.jsonl``), wall time, files."""
+        lines = [f"{self.command} done: {self.done - self.first} step(s) in {clock(self.now() - self.t0)}"]
+        for key, _, fmt in KEY_METRICS:
+            pts = [(r["step"], r[key]) for r in rows if key in r]
+            if not pts:
+                continue
+            pick = min if key.endswith(LOWER_IS_BETTER) else max
+            best = pick(pts, key=lambda p: p[1])
+            lines.append(f"  {key:<22} final {fmt.format(pts[-1][1])}  best {fmt.format(best[1])} (step {best[0]})")
+        lines.append(f"  run directory: {run_dir}")
+        present = [f for f in files if (Path(run_dir) / f).exists()]  # relative to the run directory, or absolute
+        if present:
+            lines.append(f"  files: {', '.join(present)}")
+        text = "\n".join(lines)
+        if self.enabled:
+            print(text, file=self.stream, flush=True)
+        return text

@@ -1,0 +1,82 @@
+"""agent-rl compare: curves aligned by step or sampled tokens, a table, the config differences."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agent_rl.cli import main
+from agent_rl.compare import compare, config_differences, curve
+
+
+def _run(path, rows, config):
+    path.mkdir()
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (path / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
+    return path
+
+
+@pytest.fixture
+def runs(tmp_path):
+    a = _run(tmp_path / "a", [
+        {"step": 1, "rollout/reward_mean": 0.1, "rollout/generated_tokens": 100.0},
+        {"step": 2, "rollout/reward_mean": 0.5, "rollout/generated_tokens": 100.0, "eval/success": 0.25},
+        {"step": 2, "rollout/reward_mean": 0.4, "rollout/generated_tokens": 100.0, "eval/success": 0.5},  # resumed: redone
+        {"step": 3, "rollout/reward_mean": 0.3, "rollout/generated_tokens": 50.0},
+    ], {"trainer": {"steps": 3, "seed": 0}, "algorithm": {"loss": {"name": "ppo_clip"}}, "run": {"dir": "x", "name": "a"}})
+    b = _run(tmp_path / "b", [
+        {"step": 1, "rollout/reward_mean": 0.2, "rollout/generated_tokens": 300.0},
+        {"step": 2, "rollout/reward_mean": 0.6, "rollout/generated_tokens": 300.0},
+    ], {"trainer": {"steps": 2, "seed": 0}, "algorithm": {"loss": {"name": "cispo", "eps_high": 5.0}}, "run": {"dir": "y", "name": "b"}})
+    return a, b
+
+
+def test_curves_by_step_and_tokens(runs):
+    from agent_rl.tracking import read_metrics
+
+    rows = read_metrics(runs[0])
+    assert curve(rows, "rollout/reward_mean", "step") == [(1.0, 0.1), (2.0, 0.4), (3.0, 0.3)]
+    assert curve(rows, "rollout/reward_mean", "tokens") == [(100.0, 0.1), (200.0, 0.4), (250.0, 0.3)]
+    assert curve(rows, "eval/success", "step") == [(2.0, 0.5)]
+    with pytest.raises(ValueError, match="--x epochs: unknown axis; known: step, tokens"):
+        curve(rows, "eval/success", "epochs")
+
+
+def test_config_differences_ignore_the_run_names():
+    a = {"trainer.steps": 3, "algorithm.loss.name": "ppo_clip", "run.dir": "x", "trainer.seed": 0}
+    b = {"trainer.steps": 2, "algorithm.loss.name": "cispo", "algorithm.loss.eps_high": 5.0, "run.dir": "y", "trainer.seed": 0}
+    assert config_differences([a, b]) == {
+        "algorithm.loss.eps_high": [None, 5.0], "algorithm.loss.name": ["ppo_clip", "cispo"], "trainer.steps": [3, 2]}
+
+
+def test_compare_writes_png_and_table(runs, tmp_path):
+    out, report = compare([str(r) for r in runs], x="tokens", out=tmp_path / "cmp" / "c.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert report.splitlines() == [
+        "| run | metric | final | best | best step | steps |",
+        "|---|---|---|---|---|---|",
+        "| a | rollout/reward_mean | 0.3000 | 0.4000 | 2 | 3 |",
+        "| a | eval/success | 0.5000 | 0.5000 | 2 | 2 |",
+        "| b | rollout/reward_mean | 0.6000 | 0.6000 | 2 | 2 |",
+        "",
+        "config differences:",
+        "| key | a | b |",
+        "|---|---|---|",
+        "| algorithm.loss.eps_high | None | 5.0 |",
+        "| algorithm.loss.name | ppo_clip | cispo |",
+        "| trainer.steps | 3 | 2 |",
+    ]
+
+
+def test_cli_compare_and_its_errors(runs, tmp_path, capsys):
+    png = tmp_path / "c.png"
+    assert main(["compare", str(runs[0]), str(runs[1]), "--metrics", "rollout/reward_mean", "--labels", "ppo,cispo",
+                 "--out", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "| cispo | rollout/reward_mean | 0.6000 |" in out and f"plot written to {png}" in out and png.exists()
+    assert main(["compare", str(runs[0]), "--metrics", "train/nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --metrics: train/nope logged by none of the runs; logged: eval/success, rollout/generated_tokens")
+    assert main(["compare", str(tmp_path / "missing")]) == 2
+    assert "no metrics.jsonl with rows" in capsys.readouterr().err

@@ -1,0 +1,92 @@
+"""Live progress: a readable line per step when piped, phases on a terminal, an end-of-run summary."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+
+from agent_rl.progress import RunProgress, clock
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_piped_lines_per_step_and_summary(tmp_path):
+    ticks = iter([0.0, 0.0, 2.0, 5.0, 6.0, 9.0])  # made, entered, step 1 at 2 s, step 2 at 5 s, step 3 at 6 s, summary
+    out = io.StringIO()
+    with RunProgress("train", total=3, stream=out, now=lambda: next(ticks)) as p:
+        p.phase("rollout")
+        p.step(1, {"rollout/reward_mean": 0.25, "train/loss": 0.5, "rollout/generated_tokens": 100.0})
+        p.step(2, {"rollout/reward_mean": 0.75, "train/loss": 0.25, "eval/success": 0.5})
+        p.step(3, {"rollout/reward_mean": 0.5, "train/loss": 0.125})
+    assert out.getvalue().splitlines() == [
+        "train step 1/3 | reward 0.250 | loss 0.5000 | 50 tok/s | 2.0 s/step | ETA 0:00:04",
+        "train step 2/3 | reward 0.750 | success 0.500 | loss 0.2500 | 3.0 s/step | ETA 0:00:02",
+        "train step 3/3 | reward 0.500 | loss 0.1250 | 1.0 s/step",
+    ]
+    (tmp_path / "metrics.jsonl").write_text("")
+    rows = [{"step": 1, "rollout/reward_mean": 0.25, "train/loss": 0.5}, {"step": 2, "rollout/reward_mean": 0.75, "train/loss": 0.25},
+            {"step": 3, "rollout/reward_mean": 0.5, "train/loss": 0.125}]
+    text = p.summary(tmp_path, rows, ["metrics.jsonl", "reward.png"])
+    assert text.splitlines() == [
+        "train done: 3 step(s) in 0:00:09",
+        "  rollout/reward_mean    final 0.500  best 0.750 (step 2)",
+        "  train/loss             final 0.1250  best 0.1250 (step 3)",  # lower is better
+        f"  run directory: {tmp_path}",
+        "  files: metrics.jsonl",  # reward.png does not exist
+    ]
+
+
+def test_piped_line_every_keeps_evals_and_the_last_step():
+    out = io.StringIO()
+    with RunProgress("sft", total=10, stream=out, line_every=4) as p:
+        for step in range(1, 11):
+            p.step(step, {"sft/loss": 1.0 / step, **({"sft/val_success": 0.5} if step == 5 else {})})
+    assert [int(re.match(r"sft step (\d+)/10", line).group(1)) for line in out.getvalue().splitlines()] == [4, 5, 8, 10]
+
+
+def test_disabled_prints_nothing_and_resume_counts_from_the_start_step():
+    out = io.StringIO()
+    with RunProgress("train", total=5, start=3, stream=out, enabled=False) as p:
+        p.step(4, {})
+    assert out.getvalue() == "" and p.eta_s() is not None
+    assert clock(3725.4) == "1:02:05"
+
+
+def test_terminal_bar_shows_phase_and_metrics():
+    out = Tty()
+    with RunProgress("train", total=2, stream=out) as p:
+        p.phase("update")
+        p.step(1, {"rollout/reward_mean": 0.5})
+        assert p._bar.tasks[0].description == "train: update" and p._bar.tasks[0].completed == 1
+        assert p._bar.tasks[0].fields["metrics"] == "reward 0.500"
+    assert "train: update" in out.getvalue()
+
+
+def test_train_piped_shows_steps_hint_and_summary(tmp_path, tiny_model_dir):
+    """An untrained model: a line per step, the hint once, the summary; files numbered from 1; no torch warning."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}  # the CLI itself must keep warnings quiet
+    r = subprocess.run(
+        [sys.executable, "-m", "agent_rl.cli", "train", str(ROOT / "configs" / "quickstart.yaml"), f"model.path={tiny_model_dir}",
+         f"run.dir={tmp_path / 'run'}", "trainer.steps=2", "trainer.eval_every=0", "sandbox.backend=process", "rollout.group_size=2",
+         "rollout.max_new_tokens=8", "trainer.prompts_per_step=2", "tracking.loggers=[]"],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"train: loading {tiny_model_dir} on cpu, env agent_rl/Arithmetic-v0"
+    assert [line.split(" | ")[0] for line in lines if line.startswith("train step")] == ["train step 1/2", "train step 2/2"]
+    hints = [line for line in lines if line.startswith("hint: RL cannot learn here: in the first 2 step(s) every group's")]
+    assert len(hints) == 1 and "agent-rl sft" in hints[0]
+    assert "train done: 2 step(s) in " in r.stdout
+    assert "  files: metrics.jsonl, reward.png, checkpoints/step_000002/model, trajectories" in lines
+    assert sorted(p.name for p in (tmp_path / "run" / "trajectories").iterdir()) == ["step_000001.jsonl", "step_000002.jsonl"]
+    assert "UserWarning" not in r.stderr and "Traceback" not in r.stderr
