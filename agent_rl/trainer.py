@@ -42,7 +42,8 @@ from agent_rl.runtime import (
     seed_everything,
 )
 from agent_rl.task_sampler import TaskSampler
-from agent_rl.tracking import Tracker, plot_rewards
+from agent_rl.progress import RunProgress
+from agent_rl.tracking import Tracker, read_metrics
 from agent_rl.types import Trajectory, TrajectoryGroup
 
 
@@ -138,7 +139,7 @@ class Trainer:
             self.teacher = EmaTeacher(self.components.model, decay=self.plan.teacher.ema_decay)
             self.states["teacher"] = self.teacher
         self._need_providers = self._providers()  # how each built-in need is computed, made once
-        tracking = cfg.tracking if self.rank == 0 else cfg.tracking.model_copy(update={"jsonl": False, "tensorboard": False, "wandb": False})
+        tracking = cfg.tracking if self.rank == 0 else cfg.tracking.model_copy(update={"jsonl": False, "loggers": []})
         self.tracker = Tracker(self.run_dir, tracking, cfg.model_dump(mode="json"))
         # where rollouts come from: this engine (local, synchronous) or workers producing ahead
         # (asynchronous within distributed.max_staleness; Ray actors with distributed.backend=ray)
@@ -157,26 +158,30 @@ class Trainer:
         self.start_step = 0
         if resume:
             self._load_checkpoint()
+        self.progress = RunProgress("train", cfg.trainer.steps, self.start_step, enabled=cfg.tracking.progress and self.rank == 0)
 
     # -- the loop ---------------------------------------------------------------------------------
     def train(self) -> Path:
         cfg = self.cfg
-        progress = _progress(cfg.tracking.progress and self.rank == 0)
+        progress = self.progress  # phases: rollout, update (step), eval, checkpoint (agent_rl/progress.py)
         with progress:
-            task = progress.add_task("train", total=cfg.trainer.steps, completed=self.start_step)
             for step in range(self.start_step, cfg.trainer.steps):
                 metrics = self._guarded_step(step)
                 if cfg.trainer.eval_every and (step + 1) % cfg.trainer.eval_every == 0 and self.rank == 0:
+                    progress.phase("eval")
                     result, _ = asyncio.run(evaluate(self.engine, cfg.eval.episodes, cfg.eval.k, split="val"))
                     metrics["eval/success"] = result.success
                 self.tracker.log(step + 1, metrics)
-                progress.update(task, advance=1, description=f"reward {metrics['rollout/reward_mean']:.2f}")
+                progress.step(step + 1, metrics)
                 if cfg.trainer.save_every and (step + 1) % cfg.trainer.save_every == 0:
+                    progress.phase("checkpoint")
                     self.save_checkpoint(step + 1)
-        self.save_checkpoint(cfg.trainer.steps)
-        self.tracker.close()
+            progress.phase("checkpoint")
+            self.save_checkpoint(cfg.trainer.steps)
+        self.tracker.close()  # also draws reward.png and hands it to the trackers
         if self.rank == 0:
-            plot_rewards(self.run_dir)
+            ckpt_dir = f"checkpoints/step_{cfg.trainer.steps:06d}/model"
+            progress.summary(self.run_dir, read_metrics(self.run_dir), ["metrics.jsonl", "reward.png", ckpt_dir, "trajectories"])
         self.rollouts.close()
         self.engine.close()
         self.components.backend.close()  # an inference engine of its own (vllm) stops here
@@ -204,6 +209,7 @@ class Trainer:
 
     def step(self, step: int) -> dict[str, float]:
         cfg = self.cfg
+        self.progress.phase("rollout")
         # 1. rollout (rank 0; the other learner ranks receive the trainable groups)
         trajectories, groups, metrics = self._collect(step) if self.rank == 0 else ([], [], {})
         if self.adapters is not None and self.rank == 0:  # samples of another adapter than the one sent are refused
@@ -226,6 +232,7 @@ class Trainer:
             metrics["train/skipped"] = 1.0
             return metrics
         # 2. batch and advantages
+        self.progress.phase("update")
         batch = make_batch(groups, self.components.tokenizer.pad_token_id, cfg.model.device)
         if self.adapters is not None:  # the sampler's first-turn logprobs vs the learner's, same adapter
             metrics.update(self.adapters.first_turn_gap(self.learner.score, self.components.model, batch, self.learner.version, step))
@@ -495,20 +502,6 @@ class Trainer:
         self.rollouts.load_state_dict(trainer_state.get("rollouts", {}))  # its groups are produced again, same seeds
         self.weight_sync(self.learner.version)
         self.log(f"resumed {self.run_dir} at step {self.start_step} (policy version {self.learner.version})")
-
-
-def _progress(enabled: bool):
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-
-    return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), disable=not enabled
-    )
 
 
 def train(cfg: Config, resume: str | None = None) -> Path:
