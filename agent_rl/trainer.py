@@ -28,10 +28,12 @@ from agent_rl.learner.critic import Critic, load_value_model
 from agent_rl.learner.learner import Learner
 from agent_rl.learner.teacher import (
     EmaTeacher,
+    FrozenTeacher,
+    check_same_tokenizer,
     compute_teacher_logprobs,
     splice_teacher_context,
 )
-from agent_rl.rollout.backends.hf import load_model
+from agent_rl.rollout.backends.hf import load_model, load_tokenizer
 from agent_rl.rollout.backends.openai_http import check_push_auth
 from agent_rl.rollout.batching import make_batch, per_turn_batch, trainable_groups
 from agent_rl.rollout.episode import EpisodeSpec
@@ -136,7 +138,7 @@ class Trainer:
         if "teacher" in self.plan.builds:  # self-distillation: a teacher that sees the env's privileged context
             if self.world > 1:
                 raise ValueError("self-distillation's EMA teacher is not sharded yet: use learner.world_size=1")
-            self.teacher = EmaTeacher(self.components.model, decay=self.plan.teacher.ema_decay)
+            self.teacher = self._make_teacher(self.plan.teacher)
             self.states["teacher"] = self.teacher
         self._need_providers = self._providers()  # how each built-in need is computed, made once
         tracking = cfg.tracking if self.rank == 0 else cfg.tracking.model_copy(update={"jsonl": False, "loggers": []})
@@ -373,11 +375,27 @@ class Trainer:
         batch.topk_ids_BTK, batch.topk_mask_BTK = ids_BTK, torch.ones_like(topk_BTK)
         return {"teacher_logprobs": logprobs_BT, "teacher_topk": topk_BTK}
 
+    def _make_teacher(self, spec: Any) -> Any:
+        """The plan's teacher: an EMA of the policy, or the frozen hf checkpoint at ``spec.path``
+        (refused at start unless it shares the student's tokenizer)."""
+        if spec.path is None:
+            return EmaTeacher(self.components.model, decay=spec.ema_decay)
+        try:
+            tokenizer, model = load_tokenizer(spec.path), load_model(spec.path, self.cfg.model.dtype, self.cfg.model.device)
+        except OSError as e:
+            raise ValueError(f"config key 'algorithm.loss.teacher_path': cannot load {spec.path}: {e}") from None
+        check_same_tokenizer(self.components.tokenizer, tokenizer, spec.path)
+        return FrozenTeacher(model, spec.path)
+
     def _teacher_logprobs(self, batch: Any, groups: list[TrajectoryGroup], topk: int = 0) -> Any:
         """The teacher's logprobs of the sampled tokens, with the env's ``teacher_context`` (feedback,
         a verified solution) added to the prompt as one more user message."""
         renderer, insert_at_B, context_ids_B = self.components.renderer, [], []
         for t in (t for g in groups for t in g.trajectories_G):
+            if not self.plan.teacher.context:  # a separate teacher scores the student's own rows
+                insert_at_B.append(0)
+                context_ids_B.append([])
+                continue
             if "teacher_context" not in t.info:
                 raise ValueError(
                     f"the objective needs a teacher context, but {self.cfg.env.id} gives no info['teacher_context'] at reset"

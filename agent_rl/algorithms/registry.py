@@ -47,9 +47,14 @@ class Stateful(Protocol):
 
 @dataclass
 class TeacherSpec:
-    """The teacher an objective trains against: an EMA of the policy (``ema_decay`` 0: the policy itself)."""
+    """The teacher an objective trains against: an EMA of the policy (``ema_decay`` 0: the policy itself),
+    or the frozen model at ``path``."""
 
     ema_decay: float = 0.0
+    # another model teaches: an hf checkpoint with the student's tokenizer (None: the policy / its EMA)
+    path: str | None = None
+    # the env's privileged context (info["teacher_context"]) goes into the teacher's prompt
+    context: bool = True
     # > 0: also the teacher's top-k ids and logprobs of every position (need ``teacher_topk``); the
     # learner then scores the policy at those ids (``LossInputs.topk_logprobs_BTK``)
     topk: int = 0

@@ -125,3 +125,32 @@ def compute_teacher_logprobs(
     top_lp_BTK, top_ids_BTK = logp_BTV.topk(min(topk, V), dim=-1)
     keep_BT1 = has_BT.unsqueeze(-1)
     return logp_BT, torch.where(keep_BT1, top_ids_BTK, 0), torch.where(keep_BT1, top_lp_BTK, 0.0)
+
+
+class FrozenTeacher:
+    """Another model as the teacher (an hf checkpoint with the student's tokenizer): never updated."""
+
+    def __init__(self, model: torch.nn.Module, path: str):
+        self.path = path
+        self.model = model.eval().requires_grad_(False)
+
+    def update(self, model: torch.nn.Module) -> None:
+        """A separate teacher does not follow the student."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"path": self.path}  # the weights are the checkpoint's; nothing moves
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("path") != self.path:
+            raise ValueError(f"the checkpoint's teacher is {state.get('path')}, this run's is {self.path}")
+
+
+def check_same_tokenizer(student: Any, teacher: Any, teacher_path: str) -> None:
+    """Refuse a teacher whose tokenizer differs from the student's: its logprobs would score other tokens."""
+    s_vocab, t_vocab = student.get_vocab(), teacher.get_vocab()
+    if s_vocab != t_vocab:
+        differ = sorted(set(s_vocab.items()) ^ set(t_vocab.items()))[:3]
+        raise ValueError(
+            f"teacher {teacher_path}: its tokenizer differs from the student's ({len(t_vocab)} vs {len(s_vocab)} tokens; "
+            f"e.g. {differ}); a teacher must share the student's tokenizer"
+        )

@@ -1,15 +1,16 @@
 """Catalog III on-policy (self-)distillation losses: i_sdpo, powered_opd, g_opd, anti_sd.
 
-All read the teacher the run builds for ``teacher_logprobs`` (``learner/teacher.py``: the policy or
-an EMA of it, with the env's privileged context in its prompt). The papers of ``powered_opd`` and
-``g_opd`` distil from a separate, stronger teacher model; until external teachers exist
-(issue 25 item 3) they distil from that self-teacher, which is the same formula with another q.
+All read the teacher the run builds for ``teacher_logprobs`` (``learner/teacher.py``): by default
+the policy or an EMA of it, with the env's privileged context in its prompt; with ``teacher_path``
+another hf checkpoint with the student's tokenizer (frozen; no privileged context unless
+``teacher_context: true``), as the papers of ``powered_opd`` and ``g_opd`` use.
 Notation: pi = current policy, q = teacher, ref = frozen initial policy, sg = stop-gradient,
 logp_t = log pi(y_t) (carries the gradient).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Literal
 
 import torch
@@ -34,11 +35,18 @@ class SelfTeacherConfig(ComponentConfig):
     teacher_ema_decay: float = Field(
         0.0, ge=0.0, lt=1.0, description="0: the teacher is the current policy with the privileged context; > 0: an EMA"
     )
+    teacher_path: str | None = Field(
+        None, description="an hf checkpoint that teaches instead (frozen; the student's tokenizer); None: the policy itself"
+    )
+    teacher_context: bool | None = Field(
+        None, description="put the env's privileged context in the teacher's prompt (None: yes for the self-teacher, no for teacher_path)"
+    )
 
 
 def self_teacher(cfg: SelfTeacherConfig) -> TeacherSpec:
-    """The policy (or an EMA of it) with the privileged context, scoring only the sampled tokens."""
-    return TeacherSpec(ema_decay=cfg.teacher_ema_decay)
+    """The teacher of these losses: the policy (or its EMA) with the privileged context, or the model at teacher_path."""
+    context = cfg.teacher_path is None if cfg.teacher_context is None else cfg.teacher_context
+    return TeacherSpec(ema_decay=cfg.teacher_ema_decay, path=cfg.teacher_path, context=context)
 
 
 def _reinforce_on(adv_BT: torch.Tensor, x: LossInputs, coef: float) -> torch.Tensor:
@@ -79,7 +87,7 @@ def all_fail_rows(x: LossInputs, threshold: float, entry: str) -> torch.Tensor:
     "i_sdpo",
     config=ISdpoConfig,
     needs={"teacher_logprobs", "rewards", "group_index"},
-    teacher=ema_teacher,
+    teacher=lambda cfg: dataclasses.replace(self_teacher(cfg), topk=ema_teacher(cfg).topk),
     config_needs=topk_needs,
 )
 def i_sdpo(x: LossInputs, cfg: ISdpoConfig) -> LossOutput:
@@ -168,7 +176,7 @@ class AntiSdConfig(SelfTeacherConfig):
 
 
 def _anti_sd_teacher(cfg: AntiSdConfig) -> TeacherSpec:
-    return TeacherSpec(ema_decay=cfg.teacher_ema_decay, topk=cfg.topk)
+    return dataclasses.replace(self_teacher(cfg), topk=cfg.topk)
 
 
 @register_policy_loss(
