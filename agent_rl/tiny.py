@@ -15,7 +15,7 @@ import random
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from agent_rl.families import ADDED_TOKENS, CHAT_TEMPLATE, SPECIAL_TOKENS
+from agent_rl.families import ADDED_TOKENS, CHAT_TEMPLATE, SPECIAL_TOKENS  # noqa: F401 - the tiny model's format, re-exported
 
 QWEN2_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import shutil
@@ -172,3 +173,20 @@ class OwnDockerd:
             if len(parts) > 1 and parts[1].startswith(self.dir):
                 subprocess.run(["umount", "-l", parts[1]], capture_output=True)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def private_dockerd_with_image():
+    """A private dockerd (root only: skips otherwise) holding the default sandbox image; it is
+    stopped and its state removed afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("starting a private dockerd needs root")
+    from sandbox.image import DEFAULT_IMAGE
+
+    daemon = OwnDockerd()
+    try:
+        daemon.start()
+        daemon.load_image(DEFAULT_IMAGE)
+        yield daemon
+    finally:
+        daemon.stop_and_remove()

@@ -9,24 +9,16 @@ the circuit breaker stopped the run. A pool that never started a worker still fa
 from __future__ import annotations
 
 import asyncio
-import os
 
 import pytest
-from sandbox_helpers import OwnDockerd, run
+from sandbox_helpers import private_dockerd_with_image, run
 
 from sandbox import ExecStatus, SandboxLimits, make_sandbox
 
 
 @pytest.mark.docker
 def test_a_call_during_a_daemon_restart_waits_for_the_daemon():
-    if os.geteuid() != 0:
-        pytest.skip("starting a private dockerd needs root")
-    from sandbox.image import DEFAULT_IMAGE
-
-    daemon = OwnDockerd()
-    try:
-        daemon.start()
-        daemon.load_image(DEFAULT_IMAGE)
+    with private_dockerd_with_image() as daemon:
         sb = make_sandbox(backend="docker", base_url=daemon.url, limits=SandboxLimits(timeout_s=3.0, memory_mb=128), pool_size=2)
         assert run(sb.exec(code="print(1)")).stdout == "1\n"
         daemon.stop()  # its containers die with it
@@ -43,5 +35,3 @@ def test_a_call_during_a_daemon_restart_waits_for_the_daemon():
         assert sb.pool.stats.start_failures > 0  # it did try while the daemon was down
         run(sb.close())
         run(sb.pool.close())
-    finally:
-        daemon.stop_and_remove()
