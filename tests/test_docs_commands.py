@@ -32,6 +32,7 @@ DOC_TESTS = {
     "docs/code-exec.md": "tests/test_docs_commands.py",
     "docs/distributed.md": "tests/test_docs_commands.py",
     "docs/model-families.md": "tests/test_docs_commands.py",
+    "docs/preference.md": "tests/test_preference_doc.py",
     "docs/sandbox.md": "tests/test_docs_commands.py",
     "docs/vllm.md": "tests/rollout/backends/test_vllm_backend.py",
 }
