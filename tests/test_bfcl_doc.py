@@ -1,5 +1,5 @@
-"""docs/bfcl.md's bash block, run as written in a scratch directory (configs/ linked in), with the
-claims it makes about the output: per-category rows under BFCL's names."""
+"""docs/bfcl.md's bash block under "Check it, evaluate, measure prompts", run as written in a scratch
+directory (configs/ linked in), with the claims it makes about the output: per-category rows under BFCL's names."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_the_documented_commands_run(tmp_path):
     (tmp_path / "configs").symlink_to(ROOT / "configs")
-    [block] = re.findall(r"^```bash\n(.*?)^```$", (ROOT / "docs" / "bfcl.md").read_text(), re.DOTALL | re.MULTILINE)
+    section = (ROOT / "docs" / "bfcl.md").read_text().split("\n## Check it", 1)[1].split("\n## ", 1)[0]
+    [block] = re.findall(r"^```bash\n(.*?)^```$", section, re.DOTALL | re.MULTILINE)  # the training block: test_bfcl_recipe.py
     env = {**cli_env(), "PYTHONPATH": str(ROOT)}
     outputs = []
     for line in block.splitlines():

@@ -48,6 +48,7 @@ class BfclCallsEnv(ToolEnv):
     max_calls_per_turn = 64
     no_action = "no function call and no <answer>...</answer>"
     action_hint = "Call the functions the request needs, or reply <answer>...</answer> if none fits."
+    tokenizer_corpus = "envs.bfcl.policies:call_conversations"
     sft_teacher = "envs.bfcl.policies:replay"
     task_category = "envs.bfcl.data:category_of"  # agent-rl eval scores each BFCL category
 

@@ -145,6 +145,18 @@ def call_everything(messages: list[dict], rng: random.Random | None = None, *, t
     return fmt.render_calls([ToolCall(s["function"]["name"], _placeholders(s)) for s in schemas])
 
 
+def call_conversations(n: int, rng: random.Random):
+    """Single-turn train tasks answered by the ground truth, for the tiny tokenizer
+    (``init-model --env agent_rl/BFCL-Calls-v0``)."""
+    from envs.bfcl.calls import BfclCallsEnv
+
+    tasks = [t for t in call_tasks() if t.split == "train"]
+    env = BfclCallsEnv(split="train")
+    for _ in range(n):
+        messages, info = env.reset(options={"task": rng.choice(tasks).task_id})
+        yield [*messages, {"role": "assistant", "content": replay(messages)}], info["tools"]
+
+
 def corpus_conversations(n: int, rng: random.Random):
     """Ground-truth conversations of train tasks, for the tiny tokenizer (``init-model --env``)."""
     from envs.bfcl.multi_turn import BfclMultiTurnEnv

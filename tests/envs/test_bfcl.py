@@ -184,6 +184,20 @@ def test_splits_are_disjoint_and_seeded_resets_deterministic():
     assert env.reset(seed=7) == env.reset(seed=7)
 
 
+def test_call_corpus_is_train_tasks_answered_by_the_ground_truth():
+    import random
+
+    by_id = {t.task_id: t for t in call_tasks()}
+    env = BfclCallsEnv(split="all")
+    for messages, tools in policies.call_conversations(20, random.Random(0)):
+        *prompt, reply = messages
+        task = policies.task_of(prompt)
+        assert by_id[task.task_id].split == "train" and reply == {"role": "assistant", "content": policies.replay(prompt)}
+        env.reset(options={"task": task.task_id})
+        assert tools == env.tool_schemas()
+        assert env.step(reply["content"])[1] == 1.0 or task.task_id in CALLS_UNSOLVABLE
+
+
 def test_another_bfcl_version_is_a_one_line_error(monkeypatch):
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "2025.1.1")
     with pytest.raises(RuntimeError, match=f"bfcl-eval=={BFCL_EVAL_VERSION} \\(found 2025.1.1\\)"):
