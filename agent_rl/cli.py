@@ -182,7 +182,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_view(args: argparse.Namespace) -> int:
     from agent_rl.viewer import write_view
 
-    out = write_view(args.run, args.out, tokenizer_path=args.tokenizer, last=args.last)
+    out = write_view(args.run, args.out, tokenizer_path=args.tokenizer, last=args.last, page_size=args.page_size)
     print(f"viewer written to {out}")
     return 0
 
@@ -283,6 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", default=None, help="HTML file (default: RUN/trajectories.html)")
     sp.add_argument("--tokenizer", default=None, help="tokenizer path (default: model.path of RUN/config.yaml)")
     sp.add_argument("--last", type=int, default=0, help="only the last N training steps (0: all)")
+    sp.add_argument("--page-size", type=int, default=None,
+                    help="episodes per page, loaded as you page (default: one page up to 200 episodes, pages of 25 beyond)")
     sp.set_defaults(fn=cmd_view)
 
     sp = sub.add_parser("export", help="a run's policy: a LoRA adapter in PEFT's format, or --merge'd into a Hugging Face model")

@@ -5,12 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def write_view(run: str | Path, out: str | Path | None = None, tokenizer_path: str | None = None, last: int = 0) -> Path:
+INLINE_MAX = 200  # episodes on one self-contained page; more: an index page and chunks loaded per page
+
+
+def write_view(run: str | Path, out: str | Path | None = None, tokenizer_path: str | None = None, last: int = 0,
+               page_size: int | None = None) -> Path:
     """Write the page for a run directory (its ``trajectories/*.jsonl``) or one JSONL file; returns its path.
 
-    ``last > 0``: only the last ``last`` training steps (a long run's page stays small).
+    ``last > 0``: only the last ``last`` training steps. Up to ``INLINE_MAX`` episodes, one page holds
+    them all; beyond (or with ``page_size``), the page holds a filterable index and the first
+    ``page_size`` episodes, and the rest load a page at a time from ``<out>.d/`` (``viewer/paged.py``).
     """
     from agent_rl.viewer.html import render_page
+    from agent_rl.viewer.paged import PAGE_SIZE, write_paged
     from agent_rl.viewer.load import (
         TokenTexts,
         load_decoder,
@@ -30,8 +37,23 @@ def write_view(run: str | Path, out: str | Path | None = None, tokenizer_path: s
     if out is None:
         out = run.with_suffix(".html") if run.is_file() else run / "trajectories.html"
     out = Path(out)
-    out.write_text(render_page(steps, texts, title=f"agent-rl trajectories: {run.resolve().name}"), encoding="utf-8")
+    title = f"agent-rl trajectories: {run.resolve().name}"
+    if page_size is not None and page_size < 1:
+        raise ValueError(f"--page-size {page_size}: must be >= 1")
+    if page_size is not None or sum(len(s.trajectories) for s in steps) > INLINE_MAX:
+        return write_paged(steps, texts, title, out, env=_env_id(run), page_size=page_size or PAGE_SIZE)
+    out.write_text(render_page(steps, texts, title=title), encoding="utf-8")
     return out
+
+
+def _env_id(run: Path) -> str:
+    """``env.id`` of the run's config.yaml, for episodes that do not name their env."""
+    import yaml
+
+    config = (run if run.is_dir() else run.parent.parent) / "config.yaml"
+    if config.is_file():
+        return str(((yaml.safe_load(config.read_text()) or {}).get("env") or {}).get("id", ""))
+    return ""
 
 
 __all__ = ["write_view"]

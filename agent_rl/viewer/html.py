@@ -54,7 +54,7 @@ body.adv .t.m1 { background: var(--adv, #b7e4b0); }
 JS = """
 const q = document.getElementById('search'), stop = document.getElementById('stop');
 const minr = document.getElementById('minreward'), mode = document.getElementById('mode');
-const shown = document.getElementById('shown'), tip = document.getElementById('tip');
+const shown = document.getElementById('shown');
 function filter() {
   const text = q.value.toLowerCase(), s = stop.value, r = parseFloat(minr.value);
   let n = 0;
@@ -69,17 +69,22 @@ function filter() {
 }
 q.oninput = stop.onchange = minr.oninput = filter;
 mode.onchange = () => document.body.classList.toggle('adv', mode.value === 'advantage');
-if (location.hash === '#advantage' && mode.querySelector('[value=advantage]')) { mode.value = 'advantage'; mode.onchange(); }
+filter();
+"""
+
+# the token tooltip, and #advantage in the address: advantage colours (both pages)
+JS_TOOLTIP = """
+const modeSel = document.getElementById('mode'), tipEl = document.getElementById('tip');
+if (location.hash === '#advantage' && modeSel.querySelector('[value=advantage]')) { modeSel.value = 'advantage'; modeSel.onchange(); }
 document.addEventListener('mouseover', e => {
   const t = e.target.closest('.t');
-  if (!t) { tip.style.display = 'none'; return; }
+  if (!t) { tipEl.style.display = 'none'; return; }
   const d = t.dataset;
-  tip.textContent = `#${d.i} id=${d.id} mask=${t.classList.contains('m1') ? 1 : 0}` +
+  tipEl.textContent = `#${d.i} id=${d.id} mask=${t.classList.contains('m1') ? 1 : 0}` +
     (d.lp !== undefined ? ` logprob=${d.lp}` : '') + (d.adv !== undefined ? ` adv=${d.adv}` : '');
-  tip.style.display = 'block';
+  tipEl.style.display = 'block';
 });
-document.addEventListener('mousemove', e => { tip.style.left = (e.clientX + 12) + 'px'; tip.style.top = (e.clientY + 12) + 'px'; });
-filter();
+document.addEventListener('mousemove', e => { tipEl.style.left = (e.clientX + 12) + 'px'; tipEl.style.top = (e.clientY + 12) + 'px'; });
 """
 
 
@@ -183,10 +188,14 @@ def render_episode(traj: dict[str, Any], texts: TokenTexts, adv_scale: float) ->
     )
 
 
+def adv_scale_of(trajs: list[dict[str, Any]]) -> float:
+    """The largest |advantage| stored with the episodes (0.0: none stored): the full colour."""
+    return max((abs(a) for t in trajs for a in (t.get("info") or {}).get("advantages_T") or []), default=0.0)
+
+
 def render_page(steps: list[Step], texts: TokenTexts, title: str) -> str:
     all_trajs = [t for s in steps for t in s.trajectories]
-    advs = [abs(a) for t in all_trajs for a in (t.get("info") or {}).get("advantages_T") or []]
-    adv_scale = max(advs) if advs else 0.0
+    adv_scale = advs = adv_scale_of(all_trajs)
     stops = sorted({t["stop_reason"] for t in all_trajs})
     body = []
     for step in steps:
@@ -220,5 +229,5 @@ def render_page(steps: list[Step], texts: TokenTexts, title: str) -> str:
         f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
         f"<style>{CSS}</style></head><body>"
         f'<header class="top"><b>{html.escape(title)}</b><br>{controls}</header>'
-        f'{"".join(body)}<div id="tip"></div><script>{JS}</script></body></html>'
+        f'{"".join(body)}<div id="tip"></div><script>{JS}{JS_TOOLTIP}</script></body></html>'
     )
