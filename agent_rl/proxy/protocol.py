@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 
 class ProxyError(Exception):
@@ -44,6 +44,15 @@ def check_unicode(request: BaseModel, names: tuple[str, ...]) -> None:
             json.dumps(request.model_dump(include={name}), ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
             raise ValueError(f"{name}: the text has a lone UTF-16 surrogate (not Unicode text)") from None
+
+
+def _seed_range(v: int | None) -> int | None:
+    if v is not None and not -(2**63) <= v < 2**64:
+        raise ValueError("must be in [-2**63, 2**64)")
+    return v
+
+
+Seed = Annotated[int | None, AfterValidator(_seed_range)]  # a sampling seed: what the backends can take
 
 
 class ContentPart(BaseModel):
@@ -88,6 +97,13 @@ class FunctionSpec(BaseModel):
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
+    @model_validator(mode="after")
+    def _no_parameters(self) -> FunctionSpec:
+        # OpenAI reads a function without parameters as taking none; chat templates read the key
+        if self.parameters is None:
+            self.parameters = {"type": "object", "properties": {}}
+        return self
+
 
 class ToolSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -115,7 +131,7 @@ class ChatRequest(BaseModel):
     max_completion_tokens: int | None = Field(None, ge=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    seed: int | None = None
+    seed: Seed = None
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
     stop: str | list[str] | None = None
@@ -126,13 +142,6 @@ class ChatRequest(BaseModel):
     parallel_tool_calls: bool | None = None
     store: bool | None = None
     metadata: dict[str, Any] | None = None
-
-    @field_validator("seed")
-    @classmethod
-    def _seed_range(cls, v: int | None) -> int | None:
-        if v is not None and not -(2**63) <= v < 2**64:
-            raise ValueError("must be in [-2**63, 2**64)")
-        return v
 
     @model_validator(mode="after")
     def _unicode_text(self) -> ChatRequest:

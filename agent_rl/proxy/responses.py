@@ -27,9 +27,9 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from agent_rl.proxy.protocol import FunctionCallIn, Message, ProxyError, ToolCallIn, check_unicode
+from agent_rl.proxy.protocol import FunctionCallIn, FunctionSpec, Message, ProxyError, Seed, ToolCallIn, ToolSpec, check_unicode
 from agent_rl.proxy.recorder import arguments
 
 LOGPROBS = "message.output_text.logprobs"  # the ``include`` entry that asks for the sampled tokens' logprobs
@@ -89,7 +89,7 @@ class FunctionTool(BaseModel):
 
     def chat(self) -> dict[str, Any]:
         """The chat-completions form the renderer and the recorder's tools key read."""
-        return {"type": "function", "function": self.model_dump(exclude={"type"}, exclude_none=True)}
+        return ToolSpec(type="function", function=FunctionSpec(**self.model_dump(exclude={"type"}))).model_dump(exclude_none=True)
 
 
 class ResponsesRequest(BaseModel):
@@ -110,7 +110,7 @@ class ResponsesRequest(BaseModel):
     stream_options: dict[str, Any] | None = None
     include: list[str] | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
-    seed: int | None = None
+    seed: Seed = None
     text: dict[str, Any] | None = None
     reasoning: dict[str, Any] | None = None
     truncation: Literal["auto", "disabled"] | None = None
@@ -120,13 +120,6 @@ class ResponsesRequest(BaseModel):
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
     service_tier: str | None = None
-
-    @field_validator("seed")
-    @classmethod
-    def _seed_range(cls, v: int | None) -> int | None:
-        if v is not None and not -(2**63) <= v < 2**64:
-            raise ValueError("must be in [-2**63, 2**64)")
-        return v
 
     @model_validator(mode="after")
     def _unicode_text(self) -> ResponsesRequest:

@@ -178,6 +178,8 @@ def chat_bodies(draw) -> dict:
     {"type": "function", "function": {"name": "python", "parameters": {"type": "object", "properties": {"code": {"type": "string"}}}}}]},
     episode=True)
 @example(body={"model": "policy", "messages": [{"role": "user", "content": "x" * 5000}]}, episode=False)  # past the context
+@example(body={"model": "policy", "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]},
+         episode=False)  # no parameters: the template read tool.function.parameters, 500
 def test_chat_fields(proxy, body, episode):
     check(post_json(proxy, PATHS[1] if episode else PATHS[0], body))
 
@@ -319,6 +321,7 @@ def response_bodies(draw) -> dict:
                "arguments": "[" * 5000}, {"type": "function_call_output", "call_id": "c", "output": "1"}]}, episode=True)
 @example(body={"model": "policy", "instructions": "", "input": []}, episode=False)
 @example(body={"model": "policy", "input": "x" * 5000}, episode=True)  # past the context
+@example(body={"model": "policy", "input": "", "tools": [{"type": "function", "name": "python", "parameters": None}]}, episode=False)
 def test_responses_fields(proxy, body, episode):
     check(post_json(proxy, f"/e/{EPISODE}/v1/responses" if episode else "/v1/responses", body))
 
