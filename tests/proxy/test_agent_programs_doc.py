@@ -22,8 +22,9 @@ def commands() -> list[str]:
     return [line for line in block.splitlines() if line.strip()]
 
 
-def test_the_example_is_short_and_imports_nothing_of_ours():
-    text = (ROOT / "examples" / "arithmetic_agent.py").read_text()
+@pytest.mark.parametrize("example", ["arithmetic_agent.py", "agents_sdk_agent.py"])
+def test_the_example_is_short_and_imports_nothing_of_ours(example):
+    text = (ROOT / "examples" / example).read_text()
     assert len(text.splitlines()) < 60 and f"({len(text.splitlines())} lines" in GUIDE.read_text()
     assert "agent_rl" not in re.sub(r'""".*?"""', "", text, flags=re.DOTALL).replace("agent_rl.", "")
     assert not re.search(r"^\s*(from|import) (agent_rl|envs|tools|sandbox)\b", text, re.MULTILINE)
