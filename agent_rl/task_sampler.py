@@ -31,8 +31,18 @@ class TaskSampler:
         ids = [self.task_ids.get(s, f"unseen-seed-{s}") for s in self.pool_seeds]
         w = np.ones(len(ids))
         for entry, cfg, state in self.steering:
-            w *= np.asarray(entry.sampler(state, ids, cfg), dtype=np.float64)
+            if entry.sampler is not None:
+                w *= np.asarray(entry.sampler(state, ids, cfg), dtype=np.float64)
         return w
+
+    def episode_options(self, seed: int) -> dict[str, Any]:
+        """EpisodeSpec fields the steering entries set for the task of ``seed`` (posterior_temperature)."""
+        task_id = self.task_ids.get(seed, f"unseen-seed-{seed}")
+        out: dict[str, Any] = {}
+        for entry, cfg, state in self.steering:
+            if getattr(entry, "episode_options", None) is not None:
+                out.update(entry.episode_options(state, task_id, cfg))
+        return out
 
     def draw(self, step: int, round_: int, n: int) -> list[int]:
         if not self.pool_seeds:

@@ -450,7 +450,7 @@ class Trainer:
         cfg = self.cfg
         specs = []
         for i, seed in enumerate(self.sampler.draw(step, round_, num_prompts)):
-            spec = EpisodeSpec(seed=seed, group_id=f"s{step}r{round_}p{i}", options={"split": cfg.trainer.split})
+            spec = EpisodeSpec(seed=seed, group_id=f"s{step}r{round_}p{i}", options={"split": cfg.trainer.split}, **self.sampler.episode_options(seed))
             specs += [spec] * cfg.rollout.group_size
         return Plan(specs, seed=derive_seed("sample", cfg.trainer.seed, step, round_))
 

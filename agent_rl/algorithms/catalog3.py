@@ -43,7 +43,7 @@ KEYS: tuple[Catalog3Key, ...] = (
     Catalog3Key("rlsd", "mechanism", NOT_YET, ""),
     Catalog3Key("g_opd", "mechanism", NOT_YET, ""),
     Catalog3Key("ride", "mechanism", NOT_YET, "needs hidden states of student, base and teacher in the learner's forward pass, and an external teacher model"),
-    Catalog3Key("posterior_temperature", "mechanism", NOT_YET, "needs a per-episode sampling temperature in the rollout engine (and the learner scoring each row at its temperature)"),
+    Catalog3Key("posterior_temperature", "mechanism", NOT_YET, ""),
     Catalog3Key("srpo_reflect", "mechanism", NOT_YET, "needs a reflection-generation pass after the rollout whose text becomes the teacher context"),
     Catalog3Key("qkl", "mechanism", NOT_YET, ""),
     Catalog3Key("sarpo", "mechanism", NOT_YET, "needs a value head on the policy's backbone (a shared-backbone critic) and its SARSA loss in the learner"),

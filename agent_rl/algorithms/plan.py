@@ -173,7 +173,7 @@ def make_plan(algorithm: Any, rollout: Any) -> ObjectivePlan:
     if credit is not None:
         state_entries["credit"] = advantage
     state_entries.update({f"filter{i}": e for i, (e, _) in enumerate(filters)})
-    steering = [Steering(e, c, f"filter{i}") for i, (e, c) in enumerate(filters) if e.sampler is not None]
+    steering = [Steering(e, c, f"filter{i}") for i, (e, c) in enumerate(filters) if e.sampler is not None or e.episode_options is not None]
     if credit is not None and advantage.sampler is not None:  # SPO's prioritised prompts
         steering.append(Steering(advantage, credit, "credit"))
     return ObjectivePlan(

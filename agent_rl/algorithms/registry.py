@@ -70,6 +70,8 @@ class ObjectiveEntry(Entry):
     state: type | None = None
     # steers which tasks are drawn: fn(state, task_ids, cfg) -> a weight per task
     sampler: Callable[..., list[float]] | None = None
+    # per-task episode settings: fn(state, task_id, cfg) -> EpisodeSpec fields (e.g. temperature)
+    episode_options: Callable[..., dict[str, Any]] | None = None
     # changes how episodes are rolled out: fn(cfg) -> rollout config fields to set
     engine_options: Callable[..., dict[str, Any]] | None = None
     # its data needs a loss-side correction: fn(cfg) -> LossOptions fields to set, unless the user set them

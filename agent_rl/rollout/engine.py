@@ -283,7 +283,7 @@ class RolloutEngine:
         return GenerationRequest(
             prompt_ids=prompt,
             max_new_tokens=max(1, budget),
-            temperature=self.cfg.temperature,
+            temperature=self.cfg.temperature if ep.spec.temperature is None else ep.spec.temperature,
             top_p=self.cfg.top_p,
             stop_token_ids=self.renderer.stop_token_ids,
             ignore_eos=self.cfg.ignore_eos,

@@ -31,6 +31,7 @@ class EpisodeSpec:
     group_id: str
     options: dict[str, Any] = field(default_factory=dict)
     sample_seed: int | None = None
+    temperature: float | None = None  # this episode's sampling temperature (None: rollout.temperature)
 
 
 class Episode:

@@ -53,7 +53,8 @@ def test_the_reward_is_the_vote_never_the_hidden_label():
 
 
 def test_the_vote_filter_refuses_an_env_that_is_not_label_free_and_drops_silent_groups():
-    labelled = Trajectory("t", "g", "e", [1], [0], [0.0], [], 1.0, StopReason.DONE, info={"final_answer": "3"})
+    labelled = Trajectory("t", "g", "e", [1], [0], [0.0], [], 1.0, StopReason.DONE,
+                          info={"final_answer": "3", "teacher_context": "Verified solution: 1 + 2 = 3"})  # fmt: skip
     with pytest.raises(ValueError, match="label-free"):
         ttpo_vote([TrajectoryGroup("t", "g", [labelled])], None, TtpoVoteConfig())
     silent = Trajectory("t", "g", "e", [1], [0], [0.0], [], 0.0, StopReason.MAX_TURNS, info={})

@@ -6,9 +6,10 @@ Importing this package registers all of them; one module per idea:
     task_stats.py  pass_rate_filter, curriculum, prioritized (per-prompt success statistics)
     length.py      overlong_filter, overlong_soft_penalty, forced_interruption, length_penalty
     test_time.py   ttpo_vote (majority-vote pseudo-labels, label-free)
+    temperature.py posterior_temperature (per-task rollout temperature)
 """
 
-from agent_rl.algorithms.filters import length, sampling, task_stats, test_time  # noqa: F401  (registration)
+from agent_rl.algorithms.filters import length, sampling, task_stats, temperature, test_time  # noqa: F401  (registration)
 from agent_rl.algorithms.filters.sampling import DynamicSamplingConfig, dynamic_sampling
 
 __all__ = ["DynamicSamplingConfig", "dynamic_sampling"]

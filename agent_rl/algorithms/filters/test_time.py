@@ -40,12 +40,13 @@ def ttpo_vote(groups: list[TrajectoryGroup], state: object, cfg: TtpoVoteConfig)
 
     y_hat = majority of the group's final answers; reward_i = 1[answer_i == y_hat] (agreeing rows distil,
     disagreeing rows are penalized by ``ttpo``); teacher context = context_template with y_hat.
-    Groups where no episode answered are dropped. Refuses episodes of an env that is not label-free.
+    Groups where no episode answered are dropped. The env's own rewards are overwritten; episodes whose
+    teacher context is a real one (a verified solution) are refused: the env is not label-free.
     """
     kept, agree, total = [], 0, 0
     for g in groups:
         for t in g.trajectories_G:
-            if t.info.get("teacher_context") not in (PENDING_CONTEXT, None) or (t.reward or 0.0) != 0.0:
+            if t.info.get("teacher_context") not in (PENDING_CONTEXT, None):  # a verified solution: a labelled env
                 raise ValueError("filter 'ttpo_vote' needs a label-free env (envs.rewards.LabelFreeEnv / register_label_free)")
         answers = [t.info.get("final_answer") for t in g.trajectories_G]
         y_hat = majority(answers)
