@@ -103,6 +103,9 @@ def test_lora_with_a_backend_without_adapters_fails_before_loading(backend, mess
     cfg = Config.model_validate({"learner": {"lora": {}}, "rollout": {"backend": backend}, "model": {"path": "/nonexistent"}})
     with pytest.raises(ValueError, match=message):
         Trainer(cfg)
+    ray = Config.model_validate({"learner": {"lora": {}}, "distributed": {"backend": "ray"}, "model": {"path": "/nonexistent"}})
+    with pytest.raises(ValueError, match="learner.lora with distributed.backend=ray is not supported yet"):
+        Trainer(ray)
 
 
 @pytest.mark.distributed
