@@ -71,7 +71,7 @@ def test_dpo_best_worst_by_hand():
     assert loss == pytest.approx(softplus(0.05), abs=1e-12)
     assert g == pytest.approx(0.0512497, abs=1e-7)
     assert_close(grad, [[g, g], [-g, 0.0], [0.0, 0.0]])
-    assert metrics["loss/pref_pairs"] == 1 and metrics["loss/pref_accuracy"] == 0.0
+    assert metrics["loss/pref_pairs_per_row"] == 1 / 3 and metrics["loss/pref_accuracy"] == 0.0
     assert metrics["loss/pref_margin"] == pytest.approx(-0.05)
 
 

@@ -117,7 +117,7 @@ def test_online_dpo_step_pairs_each_group_best_vs_worst(tmp_path, tiny_model_dir
 
     t._collect = labelled
     metrics = t.step(0)
-    assert metrics["loss/pref_pairs"] == 2 and metrics["loss/pref_accuracy"] == 0.0
+    assert metrics["loss/pref_pairs_per_row"] == 0.5 and metrics["loss/pref_accuracy"] == 0.0
     assert metrics["train/loss"] == pytest.approx(math.log(2), abs=1e-5)
 
 

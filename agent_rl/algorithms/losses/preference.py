@@ -17,7 +17,8 @@ A group's objective J_g (the mean over its pairs; 0 without any) is put on every
 of the group, and ``seq_mean_token_mean`` (the aggregation these losses require) turns that into
 sum_g G_g J_g / sum_g G_g: the mean over pairs for offline data (every group two rows, one pair),
 group-size-weighted for rollout groups. A micro-batch must hold whole groups
-(``learner.micro_batch_size`` a multiple of ``rollout.group_size``), as for every group loss.
+(``learner.micro_batch_size`` a multiple of ``rollout.group_size``), as for every group loss, and
+a row must be a whole episode (``rollout.layout: concat``; per-turn rows would be paired turn by turn).
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def _dpo_terms(x: LossInputs, cfg: DpoConfig, entry: str) -> tuple[torch.Tensor,
     with torch.no_grad():
         num = max(int(h_P.numel()), 1)
         metrics = {
-            "loss/pref_pairs": float(h_P.numel()),
+            "loss/pref_pairs_per_row": float(h_P.numel()) / max(int(rho_B.numel()), 1),
             "loss/pref_accuracy": float((h_P > 0).sum()) / num,
             "loss/pref_margin": float(h_P.sum()) / num,
             "loss/pref_reward_chosen": cfg.beta * float(rho_B[chosen_P].sum()) / num,
