@@ -20,7 +20,7 @@ set_tracing_disabled(True)  # the SDK would export traces to OpenAI: nothing lea
 def python(code: str) -> str:
     """Run Python code; returns what it prints."""
     try:
-        done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=5)
+        done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=30)
     except subprocess.TimeoutExpired:
         return "error: timed out"
     return (done.stdout + done.stderr).strip()[-500:]  # stripped, as the env's python tool answers

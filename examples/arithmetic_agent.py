@@ -14,7 +14,7 @@ from openai import OpenAI
 
 def run_python(code: str) -> str:
     try:
-        done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=5)
+        done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=30)
     except subprocess.TimeoutExpired:
         return "error: timed out"
     return (done.stdout + done.stderr).strip()[-500:]  # stripped, as the env's python tool answers
