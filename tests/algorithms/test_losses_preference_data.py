@@ -9,23 +9,10 @@ import math
 import pytest
 
 from agent_rl.algorithms.preference_data import PreferenceDataConfig, PreferenceDataSource, load_records, render_conversation
-from agent_rl.config import load_config
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.trainer import Trainer
-from tests.conftest import ROOT
+from tests.test_trainer import trainer
 
-SMALL = [
-    "sandbox.backend=process",
-    "rollout.group_size=2",
-    "rollout.max_new_tokens=12",
-    "rollout.max_turns=2",
-    "trainer.prompts_per_step=2",
-    "trainer.eval_every=0",
-    "tracking.tensorboard=false",
-    "tracking.progress=false",
-    "tracking.save_trajectories=0",
-    "algorithm.aggregation.name=seq_mean_token_mean",
-]
+SEQ_MEAN = "algorithm.aggregation.name=seq_mean_token_mean"  # what the preference losses require
 
 PAIR = {
     "prompt": [{"role": "system", "content": "S"}, {"role": "user", "content": "2+3?"}],
@@ -42,13 +29,6 @@ LABELLED = [{"prompt": "1+1?", "completion": "2", "label": True}, {"prompt": "1+
 def write_jsonl(path, records):
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return path
-
-
-def trainer(tmp_path, tiny_model_dir, *overrides: str) -> Trainer:
-    cfg = load_config(
-        ROOT / "configs" / "quickstart.yaml", [f"model.path={tiny_model_dir}", f"run.root={tmp_path}", *SMALL, *overrides]
-    )
-    return Trainer(cfg, log=lambda *a: None)
 
 
 def test_multi_turn_conversation_masks_only_the_assistant_turns(tiny_tokenizer):
@@ -104,7 +84,7 @@ def test_every_record_once_per_epoch(tmp_path, tiny_tokenizer):
 def test_online_dpo_step_pairs_each_group_best_vs_worst(tmp_path, tiny_model_dir):
     #  two groups of two; their rewards set to [1, 0]: one pair each. At step 0 the policy is the
     #  reference: h = 0, every pair's loss is log 2, and so is the aggregated loss.
-    t = trainer(tmp_path, tiny_model_dir, "algorithm.loss.name=dpo")
+    t = trainer(tmp_path, tiny_model_dir, "algorithm.loss.name=dpo", SEQ_MEAN)
     assert t.ref_model is not None
     collect = t._collect
 
@@ -131,7 +111,7 @@ def test_online_dpo_step_pairs_each_group_best_vs_worst(tmp_path, tiny_model_dir
 )
 def test_offline_preference_data_trains_through_agent_rl_train(tmp_path, tiny_model_dir, loss, records, expected):
     path = write_jsonl(tmp_path / "d.jsonl", records)
-    t = trainer(tmp_path, tiny_model_dir, f"algorithm.loss.name={loss}", f"trainer.preference_data.path={path}", "trainer.steps=1")
+    t = trainer(tmp_path, tiny_model_dir, f"algorithm.loss.name={loss}", SEQ_MEAN, f"trainer.preference_data.path={path}", "trainer.steps=1")
     metrics = t.step(0)
     if expected is None:
         assert metrics["train/loss"] > math.log(2) + 0.1 and metrics["loss/rpo_nll"] > 0
