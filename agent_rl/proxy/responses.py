@@ -17,7 +17,9 @@ OpenAI's; the Agents SDK raises ``ModelBehaviorError`` on it. Streaming sends th
 as OpenAI's event sequence (``response.created`` ... ``response.completed``). What the policy
 cannot honour is refused by name with a 400: other tool types, forced ``tool_choice``, non-text
 content, structured output, a reasoning effort, fields not listed here. ``seed`` is an extension
-(OpenAI's Responses API has none), as vLLM accepts it.
+(OpenAI's Responses API has none), as vLLM accepts it. With ``include:
+["message.output_text.logprobs"]`` the text part carries the logprobs of every sampled token
+(the calls' tokens too: they are one completion).
 """
 
 from __future__ import annotations
