@@ -34,9 +34,14 @@ def test_grpo_process_normalizes_the_groups_step_rewards_and_sums_them_to_go():
     expected = [[0.0, n[0][0] + n[0][1], n[0][0] + n[0][1], 0.0, n[0][1], n[0][1]],
                 [0.0, n[1][0] + n[1][1], n[1][0] + n[1][1], 0.0, n[1][1], n[1][1]]]  # fmt: skip
     assert_close(grpo_process(x, GrpoProcessConfig()).advantages_BT, expected, atol=1e-5)
-    x.kl_penalty_BT = torch.zeros(2, 6)
-    with pytest.raises(ValueError, match="in_reward"):
-        grpo_process(x, GrpoProcessConfig())
+    # the in-reward KL comes off each step's reward: .5 on turn 1's tokens of row 0 makes its steps [.5, .5]
+    x.kl_penalty_BT = torch.tensor([[0, 0, 0, 0, 0.25, 0.25], [0] * 6], dtype=torch.float32)
+    mean, std = 0.25, math.sqrt((2 * 0.25**2 + 2 * 0.25**2) / 4) + 1e-6
+    kl = grpo_process(x, GrpoProcessConfig()).advantages_BT
+    assert_close(kl[0, [1, 4]], [2 * 0.25 / std, 0.25 / std], atol=1e-5)
+    # without the step's groups: one step per row (its reward), normalized over the group's rows
+    x.groups, x.kl_penalty_BT = None, None
+    assert_close(grpo_process(x, GrpoProcessConfig()).advantages_BT[:, 1], [1.0, -1.0], atol=1e-5)
 
 
 def test_sa_mrpo_discounts_saturated_components():
@@ -52,8 +57,15 @@ def test_sa_mrpo_discounts_saturated_components():
     out = sa_mrpo(x, SaMrpoConfig(eps=0.0))
     assert_close(out.advantages_BT, [[0.75 * z], [-0.75 * z]], atol=1e-6)
     assert out.metrics == {"adv/sa_mrpo_weight_0": 0.5, "adv/sa_mrpo_weight_1": 0.25}
+    assert "reward_components" in sa_mrpo_needs()
     with pytest.raises(ValueError, match="reward_components"):
         NEEDS["reward_components"].compute(NeedContext(None, [TrajectoryGroup("t", "g", [episode([0.0, 0.0])])], 0, None, None))
+
+
+def sa_mrpo_needs():
+    from agent_rl.algorithms import ADVANTAGES
+
+    return ADVANTAGES.get("sa_mrpo").needs_for(SaMrpoConfig())
 
 
 def test_sa_mrpo_plan_computes_the_components_before_the_update():

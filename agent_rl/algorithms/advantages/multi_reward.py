@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from agent_rl.algorithms.advantages.common import group_stats
+from agent_rl.algorithms.advantages.common import group_stats, sequence_rewards
 from agent_rl.algorithms.needs import NEEDS, NeedContext, register_need
 from agent_rl.algorithms.registry import (
     AdvantageInputs,
@@ -40,6 +40,21 @@ class GrpoProcessConfig(ComponentConfig):
     eps: float = Field(1e-6, description="added to the std of the group's step rewards")
 
 
+def step_rewards(x: AdvantageInputs) -> list[list[float]]:
+    """Each row's step rewards, minus the in-reward KL penalty of each step's tokens: the env's per-turn
+    rewards when the step's groups are given, else one step, the row's reward."""
+    mask_BT = x.loss_mask_BT.double().cpu()
+    kl_BT = x.kl_penalty_BT.double().cpu() * mask_BT if x.kl_penalty_BT is not None else torch.zeros_like(mask_BT)
+    if x.groups is None:
+        return [[float(r) - float(kl_BT[b].sum())] for b, r in enumerate(x.rewards_B.double().tolist())]
+    trajs = _trajectories(x, "grpo_process")
+    turn_BT = require(x, "turn_index_BT", "grpo_process").cpu()
+    return [
+        [turn.reward - float(kl_BT[b][turn_BT[b] == n].sum()) for n, turn in enumerate(t.turns_N)] or [float(x.rewards_B[b])]
+        for b, t in enumerate(trajs)
+    ]
+
+
 @register_advantage("grpo_process", config=GrpoProcessConfig)
 def grpo_process(x: AdvantageInputs, cfg: GrpoProcessConfig) -> AdvantageOutput:
     """GRPO with process supervision (Shao et al. 2024, DeepSeekMath): step rewards -> normalized reward-to-go.
@@ -47,27 +62,27 @@ def grpo_process(x: AdvantageInputs, cfg: GrpoProcessConfig) -> AdvantageOutput:
     r_i^n = reward of step (turn) n of row i; every step reward of the group, R = {r_j^m}, is normalized:
     r~_i^n = (r_i^n - mean(R)) / (std(R) + eps)   (population std over the group's steps, ours)
     A_it = sum_{n >= turn(t)} r~_i^n: the normalized reward-to-go of the step token t belongs to.
-    Step rewards: the env's per-turn rewards (their sum is the row's reward).
+    Step rewards: the env's per-turn rewards (their sum is the row's reward), minus the in-reward KL of
+    the step's tokens; without the step's groups, one step per row (its reward).
     """
-    if x.kl_penalty_BT is not None:
-        raise ValueError("'grpo_process' does not take kl.placement=in_reward; use kl.placement=in_loss")
-    trajs = _trajectories(x, "grpo_process")
-    turn_BT = require(x, "turn_index_BT", "grpo_process")
-    _, inverse_B = torch.unique(x.group_index_B, return_inverse=True)
-    steps = [[turn.reward for turn in t.turns_N] for t in trajs]
+    steps = step_rewards(x)
+    _, inverse_B = torch.unique(x.group_index_B.cpu(), return_inverse=True)
     stats: dict[int, tuple[float, float]] = {}
     for g in inverse_B.unique().tolist():
         values = torch.tensor([r for b in (inverse_B == g).nonzero().flatten().tolist() for r in steps[b]], dtype=torch.float64)
-        stats[g] = (float(values.mean()), float(values.std(unbiased=False))) if values.numel() else (0.0, 1.0)
-    adv_BT = torch.zeros(turn_BT.shape, dtype=torch.float64)
+        stats[g] = (float(values.mean()), float(values.std(unbiased=False)))
+    mask_BT = x.loss_mask_BT.double().cpu()
+    adv_BT = torch.zeros(mask_BT.shape, dtype=torch.float64)
     for b, rewards_N in enumerate(steps):
         mean, std = stats[int(inverse_B[b])]
-        normalized_N = (torch.tensor(rewards_N, dtype=torch.float64) - mean) / (std + cfg.eps)
-        to_go_N = normalized_N.flip(0).cumsum(0).flip(0)
-        turn_T = turn_BT[b].cpu()
+        to_go_N = ((torch.tensor(rewards_N, dtype=torch.float64) - mean) / (std + cfg.eps)).flip(0).cumsum(0).flip(0)
+        if x.groups is None or x.turn_index_BT is None:
+            adv_BT[b] = to_go_N[-1]
+            continue
+        turn_T = x.turn_index_BT[b].cpu()
         has_T = (turn_T >= 0) & (turn_T < len(rewards_N))
         adv_BT[b, has_T] = to_go_N[turn_T[has_T]]
-    adv_BT = adv_BT * x.loss_mask_BT.double().cpu()
+    adv_BT = adv_BT * mask_BT
     return AdvantageOutput(advantages_BT=adv_BT.to(device=x.loss_mask_BT.device, dtype=torch.float32))
 
 
@@ -100,7 +115,7 @@ class SaMrpoConfig(ComponentConfig):
     floor: float = Field(0.1, ge=0.0, le=1.0, description="smallest weight of a saturated component (ours)")
 
 
-@register_advantage("sa_mrpo", config=SaMrpoConfig, needs={"reward_components"})
+@register_advantage("sa_mrpo", config=SaMrpoConfig, config_needs=lambda cfg: {"reward_components"})
 def sa_mrpo(x: AdvantageInputs, cfg: SaMrpoConfig) -> AdvantageOutput:
     """SA-MRPO, saturation-aware advantage reweighting for multi-reward PO (2026).
 
@@ -108,10 +123,12 @@ def sa_mrpo(x: AdvantageInputs, cfg: SaMrpoConfig) -> AdvantageOutput:
     saturation s_k = mean over the batch of clip(r_ik / component_max, 0, 1); w_k = max(floor, 1 - s_k)
     A_i = sum_k w_k z_ik, on every token of row i. A solved component (s_k -> 1) stops taking the
     advantage budget; the weights can reverse the sign of A_i against the plain sum (ours: linear discount).
+    The need ``reward_components`` is declared through ``config_needs``; called without it, the row's
+    reward is the one component.
     """
-    comps_BC = require(x, "extras", "sa_mrpo").get("reward_components")
-    if comps_BC is None:
-        raise ValueError("'sa_mrpo' needs extras['reward_components'], which the caller did not provide")
+    comps_BC = x.extras.get("reward_components")
+    if comps_BC is None:  # the run always provides them (the need refuses an env without them); direct calls: the reward
+        comps_BC = sequence_rewards(x).unsqueeze(-1)
     comps_BC = comps_BC.double().to(x.loss_mask_BT.device)
     z_cols, weights = [], []
     for k in range(comps_BC.shape[1]):
