@@ -13,11 +13,23 @@
     RSS is what the OS had to give the process: it counts torch's CPU tensors, which tracemalloc
     does not see, and it is a peak, not a sample.
 
-    python bench/learner_throughput.py [--model DIR] [--rounds 3] [--rows 16 --tokens 128]
-                                       [--mem-rows 4 --mem-tokens 1024] [--only throughput|memory]
+(c) packing on real multi-turn trajectories (``bench/data/trajectories.json``, made by
+    ``bench/trajectory_sample.py``: the quickstart, Maze and ShellTask, 2 tasks x 8 samples each,
+    the tiny tokenizer): for each env, one update on its 16 rows in micro-batches of 8 rows,
+    padded (every row padded to the step's longest) vs packed (``learner.packing``) vs packed with
+    shared prefixes (``learner.share_prefixes``). Printed per env: the length distribution, real
+    tokens/s of each mode (median of ``--steps`` timed updates after one warm-up, modes
+    interleaved), padding waste (padded tokens / computed tokens), FLOPs saved against padded
+    (6 x params per computed token plus 12 x layers x hidden x attended context per token), and
+    the learner's FLOP/s as a fraction of the measured fp32 matmul peak of one thread.
 
-Prints tokens/s for 1 and 2 ranks with their ratio, and the two peak-memory numbers with the
-saving. Run with OMP_NUM_THREADS=1 on a shared machine (2 ranks x 1 thread on 2 cores).
+    python bench/learner_throughput.py [--model DIR] [--rounds 3] [--rows 16 --tokens 128]
+                                       [--mem-rows 4 --mem-tokens 1024] [--only throughput|memory|packing]
+                                       [--trajectories FILE] [--packing-envs quickstart maze shell_task]
+
+Prints tokens/s for 1 and 2 ranks with their ratio, the two peak-memory numbers with the
+saving, and the packing table. Run with OMP_NUM_THREADS=1 on a shared machine (2 ranks x 1
+thread on 2 cores).
 """
 
 from __future__ import annotations
@@ -164,7 +176,9 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--mem-rows", type=int, default=4)
     p.add_argument("--mem-tokens", type=int, default=1024)
-    p.add_argument("--only", choices=["throughput", "memory"], default=None, help="run one part")
+    p.add_argument("--only", choices=["throughput", "memory", "packing"], default=None, help="run one part")
+    p.add_argument("--trajectories", default=str(Path(__file__).resolve().parent / "data" / "trajectories.json"))
+    p.add_argument("--packing-envs", nargs="+", default=None, help="(c): only these envs of the sample (default: all)")
     p.add_argument("--worker", choices=["throughput", "memory"], help=argparse.SUPPRESS)
     p.add_argument("--path", choices=["chunked", "direct"], help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
@@ -174,10 +188,14 @@ def main() -> None:
     if args.worker == "memory":
         return memory_worker(args.path, args.mem_rows, args.mem_tokens, args.out)
 
-    if args.only != "memory":
+    if args.only in (None, "throughput"):
         throughput(args)
-    if args.only != "throughput":
+    if args.only in (None, "memory"):
         memory(args)
+    if args.only in (None, "packing"):
+        from bench.packing_throughput import packing_table
+
+        packing_table(args)
 
 
 def throughput(args: argparse.Namespace) -> None:
