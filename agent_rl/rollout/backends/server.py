@@ -9,7 +9,11 @@ logprobs, ``return_token_ids``, ``return_tokens_as_token_ids``, ``skip_special_t
 - ``POST /v1/update_weights?version=N`` with a safetensors-serialized state dict as the body, or
   with JSON ``{"path": ..., "version": N}`` naming a ``.safetensors`` file, a directory of them, or
   a ``torch.save``-d state dict on disk;
-- ``GET /v1/policy_version``; every completion also reports the ``policy_version`` that sampled it.
+- ``GET /v1/policy_version``; every completion also reports the ``policy_version`` that sampled it;
+- ``learner.lora``: a safetensors body of adapter tensors whose header holds the LoRA config
+  (``agent_rl/learner/lora.py``) wraps the model with that adapter once and swaps it in place
+  from then on; every completion then reports ``adapter`` (name, version, sha256 of the adapter
+  tensors read back from the model).
 
 With an API key (``--api-key``, or the ``OPENAI_API_KEY`` environment variable the ``openai``
 backend also reads, ``rollout.backend.api_key_env``) every ``/v1`` endpoint needs
