@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from agent_rl.config import LearnerConfig
-from agent_rl.learner import packing
+from agent_rl.learner import prefix
 from agent_rl.learner.learner import Learner
 from agent_rl.types import TrainBatch
 
@@ -56,7 +56,7 @@ def computed_flops(batch: TrainBatch, mode: str, params: int, layers: int, hidde
         return B * T, 6 * params * B * T + 12 * layers * hidden * pairs
     tokens, pairs = 0, 0.0
     for s in range(0, B, ROWS_PER_MICRO_BATCH):
-        p = packing.pack(batch.select(slice(s, s + ROWS_PER_MICRO_BATCH)), mode == "packed+shared")
+        p = prefix.pack_rows(batch.select(slice(s, s + ROWS_PER_MICRO_BATCH)), mode == "packed+shared")
         for start, end, ps, pe in p.segments:
             n, m = end - start, pe - ps
             tokens += n

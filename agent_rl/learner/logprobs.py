@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
-from agent_rl.learner import packing
+from agent_rl.learner import packing, prefix
 from agent_rl.types import TrainBatch
 
 
@@ -185,7 +186,7 @@ def batch_logits(model: torch.nn.Module, batch: TrainBatch, packed: bool = False
         raise ValueError("learner.share_prefixes needs learner.packing: true")
     if packed:
         packing.check_isolation(model)
-        p = packing.pack(batch, share_prefixes)
+        p = prefix.pack_rows(batch, share_prefixes)
         return p.unpack(packing.packed_call(model, p).logits)
     return model(
         input_ids=batch.input_ids_BT,
@@ -220,7 +221,7 @@ def token_logprobs(
         raise ValueError("learner.share_prefixes needs learner.packing: true")
     if packed:  # the head runs on (hidden index, target) pairs of the packed layout
         packing.check_isolation(model)
-        p = packing.pack(batch, share_prefixes)
+        p = prefix.pack_rows(batch, share_prefixes)
         h_P, y_P, b_D, t_D, pair_D = p.predictions(batch.input_ids_BT, dedupe=topk_ids_BTK is None)
         topk_PK = None if topk_ids_BTK is None else topk_ids_BTK[b_D, t_D]
         request = _Request(y_P, None, topk_PK, temperature, chunk, with_entropy, fp32_lm_head, hidden_index_P=h_P)

@@ -72,13 +72,9 @@ class Pack:
         return h_P, y_P, b_D, t_D, pair_D
 
 
-def pack(batch: TrainBatch, share_prefixes: bool = False) -> Pack:
-    """The real tokens (attention mask 1) of every row, concatenated in row order; with
-    ``share_prefixes`` rows that share a prefix read it from one copy (``prefix.shared_pack``)."""
-    if share_prefixes:
-        from agent_rl.learner.prefix import shared_pack
-
-        return shared_pack(batch)
+def pack(batch: TrainBatch) -> Pack:
+    """The real tokens (attention mask 1) of every row, concatenated in row order (with shared
+    prefixes: ``prefix.pack_rows``)."""
     rows_N, cols_N = batch.attention_mask_BT.bool().nonzero(as_tuple=True)
     position_ids_BT = batch.position_ids_BT.expand_as(batch.input_ids_BT)
     positions_N = position_ids_BT[rows_N, cols_N]

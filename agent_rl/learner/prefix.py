@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from agent_rl.learner.packing import Pack
+from agent_rl.learner.packing import Pack, pack
 from agent_rl.types import TrainBatch
 
 MIN_SHARED_TOKENS = 16  # shorter common prefixes are not worth a segment of their own
@@ -81,3 +81,8 @@ def shared_pack(batch: TrainBatch) -> Pack:
     src_rows_N, src_cols_N = torch.cat(src_rows), torch.cat(src_cols)
     ids_1N = batch.input_ids_BT[src_rows_N, src_cols_N][None]
     return Pack(ids_1N, position_ids_BT[src_rows_N, src_cols_N][None], index_BT, src_rows_N, src_cols_N, segments)
+
+
+def pack_rows(batch: TrainBatch, share_prefixes: bool) -> Pack:
+    """The packed layout of ``batch``: with shared prefixes once, or every row whole."""
+    return shared_pack(batch) if share_prefixes else pack(batch)

@@ -21,5 +21,5 @@ def test_trajectory_sample_and_packing_table(tmp_path, tiny_model_dir):
     r = run([sys.executable, "bench/learner_throughput.py", "--only", "packing", "--steps", "1", "--trajectories", str(out), "--model", model])
     assert r.returncode == 0, r.stderr[-2000:]
     # the two rows share their prompt: sharing computes fewer tokens than packing, packing no more than padding
-    computed = {m: int(n) for m, n in re.findall(r"^\s+(padded|packed|packed\+shared) .*?computed tokens\s+(\d+)", r.stdout, re.M)}
+    computed = {m: int(n) for m, n in re.findall(r"^\s+(padded|packed|packed\+shared) .*?computed tokens\s+(\d+)", r.stdout, re.MULTILINE)}
     assert computed["packed+shared"] < computed["packed"] <= computed["padded"], r.stdout

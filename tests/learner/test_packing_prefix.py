@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agent_rl.learner import packing, prefix
+from agent_rl.learner import prefix
 from agent_rl.learner.logprobs import token_logprobs
 from agent_rl.rollout.backends.hf import load_model
 from tests.learner.helpers import step_batch
@@ -19,7 +19,7 @@ PROMPT = 17  # >= prefix.MIN_SHARED_TOKENS
 def shared_batch(vocab: int):
     """step_batch's 6 rows (3 groups of 2), widened to 26 columns: each group's rows start with the
     same 17-token prompt; row 3 is a fork of row 2 at token 20; row 4 is only the prompt."""
-    batch, adv_BT = step_batch(vocab, T=26, seed=3)
+    batch, _ = step_batch(vocab, T=26, seed=3)
     lengths_B = torch.tensor([26, 22, 24, 25, 17, 21])
     attn_BT = (torch.arange(26)[None] < lengths_B[:, None]).long()
     g = torch.Generator().manual_seed(5)
@@ -37,7 +37,7 @@ def shared_batch(vocab: int):
 
 def test_clusters_and_layout_by_hand(tiny_model_dir):
     batch, _ = shared_batch(50)
-    p = packing.pack(batch, share_prefixes=True)
+    p = prefix.shared_pack(batch)
     #  rows 0+1: prompt 17 once, then 9 + 5;  rows 2+3: 20 shared, then 4 + 5;  rows 4+5: 17, then 0 + 4
     assert p.segments == [
         (0, 17, 0, 0), (17, 26, 0, 17), (26, 31, 0, 17),
@@ -53,7 +53,7 @@ def test_clusters_and_layout_by_hand(tiny_model_dir):
 def test_a_prefix_shorter_than_the_minimum_is_not_shared():
     batch, _ = shared_batch(50)
     batch.input_ids_BT[1, 15] = (batch.input_ids_BT[0, 15] + 1) % 50  # rows 0 and 1 now share 15 tokens
-    p = packing.pack(batch, share_prefixes=True)
+    p = prefix.shared_pack(batch)
     assert p.segments[:2] == [(0, 26, 0, 0), (26, 48, 26, 26)]
 
 
