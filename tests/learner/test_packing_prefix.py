@@ -95,3 +95,19 @@ def test_sharing_is_refused_where_it_cannot_be_exact(tiny_model_dir):
     with pytest.raises(ValueError, match="needs learner.packing: true"):
         token_logprobs(model, batch, share_prefixes=True)
     assert prefix.MIN_SHARED_TOKENS <= PROMPT
+
+
+def test_a_training_run_with_packing_equals_the_padded_run(tmp_path, tiny_model_dir):
+    # the quickstart's path (colocated hf sampler sharing the learner's module, switched to
+    # agent_rl_varlen_sdpa): two steps, the same samples and the same updates
+    from tests.test_trainer import trainer
+
+    runs = {}
+    for name, extra in {"padded": [], "packed": ["learner.packing=true", "learner.share_prefixes=true", "learner.max_tokens_per_micro_batch=400"]}.items():
+        torch.manual_seed(0)
+        t = trainer(tmp_path / name, tiny_model_dir, "algorithm.kl.coef=0.01", *extra)
+        runs[name] = [t.step(s) for s in range(2)]
+    for padded, packed in zip(runs["padded"], runs["packed"], strict=True):
+        assert packed["train/tokens"] == padded["train/tokens"]
+        for k in ("train/loss", "train/grad_norm", "train/mismatch_kl"):
+            assert abs(packed[k] - padded[k]) <= 1e-5 * max(1.0, abs(padded[k])), k
