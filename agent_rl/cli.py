@@ -284,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--tokenizer", default=None, help="tokenizer path (default: model.path of RUN/config.yaml)")
     sp.add_argument("--last", type=int, default=0, help="only the last N training steps (0: all)")
     sp.add_argument("--page-size", type=int, default=None,
-                    help="episodes per page, loaded as you page (default: one page up to 200 episodes, pages of 25 beyond)")
+                    help="episodes per page, loaded as you page (default: one page up to 200 episodes; beyond, pages of up to 25 that stay near 1 MB)")
     sp.set_defaults(fn=cmd_view)
 
     sp = sub.add_parser("export", help="a run's policy: a LoRA adapter in PEFT's format, or --merge'd into a Hugging Face model")

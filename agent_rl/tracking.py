@@ -57,28 +57,35 @@ class TensorBoardLogger:
         self.writer.close()
 
 
-class WandbLogger:
-    """``WANDB_MODE=offline`` (or ``wandb offline``) keeps the run on disk under the run directory."""
+class _WandbLike:
+    """A tracker whose module has ``Image(path)``, ``Table(columns=, data=)`` and a ``log(dict, step=)``."""
 
-    def __init__(self, run_dir: Path, name: str, cfg: Any, config: dict | None):
-        self.wandb = _need("wandb")
-        try:
-            self.run = self.wandb.init(project=cfg.project, name=name, dir=str(run_dir), config=config)
-        except Exception as e:  # no login in online mode, no network: one line
-            raise ValueError(f"tracking.loggers wandb: cannot start a run ({' '.join(str(e).split())[:200]}); "
-                             "log in (wandb login) or set WANDB_MODE=offline") from None
+    module: Any
+    run: Any  # what has ``log`` and ``finish``
 
     def metrics(self, step: int, values: dict[str, float]) -> None:
         self.run.log(values, step=step)
 
     def image(self, step: int, key: str, path: Path) -> None:
-        self.run.log({key: self.wandb.Image(str(path))}, step=step)
+        self.run.log({key: self.module.Image(str(path))}, step=step)
 
     def table(self, step: int, key: str, columns: list[str], rows: list[list[Any]]) -> None:
-        self.run.log({key: self.wandb.Table(columns=columns, data=rows)}, step=step)
+        self.run.log({key: self.module.Table(columns=columns, data=rows)}, step=step)
 
     def close(self) -> None:
         self.run.finish()
+
+
+class WandbLogger(_WandbLike):
+    """``WANDB_MODE=offline`` (or ``wandb offline``) keeps the run on disk under the run directory."""
+
+    def __init__(self, run_dir: Path, name: str, cfg: Any, config: dict | None):
+        self.module = _need("wandb")
+        try:
+            self.run = self.module.init(project=cfg.project, name=name, dir=str(run_dir), config=config)
+        except Exception as e:  # no login in online mode, no network: one line
+            raise ValueError(f"tracking.loggers wandb: cannot start a run ({' '.join(str(e).split())[:200]}); "
+                             "log in (wandb login) or set WANDB_MODE=offline") from None
 
 
 class MlflowLogger:
@@ -122,24 +129,12 @@ class MlflowLogger:
         self.client.set_terminated(self.run_id)
 
 
-class TrackioLogger:
+class TrackioLogger(_WandbLike):
     """A local trackio project (``$TRACKIO_DIR``); ``trackio show --project P`` opens its dashboard."""
 
     def __init__(self, run_dir: Path, name: str, cfg: Any, config: dict | None):
-        self.trackio = _need("trackio")
-        self.trackio.init(project=cfg.project, name=name, config=config, embed=False, auto_log_cpu=False, auto_log_gpu=False)
-
-    def metrics(self, step: int, values: dict[str, float]) -> None:
-        self.trackio.log(values, step=step)
-
-    def image(self, step: int, key: str, path: Path) -> None:
-        self.trackio.log({key: self.trackio.Image(str(path))}, step=step)
-
-    def table(self, step: int, key: str, columns: list[str], rows: list[list[Any]]) -> None:
-        self.trackio.log({key: self.trackio.Table(columns=columns, data=rows)}, step=step)
-
-    def close(self) -> None:
-        self.trackio.finish()
+        self.module = self.run = _need("trackio")  # one run per process, behind module functions
+        self.module.init(project=cfg.project, name=name, config=config, embed=False, auto_log_cpu=False, auto_log_gpu=False)
 
 
 LOGGERS: dict[str, Callable[..., Any]] = {

@@ -8,6 +8,7 @@ import os
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from agent_rl.tracking import Tracker  # imports no tracker, and not torch
@@ -64,6 +65,9 @@ def write_and_read(tmp: str) -> None:
     out: dict = {"files": sorted(p.name for p in run_dir.iterdir())}
 
     [wb] = list(run_dir.glob("wandb/offline-run-*/run-*.wandb"))
+    deadline = time.time() + 60  # wandb-core writes the file in its own process: wait for the run's exit record
+    while not any(r.WhichOneof("record_type") == "exit" for r in read_wandb_records(wb)) and time.time() < deadline:
+        time.sleep(0.5)
     history, config = [], {}
     for rec in read_wandb_records(wb):
         kind = rec.WhichOneof("record_type")

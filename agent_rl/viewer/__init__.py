@@ -14,10 +14,10 @@ def write_view(run: str | Path, out: str | Path | None = None, tokenizer_path: s
 
     ``last > 0``: only the last ``last`` training steps. Up to ``INLINE_MAX`` episodes, one page holds
     them all; beyond (or with ``page_size``), the page holds a filterable index and the first
-    ``page_size`` episodes, and the rest load a page at a time from ``<out>.d/`` (``viewer/paged.py``).
+    page of episodes (``page_size``; default up to 25, fewer when they are long), and the rest load a page at a time from ``<out>.d/`` (``viewer/paged.py``).
     """
     from agent_rl.viewer.html import render_page
-    from agent_rl.viewer.paged import PAGE_SIZE, write_paged
+    from agent_rl.viewer.paged import write_paged
     from agent_rl.viewer.load import (
         TokenTexts,
         load_decoder,
@@ -41,7 +41,7 @@ def write_view(run: str | Path, out: str | Path | None = None, tokenizer_path: s
     if page_size is not None and page_size < 1:
         raise ValueError(f"--page-size {page_size}: must be >= 1")
     if page_size is not None or sum(len(s.trajectories) for s in steps) > INLINE_MAX:
-        return write_paged(steps, texts, title, out, env=_env_id(run), page_size=page_size or PAGE_SIZE)
+        return write_paged(steps, texts, title, out, env=_env_id(run), page_size=page_size)
     out.write_text(render_page(steps, texts, title=title), encoding="utf-8")
     return out
 

@@ -18,7 +18,8 @@ from typing import Any
 from agent_rl.viewer.html import CSS, JS_TOOLTIP, adv_scale_of, render_episode
 from agent_rl.viewer.load import Step, TokenTexts
 
-PAGE_SIZE = 25  # episodes per page and per chunk file (a page of long episodes is a few hundred kB)
+PAGE_SIZE = 25  # episodes per page and per chunk file, at most
+PAGE_BYTES = 1_000_000  # long episodes: fewer per page, so the first page stays near this size
 
 PAGED_JS = """
 const IDX = JSON.parse(document.getElementById('index').textContent);  // [step, eid, task, env, reward, stop, turns, tokens]
@@ -79,10 +80,14 @@ def _json_script(element_id: str, value: Any) -> str:
     return f'<script type="application/json" id="{element_id}">{text}</script>'
 
 
-def write_paged(steps: list[Step], texts: TokenTexts, title: str, out: Path, env: str = "", page_size: int = PAGE_SIZE) -> Path:
-    """Write ``out`` and its chunk folder ``out.d/`` (replaced); returns ``out``."""
+def write_paged(steps: list[Step], texts: TokenTexts, title: str, out: Path, env: str = "", page_size: int | None = None) -> Path:
+    """Write ``out`` and its chunk folder ``out.d/`` (replaced); returns ``out``. ``page_size`` None:
+    ``PAGE_SIZE``, or fewer when the first episodes render to more than ``PAGE_BYTES`` a page."""
     episodes = [(s.label, t) for s in steps for t in s.trajectories]
     adv_scale = adv_scale_of([t for _, t in episodes])
+    if page_size is None:
+        sample = [len(render_episode(t, texts, adv_scale)) for _, t in episodes[:PAGE_SIZE]]
+        page_size = max(1, min(PAGE_SIZE, PAGE_BYTES * len(sample) // max(sum(sample), 1)))
     folder = out.with_name(out.name + ".d")
     if folder.exists():
         shutil.rmtree(folder)
