@@ -35,3 +35,16 @@ def test_sdk_agent_on_the_tiny_model_is_token_exact(tiny_model_dir, tiny_tokeniz
     assert [(t.info["segments"], t.info["segment_breaks"]) for t in out] == [(1, 0)] * 4
     assert_exact(out, backend)
     assert sum(t.info["calls"] for t in out) == len(backend.calls)  # every sampled call is in a trajectory
+
+
+def test_sdk_agent_samples_what_the_plain_client_agent_samples(tiny_model_dir, tiny_tokenizer):
+    """Same tasks, same seeds: the SDK's Responses calls and the plain client's chat calls render the
+    same prompts (the tiny template shows a tool's name, parameters and description), so the
+    trajectories are the same ids."""
+    from agent_rl.rollout.backends.hf import HfBackend, load_model
+
+    model = load_model(str(tiny_model_dir), "float32", "cpu")
+    runs = [engine(tiny_tokenizer, HfBackend(model, tiny_tokenizer.pad_token_id, 64), program).run_sync(specs(4), seed=5)
+            for program in (SDK_AGENT, "examples/arithmetic_agent.py:solve")]
+    sdk, plain = ([(t.token_ids_T, t.loss_mask_T, t.info["calls"]) for t in out] for out in runs)
+    assert sdk == plain
