@@ -29,9 +29,10 @@ from agent_rl.learner.learner import Learner
 from agent_rl.learner.teacher import (
     EmaTeacher,
     FrozenTeacher,
+    TeacherMixture,
     check_same_tokenizer,
-    compute_teacher_logprobs,
     splice_teacher_context,
+    teacher_logprobs,
 )
 from agent_rl.rollout.backends.hf import load_model, load_tokenizer
 from agent_rl.rollout.backends.openai_http import check_push_auth
@@ -376,16 +377,22 @@ class Trainer:
         return {"teacher_logprobs": logprobs_BT, "teacher_topk": topk_BTK}
 
     def _make_teacher(self, spec: Any) -> Any:
-        """The plan's teacher: an EMA of the policy, or the frozen hf checkpoint at ``spec.path``
-        (refused at start unless it shares the student's tokenizer)."""
+        """The plan's teacher: an EMA of the policy, or the frozen hf checkpoint(s) at ``spec.path``
+        (each refused at start unless it shares the student's tokenizer; several: their mixture)."""
         if spec.path is None:
             return EmaTeacher(self.components.model, decay=spec.ema_decay)
-        try:
-            tokenizer, model = load_tokenizer(spec.path), load_model(spec.path, self.cfg.model.dtype, self.cfg.model.device)
-        except OSError as e:
-            raise ValueError(f"config key 'algorithm.loss.teacher_path': cannot load {spec.path}: {e}") from None
-        check_same_tokenizer(self.components.tokenizer, tokenizer, spec.path)
-        return FrozenTeacher(model, spec.path)
+        paths = [spec.path] if isinstance(spec.path, str) else list(spec.path)
+        teachers = []
+        for path in paths:
+            try:
+                tokenizer, model = load_tokenizer(path), load_model(path, self.cfg.model.dtype, self.cfg.model.device)
+            except OSError as e:
+                raise ValueError(f"config key 'algorithm.loss.teacher_path': cannot load {path}: {e}") from None
+            check_same_tokenizer(self.components.tokenizer, tokenizer, path)
+            teachers.append(FrozenTeacher(model, path))
+        if len(teachers) == 1 and spec.weights is None:
+            return teachers[0]
+        return TeacherMixture(teachers, list(spec.weights) if spec.weights is not None else [1.0] * len(teachers))
 
     def _teacher_logprobs(self, batch: Any, groups: list[TrajectoryGroup], topk: int = 0) -> Any:
         """The teacher's logprobs of the sampled tokens, with the env's ``teacher_context`` (feedback,
@@ -406,7 +413,7 @@ class Trainer:
         ids_BS, mask_BS, positions_BT = splice_teacher_context(
             batch.input_ids_BT, batch.attention_mask_BT, insert_at_B, context_ids_B, self.components.tokenizer.pad_token_id
         )
-        return compute_teacher_logprobs(self.teacher.model, ids_BS, mask_BS, positions_BT, self.cfg.rollout.temperature, topk)
+        return teacher_logprobs(self.teacher, ids_BS, mask_BS, positions_BT, self.cfg.rollout.temperature, topk)
 
     def _greedy_rewards(self, groups: list[TrajectoryGroup]) -> torch.Tensor:
         """ReMax's baseline: the reward of one greedy (temperature 0) episode per group's task."""

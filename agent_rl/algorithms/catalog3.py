@@ -80,8 +80,8 @@ KEYS: tuple[Catalog3Key, ...] = (
 PIECES: tuple[tuple[str, str], ...] = (
     ("sdpo / opsd top-K distribution matching", "`estimator: topk` (forward or reverse KL over the teacher's top-K + tail), losses/distill_topk.py"),
     ("GRPO with process rewards", "advantage `grpo_process` (step rewards -> normalized reward-to-go)"),
-    ("external teacher models", "an hf checkpoint with the student's tokenizer: `teacher_path` of g_opd, powered_opd, beta_opsd, ttpo, anti_sd, i_sdpo; "
-     f"{NOT_YET}: a teacher behind the openai backend, several teachers weighted or routed per task"),
+    ("external teacher models", "hf checkpoints with the student's tokenizer: `teacher_path` (one, or several mixed by `teacher_weights`) of g_opd, "
+     f"powered_opd, beta_opsd, ttpo, anti_sd, i_sdpo; {NOT_YET}: a teacher behind the openai backend, teachers routed per task"),
     ("DeepSeek-R1 format and language-consistency rewards", "envs/rewards.py: R1Format, LanguageConsistency (any env, through ShapedEnv)"),
     ("tool-error shaping (Laguna)", "envs/rewards.py: ToolErrorShaping"),
     ("reward models as trainable components", "issue 24"),

@@ -51,8 +51,10 @@ class TeacherSpec:
     or the frozen model at ``path``."""
 
     ema_decay: float = 0.0
-    # another model teaches: an hf checkpoint with the student's tokenizer (None: the policy / its EMA)
-    path: str | None = None
+    # another model teaches: an hf checkpoint with the student's tokenizer (None: the policy / its EMA);
+    # several: their mixture, weighted by ``weights`` (None: equal)
+    path: str | tuple[str, ...] | None = None
+    weights: tuple[float, ...] | None = None
     # the env's privileged context (info["teacher_context"]) goes into the teacher's prompt
     context: bool = True
     # > 0: also the teacher's top-k ids and logprobs of every position (need ``teacher_topk``); the

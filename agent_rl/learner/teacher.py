@@ -154,3 +154,43 @@ def check_same_tokenizer(student: Any, teacher: Any, teacher_path: str) -> None:
             f"teacher {teacher_path}: its tokenizer differs from the student's ({len(t_vocab)} vs {len(s_vocab)} tokens; "
             f"e.g. {differ}); a teacher must share the student's tokenizer"
         )
+
+
+class TeacherMixture:
+    """Several frozen teachers at once (multi-teacher distillation): q(y) = sum_k w_k q_k(y), the
+    weighted mixture of their next-token distributions, scored on the sampled tokens."""
+
+    def __init__(self, teachers: list[FrozenTeacher], weights: list[float]):
+        if len(teachers) != len(weights) or not teachers:
+            raise ValueError(f"teacher weights: one per teacher; got {len(weights)} for {len(teachers)} teachers")
+        if any(w < 0 for w in weights) or sum(weights) <= 0:
+            raise ValueError(f"teacher weights must be >= 0 with a positive sum; got {weights}")
+        self.teachers = teachers
+        self.weights = [w / sum(weights) for w in weights]
+
+    def update(self, model: torch.nn.Module) -> None:
+        """Frozen teachers do not follow the student."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"paths": [t.path for t in self.teachers], "weights": self.weights}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("paths") != [t.path for t in self.teachers]:
+            raise ValueError(f"the checkpoint's teachers are {state.get('paths')}, this run's are {[t.path for t in self.teachers]}")
+
+    def logprobs(self, ids_BS: torch.Tensor, mask_BS: torch.Tensor, positions_BT: torch.Tensor, temperature: float, topk: int = 0) -> torch.Tensor:
+        if topk:
+            raise ValueError("top-K distillation takes one teacher; several teachers mix only sampled-token logprobs")
+        per_teacher_KBT = torch.stack(
+            [compute_teacher_logprobs(t.model, ids_BS, mask_BS, positions_BT, temperature) for t in self.teachers]
+        )
+        log_w_K11 = torch.log(torch.tensor(self.weights, dtype=per_teacher_KBT.dtype, device=per_teacher_KBT.device))[:, None, None]
+        mixed_BT = torch.logsumexp(per_teacher_KBT + log_w_K11, dim=0)
+        return torch.where(positions_BT >= 1, mixed_BT, torch.zeros_like(mixed_BT))  # 0 where no teacher position
+
+
+def teacher_logprobs(teacher: Any, ids_BS: torch.Tensor, mask_BS: torch.Tensor, positions_BT: torch.Tensor, temperature: float, topk: int = 0) -> Any:
+    """The logprobs (and top-K) of any teacher object: one model (EMA / frozen) or a mixture."""
+    if isinstance(teacher, TeacherMixture):
+        return teacher.logprobs(ids_BS, mask_BS, positions_BT, temperature, topk)
+    return compute_teacher_logprobs(teacher.model, ids_BS, mask_BS, positions_BT, temperature, topk)

@@ -35,8 +35,11 @@ class SelfTeacherConfig(ComponentConfig):
     teacher_ema_decay: float = Field(
         0.0, ge=0.0, lt=1.0, description="0: the teacher is the current policy with the privileged context; > 0: an EMA"
     )
-    teacher_path: str | None = Field(
-        None, description="an hf checkpoint that teaches instead (frozen; the student's tokenizer); None: the policy itself"
+    teacher_path: str | list[str] | None = Field(
+        None, description="an hf checkpoint that teaches instead (frozen; the student's tokenizer), or several (their mixture); None: the policy itself"
+    )
+    teacher_weights: list[float] | None = Field(
+        None, description="with several teacher_path: the mixture's weights q = sum_k w_k q_k (None: equal)"
     )
     teacher_context: bool | None = Field(
         None, description="put the env's privileged context in the teacher's prompt (None: yes for the self-teacher, no for teacher_path)"
@@ -46,7 +49,9 @@ class SelfTeacherConfig(ComponentConfig):
 def self_teacher(cfg: SelfTeacherConfig) -> TeacherSpec:
     """The teacher of these losses: the policy (or its EMA) with the privileged context, or the model at teacher_path."""
     context = cfg.teacher_path is None if cfg.teacher_context is None else cfg.teacher_context
-    return TeacherSpec(ema_decay=cfg.teacher_ema_decay, path=cfg.teacher_path, context=context)
+    path = tuple(cfg.teacher_path) if isinstance(cfg.teacher_path, list) else cfg.teacher_path
+    weights = tuple(cfg.teacher_weights) if cfg.teacher_weights is not None else None
+    return TeacherSpec(ema_decay=cfg.teacher_ema_decay, path=path, weights=weights, context=context)
 
 
 def _reinforce_on(adv_BT: torch.Tensor, x: LossInputs, coef: float) -> torch.Tensor:
