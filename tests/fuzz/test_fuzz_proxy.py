@@ -147,11 +147,18 @@ def chat_bodies(draw) -> dict:
     if typed:  # the fields' valid ranges, so that most typed bodies are sampled
         values.update(n=st.integers(1, 3), max_tokens=st.integers(1, 4) | EDGE_INTS.filter(lambda v: v > 0),
                       temperature=st.floats(0, 2), top_p=st.floats(0.01, 1), top_logprobs=st.integers(0, 20))
+    return draw_body(draw, ChatRequest, values, typed, ("model", "messages"), ("stop", "max_completion_tokens", "response_format"))
+
+
+def draw_body(draw, request, values: dict, typed: bool, always: tuple[str, ...], untyped_only: tuple[str, ...]) -> dict:
+    """A body of ``request``'s fields: ``always`` present, each other one in three; a ``typed`` body
+    draws from ``values`` only and leaves out ``untyped_only``, else any value may be of any type
+    and an unknown field may be added."""
     body = {}
-    for name in ChatRequest.model_fields:
-        if name not in ("model", "messages") and draw(st.integers(0, 2)) != 0:
+    for name in request.model_fields:
+        if name not in always and draw(st.integers(0, 2)) != 0:
             continue
-        if typed and (name not in values or name in ("stop", "max_completion_tokens", "response_format")):
+        if typed and (name not in values or name in untyped_only):
             continue
         field = values.get(name, st.booleans() | st.none() | st.text(max_size=5))
         body[name] = draw(field | json_values) if not typed and draw(st.integers(0, 7)) == 0 else draw(field)
@@ -298,17 +305,7 @@ def response_bodies(draw) -> dict:
         values.update(max_output_tokens=st.integers(1, 4) | EDGE_INTS.filter(lambda v: v > 0), temperature=st.floats(0, 2),
                       model=st.sampled_from(["policy"] * 4 + ["nope"]), instructions=st.none() | plain,
                       top_p=st.floats(0.01, 1), top_logprobs=st.integers(0, 20), previous_response_id=st.none())
-    body = {}
-    for name in ResponsesRequest.model_fields:
-        if name not in ("model", "input") and draw(st.integers(0, 2)) != 0:
-            continue
-        if typed and (name not in values or name in ("text", "reasoning", "truncation")):
-            continue
-        field = values.get(name, st.booleans() | st.none() | st.text(max_size=5))
-        body[name] = draw(field | json_values) if not typed and draw(st.integers(0, 7)) == 0 else draw(field)
-    if not typed and draw(st.integers(0, 9)) == 0:
-        body[draw(st.text(max_size=6))] = draw(json_values)
-    return body
+    return draw_body(draw, ResponsesRequest, values, typed, ("model", "input"), ("text", "reasoning", "truncation"))
 
 
 @fuzz_settings(60)

@@ -102,5 +102,18 @@ def assert_exact(trajectories, backend):
         assert sum(t.loss_mask_T) == sum(u.end - u.start for u in t.turns_N)
 
 
+def fresh(service):
+    """A new recorder for the proxy's plain /v1 session."""
+    from agent_rl.proxy.app import DEFAULT_SESSION
+
+    return service.open_session(DEFAULT_SESSION)[1]
+
+
+def client(url):
+    import openai
+
+    return openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+
+
 def dumps(x) -> str:
     return json.dumps(x, sort_keys=True)

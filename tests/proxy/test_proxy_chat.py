@@ -8,19 +8,10 @@ import json
 import openai
 import pytest
 
-from agent_rl.proxy.app import DEFAULT_SESSION
-from tests.proxy.conftest import PYTHON_TOOL
+from tests.proxy.conftest import PYTHON_TOOL, client, fresh
 
 QUESTION = [{"role": "system", "content": "Use the python tool if it helps, then reply <answer>N</answer>."},
             {"role": "user", "content": "What is 2 + 2?"}]
-
-
-def fresh(service):
-    return service.open_session(DEFAULT_SESSION)[1]
-
-
-def client(url):
-    return openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
 
 
 def test_sampled_tokens_are_recorded_exactly(hf_proxy):

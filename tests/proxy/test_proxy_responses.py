@@ -9,20 +9,11 @@ import json
 import openai
 import pytest
 
-from agent_rl.proxy.app import DEFAULT_SESSION
-from tests.proxy.conftest import PYTHON_TOOL
+from tests.proxy.conftest import PYTHON_TOOL, client, fresh
 
 SYSTEM = "Use the python tool if it helps, then reply <answer>N</answer>."
 QUESTION = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is 2 + 2?"}]
 TOOL = {"type": "function", **PYTHON_TOOL["function"]}  # the Responses form of the chat tests' tool
-
-
-def fresh(service):
-    return service.open_session(DEFAULT_SESSION)[1]
-
-
-def client(url):
-    return openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
 
 
 def test_text_is_recorded_exactly(hf_proxy):
