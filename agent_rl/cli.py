@@ -97,6 +97,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     cfg = _config(args)
     _preflight(cfg, weights=cfg.eval.policy is None)  # a scripted policy needs only the tokenizer
+    _loading("eval", cfg)
     run_eval(cfg)
     return 0
 

@@ -8,7 +8,7 @@ before a model is loaded.
 
 from __future__ import annotations
 
-import sys
+import warnings
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -282,7 +282,8 @@ class TrackingConfig(Section):
                 used.append(f"tracking.{name}")
         if not set(used) <= _NOTED:
             _NOTED.update(used)
-            print(f"note: {' and '.join(used)} deprecated; use tracking.loggers={loggers}".replace("'", ""), file=sys.stderr)
+            note = f"{' and '.join(used)} deprecated; use tracking.loggers={loggers}".replace("'", "")
+            warnings.warn(note, FutureWarning, stacklevel=2)  # the CLI prints it as one line
         data["loggers"] = loggers
         return data
 

@@ -135,10 +135,18 @@ def test_every_tracker_offline(tmp_path):
     assert [[list(r.values()) for r in t] for t in tr["table"]] == [rows]
 
 
-def test_deprecated_switches_fold_into_loggers(capsys):
+def test_deprecated_switches_fold_into_loggers():
+    import warnings
+
+    import pytest
+
+    from agent_rl import config
     from agent_rl.config import load_config
 
-    cfg = load_config(None, ["tracking.tensorboard=false", "tracking.wandb=true"])
+    config._NOTED.clear()
+    with pytest.warns(FutureWarning, match=r"^tracking.tensorboard and tracking.wandb deprecated; use tracking.loggers=\[wandb\]$"):
+        cfg = load_config(None, ["tracking.tensorboard=false", "tracking.wandb=true"])
+    warnings.simplefilter("ignore", FutureWarning)
     assert cfg.tracking.loggers == ["wandb"] and cfg.tracking.tensorboard is None and cfg.tracking.wandb is None
     assert load_config(None, ["tracking.tensorboard=false"]).tracking.loggers == []
     assert load_config(None, ["tracking.loggers=[mlflow]", "tracking.tensorboard=true"]).tracking.loggers == ["mlflow", "tensorboard"]
