@@ -249,6 +249,7 @@ for _key, _question, _choice in (
     ('powered_opd', 'where the Box-Cox transform is applied, and alpha', "to each probability: r = (q^a - pi^a)/a (bounded by 1/a, the sign of log q - log pi); alpha = 0.5; the teacher is the run's self-teacher until external teachers exist"),
     ('g_opd', 'reward scale and reference', "lambda = 1.25 (ExOPD); the reference is the run's frozen initial policy; the teacher is the run's self-teacher until external teachers exist"),
     ('anti_sd', 'divergence, gate and weights', "JSD over the teacher's top-20 ids + tail; gate per token where the teacher's top-K entropy >= 0.1 nats (or on the batch mean); coef 0.1 next to ppo_clip with rl_coef 1"),
+    ('g_opd', 'several teachers at once', 'teacher_path as a list: q = sum_k w_k q_k (the mixture of their next-token distributions, teacher_weights, equal by default), scored on the sampled tokens; top-K distillation takes one teacher'),
     ('beta_opsd', 'estimator and beta', 'sampled-token rewards (1/beta)(log q - log ref) - (log pi - log ref) with return-to-go, instead of distilling to mixed logits (the normalizer log Z is left out); beta = 1'),
 ):
     record_choice(_key, _question, _choice)
