@@ -63,6 +63,7 @@ def full_inputs(
         old_topk_logprobs_BTK=topk_old,
         step=5,
         state=POLICY_LOSSES.get(name).make_state(),
+        extras={"kto_z0": 0.05},  # KTO's reference point, computed by the trainer before the update
     )
 
 
