@@ -35,25 +35,25 @@ def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=N
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs)
     if query.shape[0] != 1:
         raise ValueError("agent_rl_segments: a packed call has one row")
-    outs = []
-    for s, e, ps, pe in segments:
-        if e == s:
-            continue
-        if pe == ps:  # a row of its own: causal
-            out = sdpa_attention_forward(
-                module, query[:, :, s:e], key[:, :, s:e], value[:, :, s:e], None, dropout=dropout, scaling=scaling, is_causal=True, **kwargs
-            )[0]
-        else:  # a suffix: all of its shared prefix, then causal over itself
-            n, m = e - s, pe - ps
+    # segments of one shape, (own length, prefix length), run as one batched call
+    shapes: dict[tuple[int, int], list[int]] = {}
+    for i, (s, e, ps, pe) in enumerate(segments):
+        if e > s:
+            shapes.setdefault((e - s, pe - ps), []).append(i)
+    outs: dict[int, torch.Tensor] = {}
+    for (n, m), members in shapes.items():
+        q = torch.cat([query[:, :, segments[i][0] : segments[i][1]] for i in members])
+        k = torch.cat([torch.cat([key[:, :, ps:pe], key[:, :, s:e]], dim=2) for s, e, ps, pe in (segments[i] for i in members)])
+        v = torch.cat([torch.cat([value[:, :, ps:pe], value[:, :, s:e]], dim=2) for s, e, ps, pe in (segments[i] for i in members)])
+        if m == 0:  # rows of their own: causal
+            out = sdpa_attention_forward(module, q, k, v, None, dropout=dropout, scaling=scaling, is_causal=True, **kwargs)[0]
+        else:  # suffixes: all of their shared prefix, then causal over themselves
             mask_nm = torch.ones((n, m + n), dtype=torch.bool, device=query.device)
             mask_nm[:, m:] = torch.ones((n, n), dtype=torch.bool, device=query.device).tril()
-            k = torch.cat([key[:, :, ps:pe], key[:, :, s:e]], dim=2)
-            v = torch.cat([value[:, :, ps:pe], value[:, :, s:e]], dim=2)
-            out = sdpa_attention_forward(
-                module, query[:, :, s:e], k, v, mask_nm[None, None], dropout=dropout, scaling=scaling, is_causal=False, **kwargs
-            )[0]
-        outs.append(out)
-    return torch.cat(outs, dim=1), None  # [1, N, heads, head_dim], segments in packed order
+            out = sdpa_attention_forward(module, q, k, v, mask_nm[None, None], dropout=dropout, scaling=scaling, is_causal=False, **kwargs)[0]
+        for j, i in enumerate(members):
+            outs[i] = out[j : j + 1]
+    return torch.cat([outs[i] for i in sorted(outs)], dim=1), None  # [1, N, heads, head_dim], in packed order
 
 
 def _mask(*args: Any, **kwargs: Any):
