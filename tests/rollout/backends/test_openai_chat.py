@@ -49,3 +49,28 @@ def test_training_with_it_is_refused(tiny_model_dir):
     cfg = load_config(None, [f"model.path={tiny_model_dir}", "rollout.backend.name=openai_chat"])
     with pytest.raises(ValueError, match="openai_chat is evaluation-only"):
         make_backend(cfg.rollout.backend, cfg.model, model=object())
+
+
+def test_the_documented_command_scores_a_local_endpoint(chat_server, tiny_model_dir, tmp_path):
+    """docs/agent-programs.md's openai_chat command, as written, from a clean directory, with the
+    page's placeholders (HOST, NAME) filled by this local endpoint and a small budget appended."""
+    import json
+    import shlex
+    import subprocess
+    import sys
+
+    from tests.conftest import cli_env
+    from tests.test_docs_commands import documented_commands
+
+    url, service = chat_server
+    [command] = [c for c in documented_commands("docs/agent-programs.md") if "openai_chat" in c]
+    command = command.replace("https://HOST/v1", url).replace("=NAME", f"={service.model_names[0]}")
+    (tmp_path / "configs").symlink_to(ROOT / "configs")
+    (tmp_path / "runs" / "models").mkdir(parents=True)
+    (tmp_path / "runs" / "models" / "tiny").symlink_to(tiny_model_dir)  # the page's `init-model` output
+    argv = [sys.executable, "-m", "agent_rl.cli", *shlex.split(command)[1:], "eval.episodes=4", "run.dir=runs/chat_eval"]
+    env = {**cli_env(), "OPENAI_API_KEY": "unused-by-a-local-server"}
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads((tmp_path / "runs" / "chat_eval" / "eval.json").read_text())
+    assert result["success"] == 1.0 and result["episodes"] == 4, result
