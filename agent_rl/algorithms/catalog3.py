@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 NOT_YET = "not yet implemented"
-NOT_IMPLEMENTABLE = "not implementable from available sources"  # none so far: every paper searched was found
+NOT_IMPLEMENTABLE = "not implementable from available sources"  # the note names the searches that found no text
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class Catalog3Key:
 KEYS: tuple[Catalog3Key, ...] = (
     # formerly "Later"
     Catalog3Key("prime", "later", NOT_YET, "implicit PRM trained online (issue 24)"),
-    Catalog3Key("clipo", "later", NOT_YET, "needs an embedding model trained contrastively on the group's successes as a reward component"),
+    Catalog3Key("clipo", "later", NOT_YET, "found (arXiv 2603.10101 summaries; official code Qwen-Applications/CLIPO is indexed but its contrastive part is in its verl fork): a contrastive head on the policy's hidden states, InfoNCE pulling a group's successful trajectories together, as an auxiliary reward. Needs: pooled hidden states of each row from the learner and a trained head"),
     Catalog3Key("cipo_retry", "later", NOT_YET, "needs the task sampler to queue retry tasks (problem + failed attempt in context) for the next rollout round"),
     Catalog3Key("scrl", "later", NOT_YET, "needs a task generator (policy or configured model) that decomposes all-fail prompts into verifiable sub-problems"),
     Catalog3Key("lspo", "later", NOT_YET, "LoRA-scaffolded re-rolls of all-fail groups; needs learner.lora"),
@@ -49,29 +49,58 @@ KEYS: tuple[Catalog3Key, ...] = (
     Catalog3Key("sarpo", "mechanism", NOT_YET, "needs a value head on the policy's backbone (a shared-backbone critic) and its SARSA loss in the learner"),
     Catalog3Key("sa_mrpo", "mechanism", NOT_YET, ""),
     Catalog3Key("gcpo", "mechanism", NOT_YET, ""),
-    Catalog3Key("redippo", "mechanism", NOT_YET, "needs a second, reference-answer-aware critic beside the standard one"),
-    # missed by the first catalog; the paper is needed. Notes: what the seed's abstract says the method
-    # needs; "searched" names the queries run (docs corpus) that found no paper text with its formula.
+    Catalog3Key("redippo", "mechanism", NOT_YET, "needs a second critic that reads the reference answer (privileged context) beside the standard one, both trained; the reweighting function of the discrepancy is not in the abstract (searched 'ReDiPPO reference-guided critic discrepancy-aware PPO advantage reweighting': no text; cii030/ReDiPPO is not indexed)"),
+    # missed by the first catalog; the paper is needed. Notes: what was searched (search tool, corpus
+    # "pages" unless "docs" is said; find_repos / find_files for the official code), what was found,
+    # and what the method needs here. The search returns excerpts, never a whole paper: a mechanism
+    # counts as found only when an excerpt or the official code gives it completely.
     *(
-        Catalog3Key(k, "paper", NOT_YET, note)
-        for k, note in (
-            ("cipo_constraint", "constraint-infused PO: the seed (002) gives no mechanism; paper not searched yet"),
-            ("gupo", "per-group gradients as random variables, Dirichlet uncertainty weights in their aggregation: needs per-group gradients in the learner; searched 'GUPO Dirichlet gradient uncertainty policy optimization aggregation': no paper text"),
-            ("cvpo", "token value-variance advantage adjustment + difficulty curriculum: needs a critic's value variance; searched 'CVPO value variance advantage curriculum ...': no paper text"),
-            ("mupo", "multiple-solution divergent thinking against diversity collapse (VLMs): searched 'MUPO policy optimization ...': no paper text"),
-            ("mgpo", "multi-granularity PO of an agent composing reasoning skills to synthesize trajectories: searched 'MGPO policy optimization LLM ...': no paper text"),
-            ("opid", "skills mined from finished trajectories turned into token-level self-distillation advantages: needs a skill miner; paper not searched yet"),
-            ("dart_sd", "interaction-state transition graph, critical breakpoint of failed rollouts, supervision on recovery steps: paper not searched yet"),
-            ("agent_reflex", "mined reflection skills, reflective SFT data, reflection-guided on-policy distillation: paper not searched yet"),
-            ("genac", "a generative critic that reasons before its value: needs a text-generating critic; paper not searched yet"),
-            ("absolute_zero", "self-play task proposal and solving: needs a task generator in the task sampler; paper not searched yet"),
-            ("skill_self_play", "paper not searched yet"),
-            ("omni_opd", "logit-free OPD: Monte Carlo chunk rollouts scored by semantic similarity, black-box teachers: needs external teachers; paper not searched yet"),
-            ("e_grm", "generative reward model with convergence-triggered reasoning and a discriminative scorer: paper not searched yet"),
-            ("x_tree", "experience tree of action spans mined from trajectories (skill bonuses, teacher context): paper not searched yet"),
-            ("context_pilot", "context-offloading tools, context-aware partial rollout, action-level credit: paper not searched yet"),
-            ("actor_refiner", "the seed (002) gives the name only; paper not searched yet"),
-            ("memreward", "graph-based experience memory predicting rewards from few labels: paper not searched yet"),
+        Catalog3Key(k, "paper", status, note)
+        for k, status, note in (
+            ("cipo_constraint", NOT_IMPLEMENTABLE, "searched 'CIPO constraint-infused policy optimization LLM' and 'Constraint-Infused Policy Optimization CIPO "
+             "unifying clipping KL regularization trust region reasoning': only constrained-RL pages (CPO, CGPO), no CIPO text; the seed (002) gives no formula"),
+            ("gupo", NOT_IMPLEMENTABLE, "searched 'GUPO Dirichlet gradient uncertainty policy optimization aggregation', 'Gradient Uncertainty-Aware Policy "
+             "Optimization GUPO group gradient random variable Bayesian Dirichlet' and (docs) 'GUPO gradient uncertainty policy optimization': only UCPO / "
+             "UARPO / SEED-GRPO pages, no GUPO text; would also need per-group gradients in the learner"),
+            ("cvpo", NOT_IMPLEMENTABLE, "searched 'CVPO value variance advantage curriculum reinforcement learning LLM reasoning' and 'Curriculum-guided "
+             "Value-Variance Policy Optimization token-level value variance exploration difficulty drift': only VCRL (reward-variance curriculum, a "
+             "different method), no CVPO text"),
+            ("mupo", NOT_YET, "registered as an advantage: mechanism and defaults from the authors' code (xytian1008/MUPO: "
+             "compute_mupo_outcome_advantage, reward_function/mupo.py, ray_trainer._partition_groups)"),
+            ("mgpo", NOT_IMPLEMENTABLE, "searched 'MGPO multi-granularity policy optimization agent reasoning skills synthesize trajectories': a glossary "
+             "page of Agentic Proposing (skill composition for problem synthesis) without the objective, and unrelated MGPO (multi-turn grounding); no formula"),
+            ("opid", NOT_YET, "found (arXiv 2606.26790 summaries): skills mined from finished trajectories (episode- and step-level, critical-first routing) "
+             "put in the context; the old policy re-scores the response with and without the skill; the log-prob shift is a token advantage added to "
+             "the GRPO one. Needs: a skill miner (an LLM analyzer pass over finished trajectories) writing the teacher context"),
+            ("dart_sd", NOT_IMPLEMENTABLE, "searched 'DART-SD interaction state transition graph critical breakpoint failed rollouts recovery self-distillation "
+             "agent' and 'DART-SD topology-aware self-distillation Interaction-State Transition Graph Critical Topological Breakpoint': only DART "
+             "(semantic recoverability of tool agents, a runtime) and graph-distillation pages, no DART-SD text"),
+            ("agent_reflex", NOT_IMPLEMENTABLE, "searched 'Agent-Reflex reflection skills reflective SFT reflection-guided on-policy distillation agent' and "
+             "'Agent-Reflex On-Policy Reflective Policy Optimization noisy tool feedback user corrections': ReflACT, LEAFE, ReGRPO, structured-reflection "
+             "pages, no Agent-Reflex text"),
+            ("genac", NOT_YET, "found (arXiv 2604.10701 summaries): a generative critic reasons (chain of thought) before its value, In-Context Conditioning "
+             "keeps it calibrated to the actor; SFT then REINFORCE pretraining, joint PPO. Needs: a text-generating critic in the rollout engine and its "
+             "training loop"),
+            ("absolute_zero", NOT_YET, "found (arXiv 2505.03335): one model proposes (deduction / abduction / induction code tasks, validated by executing "
+             "them) and solves; r_propose = 1 - mean solve rate, 0 if the rate is 0 or 1; advantages normalized per task type and role. Needs: a "
+             "proposer role writing tasks into the task sampler and a code-execution env that validates them"),
+            ("skill_self_play", NOT_IMPLEMENTABLE, "searched 'Skill Self-Play proposer solver dynamic skill controller skill-conditioned task generation frontier "
+             "exploration': Ctx2Skill and skill-library pages, no Skill Self-Play text"),
+            ("omni_opd", NOT_YET, "found (arXiv 2606.01476 abstract): chunk-level supervision from Monte Carlo teacher rollouts scored by semantic "
+             "similarity at peak-entropy positions, Dirichlet-Multinomial prior, base-model KL anchor; the excerpts give no formula. Needs: teacher "
+             "rollouts from a black-box (chat) teacher and a similarity model"),
+            ("e_grm", NOT_YET, "found (arXiv 2604.10072 summaries): a generative reward model that reasons only when parallel generations disagree, plus a "
+             "discriminative scorer trained with a regression + ranking loss; a reward model, not an objective. Needs: a judge pass in the rollout engine "
+             "and the scorer's training (agent-rl train-rm trains a Bradley-Terry scorer, not this one)"),
+            ("x_tree", NOT_IMPLEMENTABLE, "searched 'X-Tree experience tree action spans agent trajectories skill bonuses RLVR on-policy self-distillation': "
+             "Skill-SD, UCOB, OPID, SDAR pages, no X-Tree text"),
+            ("context_pilot", NOT_IMPLEMENTABLE, "searched 'ContextPilot long-horizon agent context offloading tools context-aware partial rollout action-level "
+             "credit assignment': AdaCoM, CWL, CICL pages, no ContextPilot text"),
+            ("actor_refiner", NOT_YET, "found (Search-R2, arXiv 2602.03647): a Meta-Refiner sharing the actor's weights accepts a trajectory when its "
+             "coherence passes a threshold, else cuts at the first flawed search step and regenerates the suffix; reward = outcome + information "
+             "density of retrieved evidence. Needs: cut-and-regenerate in the rollout engine and a search env"),
+            ("memreward", NOT_YET, "found (arXiv 2603.19310): rollouts of an initial policy stored as query / thinking / answer nodes of a heterogeneous "
+             "graph; a GNN trained on the labelled rollouts predicts the reward of unlabelled ones. Needs: an embedding model, a GNN and its training"),
         )
     ),
 )
