@@ -1,6 +1,6 @@
 """mupo (Multi-Group Policy Optimization): partitions by response embeddings, diversity reward,
 per-partition standardization and size weights, hand-computed; its need builds embeddings from the
-env's info or the generated tokens; without the need it is GRPO."""
+env's info or the generated tokens (and runs in the trainer); without the need it is GRPO."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from agent_rl.algorithms.advantages.mupo import MupoConfig, bag_of_tokens, mupo,
 from agent_rl.algorithms.needs import NEEDS, NeedContext
 from agent_rl.algorithms.registry import AdvantageInputs
 from agent_rl.types import StopReason, Trajectory, TrajectoryGroup, Turn
+from tests.test_trainer import trainer  # the quickstart config with a small budget
 
 
 def inputs(rewards: list[float], emb: list[list[float]] | None) -> AdvantageInputs:
@@ -71,3 +72,10 @@ def test_the_need_reads_the_env_embedding_else_the_generated_tokens():
     for t, e in zip(trajs, ([0.5, 0.5], [1.0, 0.0]), strict=True):
         t.info["response_embedding"] = e
     assert compute(ctx).tolist() == [[0.5, 0.5], [1.0, 0.0]]
+
+
+def test_mupo_runs_in_the_trainer_with_its_need(tmp_path, tiny_model_dir):
+    t = trainer(tmp_path, tiny_model_dir, "algorithm.advantage.name=mupo", "algorithm.advantage.partition_min=2", "rollout.group_size=4")
+    metrics = t.step(0)
+    # the need gave every row an embedding (the bag of its generated tokens): 4 rows per prompt -> 2 partitions of 2
+    assert metrics["adv/mupo_partitions"] == 2.0 and "train/loss" in metrics
