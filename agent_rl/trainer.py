@@ -142,6 +142,9 @@ class Trainer:
             self.teacher = self._make_teacher(self.plan.teacher)
             self.states["teacher"] = self.teacher
         self._need_providers = self._providers()  # how each built-in need is computed, made once
+        for state in self.states.values():  # entries that act on the run itself (lspo: re-rolls by a scaffold adapter)
+            if hasattr(state, "bind_run"):
+                state.bind_run(self)
         tracking = cfg.tracking if self.rank == 0 else cfg.tracking.model_copy(update={"jsonl": False, "loggers": []})
         self.tracker = Tracker(self.run_dir, tracking, cfg.model_dump(mode="json"))
         # where rollouts come from: this engine (local, synchronous) or workers producing ahead

@@ -9,7 +9,7 @@ Importing this package registers all of them; one module per idea:
     temperature.py posterior_temperature (per-task rollout temperature)
 """
 
-from agent_rl.algorithms.filters import length, sampling, task_stats, temperature, test_time  # noqa: F401  (registration)
+from agent_rl.algorithms.filters import length, lspo, sampling, task_stats, temperature, test_time  # noqa: F401  (registration)
 from agent_rl.algorithms.filters.sampling import DynamicSamplingConfig, dynamic_sampling
 
 __all__ = ["DynamicSamplingConfig", "dynamic_sampling"]
