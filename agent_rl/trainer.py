@@ -26,6 +26,7 @@ from agent_rl.learner import checkpoint as ckpt
 from agent_rl.learner import fsdp, launch, lora
 from agent_rl.learner.critic import Critic, load_value_model
 from agent_rl.learner.learner import Learner
+from agent_rl.learner.prm import ImplicitPRM
 from agent_rl.learner.teacher import (
     EmaTeacher,
     FrozenTeacher,
@@ -135,6 +136,12 @@ class Trainer:
             if cfg.learner.lora is not None:
                 body = lora.apply_lora(body, cfg.learner.lora, task_type="TOKEN_CLS")
             self.critic = Critic(body, ccfg, cfg.learner, total_steps=cfg.trainer.steps)
+        self.prm = None
+        if "prm" in self.plan.builds:  # prime: an implicit PRM, a trained copy of the initial policy
+            if self.remote_learner is not None or self.world > 1 or cfg.learner.lora is not None:
+                raise ValueError("algorithm.advantage.name=prime: the implicit PRM needs one local learner without LoRA (learner.world_size=1, learner.lora: null)")
+            prm_model = copy.deepcopy(self.components.model)
+            self.prm = ImplicitPRM(prm_model, self.plan.advantage_cfg, cfg.learner, self.learner.logprobs, total_steps=cfg.trainer.steps)
         self.teacher = None
         if "teacher" in self.plan.builds:  # self-distillation: a teacher that sees the env's privileged context
             if self.world > 1:
@@ -255,6 +262,8 @@ class Trainer:
             if step < self.critic.cfg.warmup_steps:  # VAPO: pre-train the critic on the frozen policy's rollouts
                 metrics["train/critic_warmup"] = 1.0
                 return metrics
+        if self.prm is not None:  # prime: the PRM's cross-entropy on the outcome labels, after its rewards were read
+            metrics.update(self.prm.update(batch, batch.ref_logprobs_BT, batch.rewards_B))
         # 3. loss, optimizer step, weight sync (colocated hf: the same module, only the version moves)
         advantages_BT = adv.advantages_BT
         if cfg.rollout.layout == "per_turn":  # one row per turn, with the context it was sampled from
@@ -363,6 +372,7 @@ class Trainer:
             "entropy": policy_scores,
             "ref_logprobs": lambda ctx: {"ref_logprobs": self.learner.score(self.ref_model, ctx.batch)[0]},
             "values": lambda ctx: {"values": self.critic.values(ctx.batch)},
+            "prm_logprobs": lambda ctx: {"prm_logprobs": self.learner.score(self.prm.model, ctx.batch)[0]},
             "teacher_logprobs": lambda ctx: self._teacher_scores(ctx.batch, ctx.groups),
             "teacher_topk": lambda ctx: self._teacher_scores(ctx.batch, ctx.groups),
             "greedy_rewards": greedy,
@@ -487,6 +497,8 @@ class Trainer:
         per_rank = {"policy_scheduler": self.learner.scheduler.state_dict(), "version": self.learner.version}
         if self.critic is not None:
             per_rank["critic_scheduler"] = self.critic.scheduler.state_dict()
+        if self.prm is not None:
+            per_rank["prm_scheduler"] = self.prm.scheduler.state_dict()
         trainer_state = {
             "step": step,
             "states": {k: v.state_dict() for k, v in self.states.items() if v is not None},
@@ -502,6 +514,8 @@ class Trainer:
             state["policy"] = ckpt.ModelAndOptimizer(self.learner.model, self.learner.optimizer)
         if self.critic is not None:
             state["critic"] = ckpt.ModelAndOptimizer(self.critic.model, self.critic.optimizer)
+        if self.prm is not None:
+            state["prm"] = ckpt.ModelAndOptimizer(self.prm.model, self.prm.optimizer)
         return state
 
     def _export(self, out: Path) -> None:
@@ -524,6 +538,8 @@ class Trainer:
         self.learner.version = per_rank["version"]
         if self.critic is not None:
             self.critic.scheduler.load_state_dict(per_rank["critic_scheduler"])
+        if self.prm is not None:
+            self.prm.scheduler.load_state_dict(per_rank["prm_scheduler"])
         for k, v in trainer_state["states"].items():
             self.states[k].load_state_dict(v)
         self.start_step = trainer_state["step"]

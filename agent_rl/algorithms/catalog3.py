@@ -25,7 +25,7 @@ class Catalog3Key:
 
 KEYS: tuple[Catalog3Key, ...] = (
     # formerly "Later"
-    Catalog3Key("prime", "later", NOT_YET, "implicit PRM trained online (issue 24)"),
+    Catalog3Key("prime", "later", NOT_YET, "registered as an advantage (advantages/prime.py); its implicit PRM: learner/prm.py, need prm_logprobs"),
     Catalog3Key("clipo", "later", NOT_YET, "found (arXiv 2603.10101 summaries; official code Qwen-Applications/CLIPO is indexed but its contrastive part is in its verl fork): a contrastive head on the policy's hidden states, InfoNCE pulling a group's successful trajectories together, as an auxiliary reward. Needs: pooled hidden states of each row from the learner and a trained head"),
     Catalog3Key("cipo_retry", "later", NOT_YET, "needs the task sampler to queue retry tasks (problem + failed attempt in context) for the next rollout round"),
     Catalog3Key("scrl", "later", NOT_YET, "needs a task generator (policy or configured model) that decomposes all-fail prompts into verifiable sub-problems"),

@@ -123,6 +123,7 @@ class AdvantageInputs:
     ref_logprobs_BT: Tensor | None = None
     entropy_BT: Tensor | None = None
     teacher_logprobs_BT: Tensor | None = None
+    prm_logprobs_BT: Tensor | None = None  # PRIME's implicit process reward model
     greedy_rewards_B: Tensor | None = None
     turn_index_BT: Tensor | None = None
     task_ids_B: list[str] | None = None

@@ -42,6 +42,7 @@ NEED_FIELDS = {
     "old_logprobs": "old_logprobs_BT",
     "rollout_logprobs": "rollout_logprobs_BT",
     "teacher_logprobs": "teacher_logprobs_BT",
+    "prm_logprobs": "prm_logprobs_BT",
 }
 
 
@@ -415,6 +416,7 @@ def full_inputs(B: int = 8, T: int = 7, seed: int = 0, extreme: bool = False) ->
         ref_logprobs_BT=-torch.rand(B, T, generator=g) * lp,
         entropy_BT=torch.rand(B, T, generator=g) * (12.0 if extreme else 2.0),
         teacher_logprobs_BT=-torch.rand(B, T, generator=g) * lp,
+        prm_logprobs_BT=-torch.rand(B, T, generator=g) * lp,
         greedy_rewards_B=torch.randn(B, generator=g) * scale,
         task_ids_B=[f"task{i // 2}" for i in range(B)],
         kl_penalty_BT=torch.randn(B, T, generator=g) * (100.0 if extreme else 0.01),

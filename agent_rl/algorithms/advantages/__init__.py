@@ -12,9 +12,10 @@ them; one module per family:
     distill_credit.py  rlsd (self-teacher magnitudes)
     multi_reward.py    grpo_process (step rewards), sa_mrpo (reward components)
     mupo.py      mupo (partitions by response embeddings, diversity reward)
+    prime.py     prime (implicit process rewards of a PRM trained online)
 """
 
-from agent_rl.algorithms.advantages import distill_credit, group, history, multi_reward, mupo, returns, reweight, token  # noqa: F401  (registration)
+from agent_rl.algorithms.advantages import distill_credit, group, history, multi_reward, mupo, prime, returns, reweight, token  # noqa: F401  (registration)
 from agent_rl.algorithms.advantages.common import broadcast_to_tokens, group_stats
 from agent_rl.algorithms.advantages.group import GrpoConfig, grpo
 

@@ -1,0 +1,120 @@
+"""PRIME: Process Reinforcement through Implicit Rewards (Cui et al. 2025, arXiv 2502.01456).
+
+An implicit process reward model (PRM) ``pi_phi``, a causal LM initialised from the policy's
+(SFT) weights, gives every generated token a reward against the run's frozen reference:
+
+    r_phi(y_t) = beta * log( pi_phi(y_t | y_<t) / pi_ref(y_t | y_<t) )
+
+and is itself trained online, each step, on the outcome labels only: the sequence's implicit
+reward ``r_phi(y) = sum_t r_phi(y_t)`` is the logit of a cross-entropy loss against the
+verifier's label (``agent_rl/learner/prm.py``, need ``prm_logprobs``, component ``prm``).
+
+The advantage of row i of a group of K samples mixes the outcome reward and the process
+rewards, each with a leave-one-out (RLOO) baseline, summed as a return-to-go:
+
+    r~_t^i = r_phi(y_t^i) - 1/(K-1) sum_{j != i} mean_s r_phi(y_s^j)      (process, per token)
+    o~^i   = r_o(y^i)    - 1/(K-1) sum_{j != i} r_o(y^j)                  (outcome, on the last token)
+    A_t^i  = sum_{s >= t} gamma^(s-t) (process_coef r~_s^i + outcome_coef o~^i [s = last])
+
+then whitened over the batch's loss tokens (``whiten``), and trained with PPO's clipped loss
+(``algorithm.loss.name=ppo_clip``, as in the paper).
+
+Choices where the paper leaves room (also in ``docs/objectives.md``, "Choices we made"):
+- the process baseline: the paper's Eq. 5 subtracts the other samples' implicit rewards; we
+  subtract, per token, the mean of the other samples' *per-token mean* implicit reward, so that
+  the baseline has the scale of one token's reward whatever the lengths;
+- the order: token rewards come from the PRM *before* its update of the step (Algorithm 1:
+  forward, then update the PRM, then the advantages use the rewards of the forward pass);
+- the label: the outcome reward clamped to [0, 1] (binary verifiers unchanged, partial credit a
+  soft label);
+- a group of one keeps its own rewards (no baseline), as ``rloo``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from pydantic import Field
+
+from agent_rl.algorithms.advantages.common import (
+    discounted_returns,
+    group_stats,
+    masked_whiten,
+    token_rewards,
+)
+from agent_rl.algorithms.needs import register_need
+from agent_rl.algorithms.registry import (
+    AdvantageInputs,
+    AdvantageOutput,
+    ComponentConfig,
+    record_choice,
+    register_advantage,
+    require,
+)
+
+register_need(
+    "prm_logprobs",
+    "logprobs of PRIME's implicit process reward model (a second causal LM trained on outcome labels)",
+    field="prm_logprobs_BT",
+    builds="prm",
+    to_batch=False,
+)
+
+
+class PrimeConfig(ComponentConfig):
+    beta: float = Field(0.05, gt=0.0, description="implicit reward scale: r_t = beta * (log pi_prm - log pi_ref) (paper: 0.05)")
+    gamma: float = Field(1.0, ge=0.0, le=1.0, description="discount of the return-to-go (paper: 1.0)")
+    process_coef: float = Field(1.0, ge=0.0, description="weight of the leave-one-out implicit process rewards")
+    outcome_coef: float = Field(1.0, ge=0.0, description="weight of the leave-one-out outcome reward")
+    whiten: bool = Field(True, description="whiten the advantages over the batch's loss tokens")
+    prm_lr: float = Field(1e-6, gt=0.0, description="AdamW learning rate of the implicit PRM (paper: 1e-6)")
+    prm_grad_clip: float = Field(1.0, gt=0.0, description="max global gradient norm of the PRM's update")
+
+
+def implicit_token_rewards(prm_logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, loss_mask_BT: torch.Tensor, beta: float) -> torch.Tensor:
+    """r_t = beta * (log pi_prm(y_t) - log pi_ref(y_t)) on loss tokens, 0 elsewhere."""
+    return beta * (prm_logprobs_BT.double() - ref_logprobs_BT.double()) * loss_mask_BT.double()
+
+
+def leave_one_out(values_B: torch.Tensor, group_index_B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mean of the other rows of each row's group, and whether the group has another row."""
+    mean_B, _, count_B = group_stats(values_B.double(), group_index_B)
+    n_B = count_B.double()
+    others_B = (mean_B * n_B - values_B.double()) / (n_B - 1).clamp(min=1)
+    has_others_B = count_B > 1
+    return torch.where(has_others_B, others_B, torch.zeros_like(others_B)), has_others_B
+
+
+@register_advantage("prime", config=PrimeConfig, needs={"ref_logprobs", "prm_logprobs"})
+def prime(x: AdvantageInputs, cfg: PrimeConfig) -> AdvantageOutput:
+    """PRIME (Cui et al. 2025): leave-one-out outcome reward + leave-one-out implicit process rewards.
+
+    r_t = beta (log pi_prm(y_t) - log pi_ref(y_t)); r~_t^i = r_t^i - mean_{j != i} mean_s r_s^j
+    A_t^i = sum_{s >= t} gamma^(s-t) (process_coef r~_s^i + outcome_coef (r_o^i - mean_{j != i} r_o^j) [s = last])
+    then whitened over the loss tokens; the PRM: one CE step per step on the outcome labels (learner/prm.py).
+    """
+    mask_BT = x.loss_mask_BT.double()
+    ref_BT = require(x, "ref_logprobs_BT", "prime")
+    prm_BT = require(x, "prm_logprobs_BT", "prime")
+    r_BT = implicit_token_rewards(prm_BT, ref_BT, mask_BT, cfg.beta)
+    mean_tok_B = r_BT.sum(-1) / mask_BT.sum(-1).clamp(min=1)
+    process_base_B, _ = leave_one_out(mean_tok_B, x.group_index_B)
+    process_BT = (r_BT - process_base_B[:, None]) * mask_BT
+    outcome_base_B, _ = leave_one_out(x.rewards_B, x.group_index_B)
+    outcome_x = dataclasses.replace(x, rewards_B=x.rewards_B.double() - outcome_base_B)
+    rewards_BT = cfg.process_coef * process_BT + cfg.outcome_coef * token_rewards(outcome_x)
+    returns_BT = discounted_returns(rewards_BT, mask_BT, cfg.gamma)
+    adv_BT = masked_whiten(returns_BT, mask_BT) if cfg.whiten else returns_BT
+    seq_B = r_BT.sum(-1)
+    metrics = {
+        "prime/implicit_reward_mean": float(seq_B.mean()),
+        "prime/token_reward_abs_mean": float(r_BT.abs().sum() / mask_BT.sum().clamp(min=1)),
+    }
+    return AdvantageOutput(advantages_BT=adv_BT.float(), returns_BT=returns_BT.float(), metrics=metrics)
+
+
+record_choice("prime", "process baseline (Eq. 5)", "per token, the mean over the group's other samples of their per-token mean implicit reward (leave-one-out, token scale)")
+record_choice("prime", "PRM update before or after the rewards", "after: the step's token rewards come from the PRM before its update (Algorithm 1)")
+record_choice("prime", "outcome label of the PRM's cross-entropy", "the outcome reward clamped to [0, 1] (binary verifiers unchanged)")
+record_choice("prime", "PRM initialisation and reference", "the PRM starts as a copy of the initial policy (model.path); the reference is the run's frozen initial policy")
