@@ -56,7 +56,8 @@ class ImplicitPRM:
             loss, reward_B = prm_loss(logprobs_BT, ref_logprobs_BT[rows], mb.loss_mask_BT, labels_B, self.cfg.beta, num_rows)
             loss.backward()
             loss_sum += float(loss.detach())
-            correct += float(((reward_B > 0).float() == (labels_B > 0.5).float()).sum())
+            hit_B = ((reward_B > 0) == (labels_B > 0.5)).float()
+            correct += float(torch.where(reward_B == 0, 0.5, hit_B).sum())  # sign of r_phi vs the label, ties 1/2
         metrics = self.optim.step(self.cfg.prm_grad_clip)
         metrics.update({"prm/loss": loss_sum, "prm/accuracy": correct / max(num_rows, 1.0)})
         return metrics

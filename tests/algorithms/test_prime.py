@@ -95,6 +95,7 @@ def test_one_prm_step_moves_the_implicit_reward_towards_the_label(tmp_path, tiny
     policy_before = [p.detach().clone() for p in t.components.model.parameters()]
     metrics = t.prm.update(batch, ref_BT, batch.rewards_B)
     assert abs(metrics["prm/loss"] - math.log(2)) < 1e-5  # sigmoid(0) against either label
+    assert metrics["prm/accuracy"] == 0.5  # r_phi = 0 before the step: a tie
     moved = implicit_reward()
     assert moved > 0 if label == 1.0 else moved < 0
     assert all(torch.equal(a, b) for a, b in zip(policy_before, t.components.model.parameters(), strict=True))
