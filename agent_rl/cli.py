@@ -12,7 +12,10 @@ from agent_rl.families import FAMILIES
 def _config(args: argparse.Namespace):
     """The validated config; ``--print-config`` prints it, every default filled in, and exits."""
     from agent_rl.config import load_config
+    from agent_rl.preflight import check_config_file
 
+    if args.config is not None:
+        check_config_file(args.config)
     cfg = load_config(args.config, args.overrides)
     if getattr(args, "print_config", False):
         print(cfg.to_yaml(), end="")
@@ -22,9 +25,11 @@ def _config(args: argparse.Namespace):
 
 def _preflight(cfg, weights: bool = True) -> None:
     """What fails before anything is created: the model and the critic can be loaded."""
+    from agent_rl.envloader import env_factory
     from agent_rl.preflight import check_model
 
-    check_model(cfg.model.path, weights=weights)
+    env_factory(cfg.env)  # an unknown env id first: the model's message names the env
+    check_model(cfg.model.path, weights=weights, env_id=cfg.env.id)
     if cfg.learner.critic is not None and cfg.learner.critic.path is not None:
         check_model(cfg.learner.critic.path, key="learner.critic.path")
 

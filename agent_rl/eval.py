@@ -215,12 +215,17 @@ def run_eval(cfg: Any, log: Any = print) -> tuple[EvalResult, Path]:
     """``agent-rl eval``: score, print, and write ``eval.json`` + ``trajectories/eval.jsonl``."""
     from agent_rl.runtime import make_run_dir
 
+    from agent_rl.progress import EpisodeProgress
+
     engine = _engine(cfg)
     t0 = time.perf_counter()
+    progress = EpisodeProgress("eval", cfg.eval.episodes * cfg.eval.k, enabled=cfg.tracking.progress)
+    engine.on_episode_done = progress.episode_done
     try:
-        result, trajectories = asyncio.run(
-            evaluate(engine, cfg.eval.episodes, cfg.eval.k, split=cfg.eval.split, resamples=cfg.eval.bootstrap)
-        )
+        with progress:
+            result, trajectories = asyncio.run(
+                evaluate(engine, cfg.eval.episodes, cfg.eval.k, split=cfg.eval.split, resamples=cfg.eval.bootstrap)
+            )
     finally:
         engine.close()
         engine.backend.close()
@@ -243,5 +248,5 @@ def run_eval(cfg: Any, log: Any = print) -> tuple[EvalResult, Path]:
     failed = [r.task_id for r in result.per_task if r.samples and r.correct < r.samples]
     if failed:
         log(f"  tasks not always solved ({len(failed)}): {', '.join(failed[:10])}{' ...' if len(failed) > 10 else ''}")
-    log(f"written to {run_dir}")
+    log(f"written to {run_dir} (eval.json, trajectories/eval.jsonl)")
     return result, run_dir

@@ -21,12 +21,39 @@ def hub_offline() -> bool:
     return any(os.environ.get(k, "").strip().lower() in _TRUE for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
-def check_model(path: str, key: str = "model.path", weights: bool = True) -> None:
+REPO_CONFIGS = Path(__file__).resolve().parents[1] / "configs"  # the recipes shipped with the repository
+
+
+def where(path: str | Path) -> str:
+    """Where a relative path points: every path a command takes (the config file, ``model.path``,
+    ``run.root``, ...) is relative to the working directory, as in a shell."""
+    p = Path(path).expanduser()
+    return str(p) if p.is_absolute() else f"{Path.cwd() / p}, relative to the working directory"
+
+
+def check_config_file(path: str | Path) -> None:
+    """The config file exists; else say where it was looked for and where the shipped recipe is."""
+    p = Path(path).expanduser()
+    if p.is_file():
+        return
+    shipped = REPO_CONFIGS / p.name
+    hint = f"; the repository's recipe of that name is {shipped}" if shipped.is_file() and shipped != p.resolve() else ""
+    raise ValueError(f"config file not found: {path} (looked for {where(path)}){hint}")
+
+
+def make_command(path: str, env_id: str | None = None) -> str:
+    """The command that builds the tiny model a config names, with the env's text in its tokenizer
+    (as ``agent-rl quickstart`` builds ``runs/NAME/models/tiny`` for ``configs/NAME.yaml``)."""
+    return f"agent-rl init-model tiny --out {path}" + (f" --env {env_id}" if env_id else "")
+
+
+def check_model(path: str, key: str = "model.path", weights: bool = True, env_id: str | None = None) -> None:
     """``path`` is a checkpoint directory with a ``config.json`` (``weights=False``: any directory, a
     tokenizer is enough), or a hub id that is cached or reachable.
 
     A hub id is probed with one metadata request (``HUB_TIMEOUT_S``) instead of the download's
-    retries; in offline mode only the local cache counts.
+    retries; in offline mode only the local cache counts. A missing directory's message says where
+    it was looked for and the command that builds it (``make_command``; ``env_id``: the run's env).
     """
     local = Path(path).expanduser()
     if local.is_dir():
@@ -37,8 +64,8 @@ def check_model(path: str, key: str = "model.path", weights: bool = True) -> Non
         raise ValueError(f"{key}={path}: a file, not a checkpoint directory")
     if not _HUB_ID.match(path):
         raise ValueError(
-            f"{key}={path}: no such directory. Build a tiny model with `agent-rl init-model tiny --out {path}`, "
-            "or give a checkpoint directory or a hub id (org/name)"
+            f"{key}={path}: no such directory (looked for {where(path)}). Build a tiny model with "
+            f"`{make_command(path, env_id)}`, or give a checkpoint directory or a hub id (org/name)"
         )
     from huggingface_hub import model_info, try_to_load_from_cache
 
@@ -46,7 +73,7 @@ def check_model(path: str, key: str = "model.path", weights: bool = True) -> Non
         return  # in the local cache
     if hub_offline():
         raise ValueError(
-            f"{key}={path}: not a local directory, and the hub id is not in the local cache while offline mode is on "
+            f"{key}={path}: not a local directory ({where(path)}), and the hub id is not in the local cache while offline mode is on "
             "(HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE); download it on a connected machine or give a checkpoint directory"
         )
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
@@ -56,11 +83,11 @@ def check_model(path: str, key: str = "model.path", weights: bool = True) -> Non
     except GatedRepoError:
         raise ValueError(f"{key}={path}: a gated model; accept its licence on the hub and log in (hf auth login)") from None
     except RepositoryNotFoundError:
-        raise ValueError(f"{key}={path}: no such local directory, and no such model on the hub") from None
+        raise ValueError(f"{key}={path}: no such local directory ({where(path)}), and no such model on the hub") from None
     except Exception as e:  # connection refused, DNS, timeout, proxy: the hub cannot be reached
         reason = " ".join(str(e).split())[:160] or type(e).__name__
         raise ValueError(
-            f"{key}={path}: not a local directory, and the hub cannot be reached ({reason}); "
+            f"{key}={path}: not a local directory ({where(path)}), and the hub cannot be reached ({reason}); "
             "give a checkpoint directory, or set HF_HUB_OFFLINE=1 to use the local cache"
         ) from None
 

@@ -1,4 +1,4 @@
-"""Live progress of a long command (train, sft): phase, step, ETA and key metrics; a summary at the end.
+"""Live progress of a long command (train, sft, eval): phase, step, ETA and key metrics; a summary at the end.
 
 On a terminal it is one live bar; piped (CI, ``| tee``) it prints a readable line per step, since a
 bar redrawn in place leaves only its last state in a log. Steps are counted from 1, like
@@ -113,8 +113,12 @@ class RunProgress:
             return
         if self._bar is not None:
             self._bar.update(self._task, completed=step, metrics=" | ".join(self.metric_parts(metrics, step_s)))
-        elif step % self.line_every == 0 or step == self.total or any(k.startswith(("eval/", "sft/val")) for k in metrics):
+        elif self.line_due(step, metrics):
             print(self.line(step, metrics, step_s), file=self.stream, flush=True)
+
+    def line_due(self, step: int, metrics: dict[str, float]) -> bool:
+        """Piped: print this step's line (every ``line_every`` steps, the last, and every eval)."""
+        return step % self.line_every == 0 or step == self.total or any(k.startswith(("eval/", "sft/val")) for k in metrics)
 
     def summary(self, run_dir: Path, rows: list[dict[str, Any]], files: list[str]) -> str:
         """Best and final value of each key metric over ``rows`` (``metrics.jsonl``), wall time, files."""
@@ -134,3 +138,48 @@ class RunProgress:
         if self.enabled:
             print(text, file=self.stream, flush=True)
         return text
+
+
+class EpisodeProgress(RunProgress):
+    """Per-episode progress of ``agent-rl eval``: episodes done / total, running success (the mean
+    reward of the scored episodes so far), errors, episodes per second and ETA.
+
+    ``episode_done(trajectories)`` is the rollout engine's ``on_episode_done`` hook (one call per
+    episode; an agent program's episode may have several trajectories, which share its reward).
+    Piped, it prints about 20 lines per run (``line_every``), and always the last.
+    """
+
+    def __init__(self, command: str, total: int, enabled: bool = True, stream: TextIO | None = None,
+                 now: Callable[[], float] = time.perf_counter):
+        super().__init__(command, total, enabled=enabled, stream=stream, line_every=max(1, total // 20), now=now)
+        self.current = "rollout"
+        self.reward_sum, self.scored, self.errors = 0.0, 0, 0
+
+    def episode_done(self, trajectories: list[Any]) -> None:
+        reward = trajectories[0].reward if trajectories else None
+        if reward is None:
+            self.errors += 1  # env / infra failure: excluded from the score, as in eval.score
+        else:
+            self.reward_sum, self.scored = self.reward_sum + float(reward), self.scored + 1
+        self.step(self.done + 1, self.running())
+
+    def running(self) -> dict[str, float]:
+        return {"eval/success": self.reward_sum / self.scored} if self.scored else {}
+
+    def line_due(self, step: int, metrics: dict[str, float]) -> bool:
+        return step % self.line_every == 0 or step == self.total
+
+    def metric_parts(self, metrics: dict[str, float], step_s: float) -> list[str]:  # type: ignore[override]
+        parts = [f"success {metrics['eval/success']:.3f}"] if "eval/success" in metrics else []
+        parts.append(f"errors {self.errors}")
+        elapsed = self.t_step - self.t0
+        if self.done > 0 and elapsed > 0:
+            parts.append(f"{self.done / elapsed:.2f} episodes/s")
+        return parts
+
+    def line(self, step: int, metrics: dict[str, float], step_s: float) -> str:
+        parts = [f"{self.command} episode {step}/{self.total}", *self.metric_parts(metrics, step_s)]
+        eta = self.eta_s()
+        if eta is not None and step < self.total:
+            parts.append(f"ETA {clock(eta)}")
+        return " | ".join(parts)

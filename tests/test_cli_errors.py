@@ -29,10 +29,30 @@ def test_missing_model_path(tmp_path, capsys):
     runs = tmp_path / "runs"
     err = _error(capsys, ["train", QUICK, f"model.path={tmp_path / 'nope'}", f"run.root={runs}"])
     assert err == (
-        f"error: model.path={tmp_path / 'nope'}: no such directory. Build a tiny model with "
-        f"`agent-rl init-model tiny --out {tmp_path / 'nope'}`, or give a checkpoint directory or a hub id (org/name)"
+        f"error: model.path={tmp_path / 'nope'}: no such directory (looked for {tmp_path / 'nope'}). Build a tiny model with "
+        f"`agent-rl init-model tiny --out {tmp_path / 'nope'} --env agent_rl/Arithmetic-v0`, or give a checkpoint directory "
+        "or a hub id (org/name)"
     )
     assert not runs.exists()
+
+
+def test_relative_paths_say_where_they_were_looked_for(tmp_path, capsys, monkeypatch):
+    """Paths are relative to the working directory: run elsewhere, the messages name the full path
+    and the repository's recipe."""
+    monkeypatch.chdir(tmp_path)
+    err = _error(capsys, ["train", "configs/quickstart.yaml"])
+    assert err == (
+        f"error: config file not found: configs/quickstart.yaml (looked for {tmp_path / 'configs' / 'quickstart.yaml'}, "
+        f"relative to the working directory); the repository's recipe of that name is {QUICK}"
+    )
+    err = _error(capsys, ["eval", QUICK])  # its model.path is runs/quickstart/models/tiny
+    assert err == (
+        "error: model.path=runs/quickstart/models/tiny: no such directory (looked for "
+        f"{tmp_path / 'runs' / 'quickstart' / 'models' / 'tiny'}, relative to the working directory). Build a tiny model with "
+        "`agent-rl init-model tiny --out runs/quickstart/models/tiny --env agent_rl/Arithmetic-v0`, "
+        "or give a checkpoint directory or a hub id (org/name)"
+    )
+    assert not (tmp_path / "runs").exists()
 
 
 def test_debug_shows_the_traceback(tmp_path):
@@ -58,7 +78,8 @@ def test_unreachable_hub_is_one_request(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda repo, name: None)
     err = _error(capsys, ["sft", QUICK, "model.path=Org/Model-0.5B", f"run.root={tmp_path / 'runs'}"])
     assert err == (
-        "error: model.path=Org/Model-0.5B: not a local directory, and the hub cannot be reached "
+        f"error: model.path=Org/Model-0.5B: not a local directory ({os.getcwd()}/Org/Model-0.5B, relative to the working "
+        "directory), and the hub cannot be reached "
         "([Errno 111] Connection refused); give a checkpoint directory, or set HF_HUB_OFFLINE=1 to use the local cache"
     )
     assert calls == [("Org/Model-0.5B", {"timeout": 5.0})]  # one request, no retries
@@ -82,7 +103,8 @@ def test_hub_unreachable_subprocess(tmp_path):
     r = subprocess.run([sys.executable, "-m", "agent_rl.cli", "train", QUICK, "model.path=Org/Model", f"run.root={tmp_path / 'runs'}"],
                        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
     assert r.returncode == 2, r.stderr
-    assert r.stderr.startswith("error: model.path=Org/Model: not a local directory, and the hub cannot be reached (")
+    assert r.stderr.startswith(f"error: model.path=Org/Model: not a local directory ({tmp_path}/Org/Model, relative to the "
+                               "working directory), and the hub cannot be reached (")
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
 
 

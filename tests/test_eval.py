@@ -72,6 +72,12 @@ def test_cli_eval_with_a_scripted_policy(tmp_path, tiny_model_dir):
     )
     assert r.returncode == 0, r.stderr
     assert "mean@2 1.000 [1.000, 1.000]  pass@2 1.000 [1.000, 1.000]  (tasks=3, n=6, errors=0)" in r.stdout
+    # piped: a progress line per episode (6 < 20), the last with the running success, then the summary
+    lines = [line for line in r.stdout.splitlines() if line.startswith("eval episode")]
+    assert [line.split(" | ")[0] for line in lines] == [f"eval episode {i}/6" for i in range(1, 7)]
+    assert lines[-1].startswith("eval episode 6/6 | success 1.000 | errors 0 | ")
+    assert r.stdout.index("eval episode 6/6") < r.stdout.index("mean@2")
+    assert f"written to {run_dir} (eval.json, trajectories/eval.jsonl)" in r.stdout
     summary = json.loads((run_dir / "eval.json").read_text())
     assert summary["ci_method"] == "95% percentile bootstrap over tasks" and len(summary["per_task"]) == 3
     lines = (run_dir / "trajectories" / "eval.jsonl").read_text().splitlines()

@@ -90,3 +90,42 @@ def test_train_piped_shows_steps_hint_and_summary(tmp_path, tiny_model_dir):
     assert "  files: metrics.jsonl, reward.png, checkpoints/step_000002/model, trajectories" in lines
     assert sorted(p.name for p in (tmp_path / "run" / "trajectories").iterdir()) == ["step_000001.jsonl", "step_000002.jsonl"]
     assert "UserWarning" not in r.stderr and "Traceback" not in r.stderr
+
+
+def _episode(reward):
+    from types import SimpleNamespace
+
+    return [SimpleNamespace(reward=reward)]
+
+
+def test_eval_episode_progress_piped_lines_running_success_and_errors():
+    from agent_rl.progress import EpisodeProgress
+
+    ticks = iter([0.0, 0.0, 1.0, 2.0, 4.0, 8.0])  # made, entered, then episodes 1-4 end at 1, 2, 4, 8 s
+    out = io.StringIO()
+    with EpisodeProgress("eval", total=4, stream=out, now=lambda: next(ticks)) as p:
+        for reward in (1.0, None, 0.0, 0.5):  # None: an env error, counted and left out of the score
+            p.episode_done(_episode(reward))
+    assert out.getvalue().splitlines() == [
+        "eval episode 1/4 | success 1.000 | errors 0 | 1.00 episodes/s | ETA 0:00:03",
+        "eval episode 2/4 | success 1.000 | errors 1 | 1.00 episodes/s | ETA 0:00:02",
+        "eval episode 3/4 | success 0.500 | errors 1 | 0.75 episodes/s | ETA 0:00:01",
+        "eval episode 4/4 | success 0.500 | errors 1 | 0.50 episodes/s",
+    ]
+    assert (p.scored, p.errors, p.done) == (3, 1, 4)
+
+
+def test_eval_episode_progress_prints_about_20_lines_and_a_bar_on_a_terminal():
+    from agent_rl.progress import EpisodeProgress
+
+    out = io.StringIO()
+    with EpisodeProgress("eval", total=100, stream=out) as p:
+        for _ in range(100):
+            p.episode_done(_episode(1.0))
+    steps = [int(re.match(r"eval episode (\d+)/100", line).group(1)) for line in out.getvalue().splitlines()]
+    assert steps == list(range(5, 101, 5))
+    tty = Tty()
+    with EpisodeProgress("eval", total=2, stream=tty) as p:
+        p.episode_done(_episode(0.0))
+        assert p._bar.tasks[0].description == "eval: rollout" and p._bar.tasks[0].completed == 1
+        assert p._bar.tasks[0].fields["metrics"].startswith("success 0.000 | errors 0")

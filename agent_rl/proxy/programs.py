@@ -157,6 +157,8 @@ class ProgramEngine(RolloutEngine):
             finally:
                 self._idle_envs.append(env)
         self.metrics["episodes/" + out[0].stop_reason] += 1
+        if self.on_episode_done is not None:
+            self.on_episode_done(out)
         return out
 
     async def _play(self, service: ProxyService, root: str, spec: EpisodeSpec, sample_seed: int, env: Any) -> list[Trajectory]:

@@ -134,6 +134,8 @@ class RolloutEngine:
         self._env_pool: ThreadPoolExecutor | None = None
         self._env_loops: dict[int, EnvLoop] = {}  # id(env) -> the loop of an async env that is not loop_safe
         self._loop_state: tuple[asyncio.AbstractEventLoop, GenerationScheduler, asyncio.Semaphore] | None = None
+        # called with an episode's trajectories when it ends (e.g. eval's live progress); None: nothing
+        self.on_episode_done: Any = None
 
     def close(self) -> None:
         # the env threads first: an episode cancelled while its env was in a thread (a dropped group)
@@ -235,6 +237,8 @@ class RolloutEngine:
                 finally:
                     self._idle_envs.append(ep.env)
                     self.metrics["episodes/" + (ep.stop or StopReason.DONE)] += 1
+            if self.on_episode_done is not None:
+                self.on_episode_done([ep.trajectory()])
 
         await asyncio.gather(*(one(ep, s) for ep, s in zip(episodes, starters, strict=True)))
 
