@@ -39,6 +39,7 @@ from agent_rl.rollout.backends.hf import load_model, load_tokenizer
 from agent_rl.rollout.backends.openai_http import check_push_auth
 from agent_rl.rollout.batching import make_batch, per_turn_batch, trainable_groups
 from agent_rl.rollout.episode import EpisodeSpec
+from agent_rl.run_services import RunServices
 from agent_rl.runtime import (
     Components,
     make_policy_backend,
@@ -149,7 +150,8 @@ class Trainer:
             self.teacher = self._make_teacher(self.plan.teacher)
             self.states["teacher"] = self.teacher
         self._need_providers = self._providers()  # how each built-in need is computed, made once
-        for state in self.states.values():  # entries that act on the run itself (lspo: re-rolls by a scaffold adapter)
+        self.services = RunServices(self)  # what entries that act on the run itself may call
+        for state in self.states.values():  # such entries (lspo: re-rolls by a scaffold adapter)
             if hasattr(state, "bind_run"):
                 state.bind_run(self)
         tracking = cfg.tracking if self.rank == 0 else cfg.tracking.model_copy(update={"jsonl": False, "loggers": []})

@@ -11,7 +11,6 @@ is dropped whenever the run checkpoints (``state_dict``), so every checkpoint is
 
 from __future__ import annotations
 
-import copy
 from dataclasses import replace
 from typing import Any
 
@@ -19,7 +18,12 @@ import torch
 from pydantic import Field
 
 from agent_rl.algorithms.filters.common import valid_rewards, with_trajectories
-from agent_rl.algorithms.registry import ComponentConfig, FilterResult, record_choice, register_filter
+from agent_rl.algorithms.registry import (
+    ComponentConfig,
+    FilterResult,
+    record_choice,
+    register_filter,
+)
 from agent_rl.core.seeding import derive_seed
 from agent_rl.types import Trajectory, TrajectoryGroup
 
@@ -91,68 +95,6 @@ def lspo_loss_options(cfg: LspoConfig) -> dict[str, object]:
     return {"rollout_is": {"level": "token", "mode": "truncate", "threshold": cfg.is_cap}}
 
 
-def _solutions(run: Any, specs: list[Any], seed: int, threshold: float) -> list[TrajectoryGroup]:
-    """Ground truth: the env's scripted teacher (the SFT teacher) solving the cliff tasks, kept when it succeeds."""
-    from agent_rl.envloader import bind_tool_format, sft_teacher
-    from agent_rl.rollout.backends.scripted import ScriptedBackend
-    from agent_rl.sft import load_policy
-
-    c = run.components
-    teacher = bind_tool_format(load_policy(sft_teacher(run.cfg)), c.tool_format)
-    engine = c.engine(backend=ScriptedBackend(teacher, c.tokenizer, seed=seed, tool_format=c.tool_format))
-    try:
-        demos = engine.run_sync(specs, seed=seed)
-    finally:
-        engine.close()
-    return [TrajectoryGroup(t.task_id, t.group_id, [t]) for t in demos if t.trainable and t.reward is not None and t.reward > threshold]
-
-
-def _scaffold(run: Any, state: LspoState, demos: list[TrajectoryGroup], cfg: LspoConfig) -> tuple[Any, list[float]]:
-    """A copy of the current policy with the scaffold adapter (restored from ``state``), trained by
-    ``sft_steps`` NLL steps on ``demos``; returns it and the loss of each step."""
-    from peft import get_peft_model_state_dict, set_peft_model_state_dict
-
-    from agent_rl.config import LoraConfig
-    from agent_rl.learner.logprobs import token_logprobs
-    from agent_rl.learner.lora import apply_lora
-    from agent_rl.rollout.batching import make_batch
-
-    lcfg = LoraConfig(rank=cfg.rank, alpha=cfg.alpha, target_modules=cfg.target_modules, adapter_name="lspo_scaffold")
-    model = apply_lora(copy.deepcopy(run.components.model), lcfg)
-    if state.adapter is not None:
-        set_peft_model_state_dict(model, state.adapter, adapter_name="lspo_scaffold")
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.sft_lr, weight_decay=0.0)
-    batch = make_batch(demos, run.components.tokenizer.pad_token_id, run.cfg.model.device)
-    losses = []
-    model.train()
-    for _ in range(cfg.sft_steps):
-        logprobs_BT, _ = token_logprobs(model, batch, temperature=1.0)
-        mask = batch.loss_mask_BT
-        loss = -(logprobs_BT * mask).sum() / mask.sum().clamp(min=1)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        losses.append(float(loss.detach()))
-    model.eval()
-    state.adapter = {k: v.detach().clone() for k, v in get_peft_model_state_dict(model, adapter_name="lspo_scaffold").items()}
-    return model, losses
-
-
-def _reroll(run: Any, model: Any, specs: list[Any], seed: int) -> list[Trajectory]:
-    """The cliffs' episodes again, sampled by base + adapter (an in-process hf sampler at the learner's version)."""
-    from agent_rl.rollout.backends.hf import HfBackend
-
-    backend = HfBackend(model, run.components.tokenizer.pad_token_id)
-    backend.policy_version = run.learner.version
-    engine = run.components.engine(backend=backend)
-    try:
-        return engine.run_sync(specs, seed=seed)
-    finally:
-        engine.close()
-
-
 @register_filter("lspo", config=LspoConfig, state=LspoState, loss_options=lspo_loss_options)
 def lspo(groups: list[TrajectoryGroup], state: LspoState, cfg: LspoConfig) -> FilterResult:
     """LSPO, LoRA Scaffolded Policy Optimization (seed 003): all-fail groups get re-rolls by base + a scaffold adapter.
@@ -180,13 +122,15 @@ def lspo(groups: list[TrajectoryGroup], state: LspoState, cfg: LspoConfig) -> Fi
     if run is None:
         raise ValueError("'lspo' needs the run bound to its LspoState (the trainer calls bind_run)")
     seed = derive_seed("lspo", run.cfg.trainer.seed, state.steps)
-    demos = _solutions(run, [_spec(g.trajectories_G[0], g.group_id) for g in cliffs], seed, cfg.success_threshold)
+    tools = run.services  # the run-side steps (agent_rl/run_services.py): above this layer
+    demos = tools.teacher_solutions([tools.episode_spec(g.trajectories_G[0], g.group_id) for g in cliffs], seed, cfg.success_threshold)
     metrics["lspo/solutions"] = float(len(demos))
     if not demos:
         return FilterResult(groups, 0, metrics)
-    model, losses = _scaffold(run, state, demos, cfg)
+    model, losses, state.adapter = tools.fit_adapter(
+        demos, state.adapter, "lspo_scaffold", cfg.rank, cfg.alpha, cfg.target_modules, cfg.sft_steps, cfg.sft_lr)
     metrics["lspo/sft_loss_first"], metrics["lspo/sft_loss_last"] = losses[0], losses[-1]
-    rerolls = _reroll(run, model, [_spec(g.trajectories_G[0], g.group_id) for g in cliffs for _ in g.trajectories_G], seed)
+    rerolls = tools.reroll(model, [tools.episode_spec(g.trajectories_G[0], g.group_id) for g in cliffs for _ in g.trajectories_G], seed)
     by_group: dict[str, list[Trajectory]] = {}
     for t in rerolls:
         by_group.setdefault(t.group_id, []).append(t)
@@ -200,12 +144,6 @@ def lspo(groups: list[TrajectoryGroup], state: LspoState, cfg: LspoConfig) -> Fi
     metrics["lspo/spliced"] = float(spliced)
     state.spliced_total += int(metrics["lspo/spliced"])
     return FilterResult(out, 0, metrics)
-
-
-def _spec(t: Trajectory, group_id: str) -> Any:
-    from agent_rl.rollout.episode import EpisodeSpec
-
-    return EpisodeSpec(seed=t.info["seed"], group_id=group_id, options=t.info.get("options") or {})
 
 
 record_choice("lspo", "paper text", "not found (searched 'LoRA Scaffolded Policy Optimization LSPO cliff'); the seed abstract's mechanism, our choices below")

@@ -1,0 +1,95 @@
+"""What a stateful objective may ask of the run it is bound to (``state.bind_run(trainer)``).
+
+An entry of ``agent_rl.algorithms`` sits below the learner, the rollout engine and the env loader
+(import contracts in pyproject.toml), yet some act on the run itself: ``lspo`` has the env's
+scripted teacher solve all-fail tasks, fits a scaffold adapter on the solutions and re-rolls the
+tasks with it. The trainer hands such an entry ``trainer.services``, this module's
+:class:`RunServices`, so the entry calls these steps without importing the layers above it.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from agent_rl.types import Trajectory, TrajectoryGroup
+
+
+class RunServices:
+    def __init__(self, trainer: Any):
+        self.trainer = trainer
+
+    @staticmethod
+    def episode_spec(t: Trajectory, group_id: str) -> Any:
+        """The episode ``t`` played again (same env seed and options), in group ``group_id``."""
+        from agent_rl.rollout.episode import EpisodeSpec
+
+        return EpisodeSpec(seed=t.info["seed"], group_id=group_id, options=t.info.get("options") or {})
+
+    def teacher_solutions(self, specs: list[Any], seed: int, threshold: float) -> list[TrajectoryGroup]:
+        """Ground truth: the env's scripted SFT teacher playing ``specs``, its episodes whose reward
+        is above ``threshold``, one group each."""
+        from agent_rl.envloader import bind_tool_format, sft_teacher
+        from agent_rl.rollout.backends.scripted import ScriptedBackend
+        from agent_rl.sft import load_policy
+
+        c = self.trainer.components
+        teacher = bind_tool_format(load_policy(sft_teacher(self.trainer.cfg)), c.tool_format)
+        engine = c.engine(backend=ScriptedBackend(teacher, c.tokenizer, seed=seed, tool_format=c.tool_format))
+        try:
+            demos = engine.run_sync(specs, seed=seed)
+        finally:
+            engine.close()
+        return [TrajectoryGroup(t.task_id, t.group_id, [t]) for t in demos if t.trainable and t.reward is not None and t.reward > threshold]
+
+    def fit_adapter(
+        self, demos: list[TrajectoryGroup], adapter: dict[str, torch.Tensor] | None, name: str, rank: int,
+        alpha: float, target_modules: list[str], steps: int, lr: float,
+    ) -> tuple[Any, list[float], dict[str, torch.Tensor]]:
+        """A copy of the current policy with LoRA adapter ``name`` (restored from ``adapter`` when
+        given), trained by ``steps`` AdamW NLL steps on ``demos`` (grad clip 1). Returns the model,
+        the loss of each step and the adapter's tensors."""
+        from peft import get_peft_model_state_dict, set_peft_model_state_dict
+
+        from agent_rl.config import LoraConfig
+        from agent_rl.learner.logprobs import token_logprobs
+        from agent_rl.learner.lora import apply_lora
+        from agent_rl.rollout.batching import make_batch
+
+        run = self.trainer
+        lcfg = LoraConfig(rank=rank, alpha=alpha, target_modules=target_modules, adapter_name=name)
+        model = apply_lora(copy.deepcopy(run.components.model), lcfg)
+        if adapter is not None:
+            set_peft_model_state_dict(model, adapter, adapter_name=name)
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+        batch = make_batch(demos, run.components.tokenizer.pad_token_id, run.cfg.model.device)
+        losses = []
+        model.train()
+        for _ in range(steps):
+            logprobs_BT, _ = token_logprobs(model, batch, temperature=1.0)
+            mask = batch.loss_mask_BT
+            loss = -(logprobs_BT * mask).sum() / mask.sum().clamp(min=1)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            losses.append(float(loss.detach()))
+        model.eval()
+        tensors = {k: v.detach().clone() for k, v in get_peft_model_state_dict(model, adapter_name=name).items()}
+        return model, losses, tensors
+
+    def reroll(self, model: Any, specs: list[Any], seed: int) -> list[Trajectory]:
+        """``specs`` played by ``model`` (an in-process hf sampler at the learner's version)."""
+        from agent_rl.rollout.backends.hf import HfBackend
+
+        run = self.trainer
+        backend = HfBackend(model, run.components.tokenizer.pad_token_id)
+        backend.policy_version = run.learner.version
+        engine = run.components.engine(backend=backend)
+        try:
+            return engine.run_sync(specs, seed=seed)
+        finally:
+            engine.close()
