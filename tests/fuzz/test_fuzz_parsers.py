@@ -112,9 +112,11 @@ def test_answer_and_fence_read_as_before(text):
          "mistral-calls", "llama3-calls", "python-tags", "pythonic-calls", "think-openings", "think-closings"],
 )
 def test_long_inputs_parse_in_linear_time(fmt, text):
-    start = time.perf_counter()
+    """CPU seconds of this process (a loaded machine does not inflate them as it does wall time):
+    each parse takes well under a second here, a quadratic one of these ~1M-character inputs minutes."""
+    start = time.process_time()
     parsed = FORMATS[fmt].parse(text, fenced_code=True)
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 15.0
     check(parsed)
 
 
