@@ -5,11 +5,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from agent_rl.algorithms.needs import NEEDS, NeedContext
@@ -27,18 +25,17 @@ from agent_rl.learner import fsdp, launch, lora
 from agent_rl.learner.critic import Critic, load_value_model
 from agent_rl.learner.learner import Learner
 from agent_rl.learner.prm import ImplicitPRM
-from agent_rl.learner.teacher import (
-    EmaTeacher,
-    FrozenTeacher,
-    TeacherMixture,
-    check_same_tokenizer,
-    splice_teacher_context,
-    teacher_logprobs,
-)
-from agent_rl.rollout.backends.hf import load_model, load_tokenizer
+from agent_rl.progress import RunProgress
+from agent_rl.rollout.backends.hf import load_model
 from agent_rl.rollout.backends.openai_http import check_push_auth
 from agent_rl.rollout.batching import make_batch, per_turn_batch, trainable_groups
 from agent_rl.rollout.episode import EpisodeSpec
+from agent_rl.rollout.groups import (
+    advantages_by_episode,
+    group_trajectories,
+    rollout_metrics,
+    short_groups,
+)
 from agent_rl.run_services import RunServices
 from agent_rl.runtime import (
     Components,
@@ -47,45 +44,9 @@ from agent_rl.runtime import (
     seed_everything,
 )
 from agent_rl.task_sampler import TaskSampler
-from agent_rl.progress import RunProgress
+from agent_rl.teaching import Teaching
 from agent_rl.tracking import Tracker, read_metrics
 from agent_rl.types import Trajectory, TrajectoryGroup
-
-
-def group_trajectories(trajectories: list[Trajectory]) -> list[TrajectoryGroup]:
-    groups: dict[str, list[Trajectory]] = {}
-    for t in trajectories:
-        groups.setdefault(t.group_id, []).append(t)
-    return [TrajectoryGroup(ts[0].task_id, gid, ts) for gid, ts in groups.items()]
-
-
-def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
-    scored = [t.reward for t in trajectories if t.reward is not None]
-    stops = Counter(str(t.stop_reason) for t in trajectories)
-    m = {
-        "rollout/reward_mean": float(np.mean(scored)) if scored else 0.0,
-        "rollout/episodes": float(len(trajectories)),
-        "rollout/turns_mean": float(np.mean([len(t.turns_N) for t in trajectories])),
-        "rollout/generated_tokens": float(sum(t.num_generated_tokens for t in trajectories)),
-        "rollout/invalid_actions": float(sum(1 for t in trajectories for u in t.turns_N if not u.action_valid)),
-    }
-    m.update({f"rollout/stop_{k}": float(v) for k, v in stops.items()})
-    return m
-
-
-def short_groups(groups: list[TrajectoryGroup], group_size: int) -> list[TrajectoryGroup]:
-    """The trainable groups with fewer than ``rollout.group_size`` episodes: episodes that ended in an
-    env or infrastructure error were dropped from them, so their advantages come from fewer samples."""
-    return [g for g in groups if len(g.trajectories_G) < group_size]
-
-
-def advantages_by_episode(groups: list[TrajectoryGroup], advantages_BT: torch.Tensor) -> dict[str, list[float]]:
-    """Per-token advantages of each trained episode, when the batch has one row per episode (concat)."""
-    episodes = [t for g in groups for t in g.trajectories_G]
-    if advantages_BT.shape[0] != len(episodes):
-        return {}
-    rows = advantages_BT.detach().float().cpu().tolist()
-    return {t.episode_id: [round(a, 5) for a in row[: len(t.token_ids_T)]] for t, row in zip(episodes, rows, strict=True)}
 
 
 class Trainer:
@@ -147,7 +108,8 @@ class Trainer:
         if "teacher" in self.plan.builds:  # self-distillation: a teacher that sees the env's privileged context
             if self.world > 1:
                 raise ValueError("self-distillation's EMA teacher is not sharded yet: use learner.world_size=1")
-            self.teacher = self._make_teacher(self.plan.teacher)
+            self.teaching = Teaching(cfg, self.components, self.plan.teacher)
+            self.teacher = self.teaching.teacher
             self.states["teacher"] = self.teacher
         self._need_providers = self._providers()  # how each built-in need is computed, made once
         self.services = RunServices(self)  # what entries that act on the run itself may call
@@ -375,60 +337,10 @@ class Trainer:
             "ref_logprobs": lambda ctx: {"ref_logprobs": self.learner.score(self.ref_model, ctx.batch)[0]},
             "values": lambda ctx: {"values": self.critic.values(ctx.batch)},
             "prm_logprobs": lambda ctx: {"prm_logprobs": self.learner.score(self.prm.model, ctx.batch)[0]},
-            "teacher_logprobs": lambda ctx: self._teacher_scores(ctx.batch, ctx.groups),
-            "teacher_topk": lambda ctx: self._teacher_scores(ctx.batch, ctx.groups),
+            "teacher_logprobs": lambda ctx: self.teaching.scores(ctx.batch, ctx.groups),
+            "teacher_topk": lambda ctx: self.teaching.scores(ctx.batch, ctx.groups),
             "greedy_rewards": greedy,
         }
-
-    def _teacher_scores(self, batch: Any, groups: list[TrajectoryGroup]) -> dict[str, torch.Tensor]:
-        """``teacher_logprobs``; with the plan's ``teacher.topk`` also ``teacher_topk`` (the teacher's
-        logprobs at its top-k ids), and those ids become the batch's candidates, where the learner
-        scores the policy (top-K distillation)."""
-        k = self.plan.teacher.topk if self.plan.teacher is not None else 0
-        if k == 0:
-            return {"teacher_logprobs": self._teacher_logprobs(batch, groups)}
-        logprobs_BT, ids_BTK, topk_BTK = self._teacher_logprobs(batch, groups, topk=k)
-        batch.topk_ids_BTK, batch.topk_mask_BTK = ids_BTK, torch.ones_like(topk_BTK)
-        return {"teacher_logprobs": logprobs_BT, "teacher_topk": topk_BTK}
-
-    def _make_teacher(self, spec: Any) -> Any:
-        """The plan's teacher: an EMA of the policy, or the frozen hf checkpoint(s) at ``spec.path``
-        (each refused at start unless it shares the student's tokenizer; several: their mixture)."""
-        if spec.path is None:
-            return EmaTeacher(self.components.model, decay=spec.ema_decay)
-        paths = [spec.path] if isinstance(spec.path, str) else list(spec.path)
-        teachers = []
-        for path in paths:
-            try:
-                tokenizer, model = load_tokenizer(path), load_model(path, self.cfg.model.dtype, self.cfg.model.device)
-            except OSError as e:
-                raise ValueError(f"config key 'algorithm.loss.teacher_path': cannot load {path}: {e}") from None
-            check_same_tokenizer(self.components.tokenizer, tokenizer, path)
-            teachers.append(FrozenTeacher(model, path))
-        if len(teachers) == 1 and spec.weights is None:
-            return teachers[0]
-        return TeacherMixture(teachers, list(spec.weights) if spec.weights is not None else [1.0] * len(teachers))
-
-    def _teacher_logprobs(self, batch: Any, groups: list[TrajectoryGroup], topk: int = 0) -> Any:
-        """The teacher's logprobs of the sampled tokens, with the env's ``teacher_context`` (feedback,
-        a verified solution) added to the prompt as one more user message."""
-        renderer, insert_at_B, context_ids_B = self.components.renderer, [], []
-        for t in (t for g in groups for t in g.trajectories_G):
-            if not self.plan.teacher.context:  # a separate teacher scores the student's own rows
-                insert_at_B.append(0)
-                context_ids_B.append([])
-                continue
-            if "teacher_context" not in t.info:
-                raise ValueError(
-                    f"the objective needs a teacher context, but {self.cfg.env.id} gives no info['teacher_context'] at reset"
-                )
-            k, ids = renderer.context_insertion(t.info["prompt_messages"], t.info["tools"], t.info["teacher_context"])
-            insert_at_B.append(k)
-            context_ids_B.append(ids)
-        ids_BS, mask_BS, positions_BT = splice_teacher_context(
-            batch.input_ids_BT, batch.attention_mask_BT, insert_at_B, context_ids_B, self.components.tokenizer.pad_token_id
-        )
-        return teacher_logprobs(self.teacher, ids_BS, mask_BS, positions_BT, self.cfg.rollout.temperature, topk)
 
     def _greedy_rewards(self, groups: list[TrajectoryGroup]) -> torch.Tensor:
         """ReMax's baseline: the reward of one greedy (temperature 0) episode per group's task."""

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 
 from agent_rl.core.errors import InfraError
-from agent_rl.trainer import short_groups
+from agent_rl.rollout.groups import short_groups
 from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
 from envs.spaces import AnyText, Messages
 from tests.test_trainer import trainer

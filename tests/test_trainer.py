@@ -7,7 +7,8 @@ import torch
 from agent_rl.config import load_config
 from agent_rl.learner.logprobs import token_logprobs
 from agent_rl.rollout.batching import make_batch
-from agent_rl.trainer import Trainer, group_trajectories
+from agent_rl.rollout.groups import group_trajectories
+from agent_rl.trainer import Trainer
 from tests.conftest import ROOT
 
 SMALL = [
@@ -36,7 +37,7 @@ def test_sdpo_teacher_sees_the_verified_solution(tmp_path, tiny_model_dir):
     trajectories = t._rollout(0, 0, 2)
     groups = group_trajectories(trajectories)
     batch = make_batch(groups, t.components.tokenizer.pad_token_id)
-    teacher_BT = t._teacher_logprobs(batch, groups)
+    teacher_BT = t.teaching.logprobs(batch, groups)
     # by hand for row 0: its prompt messages + a user message with the context, then its tokens
     traj = groups[0].trajectories_G[0]
     renderer = t.components.renderer

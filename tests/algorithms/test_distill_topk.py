@@ -92,14 +92,14 @@ def test_top_k_config_declares_its_needs_and_teacher():
 
 def test_trainer_scores_the_policy_at_the_teachers_top_k(tmp_path, tiny_model_dir):
     from agent_rl.rollout.batching import make_batch
-    from agent_rl.trainer import group_trajectories
+    from agent_rl.rollout.groups import group_trajectories
     from tests.test_trainer import trainer
 
     tr = trainer(tmp_path, tiny_model_dir, "algorithm.loss.name=opsd", "algorithm.loss.estimator=topk", "algorithm.loss.topk=4")
     assert tr.plan.teacher.topk == 4 and "teacher_topk" in tr.plan.precompute
     groups = group_trajectories(tr._rollout(0, 0, 2))
     batch = make_batch(groups, tr.components.tokenizer.pad_token_id)
-    scores = tr._teacher_scores(batch, groups)
+    scores = tr.teaching.scores(batch, groups)
     ids_BTK, top_BTK = batch.topk_ids_BTK, scores["teacher_topk"]
     assert ids_BTK.shape == (*batch.input_ids_BT.shape, 4)
     # the teacher's logprobs at its top-k ids are sorted and hold its sampled-token logprob's rank

@@ -31,7 +31,7 @@ def test_g_opd_with_a_second_tiny_model_as_teacher(tmp_path, tiny_model_dir):
 
     from agent_rl.algorithms.losses.distill_family import GOpdConfig, self_teacher
     from agent_rl.rollout.batching import make_batch
-    from agent_rl.trainer import group_trajectories
+    from agent_rl.rollout.groups import group_trajectories
     from tests.test_trainer import trainer
 
     assert self_teacher(GOpdConfig(teacher_path="x")).context is False and self_teacher(GOpdConfig()).context is True
@@ -47,7 +47,7 @@ def test_g_opd_with_a_second_tiny_model_as_teacher(tmp_path, tiny_model_dir):
     before = {k: v.clone() for k, v in t.teacher.model.state_dict().items()}
     groups = group_trajectories(t._rollout(0, 0, 2))
     batch = make_batch(groups, t.components.tokenizer.pad_token_id)
-    teacher_BT = t._teacher_logprobs(batch, groups)
+    teacher_BT = t.teaching.logprobs(batch, groups)
     # no context: the teacher scores the student's own rows, token for token
     with torch.no_grad():
         logits = t.teacher.model(input_ids=batch.input_ids_BT, attention_mask=batch.attention_mask_BT).logits
@@ -62,7 +62,7 @@ def test_g_opd_with_a_second_tiny_model_as_teacher(tmp_path, tiny_model_dir):
     t2 = trainer(tmp_path / "run2", tiny_model_dir, "algorithm.loss.name=g_opd", f"algorithm.loss.teacher_path=[{teacher_dir}, {tiny_model_dir}]",
                  "algorithm.loss.teacher_weights=[3, 1]")  # fmt: skip
     assert isinstance(t2.teacher, TeacherMixture) and t2.teacher.weights == [0.75, 0.25]
-    mixed = t2._teacher_logprobs(batch, groups)
+    mixed = t2.teaching.logprobs(batch, groups)
     with torch.no_grad():
         student = t2.teacher.teachers[1].model(input_ids=batch.input_ids_BT, attention_mask=batch.attention_mask_BT).logits
     second = torch.log_softmax(student[:, :-1].float(), -1).gather(-1, batch.input_ids_BT[:, 1:, None]).squeeze(-1)

@@ -14,7 +14,7 @@ from agent_rl.algorithms.registry import AdvantageInputs
 from agent_rl.learner.packing import MicroBatch
 from agent_rl.learner.prm import prm_loss
 from agent_rl.rollout.batching import make_batch
-from agent_rl.trainer import group_trajectories
+from agent_rl.rollout.groups import group_trajectories
 
 # two rows of one group, 2 loss tokens each (position 0 is the prompt)
 MASK = torch.tensor([[0.0, 1.0, 1.0], [0.0, 1.0, 1.0]])

@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from agent_rl.config import load_config
-from agent_rl.trainer import Trainer, advantages_by_episode
+from agent_rl.rollout.groups import advantages_by_episode
+from agent_rl.trainer import Trainer
 from agent_rl.types import StopReason, Trajectory, TrajectoryGroup, Turn
 from tests.conftest import ROOT, cli_env
 

@@ -1,0 +1,84 @@
+"""The plan's teacher as the trainer uses it: built once at start, then scoring each batch.
+
+The models themselves (an EMA of the policy, frozen checkpoints, their mixture) and the forward pass
+live in ``agent_rl/learner/teacher.py``; this module adds what needs the run: the student's tokenizer
+to check against, and the env's ``teacher_context`` rendered into the prompt.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from agent_rl.config import Config
+from agent_rl.learner.teacher import (
+    EmaTeacher,
+    FrozenTeacher,
+    TeacherMixture,
+    check_same_tokenizer,
+    splice_teacher_context,
+    teacher_logprobs,
+)
+from agent_rl.rollout.backends.hf import load_model, load_tokenizer
+from agent_rl.runtime import Components
+from agent_rl.types import TrajectoryGroup
+
+
+class Teaching:
+    """``teacher`` is what is checkpointed (``states["teacher"]``); ``scores`` provides the
+    ``teacher_logprobs`` / ``teacher_topk`` needs."""
+
+    def __init__(self, cfg: Config, components: Components, spec: Any):
+        self.cfg, self.components, self.spec = cfg, components, spec
+        self.teacher = self._make_teacher(spec)
+
+    def scores(self, batch: Any, groups: list[TrajectoryGroup]) -> dict[str, torch.Tensor]:
+        """``teacher_logprobs``; with the plan's ``teacher.topk`` also ``teacher_topk`` (the teacher's
+        logprobs at its top-k ids), and those ids become the batch's candidates, where the learner
+        scores the policy (top-K distillation)."""
+        k = self.spec.topk
+        if k == 0:
+            return {"teacher_logprobs": self.logprobs(batch, groups)}
+        logprobs_BT, ids_BTK, topk_BTK = self.logprobs(batch, groups, topk=k)
+        batch.topk_ids_BTK, batch.topk_mask_BTK = ids_BTK, torch.ones_like(topk_BTK)
+        return {"teacher_logprobs": logprobs_BT, "teacher_topk": topk_BTK}
+
+    def logprobs(self, batch: Any, groups: list[TrajectoryGroup], topk: int = 0) -> Any:
+        """The teacher's logprobs of the sampled tokens, with the env's ``teacher_context`` (feedback,
+        a verified solution) added to the prompt as one more user message."""
+        renderer, insert_at_B, context_ids_B = self.components.renderer, [], []
+        for t in (t for g in groups for t in g.trajectories_G):
+            if not self.spec.context:  # a separate teacher scores the student's own rows
+                insert_at_B.append(0)
+                context_ids_B.append([])
+                continue
+            if "teacher_context" not in t.info:
+                raise ValueError(
+                    f"the objective needs a teacher context, but {self.cfg.env.id} gives no info['teacher_context'] at reset"
+                )
+            k, ids = renderer.context_insertion(t.info["prompt_messages"], t.info["tools"], t.info["teacher_context"])
+            insert_at_B.append(k)
+            context_ids_B.append(ids)
+        ids_BS, mask_BS, positions_BT = splice_teacher_context(
+            batch.input_ids_BT, batch.attention_mask_BT, insert_at_B, context_ids_B, self.components.tokenizer.pad_token_id
+        )
+        return teacher_logprobs(self.teacher, ids_BS, mask_BS, positions_BT, self.cfg.rollout.temperature, topk)
+
+    def _make_teacher(self, spec: Any) -> Any:
+        """An EMA of the policy, or the frozen hf checkpoint(s) at ``spec.path`` (each refused at start
+        unless it shares the student's tokenizer; several: their mixture)."""
+        if spec.path is None:
+            return EmaTeacher(self.components.model, decay=spec.ema_decay)
+        paths = [spec.path] if isinstance(spec.path, str) else list(spec.path)
+        teachers = []
+        for path in paths:
+            try:
+                tokenizer, model = load_tokenizer(path), load_model(path, self.cfg.model.dtype, self.cfg.model.device)
+            except OSError as e:
+                raise ValueError(f"config key 'algorithm.loss.teacher_path': cannot load {path}: {e}") from None
+            check_same_tokenizer(self.components.tokenizer, tokenizer, path)
+            teachers.append(FrozenTeacher(model, path))
+        if len(teachers) == 1 and spec.weights is None:
+            return teachers[0]
+        return TeacherMixture(teachers, list(spec.weights) if spec.weights is not None else [1.0] * len(teachers))
