@@ -72,4 +72,4 @@ def pytest_runtest_setup(item):
         if not ok:
             if os.environ.get("CI", "").lower() == "true":
                 pytest.fail(f"{marker}-marked test without {what} in CI: {why}", pytrace=False)
-            pytest.skip(f"no {what} here: {why}")
+            pytest.skip(f"{what} is not available here: {why}")

@@ -53,7 +53,9 @@ def test_nonzero_exit_and_missing_program(sb):
 def test_timeout_is_enforced(sb):
     t0 = time.monotonic()
     res = run(sb.exec(code="import time; time.sleep(30)", timeout_s=0.5))
-    assert res.status == ExecStatus.TIMEOUT and time.monotonic() - t0 < 2.5
+    # killed at the limit, not waited out: the bound is far below the program's 30 s and far above
+    # a loaded machine's start-up and kill time (2.5 s failed at load 19)
+    assert res.status == ExecStatus.TIMEOUT and time.monotonic() - t0 < 15
 
 
 def test_output_keeps_head_and_tail(sb):
