@@ -63,8 +63,10 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 
 def cmd_train_rm(args: argparse.Namespace) -> int:
+    from agent_rl.preflight import check_model
     from agent_rl.reward_model import RewardModelConfig, train_reward_model
 
+    check_model(args.model, key="--model")  # a missing directory: one line, not the hub's repo-id error
     keys = ("data", "model", "out", "steps", "batch_pairs", "lr", "heldout_frac", "seed")
     train_reward_model(RewardModelConfig(**{k: getattr(args, k) for k in keys if getattr(args, k) is not None}))
     return 0

@@ -3,6 +3,9 @@ values, and the config keys whose values differ between the runs.
 
 Curves are aligned by training step, or by sampled tokens (the running sum of
 ``rollout/generated_tokens``): runs that sample different amounts per step compare fairly by tokens.
+Runs given the same label (``--labels grpo,grpo,gigpo,gigpo``: seeds of one method) form a group:
+each run is drawn faintly under the group's mean curve (the mean of the runs' i-th points), and the
+table gives the mean ± standard deviation over the group's runs.
 """
 
 from __future__ import annotations
@@ -51,13 +54,48 @@ def config_differences(configs: list[dict[str, Any]]) -> dict[str, list[Any]]:
 
 
 def summarize(rows: list[dict[str, Any]], metric: str) -> dict[str, Any] | None:
-    """Final and best value of ``metric`` in one run (lower is better for a loss), None if never logged."""
-    pts = curve(rows, metric, "step")
+    """Final, best (lower is better for a loss) and mean value of ``metric`` in one run, None if never logged."""
+    return summarize_points(curve(rows, metric, "step"), metric)
+
+
+def summarize_points(pts: list[tuple[float, float]], metric: str) -> dict[str, Any] | None:
     if not pts:
         return None
     pick = min if metric.endswith(LOWER_IS_BETTER) else max
     best = pick(pts, key=lambda p: p[1])
-    return {"final": pts[-1][1], "best": best[1], "best_step": int(best[0]), "steps": int(pts[-1][0])}
+    return {"final": pts[-1][1], "best": best[1], "best_step": int(best[0]), "mean": sum(y for _, y in pts) / len(pts),
+            "steps": int(pts[-1][0])}
+
+
+def mean_curve(curves: list[list[tuple[float, float]]]) -> list[tuple[float, float]]:
+    """The i-th point of the mean curve: the mean x and mean value of the runs' i-th points (up to the shortest run)."""
+    curves = [c for c in curves if c]
+    n = min((len(c) for c in curves), default=0)
+    return [(sum(c[i][0] for c in curves) / len(curves), sum(c[i][1] for c in curves) / len(curves)) for i in range(n)]
+
+
+def spread(values: list[float]) -> str:
+    """mean ± standard deviation (population) of a group's values; one value as it is."""
+    mean = sum(values) / len(values)
+    if len(values) == 1:
+        return f"{mean:.4f}"
+    return f"{mean:.4f} ± {(sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5:.4f}"
+
+
+def table(groups: dict[str, list[list[dict[str, Any]]]], metrics: tuple[str, ...]) -> list[str]:
+    """One row per (group, metric): final and mean (of the logged values: the area under the curve for
+    evenly spaced points) as mean ± std over the group's runs; best and best step of its mean curve."""
+    lines = ["| run | metric | final | best | best step | mean | steps |", "|---|---|---|---|---|---|---|"]
+    for label, runs in groups.items():
+        name = label if len(runs) == 1 else f"{label} ({len(runs)} runs)"
+        for metric in metrics:
+            each = [s for s in (summarize(rows, metric) for rows in runs) if s is not None]
+            whole = summarize_points(mean_curve([curve(rows, metric, "step") for rows in runs]), metric)
+            if whole is None:
+                continue
+            final, mean = spread([s["final"] for s in each]), spread([s["mean"] for s in each])
+            lines.append(f"| {name} | {metric} | {final} | {whole['best']:.4f} | {whole['best_step']} | {mean} | {max(s['steps'] for s in each)} |")
+    return lines
 
 
 def compare(runs: list[str], metrics: tuple[str, ...] | None = None, x: str = "step", out: str | Path = "compare.png",
@@ -81,12 +119,21 @@ def compare(runs: list[str], metrics: tuple[str, ...] | None = None, x: str = "s
     if missing:
         raise ValueError(f"--metrics: {', '.join(missing)} logged by none of the runs; logged: {', '.join(sorted(logged))}")
 
+    groups: dict[str, list[int]] = {}
+    for i, label in enumerate(labels):
+        groups.setdefault(label, []).append(i)
     fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 3.8), squeeze=False)
     for ax, metric in zip(axes[0], metrics, strict=True):
-        for label, (rows, _) in zip(labels, loaded, strict=True):
-            pts = curve(rows, metric, x)
+        for color, (label, members) in enumerate(groups.items()):
+            curves = [curve(loaded[i][0], metric, x) for i in members]
+            pts = curves[0] if len(members) == 1 else mean_curve(curves)
+            if len(members) > 1:
+                for c in filter(None, curves):
+                    ax.plot(*zip(*c, strict=True), color=f"C{color}", alpha=0.25, lw=1)
+                label = f"{label} (mean of {len(members)})"
             if pts:
-                ax.plot(*zip(*pts, strict=True), marker="." if len(pts) < 40 else None, label=label)
+                ax.plot(*zip(*pts, strict=True), color=f"C{color}", lw=2 if len(members) > 1 else 1.5,
+                        marker="." if len(pts) < 40 else None, label=label)
         ax.set_title(metric)
         ax.set_xlabel("step" if x == "step" else "sampled tokens")
         ax.grid(alpha=0.3)
@@ -97,15 +144,11 @@ def compare(runs: list[str], metrics: tuple[str, ...] | None = None, x: str = "s
     fig.savefig(out, dpi=100)
     plt.close(fig)
 
-    lines = ["| run | metric | final | best | best step | steps |", "|---|---|---|---|---|---|"]
-    for label, (rows, _) in zip(labels, loaded, strict=True):
-        for metric in metrics:
-            s = summarize(rows, metric)
-            if s is not None:
-                lines.append(f"| {label} | {metric} | {s['final']:.4f} | {s['best']:.4f} | {s['best_step']} | {s['steps']} |")
+    lines = table({label: [loaded[i][0] for i in members] for label, members in groups.items()}, metrics)
     diffs = config_differences([c for _, c in loaded])
     if diffs:
-        lines += ["", "config differences:", "| key | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
+        names = labels if len(groups) == len(labels) else [f"{lab} ({Path(r).name})" for lab, r in zip(labels, runs, strict=True)]
+        lines += ["", "config differences:", "| key | " + " | ".join(names) + " |", "|---|" + "---|" * len(labels)]
         lines += [f"| {k} | " + " | ".join(str(v) for v in vals) + " |" for k, vals in diffs.items()]
     else:
         lines += ["", "config differences: none"]

@@ -183,3 +183,116 @@ class EpisodeProgress(RunProgress):
         if eta is not None and step < self.total:
             parts.append(f"ETA {clock(eta)}")
         return " | ".join(parts)
+
+
+def number(value: Any) -> str:
+    """A key number as text: whole numbers as they are, others to 3 significant figures (whole from 100)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) >= 100):
+        return f"{int(value)}"
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+class TaskProgress(RunProgress):
+    """Progress of any long script (the benches): the phase it is in, its position in units of work
+    (``run 3/8``, ``round 2/5``, ``tokens 12000/36000``), the ETA at the mean pace so far, and the key
+    numbers it has measured; ``finish`` prints the summary and where the results were written.
+
+    ``advance(numbers)`` marks one unit done (``step(position, numbers)`` sets the position). Piped,
+    it prints a line at every change of phase and at every ``line_every``-th unit and the last; on a
+    terminal it is one live bar.
+    """
+
+    def __init__(self, command: str, total: int, unit: str = "step", enabled: bool = True, stream: TextIO | None = None,
+                 line_every: int = 1, now: Callable[[], float] = time.perf_counter):
+        super().__init__(command, total, enabled=enabled, stream=stream, line_every=line_every, now=now)
+        self.unit, self.current = unit, ""
+
+    def _describe(self) -> str:
+        return f"{self.command}: {self.current}" if self.current else self.command
+
+    def position(self, done: int | None = None) -> str:
+        return f"{self.unit} {self.done if done is None else done}/{self.total}"
+
+    def phase(self, name: str, say: bool = True) -> None:
+        """``say``: piped, a line when the phase changes (not for the phases every step goes through)."""
+        changed = name != self.current
+        super().phase(name)
+        if say and changed and name and self.enabled and self._bar is None:
+            print(f"{self.command} {self.position()} | {name}", file=self.stream, flush=True)
+
+    def advance(self, numbers: dict[str, Any] | None = None, by: int = 1) -> None:
+        self.step(self.done + by, numbers or {})
+
+    def line_due(self, step: int, metrics: dict[str, Any]) -> bool:
+        return step % self.line_every == 0 or step == self.total
+
+    def metric_parts(self, metrics: dict[str, Any], step_s: float) -> list[str]:  # type: ignore[override]
+        return [f"{k} {number(v)}" for k, v in metrics.items()]
+
+    def line(self, step: int, metrics: dict[str, Any], step_s: float) -> str:
+        parts = [f"{self.command} {self.position(step)}", *([self.current] if self.current else []), *self.metric_parts(metrics, step_s)]
+        eta = self.eta_s()
+        if eta is not None and step < self.total:
+            parts.append(f"ETA {clock(eta)}")
+        return " | ".join(parts)
+
+    def finish(self, files: list[str | Path] | tuple = (), numbers: dict[str, Any] | None = None) -> str:
+        """End the bar; print what was done in how long, the final key numbers and the files written."""
+        self.stop()
+        unit = self.unit if self.unit.endswith("s") else f"{self.unit}(s)"  # tokens, run(s)
+        lines = [f"{self.command} done: {self.done - self.first} {unit} of {self.total} in {clock(self.now() - self.t0)}"]
+        lines += [f"  {k}: {number(v)}" for k, v in (numbers or {}).items()]
+        written = [str(f) for f in files if Path(f).exists()]
+        lines.append(f"  results: {', '.join(written)}" if written else "  results: printed above (no file written)")
+        text = "\n".join(lines)
+        if self.enabled:
+            print(text, file=self.stream, flush=True)
+        return text
+
+
+def script_progress(command: str, total: int, unit: str = "step", line_every: int = 1) -> TaskProgress:
+    """A long script's progress (the benches), started, on stderr: its stdout stays its results."""
+    return TaskProgress(command, total, unit=unit, stream=sys.stderr, line_every=line_every).start()
+
+
+def key_numbers(metrics: dict[str, float], step_s: float) -> dict[str, float]:
+    """A training step's key metrics by short name (``KEY_METRICS``) and its sampled tokens per second."""
+    out: dict[str, float] = {}
+    for key, short, _ in KEY_METRICS:
+        if key in metrics and short not in out:
+            out[short] = metrics[key]
+    if metrics.get("rollout/generated_tokens") and step_s > 0:
+        out["tok/s"] = metrics["rollout/generated_tokens"] / step_s
+    return out
+
+
+class PartProgress:
+    """A run inside a script (a bench's training run): the trainer's ``RunProgress`` calls, reported as
+    part of the script's ``TaskProgress``. Step n of the run is position ``offset + n`` there, shown
+    with the run's label, its phase and its key metrics; the run's own summary is not printed.
+    Hand it to a ``Trainer`` as ``trainer.progress``."""
+
+    def __init__(self, parent: TaskProgress, offset: int, label: str, now: Callable[[], float] = time.perf_counter):
+        self.parent, self.offset, self.label, self.now = parent, offset, label, now
+        self.t_step = now()
+
+    def __enter__(self) -> PartProgress:
+        self.t_step = self.now()
+        self.parent.phase(self.label)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def phase(self, name: str) -> None:
+        self.parent.phase(f"{self.label}: {name}", say=False)
+
+    def step(self, step: int, metrics: dict[str, float]) -> None:
+        now = self.now()
+        step_s, self.t_step = now - self.t_step, now
+        self.parent.step(self.offset + step, key_numbers(metrics, step_s))
+
+    def summary(self, run_dir: Path, rows: list[dict[str, Any]], files: list[str]) -> str:
+        return ""

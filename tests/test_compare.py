@@ -54,11 +54,11 @@ def test_compare_writes_png_and_table(runs, tmp_path):
     out, report = compare([str(r) for r in runs], x="tokens", out=tmp_path / "cmp" / "c.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert report.splitlines() == [
-        "| run | metric | final | best | best step | steps |",
-        "|---|---|---|---|---|---|",
-        "| a | rollout/reward_mean | 0.3000 | 0.4000 | 2 | 3 |",
-        "| a | eval/success | 0.5000 | 0.5000 | 2 | 2 |",
-        "| b | rollout/reward_mean | 0.6000 | 0.6000 | 2 | 2 |",
+        "| run | metric | final | best | best step | mean | steps |",
+        "|---|---|---|---|---|---|---|",
+        "| a | rollout/reward_mean | 0.3000 | 0.4000 | 2 | 0.2667 | 3 |",  # (0.1 + 0.4 + 0.3) / 3
+        "| a | eval/success | 0.5000 | 0.5000 | 2 | 0.5000 | 2 |",
+        "| b | rollout/reward_mean | 0.6000 | 0.6000 | 2 | 0.4000 | 2 |",
         "",
         "config differences:",
         "| key | a | b |",
@@ -80,3 +80,19 @@ def test_cli_compare_and_its_errors(runs, tmp_path, capsys):
     assert err.startswith("error: --metrics: train/nope logged by none of the runs; logged: eval/success, rollout/generated_tokens")
     assert main(["compare", str(tmp_path / "missing")]) == 2
     assert "no metrics.jsonl with rows" in capsys.readouterr().err
+
+
+def test_runs_with_one_label_are_a_group(runs, tmp_path):
+    """Seeds of one method: the mean curve's best, final and mean as mean ± std over the runs."""
+    c = _run(tmp_path / "c", [
+        {"step": 1, "rollout/reward_mean": 0.3, "rollout/generated_tokens": 100.0},
+        {"step": 2, "rollout/reward_mean": 0.2, "rollout/generated_tokens": 100.0},
+    ], {"trainer": {"steps": 2, "seed": 1}, "algorithm": {"loss": {"name": "cispo", "eps_high": 5.0}}, "run": {"dir": "z", "name": "c"}})
+    out, report = compare([str(runs[0]), str(runs[1]), str(c)], ("rollout/reward_mean",), out=tmp_path / "g.png", labels=["ppo", "cispo", "cispo"])
+    assert out.exists()
+    assert report.splitlines()[2:4] == [
+        "| ppo | rollout/reward_mean | 0.3000 | 0.4000 | 2 | 0.2667 | 3 |",
+        # finals 0.6, 0.2: 0.4 ± 0.2; mean curve (0.25, 0.4): best 0.4 at step 2; run means 0.4, 0.25
+        "| cispo (2 runs) | rollout/reward_mean | 0.4000 ± 0.2000 | 0.4000 | 2 | 0.3250 ± 0.0750 | 2 |",
+    ]
+    assert "| key | ppo (a) | cispo (b) | cispo (c) |" in report and "| trainer.seed | 0 | 0 | 1 |" in report
