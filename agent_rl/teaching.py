@@ -1,6 +1,6 @@
 """The plan's teacher as the trainer uses it: built once at start, then scoring each batch.
 
-The models themselves (an EMA of the policy, frozen checkpoints, their mixture) and the forward pass
+The models themselves (an EMA of the policy, frozen checkpoints, a served teacher, their mixture or per-task routing) and the forward pass
 live in ``agent_rl/learner/teacher.py``; this module adds what needs the run: the student's tokenizer
 to check against, and the env's ``teacher_context`` rendered into the prompt.
 """
@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from agent_rl.config import Config
+from agent_rl.learner.remote_teacher import SCHEME, RemoteTeacher
 from agent_rl.learner.teacher import (
     EmaTeacher,
     FrozenTeacher,
@@ -48,7 +49,8 @@ class Teaching:
         """The teacher's logprobs of the sampled tokens, with the env's ``teacher_context`` (feedback,
         a verified solution) added to the prompt as one more user message."""
         renderer, insert_at_B, context_ids_B = self.components.renderer, [], []
-        for t in (t for g in groups for t in g.trajectories_G):
+        rows = [t for g in groups for t in g.trajectories_G]
+        for t in rows:
             if not self.spec.context:  # a separate teacher scores the student's own rows
                 insert_at_B.append(0)
                 context_ids_B.append([])
@@ -63,7 +65,18 @@ class Teaching:
         ids_BS, mask_BS, positions_BT = splice_teacher_context(
             batch.input_ids_BT, batch.attention_mask_BT, insert_at_B, context_ids_B, self.components.tokenizer.pad_token_id
         )
-        return teacher_logprobs(self.teacher, ids_BS, mask_BS, positions_BT, self.cfg.rollout.temperature, topk)
+        route_B = [self.route(t) for t in rows] if self.spec.routes else None
+        return teacher_logprobs(self.teacher, ids_BS, mask_BS, positions_BT, self.cfg.rollout.temperature, topk, route_B)
+
+    def route(self, trajectory: Any) -> int | None:
+        """The teacher of a row under per-task routing: the route with the longest prefix of its task value
+        (``route_key``: the task id, or that key of the env's task info), or None (the weighted mixture)."""
+        key = self.spec.route_key
+        value = trajectory.task_id if key == "task_id" else (trajectory.info.get("task") or {}).get(key)
+        if value is None:
+            return None
+        hits = [(len(prefix), k) for prefix, k in self.spec.routes if str(value).startswith(prefix)]
+        return max(hits)[1] if hits else None
 
     def _make_teacher(self, spec: Any) -> Any:
         """An EMA of the policy, or the frozen hf checkpoint(s) at ``spec.path`` (each refused at start
@@ -71,14 +84,22 @@ class Teaching:
         if spec.path is None:
             return EmaTeacher(self.components.model, decay=spec.ema_decay)
         paths = [spec.path] if isinstance(spec.path, str) else list(spec.path)
-        teachers = []
+        teachers: list[Any] = []
         for path in paths:
+            if path.startswith(SCHEME):  # a server scores the rows (refused unless it can, with our tokenizer)
+                if self.cfg.rollout.temperature != 1.0:
+                    raise ValueError(
+                        f"teacher {path}: a server's prompt logprobs are at temperature 1; "
+                        f"rollout.temperature={self.cfg.rollout.temperature} (use an hf teacher_path, or temperature 1)"
+                    )
+                teachers.append(RemoteTeacher(path, self.components.tokenizer))
+                continue
             try:
                 tokenizer, model = load_tokenizer(path), load_model(path, self.cfg.model.dtype, self.cfg.model.device)
             except OSError as e:
                 raise ValueError(f"config key 'algorithm.loss.teacher_path': cannot load {path}: {e}") from None
             check_same_tokenizer(self.components.tokenizer, tokenizer, path)
             teachers.append(FrozenTeacher(model, path))
-        if len(teachers) == 1 and spec.weights is None:
+        if len(teachers) == 1 and spec.weights is None and not spec.routes:
             return teachers[0]
         return TeacherMixture(teachers, list(spec.weights) if spec.weights is not None else [1.0] * len(teachers))

@@ -55,6 +55,11 @@ class TeacherSpec:
     # several: their mixture, weighted by ``weights`` (None: equal)
     path: str | tuple[str, ...] | None = None
     weights: tuple[float, ...] | None = None
+    # per-task routing: a row whose task value (``route_key``: its task_id, or a key of the env's task
+    # info) starts with a route's prefix is scored by that one teacher (index into ``path``); other rows
+    # by the weighted mixture. () : no routing
+    routes: tuple[tuple[str, int], ...] = ()
+    route_key: str = "task_id"
     # the env's privileged context (info["teacher_context"]) goes into the teacher's prompt
     context: bool = True
     # > 0: also the teacher's top-k ids and logprobs of every position (need ``teacher_topk``); the

@@ -19,6 +19,7 @@ transformers call convention ``model(input_ids=..., attention_mask=...).logits``
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import torch
@@ -156,11 +157,22 @@ def check_same_tokenizer(student: Any, teacher: Any, teacher_path: str) -> None:
         )
 
 
-class TeacherMixture:
-    """Several frozen teachers at once (multi-teacher distillation): q(y) = sum_k w_k q_k(y), the
-    weighted mixture of their next-token distributions, scored on the sampled tokens."""
+def score_with(teacher: Any, ids_BS: torch.Tensor, mask_BS: torch.Tensor, positions_BT: torch.Tensor, temperature: float, topk: int = 0) -> Any:
+    """One teacher's logprobs (and top-K): a model in this process, or one that scores itself (a server)."""
+    if hasattr(teacher, "score"):
+        return teacher.score(ids_BS, mask_BS, positions_BT, temperature, topk)
+    return compute_teacher_logprobs(teacher.model, ids_BS, mask_BS, positions_BT, temperature, topk)
 
-    def __init__(self, teachers: list[FrozenTeacher], weights: list[float]):
+
+class TeacherMixture:
+    """Several frozen teachers at once (multi-teacher distillation).
+
+    Unrouted rows: q(y) = sum_k w_k q_k(y), the weighted mixture of their next-token distributions,
+    scored on the sampled tokens. ``routes`` (per-task routing) sends a row whose task matches a route
+    to that one teacher instead: ``logprobs(..., route_B)`` takes each row's teacher index, or None
+    for the mixture; a routed row's logprobs (and top-K) are exactly its teacher's."""
+
+    def __init__(self, teachers: list[Any], weights: list[float]):
         if len(teachers) != len(weights) or not teachers:
             raise ValueError(f"teacher weights: one per teacher; got {len(weights)} for {len(teachers)} teachers")
         if any(w < 0 for w in weights) or sum(weights) <= 0:
@@ -178,19 +190,52 @@ class TeacherMixture:
         if state.get("paths") != [t.path for t in self.teachers]:
             raise ValueError(f"the checkpoint's teachers are {state.get('paths')}, this run's are {[t.path for t in self.teachers]}")
 
-    def logprobs(self, ids_BS: torch.Tensor, mask_BS: torch.Tensor, positions_BT: torch.Tensor, temperature: float, topk: int = 0) -> torch.Tensor:
-        if topk:
-            raise ValueError("top-K distillation takes one teacher; several teachers mix only sampled-token logprobs")
-        per_teacher_KBT = torch.stack(
-            [compute_teacher_logprobs(t.model, ids_BS, mask_BS, positions_BT, temperature) for t in self.teachers]
-        )
-        log_w_K11 = torch.log(torch.tensor(self.weights, dtype=per_teacher_KBT.dtype, device=per_teacher_KBT.device))[:, None, None]
-        mixed_BT = torch.logsumexp(per_teacher_KBT + log_w_K11, dim=0)
-        return torch.where(positions_BT >= 1, mixed_BT, torch.zeros_like(mixed_BT))  # 0 where no teacher position
+    def logprobs(
+        self,
+        ids_BS: torch.Tensor,
+        mask_BS: torch.Tensor,
+        positions_BT: torch.Tensor,
+        temperature: float,
+        topk: int = 0,
+        route_B: list[int | None] | None = None,
+    ) -> Any:
+        route_B = [None] * ids_BS.shape[0] if route_B is None else list(route_B)
+        if topk and None in route_B:
+            raise ValueError("top-K distillation takes one teacher per row; several teachers mix only sampled-token logprobs (route every task)")
+        B, T = positions_BT.shape
+        logp_BT = torch.zeros(B, T, dtype=torch.float32, device=positions_BT.device)
+        ids_BTK = torch.zeros(B, T, max(topk, 1), dtype=torch.long, device=positions_BT.device)
+        top_BTK = torch.zeros(B, T, max(topk, 1), dtype=torch.float32, device=positions_BT.device)
+        mixed = [b for b, r in enumerate(route_B) if r is None]
+        log_w = [math.log(w) if w > 0 else -math.inf for w in self.weights]
+        parts_KBT = []
+        for k, teacher in enumerate(self.teachers):
+            rows = [b for b, r in enumerate(route_B) if r is None or r == k]
+            if not rows:
+                continue
+            idx = torch.tensor(rows, device=positions_BT.device)
+            out = score_with(teacher, ids_BS[idx], mask_BS[idx], positions_BT[idx], temperature, topk)
+            lp = out[0] if topk else out
+            own = [i for i, b in enumerate(rows) if route_B[b] == k]
+            if own:  # routed rows: this teacher alone
+                dst = idx[own]
+                logp_BT[dst] = lp[own].float()
+                if topk:
+                    ids_BTK[dst], top_BTK[dst] = out[1][own], out[2][own].float()
+            if mixed:
+                in_mix = [i for i, b in enumerate(rows) if route_B[b] is None]
+                parts_KBT.append(lp[in_mix].float() + log_w[k])
+        if mixed:
+            dst = torch.tensor(mixed, device=positions_BT.device)
+            logp_BT[dst] = torch.logsumexp(torch.stack(parts_KBT), dim=0)
+        logp_BT = torch.where(positions_BT >= 1, logp_BT, torch.zeros_like(logp_BT))  # 0 where no teacher position
+        return (logp_BT, ids_BTK, top_BTK) if topk else logp_BT
 
 
-def teacher_logprobs(teacher: Any, ids_BS: torch.Tensor, mask_BS: torch.Tensor, positions_BT: torch.Tensor, temperature: float, topk: int = 0) -> Any:
-    """The logprobs (and top-K) of any teacher object: one model (EMA / frozen) or a mixture."""
+def teacher_logprobs(
+    teacher: Any, ids_BS: torch.Tensor, mask_BS: torch.Tensor, positions_BT: torch.Tensor, temperature: float, topk: int = 0, route_B: list[int | None] | None = None
+) -> Any:
+    """The logprobs (and top-K) of any teacher object: one model (EMA / frozen / served) or several (mixed or routed per row)."""
     if isinstance(teacher, TeacherMixture):
-        return teacher.logprobs(ids_BS, mask_BS, positions_BT, temperature, topk)
-    return compute_teacher_logprobs(teacher.model, ids_BS, mask_BS, positions_BT, temperature, topk)
+        return teacher.logprobs(ids_BS, mask_BS, positions_BT, temperature, topk, route_B)
+    return score_with(teacher, ids_BS, mask_BS, positions_BT, temperature, topk)

@@ -20,6 +20,17 @@ class Vocab:
         return self.vocab
 
 
+class Fixed(torch.nn.Module):
+    """A "model" whose next-token distribution is always ``probs``."""
+
+    def __init__(self, probs):
+        super().__init__()
+        self.logits = torch.log(torch.tensor(probs))
+
+    def forward(self, input_ids, attention_mask):
+        return type("Out", (), {"logits": self.logits.expand(*input_ids.shape, -1)})()
+
+
 def test_a_teacher_with_another_tokenizer_is_refused():
     check_same_tokenizer(Vocab({"a": 0, "b": 1}), Vocab({"a": 0, "b": 1}), "t")
     with pytest.raises(ValueError, match="teacher t: its tokenizer differs from the student's"):
@@ -72,14 +83,6 @@ def test_g_opd_with_a_second_tiny_model_as_teacher(tmp_path, tiny_model_dir):
 def test_a_mixture_of_teachers_by_hand():
     from agent_rl.learner.teacher import TeacherMixture
 
-    class Fixed(torch.nn.Module):  # a "model" whose next-token distribution is always probs
-        def __init__(self, probs):
-            super().__init__()
-            self.logits = torch.log(torch.tensor(probs))
-
-        def forward(self, input_ids, attention_mask):
-            return type("Out", (), {"logits": self.logits.expand(*input_ids.shape, -1)})()
-
     #  token 1 of a 2-token row: q1 = .5, q2 = .1; weights 3:1 -> q = .75 * .5 + .25 * .1 = .4
     mix = TeacherMixture([FrozenTeacher(Fixed([0.5, 0.5]), "a"), FrozenTeacher(Fixed([0.9, 0.1]), "b")], [3.0, 1.0])
     ids, mask, pos = torch.tensor([[0, 1]]), torch.ones(1, 2), torch.tensor([[0, 1]])
@@ -89,3 +92,72 @@ def test_a_mixture_of_teachers_by_hand():
         mix.logprobs(ids, mask, pos, 1.0, topk=2)
     with pytest.raises(ValueError, match="one per teacher"):
         TeacherMixture([FrozenTeacher(Fixed([0.5, 0.5]), "a")], [1.0, 2.0])
+
+
+def test_routed_rows_are_scored_by_their_teacher_alone():
+    """Per-task routing by hand: rows 0 and 1 routed to teachers 1 and 0, row 2 unrouted (the 3:1 mixture)."""
+    from agent_rl.learner.teacher import TeacherMixture, teacher_logprobs
+
+    mix = TeacherMixture([FrozenTeacher(Fixed([0.5, 0.3, 0.2]), "a"), FrozenTeacher(Fixed([0.1, 0.6, 0.3]), "b")], [3.0, 1.0])
+    ids = torch.tensor([[0, 1, 2], [0, 2, 0], [0, 1, 1]])
+    mask, pos = torch.ones(3, 3), torch.tensor([[0, 1, 2], [0, 1, -1], [0, 1, 2]])
+    out = teacher_logprobs(mix, ids, mask, pos, 1.0, route_B=[1, 0, None])
+    expected = torch.log(torch.tensor([
+        [1.0, 0.6, 0.3],  # teacher b alone (position 0: no teacher position, 0)
+        [1.0, 0.2, 1.0],  # teacher a alone; the padded position stays 0
+        [1.0, 0.75 * 0.3 + 0.25 * 0.6, 0.75 * 0.3 + 0.25 * 0.6],  # the mixture: q = .75 q_a + .25 q_b
+    ]))  # fmt: skip
+    assert torch.equal(out[:2], expected[:2].float())  # routed rows: exactly their teacher's
+    torch.testing.assert_close(out[2], expected[2].float(), atol=1e-6, rtol=0)
+    # top-K when every row is routed: each row's top-2 is its own teacher's
+    lp, top_ids, top_lp = teacher_logprobs(mix, ids[:2], mask[:2], pos[:2], 1.0, topk=2, route_B=[1, 0])
+    assert top_ids[0, 1].tolist() == [1, 2] and top_ids[1, 1].tolist() == [0, 1]
+    assert torch.equal(top_lp[0, 1], torch.log(torch.tensor([0.6, 0.3]))) and torch.equal(lp, out[:2])
+    with pytest.raises(ValueError, match="one teacher per row"):
+        teacher_logprobs(mix, ids, mask, pos, 1.0, topk=2, route_B=[1, 0, None])
+
+
+def test_teachers_routed_per_task_in_the_trainer(tmp_path, tiny_model_dir):
+    """Two tiny teachers routed by task_id prefix (the longest wins): each routed row's logprobs equal
+    its teacher's exactly; a route that names no teacher is a config error."""
+    import dataclasses
+
+    from transformers import AutoModelForCausalLM
+
+    from agent_rl.config import load_config
+    from agent_rl.learner.teacher import (
+        TeacherMixture,
+        compute_teacher_logprobs,
+        splice_teacher_context,
+    )
+    from agent_rl.rollout.batching import make_batch
+    from agent_rl.rollout.groups import group_trajectories
+    from tests.test_trainer import ROOT, trainer
+
+    teacher_dir = tmp_path / "teacher"
+    shutil.copytree(tiny_model_dir, teacher_dir)
+    model = AutoModelForCausalLM.from_pretrained(teacher_dir)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    model.save_pretrained(teacher_dir)
+    t = trainer(tmp_path / "run", tiny_model_dir, "algorithm.loss.name=g_opd", f"algorithm.loss.teacher_path=[{teacher_dir}, {tiny_model_dir}]",
+                f"algorithm.loss.teacher_routes={{arith-: 0, zzz: {tiny_model_dir}}}")  # fmt: skip
+    assert isinstance(t.teacher, TeacherMixture) and t.plan.teacher.routes == (("arith-", 0), ("zzz", 1))  # a path names its index
+    groups = group_trajectories(t._rollout(0, 0, 2))
+    first = groups[0].trajectories_G[0].task_id  # this task goes to teacher 1, every other arith- task to teacher 0
+    t.teaching.spec = dataclasses.replace(t.teaching.spec, routes=(("arith-", 0), (first, 1)))
+    rows = [r for g in groups for r in g.trajectories_G]
+    route_B = [t.teaching.route(r) for r in rows]
+    assert route_B == [1 if r.task_id == first else 0 for r in rows] and set(route_B) == {0, 1}
+    batch = make_batch(groups, t.components.tokenizer.pad_token_id)
+    out = t.teaching.logprobs(batch, groups)
+    B = len(rows)
+    ids, mask, pos = splice_teacher_context(batch.input_ids_BT, batch.attention_mask_BT, [0] * B, [[]] * B, t.components.tokenizer.pad_token_id)
+    for k in (0, 1):
+        idx = torch.tensor([b for b in range(B) if route_B[b] == k])
+        want = compute_teacher_logprobs(t.teacher.teachers[k].model, ids[idx], mask[idx], pos[idx], 1.0)
+        assert torch.equal(out[idx], want)  # exactly the routed teacher's logprobs
+    with pytest.raises(Exception, match=r"teacher_routes\['x'\] = 5: name a teacher of teacher_path"):
+        load_config(ROOT / "configs" / "quickstart.yaml", [f"model.path={tiny_model_dir}", "algorithm.loss.name=g_opd",
+                    f"algorithm.loss.teacher_path=[{teacher_dir}]", "algorithm.loss.teacher_routes={x: 5}"])  # fmt: skip

@@ -14,7 +14,7 @@ import dataclasses
 from typing import Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from agent_rl.algorithms.losses.common import log_ratio, masked_mean, ratio_metrics
 from agent_rl.algorithms.losses.distill import DistillTermConfig, distill_term, ema_teacher, topk_needs
@@ -44,14 +44,37 @@ class SelfTeacherConfig(ComponentConfig):
     teacher_context: bool | None = Field(
         None, description="put the env's privileged context in the teacher's prompt (None: yes for the self-teacher, no for teacher_path)"
     )
+    teacher_routes: dict[str, int | str] | None = Field(
+        None,
+        description="per-task routing of several teacher_path: {task prefix: teacher (index into teacher_path, or its path)}; "
+        "a row whose task value starts with a prefix (the longest wins) is scored by that teacher alone, other rows by the weighted mixture",
+    )
+    teacher_route_key: str = Field(
+        "task_id", description="what teacher_routes match: 'task_id', or a key of the env's task info (e.g. 'category')"
+    )
+
+    @model_validator(mode="after")
+    def _routes_name_teachers(self):
+        if self.teacher_routes:
+            paths = [self.teacher_path] if isinstance(self.teacher_path, str) else list(self.teacher_path or [])
+            for prefix, target in self.teacher_routes.items():
+                if not (isinstance(target, int) and 0 <= target < len(paths)) and target not in paths:
+                    raise ValueError(
+                        f"teacher_routes[{prefix!r}] = {target!r}: name a teacher of teacher_path by index (0..{len(paths) - 1}) or path"
+                    )
+        return self
 
 
 def self_teacher(cfg: SelfTeacherConfig) -> TeacherSpec:
-    """The teacher of these losses: the policy (or its EMA) with the privileged context, or the model at teacher_path."""
+    """The teacher of these losses: the policy (or its EMA) with the privileged context, or the model(s) at teacher_path."""
     context = cfg.teacher_path is None if cfg.teacher_context is None else cfg.teacher_context
     path = tuple(cfg.teacher_path) if isinstance(cfg.teacher_path, list) else cfg.teacher_path
     weights = tuple(cfg.teacher_weights) if cfg.teacher_weights is not None else None
-    return TeacherSpec(ema_decay=cfg.teacher_ema_decay, path=path, weights=weights, context=context)
+    paths = [path] if isinstance(path, str) else list(path or [])
+    routes = tuple((p, t if isinstance(t, int) else paths.index(t)) for p, t in (cfg.teacher_routes or {}).items())
+    return TeacherSpec(
+        ema_decay=cfg.teacher_ema_decay, path=path, weights=weights, context=context, routes=routes, route_key=cfg.teacher_route_key
+    )
 
 
 def _reinforce_on(adv_BT: torch.Tensor, x: LossInputs, coef: float) -> torch.Tensor:

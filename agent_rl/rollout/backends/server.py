@@ -3,8 +3,9 @@
 It implements the token-id subset of ``/v1/completions`` that the ``openai`` backend uses, in the
 response shape of ``vllm serve`` (token-id prompts, ``n=1`` per prompt item, ``temperature``,
 ``top_p``, ``max_tokens``, ``seed``, ``stop_token_ids``, ``ignore_eos``, ``logprobs`` with top
-logprobs, ``return_token_ids``, ``return_tokens_as_token_ids``, ``skip_special_tokens``), plus
-``/v1/models``, ``/health`` and what a trainer needs to keep the server's policy current:
+logprobs, ``return_token_ids``, ``return_tokens_as_token_ids``, ``skip_special_tokens``, and
+``prompt_logprobs``: what a remote teacher scores rows with), plus ``/v1/models``, ``/health``,
+``/tokenize`` (vLLM's shape) and what a trainer needs to keep the server's policy current:
 
 - ``POST /v1/update_weights?version=N`` with a safetensors-serialized state dict as the body, or
   with JSON ``{"path": ..., "version": N}`` naming a ``.safetensors`` file, a directory of them, or
@@ -70,6 +71,7 @@ class CompletionRequest(BaseModel):
     stop_token_ids: list[int] = Field(default_factory=list)
     ignore_eos: bool = False
     logprobs: int | None = Field(None, ge=0, description="top logprobs per token; 0: only the sampled token's")
+    prompt_logprobs: int | None = Field(None, ge=0, description="vLLM's: each prompt token's logprob and the top-k of its position")
     skip_special_tokens: bool = True
     return_token_ids: bool = False
     return_tokens_as_token_ids: bool = False
@@ -158,6 +160,36 @@ class ServerState:
         async with self.lock:  # never in the middle of a batch
             await asyncio.to_thread(self.backend.update_weights, _complete(state_dict, own), version)
 
+    async def score_prompts(self, prompts: list[list[int]], k: int) -> list[list[dict | None]]:
+        """vLLM's ``prompt_logprobs``: per prompt, None for token 0, then for token j a map from token id
+        (a string) to {logprob, rank, decoded_token}: token j's, and the top-k of the distribution at j
+        (temperature 1, the raw logits, as vLLM computes them)."""
+        async with self.lock:  # never while the weights change
+            return await asyncio.to_thread(self._score_prompts, prompts, k)
+
+    @torch.no_grad()
+    def _score_prompts(self, prompts: list[list[int]], k: int, rows_per_forward: int = 16) -> list[list[dict | None]]:
+        model, out = self.backend.model, []
+        device = next(model.parameters()).device
+        for i in range(0, len(prompts), rows_per_forward):
+            chunk = prompts[i : i + rows_per_forward]
+            S = max(len(p) for p in chunk)
+            ids_BS = torch.tensor([p + [self.tokenizer.pad_token_id] * (S - len(p)) for p in chunk], device=device)
+            mask_BS = torch.tensor([[1] * len(p) + [0] * (S - len(p)) for p in chunk], device=device)
+            logp_BSV = torch.log_softmax(model(input_ids=ids_BS, attention_mask=mask_BS).logits[:, :-1].float(), dim=-1)
+            for b, p in enumerate(chunk):
+                lp_NV, target_N = logp_BSV[b, : len(p) - 1], ids_BS[b, 1 : len(p)]
+                lp_N = lp_NV.gather(-1, target_N[:, None]).squeeze(-1)
+                rank_N = (lp_NV > lp_N[:, None]).sum(-1) + 1
+                top_lp, top_ids = lp_NV.topk(k, dim=-1) if k else (lp_NV[:, :0], target_N[:, None][:, :0])
+                rows: list[dict | None] = [None]
+                for t, lp, rank, tids, tlps in zip(p[1:], lp_N.tolist(), rank_N.tolist(), top_ids.tolist(), top_lp.tolist(), strict=True):
+                    entry = {str(tid): {"logprob": tlp, "rank": r + 1, "decoded_token": self._piece(tid)} for r, (tid, tlp) in enumerate(zip(tids, tlps, strict=True))}
+                    entry[str(t)] = {"logprob": lp, "rank": rank, "decoded_token": self._piece(t)}
+                    rows.append(entry)
+                out.append(rows)
+        return out
+
     # ------------------------------------------------------------------------------------------
     def choice(self, index: int, req: CompletionRequest, prompt: list[int], result: GenerationResult) -> dict[str, Any]:
         """One completion choice in vLLM's response shape."""
@@ -224,6 +256,8 @@ def _unrunnable(req: CompletionRequest, prompts: list[list[int]], vocab: int, co
         return "stop_token_ids: must be 64-bit integers"
     if req.logprobs is not None and req.logprobs > vocab:
         return f"logprobs: at most the vocabulary size, {vocab}"
+    if req.prompt_logprobs is not None and req.prompt_logprobs > vocab:
+        return f"prompt_logprobs: at most the vocabulary size, {vocab}"
     longest = max(len(p) for p in prompts)
     if context is not None and longest + req.max_tokens > context:
         return f"prompt ({longest} tokens) + max_tokens ({req.max_tokens}) exceeds the model's context of {context} tokens"
@@ -334,8 +368,11 @@ def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
             )
             for p in prompts
         ]
+        scored = await state.score_prompts(prompts, req.prompt_logprobs) if req.prompt_logprobs is not None else None
         outs = await asyncio.gather(*(state.generate(r) for r in requests))
         choices = [state.choice(i, req, p, res) for i, (p, (res, _)) in enumerate(zip(prompts, outs, strict=True))]
+        for i, c in enumerate(choices):
+            c["prompt_logprobs"] = scored[i] if scored is not None else None
         completion_tokens = sum(len(res.token_ids) for res, _ in outs)
         prompt_tokens = sum(len(p) for p in prompts)
         # a JSONResponse skips FastAPI's recursive encoder (slow on thousands of per-token entries)
@@ -353,6 +390,14 @@ def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
             "policy_version": min(v for _, v in outs),
             "adapter": outs[0][0].adapter,  # learner.lora: the adapter the hf backend held (None without)
         })
+
+    @app.post("/tokenize", dependencies=guarded)
+    async def tokenize(body: dict):  # vLLM's: {"prompt": text, "add_special_tokens"} -> {"tokens", "count"}
+        if not isinstance(body.get("prompt"), str):
+            return _error(400, "prompt: a string to tokenize")
+        tokens = state.tokenizer.encode(body["prompt"], add_special_tokens=bool(body.get("add_special_tokens", True)))
+        context = getattr(state.backend.model.config, "max_position_embeddings", None)
+        return {"tokens": tokens, "count": len(tokens), "max_model_len": context}
 
     @app.post("/v1/update_weights", dependencies=guarded)
     async def update_weights(request: Request, version: int | None = None):
