@@ -81,3 +81,8 @@ _register(
     "envs.bfcl.calls:BfclCallsEnv",
     "BFCL v4 single-turn Python function calling (simple, multiple, parallel, irrelevance, live_*); AST match",
 )
+_register(
+    "agent_rl/PreferenceJudge-v0",
+    "envs.judge:PreferenceJudgeEnv",
+    "a generative reward model's training: judge a preference record (A/B or good/bad); reward 1 for the label's verdict",
+)

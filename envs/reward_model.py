@@ -16,21 +16,35 @@ one score per episode). ``info["reward_components"]`` holds the episode's totals
 ``RewardModelScorer`` reads a model written by ``agent-rl train-rm`` (a token-classification head)
 and scores a conversation as train-rm does: the head at the final assistant message's end-of-turn
 token (the template's render, ``add_generation_prompt=False``; the last eos token in it).
+
+``kind="generative"`` (``GenerativeScorer``): the reward model is a judge policy trained with GRPO on
+``agent_rl/PreferenceJudge-v0`` with ``verdicts=pointwise`` (``envs/judge.py``). The episode is shown
+to it as that env shows a task (the messages before the first assistant message as the
+conversation, the rest as the response), and the reward is the judge's probability of the verdict
+``good`` against ``bad``: p = sigmoid(log pi(<answer>good</answer> eos | x) - log pi(<answer>bad</answer>
+eos | x)), teacher-forced, no sampling, so the same episode always gets the same reward (the
+P("Yes") score of Generative Verifiers, Zhang et al. 2024). Pointwise, not pairwise against a
+reference response: an env's episode has no reference response to be compared with.
 """
 
 from __future__ import annotations
 
 import functools
+import math
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 import torch
 
+from envs.judge import pointwise_prompt, verdict_text
 from envs.rewards import ShapedEnv, _register_wrapped
+
+KINDS = ("bradley_terry", "generative")
 
 
 class RewardModelScorer:
-    """r(conversation) of a reward model directory (``agent-rl train-rm --out``)."""
+    """r(conversation) of a Bradley-Terry reward model directory (``agent-rl train-rm --out``)."""
 
     def __init__(self, path: str, device: str = "cpu"):
         from transformers import AutoModelForTokenClassification, AutoTokenizer
@@ -57,10 +71,56 @@ class RewardModelScorer:
         return float(self.model(input_ids=input_ids).logits[0, -1, 0])
 
 
+class PolicyJudge:
+    """``judge(messages, actions)``: log pi(action + eos | messages) of each action under a causal LM
+    policy (a checkpoint's ``model/``), the prompt rendered by its chat template with the generation
+    prompt, as the rollout engine renders it."""
+
+    def __init__(self, path: str, device: str = "cpu"):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
+            self.model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
+        except OSError as e:
+            raise ValueError(f"judge {path}: cannot load it ({str(e).splitlines()[0]})") from None
+        self.device = device
+
+    @torch.no_grad()
+    def __call__(self, messages: list[dict], actions: list[str]) -> list[float]:
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        prompt = self.tokenizer.encode(text, add_special_tokens=False)
+        eos = [self.tokenizer.eos_token_id] if self.tokenizer.eos_token_id is not None else []
+        out = []
+        for action in actions:
+            target = self.tokenizer.encode(action, add_special_tokens=False) + eos
+            ids = torch.tensor([prompt + target], device=self.device)
+            logp_TV = torch.log_softmax(self.model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float(), dim=-1)
+            out.append(float(logp_TV.gather(1, ids[0, len(prompt) :].unsqueeze(1)).sum()))
+        return out
+
+
+class GenerativeScorer:
+    """r(conversation) = the judge's p(good) against p(bad) (module docstring); ``judge`` maps (judge
+    messages, verdict actions) to their log-likelihoods: a ``PolicyJudge`` or any scripted callable."""
+
+    def __init__(self, judge: Callable[[list[dict], list[str]], list[float]]):
+        self.judge = judge
+
+    def score(self, messages: list[dict], tools: list[dict] | None = None) -> float:
+        if not messages or messages[-1].get("role") != "assistant":
+            raise ValueError("a reward model scores a conversation that ends with an assistant message")
+        first = next(i for i, m in enumerate(messages) if m.get("role") == "assistant")
+        good, bad = self.judge(pointwise_prompt(messages[:first], messages[first:], tools), [verdict_text("good"), verdict_text("bad")])
+        return 1.0 / (1.0 + math.exp(min(bad - good, 700.0)))
+
+
 @functools.lru_cache(maxsize=4)
-def load_scorer(path: str, device: str = "cpu") -> RewardModelScorer:
-    """One scorer per reward model and device, shared by every env of the process."""
-    return RewardModelScorer(path, device)
+def load_scorer(path: str, device: str = "cpu", kind: str = "bradley_terry") -> RewardModelScorer | GenerativeScorer:
+    """One scorer per reward model, device and kind, shared by every env of the process."""
+    if kind not in KINDS:
+        raise ValueError(f"reward model kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    return RewardModelScorer(path, device) if kind == "bradley_terry" else GenerativeScorer(PolicyJudge(path, device))
 
 
 class RewardModelEnv(ShapedEnv):
@@ -87,7 +147,18 @@ class RewardModelEnv(ShapedEnv):
 
 
 def register_reward_model(
-    env_id: str, base_id: str, path: str, *, weight: float = 1.0, verifier_weight: float = 0.0, device: str = "cpu", **register_kwargs: Any
+    env_id: str,
+    base_id: str,
+    path: str,
+    *,
+    kind: str = "bradley_terry",
+    weight: float = 1.0,
+    verifier_weight: float = 0.0,
+    device: str = "cpu",
+    **register_kwargs: Any,
 ) -> None:
-    """Register ``env_id``: ``base_id`` (same keywords) rewarded by the reward model at ``path``."""
-    _register_wrapped(env_id, base_id, lambda env: RewardModelEnv(env, load_scorer(path, device), weight, verifier_weight), **register_kwargs)
+    """Register ``env_id``: ``base_id`` (same keywords) rewarded by the reward model at ``path``, a
+    ``bradley_terry`` model of ``agent-rl train-rm`` or a ``generative`` judge policy."""
+    if kind not in KINDS:
+        raise ValueError(f"reward model kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    _register_wrapped(env_id, base_id, lambda env: RewardModelEnv(env, load_scorer(path, device, kind), weight, verifier_weight), **register_kwargs)

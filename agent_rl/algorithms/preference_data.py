@@ -23,13 +23,12 @@ learner's ``train/mismatch_*`` metrics mean nothing here and ``loss_options.roll
 
 from __future__ import annotations
 
-import json
 import random
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_rl.core.preference_records import load_records
 from agent_rl.core.seeding import derive_seed
 from agent_rl.types import StopReason, Trajectory, Turn
 
@@ -40,49 +39,6 @@ class PreferenceDataConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
     path: str = Field(description="JSONL of pairs {prompt, chosen, rejected} or labelled samples {prompt, completion, label}")
     shuffle: bool = Field(True, description="a seeded permutation of the records each epoch (False: file order)")
-
-
-def _messages(value: Any, role: str, where: str) -> list[dict]:
-    if isinstance(value, str):
-        return [{"role": role, "content": value}]
-    if isinstance(value, list) and value and all(isinstance(m, dict) and "role" in m for m in value):
-        return value
-    raise ValueError(f"{where}: expected a string or a non-empty list of messages with 'role'")
-
-
-def load_records(path: str | Path) -> list[dict]:
-    """The records of ``path``, each {"rows": [(messages, reward), ...], "tools", "prompt_len"}; a bad line
-    raises ``ValueError`` naming the file, the line and the keys expected."""
-    records = []
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise ValueError(f"trainer.preference_data.path: cannot read {path} ({e.strerror})") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{n}"
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{where}: not JSON ({e.msg})") from None
-        if not isinstance(rec, dict) or "prompt" not in rec:
-            raise ValueError(f"{where}: expected {{prompt, chosen, rejected}} or {{prompt, completion, label}}")
-        prompt = _messages(rec["prompt"], "user", f"{where} 'prompt'")
-        if "chosen" in rec and "rejected" in rec:
-            rows = [(_messages(rec["chosen"], "assistant", f"{where} 'chosen'"), 1.0),
-                    (_messages(rec["rejected"], "assistant", f"{where} 'rejected'"), 0.0)]  # fmt: skip
-        elif "completion" in rec and isinstance(rec.get("label"), bool):
-            rows = [(_messages(rec["completion"], "assistant", f"{where} 'completion'"), 1.0 if rec["label"] else 0.0)]
-        else:
-            raise ValueError(f"{where}: expected keys chosen + rejected, or completion + label (true/false)")
-        for completion, _ in rows:
-            if not any(m["role"] == "assistant" for m in completion):
-                raise ValueError(f"{where}: a completion needs at least one assistant message")
-        records.append({"prompt": prompt, "rows": rows, "tools": rec.get("tools"), "source": where})
-    if not records:
-        raise ValueError(f"trainer.preference_data.path: {path} holds no records")
-    return records
 
 
 def render_conversation(renderer: Any, prompt: list[dict], completion: list[dict], tools: list[dict] | None) -> tuple[list[int], list[int], list[Turn]]:
