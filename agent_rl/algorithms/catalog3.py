@@ -42,14 +42,18 @@ KEYS: tuple[Catalog3Key, ...] = (
     Catalog3Key("anti_sd", "mechanism", NOT_YET, ""),
     Catalog3Key("rlsd", "mechanism", NOT_YET, ""),
     Catalog3Key("g_opd", "mechanism", NOT_YET, ""),
-    Catalog3Key("ride", "mechanism", NOT_YET, "needs hidden states of student, base and teacher in the learner's forward pass, and an external teacher model"),
+    Catalog3Key("ride", "mechanism", NOT_YET, "the seed (002) gives the target, h_base + alpha (h_teacher - h_base) per layer, but not alpha, the layers, "
+                "the distance, or how a student pairs with the teacher's base; searched (pages) 'RIDE representation extrapolation on-policy distillation "
+                "hidden states base teacher alpha layerwise' and 'RIDE on-policy distillation extrapolating layerwise representation shift base model "
+                "RL-trained teacher student hidden states': only OPRD (arXiv 2606.06021, plain hidden-state alignment, no extrapolation), no RIDE text. "
+                "Needs also: the student's hidden states with gradient in the learner's update pass (it returns logprobs only), a base and a teacher model"),
     Catalog3Key("posterior_temperature", "mechanism", NOT_YET, ""),
     Catalog3Key("srpo_reflect", "mechanism", NOT_YET, "needs a reflection-generation pass after the rollout whose text becomes the teacher context"),
     Catalog3Key("qkl", "mechanism", NOT_YET, ""),
     Catalog3Key("sarpo", "mechanism", NOT_YET, "needs a value head on the policy's backbone (a shared-backbone critic) and its SARSA loss in the learner"),
     Catalog3Key("sa_mrpo", "mechanism", NOT_YET, ""),
     Catalog3Key("gcpo", "mechanism", NOT_YET, ""),
-    Catalog3Key("redippo", "mechanism", NOT_YET, "needs a second critic that reads the reference answer (privileged context) beside the standard one, both trained; the reweighting function of the discrepancy is not in the abstract (searched 'ReDiPPO reference-guided critic discrepancy-aware PPO advantage reweighting': no text; cii030/ReDiPPO is not indexed)"),
+    Catalog3Key("redippo", "mechanism", NOT_YET, "needs a second critic that reads the reference answer (privileged context) beside the standard one, both trained (the seed, 003, gives that shape); the reweighting function of their token-level discrepancy is in no available text: searched (pages) 'ReDiPPO reference-guided critic discrepancy-aware PPO advantage reweighting' and 'ReDiPPO reference-guided critic discrepancy-aware PPO token-level advantage reweighting mathematical reasoning', (docs) 'reference-standard discrepancy standard critic reference-guided critic difficult reasoning states reweight token-level advantages PPO weight function', (code) 'reference-guided critic reference answer privileged value estimate discrepancy reweight advantage PPO', find_string 'ReDiPPO', find_repos 'ReDiPPO': no ReDiPPO text; cii030/ReDiPPO is not indexed"),
     # missed by the first catalog; the paper is needed. Notes: what was searched (search tool, corpus
     # "pages" unless "docs" is said; find_repos / find_files for the official code), what was found,
     # and what the method needs here. The search returns excerpts, never a whole paper: a mechanism
@@ -78,9 +82,7 @@ KEYS: tuple[Catalog3Key, ...] = (
             ("agent_reflex", NOT_IMPLEMENTABLE, "searched 'Agent-Reflex reflection skills reflective SFT reflection-guided on-policy distillation agent' and "
              "'Agent-Reflex On-Policy Reflective Policy Optimization noisy tool feedback user corrections': ReflACT, LEAFE, ReGRPO, structured-reflection "
              "pages, no Agent-Reflex text"),
-            ("genac", NOT_YET, "found (arXiv 2604.10701 summaries): a generative critic reasons (chain of thought) before its value, In-Context Conditioning "
-             "keeps it calibrated to the actor; SFT then REINFORCE pretraining, joint PPO. Needs: a text-generating critic in the rollout engine and its "
-             "training loop"),
+            ("genac", NOT_YET, "found (arXiv 2604.10701 summaries; searched 'Generative Actor-Critic GenAC critic chain-of-thought value estimate in-context conditioning actor', find_string 'GenAC'): a generative critic reasons (chain of thought) before its value, In-Context Conditioning keeps it calibrated to the actor; SFT on synthetic traces, then REINFORCE pretraining, then joint PPO. Not in the excerpts: how the value is parsed from the critic's text, what In-Context Conditioning puts in its context, the critic's REINFORCE reward. Needs also: a text-generating critic in the rollout engine and its training loop"),
             ("absolute_zero", NOT_YET, "found (arXiv 2505.03335): one model proposes (deduction / abduction / induction code tasks, validated by executing "
              "them) and solves; r_propose = 1 - mean solve rate, 0 if the rate is 0 or 1; advantages normalized per task type and role. Needs: a "
              "proposer role writing tasks into the task sampler and a code-execution env that validates them"),
@@ -110,7 +112,8 @@ PIECES: tuple[tuple[str, str], ...] = (
     ("sdpo / opsd top-K distribution matching", "`estimator: topk` (forward or reverse KL over the teacher's top-K + tail), losses/distill_topk.py"),
     ("GRPO with process rewards", "advantage `grpo_process` (step rewards -> normalized reward-to-go)"),
     ("external teacher models", "hf checkpoints with the student's tokenizer: `teacher_path` (one, or several mixed by `teacher_weights`) of g_opd, "
-     f"powered_opd, beta_opsd, ttpo, anti_sd, i_sdpo; {NOT_YET}: a teacher behind the openai backend, teachers routed per task"),
+     "powered_opd, beta_opsd, ttpo, anti_sd, i_sdpo; a server through the OpenAI-compatible API (`openai:URL`, prompt_logprobs, "
+     "learner/remote_teacher.py); several routed per task (`teacher_routes`)"),
     ("DeepSeek-R1 format and language-consistency rewards", "envs/rewards.py: R1Format, LanguageConsistency (any env, through ShapedEnv)"),
     ("tool-error shaping (Laguna)", "envs/rewards.py: ToolErrorShaping"),
     ("reward models as trainable components", "issue 24"),

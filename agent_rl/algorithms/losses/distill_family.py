@@ -269,8 +269,8 @@ def beta_opsd(x: LossInputs, cfg: BetaOpsdConfig) -> LossOutput:
 
 for _key, _question, _choice in (
     ('i_sdpo', 'what counts as a success and what the GRPO branch is', "reward >= success_threshold (1.0); the rest of the group trains with ppo_clip at eps 0.2/0.2 on the run's advantages; the teacher is the current policy with the privileged context"),
-    ('powered_opd', 'where the Box-Cox transform is applied, and alpha', "to each probability: r = (q^a - pi^a)/a (bounded by 1/a, the sign of log q - log pi); alpha = 0.5; the teacher is the run's self-teacher until external teachers exist"),
-    ('g_opd', 'reward scale and reference', "lambda = 1.25 (ExOPD); the reference is the run's frozen initial policy; the teacher is the run's self-teacher until external teachers exist"),
+    ('powered_opd', 'where the Box-Cox transform is applied, and alpha', "to each probability: r = (q^a - pi^a)/a (bounded by 1/a, the sign of log q - log pi); alpha = 0.5; the teacher is the run's self-teacher unless teacher_path names another model"),
+    ('g_opd', 'reward scale and reference', "lambda = 1.25 (ExOPD); the reference is the run's frozen initial policy; the teacher is the run's self-teacher unless teacher_path names another model (the paper: a stronger one)"),
     ('anti_sd', 'divergence, gate and weights', "JSD over the teacher's top-20 ids + tail; gate per token where the teacher's top-K entropy >= 0.1 nats (or on the batch mean); coef 0.1 next to ppo_clip with rl_coef 1"),
     ('g_opd', 'several teachers at once', 'teacher_path as a list: q = sum_k w_k q_k (the mixture of their next-token distributions, teacher_weights, equal by default), scored on the sampled tokens; top-K distillation takes one teacher'),
     ('beta_opsd', 'estimator and beta', 'sampled-token rewards (1/beta)(log q - log ref) - (log pi - log ref) with return-to-go, instead of distilling to mixed logits (the normalizer log Z is left out); beta = 1'),
