@@ -93,3 +93,33 @@ class RunServices:
             return engine.run_sync(specs, seed=seed)
         finally:
             engine.close()
+
+    # -- text passes: the policy writes text outside an episode (rollout/text_pass.py) ------------
+    def text_pass(
+        self, conversations: list[list[dict]], *, max_new_tokens: int, temperature: float, seed: int, topk: int = 0,
+        tools: list[list[dict] | None] | None = None,
+    ) -> list[Any]:
+        """The policy's answer to each conversation (a reflection, a rubric, a verdict, a skill) from
+        the run's own inference backend; ``PassResult`` each. None of it is ever trained on."""
+        from agent_rl.rollout.text_pass import run_text_pass
+
+        c = self.trainer.components
+        return run_text_pass(
+            c.backend, c.renderer, conversations, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
+            topk=topk, tools=tools, batch_size=self.trainer.cfg.rollout.max_batch_requests,
+        )
+
+    def transcript(self, t: Trajectory) -> str:
+        """The finished episode ``t`` after its prompt, as text."""
+        from agent_rl.rollout.text_pass import transcript
+
+        return transcript(t, self.trainer.components.renderer)
+
+    def verdict_probability(self, first_topk: dict[int, float] | None, yes: list[str], no: list[str]) -> float:
+        """P(yes) at a verdict position from its top-k logprobs; ``yes`` / ``no``: the words' spellings,
+        each counted by its first token."""
+        from agent_rl.rollout.text_pass import verdict_probability
+
+        tok = self.trainer.components.tokenizer
+        ids = {w: tok.encode(w, add_special_tokens=False)[0] for w in (*yes, *no)}
+        return verdict_probability(first_topk, [ids[w] for w in yes], [ids[w] for w in no])

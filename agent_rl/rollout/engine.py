@@ -263,8 +263,9 @@ class RolloutEngine:
         ep.task_id = info.get("task_id") or _hash_task(obs)
         ep.state_key = info.get("state_key")
         ep.info.update(task=info.get("task"), seed=ep.spec.seed, options=ep.spec.options, sample_seed=ep.sample_seed)
+        ep.info.update(prompt_messages=ep.messages, tools=ep.tools)  # a teacher's prompt, text passes (srpo_reflect, serpo, opid)
         if info.get("teacher_context"):  # privileged view for self-distillation (sdpo / opsd)
-            ep.info.update(teacher_context=info["teacher_context"], prompt_messages=ep.messages, tools=ep.tools)
+            ep.info.update(teacher_context=info["teacher_context"])
         ep.append(self.renderer.prompt_ids(ep.messages, ep.tools), mask=0)
 
     def _request(self, ep: Episode) -> GenerationRequest:

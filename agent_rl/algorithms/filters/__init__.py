@@ -7,9 +7,12 @@ Importing this package registers all of them; one module per idea:
     length.py      overlong_filter, overlong_soft_penalty, forced_interruption, length_penalty
     test_time.py   ttpo_vote (majority-vote pseudo-labels, label-free)
     temperature.py posterior_temperature (per-task rollout temperature)
+    self_context.py srpo_reflect, opid (teacher contexts the policy writes: reflections, skills)
+    rubrics.py     serpo (label-free rewards from self-written rubrics and verdict tokens)
 """
 
 from agent_rl.algorithms.filters import length, lspo, sampling, task_stats, temperature, test_time  # noqa: F401  (registration)
+from agent_rl.algorithms.filters import rubrics, self_context  # noqa: F401  (registration)
 from agent_rl.algorithms.filters.sampling import DynamicSamplingConfig, dynamic_sampling
 
 __all__ = ["DynamicSamplingConfig", "dynamic_sampling"]
