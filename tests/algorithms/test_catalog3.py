@@ -28,5 +28,5 @@ def test_every_catalog3_key_is_listed_once():
 
 def test_the_keys_built_for_issues_25_and_26_are_registered():
     registered = {e.name for r in ALL_REGISTRIES.values() for e in r.entries()}
-    built = {"i_sdpo", "beta_opsd", "powered_opd", "g_opd", "anti_sd", "rlsd", "qkl", "sa_mrpo", "gcpo", "grpo_process"}
+    built = {"i_sdpo", "beta_opsd", "powered_opd", "g_opd", "anti_sd", "rlsd", "qkl", "sa_mrpo", "gcpo", "grpo_process", "srpo_reflect", "opid", "serpo"}
     assert built <= registered

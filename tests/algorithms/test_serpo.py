@@ -97,7 +97,7 @@ def test_one_serpo_step_through_the_backend_on_a_label_free_env(tmp_path, tiny_m
                 "trainer.steps=1", "trainer.prompts_per_step=1", "rollout.max_new_tokens=8", "rollout.max_turns=1")  # fmt: skip
     metrics = t.step(1)
     rubric = t.states["filter0"].tasks
-    assert len(rubric) == 1 and metrics["serpo/verdicts_failed"] == 0.0
+    assert len(rubric) == 1 and metrics["serpo/verdicts_failed"] == 0.0 == metrics["serpo/verdicts_without_topk"]
     assert metrics["serpo/rubric_tokens"] > 0 and 0.0 <= metrics["serpo/score_mean"] <= 1.0
     # first visit: every candidate is kept and scored on both rows
     assert metrics["serpo/verdicts"] == 2.0 * metrics["serpo/criteria_kept"]

@@ -152,6 +152,8 @@ def serpo(groups: list[TrajectoryGroup], state: SerpoState, cfg: SerpoConfig) ->
         "serpo/criteria_kept": _mean(kept_sizes), "serpo/score_mean": _mean(scores),
         "serpo/rubric_tokens": float(sum(len(r.token_ids) for r in rubric_out)), "serpo/verdicts": float(len(verdicts)),
         "serpo/verdicts_failed": float(sum(v.text is None for v in verdicts)),
+        # a backend that returns no top-k (a chat-only API) leaves every verdict at 0.5: this says so
+        "serpo/verdicts_without_topk": float(sum(v.text is not None and not v.first_topk for v in verdicts)),
     }
     return FilterResult(groups=groups, metrics=metrics)
 
