@@ -201,13 +201,21 @@ class TaskProgress(RunProgress):
 
     ``advance(numbers)`` marks one unit done (``step(position, numbers)`` sets the position). Piped,
     it prints a line at every change of phase and at every ``line_every``-th unit and the last; on a
-    terminal it is one live bar.
+    terminal it is one live bar. The pace behind the ETA is timed from the last phase that began
+    before the first unit was done (setup, such as building a model, is not a unit's work); the
+    summary's wall time from ``start``.
     """
 
     def __init__(self, command: str, total: int, unit: str = "step", enabled: bool = True, stream: TextIO | None = None,
                  line_every: int = 1, now: Callable[[], float] = time.perf_counter):
         super().__init__(command, total, enabled=enabled, stream=stream, line_every=line_every, now=now)
         self.unit, self.current = unit, ""
+        self.t_begin = self.t0
+
+    def __enter__(self) -> TaskProgress:
+        super().__enter__()
+        self.t_begin = self.t0
+        return self
 
     def _describe(self) -> str:
         return f"{self.command}: {self.current}" if self.current else self.command
@@ -218,6 +226,8 @@ class TaskProgress(RunProgress):
     def phase(self, name: str, say: bool = True) -> None:
         """``say``: piped, a line when the phase changes (not for the phases every step goes through)."""
         changed = name != self.current
+        if changed and self.done == self.first:  # still setting up: the pace starts with this phase
+            self.t0 = self.t_step = self.now()
         super().phase(name)
         if say and changed and name and self.enabled and self._bar is None:
             print(f"{self.command} {self.position()} | {name}", file=self.stream, flush=True)
@@ -242,7 +252,7 @@ class TaskProgress(RunProgress):
         """End the bar; print what was done in how long, the final key numbers and the files written."""
         self.stop()
         unit = self.unit if self.unit.endswith("s") else f"{self.unit}(s)"  # tokens, run(s)
-        lines = [f"{self.command} done: {self.done - self.first} {unit} of {self.total} in {clock(self.now() - self.t0)}"]
+        lines = [f"{self.command} done: {self.done - self.first} {unit} of {self.total} in {clock(self.now() - self.t_begin)}"]
         lines += [f"  {k}: {number(v)}" for k, v in (numbers or {}).items()]
         written = [str(f) for f in files if Path(f).exists()]
         lines.append(f"  results: {', '.join(written)}" if written else "  results: printed above (no file written)")

@@ -21,7 +21,7 @@ default targets).
 
     OMP_NUM_THREADS=1 python bench/lora_sync.py --model DIR [--size tiny|100m] [--rounds 5] [--rank 8] [--vllm]
 
-Prints one JSON line per measurement.
+Prints one JSON line per measurement (stdout; its progress, part i/n, on stderr).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agent_rl.config import LearnerConfig, LoraConfig
 from agent_rl.learner import lora
 from agent_rl.learner.learner import Learner
+from agent_rl.progress import script_progress
 from agent_rl.rollout.backends.hf import HfBackend, load_model
 
 
@@ -149,17 +150,25 @@ def main() -> None:
     p.add_argument("--vllm", action="store_true", help="also the in-process vllm backend (starts an engine)")
     args = p.parse_args()
     cfg = LoraConfig(rank=args.rank, alpha=2.0 * args.rank)
+    parts = []
+    if args.only in (None, "sync"):
+        parts += [("sync hf", sync_hf), ("sync serve", sync_serve)] + ([("sync vllm", sync_vllm)] if args.vllm else [])
+    if args.only in (None, "memory"):
+        parts.append(("memory", lambda path, cfg, rounds: memory(path, cfg)))
+    progress = script_progress("bench/lora_sync", len(parts), unit="part")
     with tempfile.TemporaryDirectory() as tmp:
+        if args.size == "100m":
+            progress.phase("building the 100M model")
         path = build_100m(args.model, Path(tmp) / "m100") if args.size == "100m" else args.model
-        rows = []
-        if args.only in (None, "sync"):
-            rows += sync_hf(path, cfg, args.rounds) + sync_serve(path, cfg, args.rounds)
-            if args.vllm:
-                rows += sync_vllm(path, cfg, args.rounds)
-        if args.only in (None, "memory"):
-            rows += memory(path, cfg)
-        for row in rows:
-            print(json.dumps({"size": args.size, "rank": args.rank, **row}), flush=True)
+        for name, part in parts:
+            progress.phase(f"{name} ({args.rounds} rounds)" if name.startswith("sync") else name)
+            rows = part(path, cfg, args.rounds)
+            for row in rows:
+                print(json.dumps({"size": args.size, "rank": args.rank, **row}), flush=True)
+            by = {r.get("weights", r.get("memory")): r for r in rows}
+            key = "seconds" if name.startswith("sync") else "total_bytes"
+            progress.advance({f"full {key}": by["full"][key], f"lora {key}": by["lora"][key]})
+    progress.finish()
 
 
 if __name__ == "__main__":

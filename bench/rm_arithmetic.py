@@ -19,6 +19,7 @@ from pathlib import Path
 import gymnasium as gym
 
 import envs  # noqa: F401  (registers the envs)
+from agent_rl.progress import script_progress
 from agent_rl.reward_model import RewardModelConfig, train_reward_model
 from envs.arithmetic.policies import answer_text, tool_call_text
 
@@ -54,13 +55,18 @@ def main() -> None:
     env = gym.make("agent_rl/Arithmetic-v0", sandbox_backend="process", difficulty=[2], max_turns=3).unwrapped
     rng = random.Random(0)
     data = out / "pairs.jsonl"
+    progress = script_progress("bench/rm_arithmetic", args.pairs, unit="pair", line_every=max(1, args.pairs // 10))
+    progress.phase("verified pairs (the env checks both answers)")
     with open(data, "w") as f:
         for seed in range(args.pairs):
             f.write(json.dumps(asyncio.run(verified_pair(env, seed, rng))) + "\n")
+            progress.advance()
     env.close()
+    progress.phase(f"training the reward model ({args.steps} steps)")
     cfg = RewardModelConfig(data=str(data), model=args.model, out=str(out / "rm"), steps=args.steps, batch_pairs=16, lr=1e-3, heldout_frac=0.2)
-    metrics = train_reward_model(cfg)
+    metrics = train_reward_model(cfg, log=progress.phase)  # its step lines ("train-rm step k/n: loss x") as phases
     print(json.dumps(metrics))
+    progress.finish([data, out / "rm" / "metrics.json"], {"held-out accuracy": metrics["heldout_accuracy"]})
 
 
 if __name__ == "__main__":

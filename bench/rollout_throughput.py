@@ -30,6 +30,8 @@ from typing import Any, ClassVar
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from agent_rl.progress import script_progress  # noqa: E402 (after the path of a checkout)
+
 
 def make_env_class() -> Any:
     import gymnasium as gym
@@ -98,7 +100,7 @@ def timed(fn: Any) -> tuple[float, Any]:
     return time.perf_counter() - t0, out
 
 
-def bench_generate(model: Any, tokenizer: Any, batch: int, new_tokens: int, rounds: int) -> dict[str, float]:
+def bench_generate(model: Any, tokenizer: Any, batch: int, new_tokens: int, rounds: int, progress: Any) -> dict[str, float]:
     """(a): engine + hf backend vs model.generate, tokens/s; (c): caller thread vs worker thread."""
     import torch
 
@@ -128,6 +130,7 @@ def bench_generate(model: Any, tokenizer: Any, batch: int, new_tokens: int, roun
 
     raw_generate()
     out: dict[str, list[float]] = {"engine": [], "generate": [], "caller_thread": [], "worker_thread": []}
+    progress.phase("(a) engine vs model.generate, (c) caller vs worker thread")
     for _ in range(rounds):
         s, trajectories = timed(lambda: engine.run_sync(episodes))
         assert sum(t.num_generated_tokens for t in trajectories) == batch * new_tokens
@@ -137,12 +140,13 @@ def bench_generate(model: Any, tokenizer: Any, batch: int, new_tokens: int, roun
         out["generate"].append(s)
         out["caller_thread"].append(timed(lambda: backend.generate_sync(requests))[0])
         out["worker_thread"].append(timed(lambda: asyncio.run(backend.generate(requests)))[0])
+        progress.advance({"engine tok/s": batch * new_tokens / out["engine"][-1], "generate tok/s": batch * new_tokens / out["generate"][-1]})
     engine.close()
     backend.close()
     return {k: statistics.median(v) for k, v in out.items()}
 
 
-def bench_tools(model: Any, tokenizer: Any, episodes: int, turns: int, new_tokens: int, tool_s: float, rounds: int) -> dict[str, float]:
+def bench_tools(model: Any, tokenizer: Any, episodes: int, turns: int, new_tokens: int, tool_s: float, rounds: int, progress: Any) -> dict[str, float]:
     """(b): E episodes x turns, each env step sleeping tool_s, vs instant env steps; the tool runs
     once with batches of everything waiting and once capped at E/2 requests (two cohorts)."""
     engines = {
@@ -152,6 +156,7 @@ def bench_tools(model: Any, tokenizer: Any, episodes: int, turns: int, new_token
     engines[None].run_sync(specs(episodes, turns=1))  # warm-up
     runs = {"instant": (None, 0.0), "tool": (None, tool_s), "tool_cohorts": (episodes // 2, tool_s)}
     out: dict[str, list[float]] = {key: [] for key in runs} | {"calls_" + key: [] for key in runs}
+    progress.phase("(b) env steps instant vs slow")
     for _ in range(rounds):
         for key, (cap, latency) in runs.items():
             engine = engines[cap]
@@ -160,6 +165,7 @@ def bench_tools(model: Any, tokenizer: Any, episodes: int, turns: int, new_token
             assert all(len(t.turns_N) == turns for t in trajectories)
             out[key].append(s)
             out["calls_" + key].append(engine.metrics["rollout/generate_calls"])
+        progress.advance({f"{key} s": out[key][-1] for key in runs})
     for engine in engines.values():
         engine.backend.close()
         engine.close()
@@ -188,6 +194,8 @@ def main() -> None:
     from agent_rl.rollout.backends.hf import quiet_transformers
 
     quiet_transformers()
+    progress = script_progress("bench/rollout_throughput", a.rounds * (("a" in a.parts) + ("b" in a.parts)), unit="round")
+    progress.phase("building the model")
     with tempfile.TemporaryDirectory() as tmp:
         model, tokenizer = build(a.hidden, a.layers, Path(tmp))
     params = sum(p.numel() for p in model.parameters()) / 1e6
@@ -196,7 +204,7 @@ def main() -> None:
     print(f"model: random-init Qwen2, hidden {a.hidden}, {a.layers} layers, {params:.1f}M parameters, fp32 CPU")
 
     if "a" in a.parts:
-        g = bench_generate(model, tokenizer, a.batch, a.new_tokens, a.rounds)
+        g = bench_generate(model, tokenizer, a.batch, a.new_tokens, a.rounds, progress)
         tokens = a.batch * a.new_tokens
         print(f"\n(a) {a.batch} sequences x {a.new_tokens} new tokens (EOS ignored), median of {a.rounds} interleaved rounds")
         print(f"    engine + hf backend   {g['engine']:7.3f} s  {tokens / g['engine']:8.0f} tok/s")
@@ -205,8 +213,9 @@ def main() -> None:
         print(f"\n(c) the same batch through HfBackend: caller's thread {g['caller_thread']:.3f} s, "
               f"its worker thread {g['worker_thread']:.3f} s (ratio {g['worker_thread'] / g['caller_thread']:.2f}x)")
     if "b" not in a.parts:
+        progress.finish()
         return
-    t = bench_tools(model, tokenizer, a.episodes, a.turns, a.turn_tokens, a.tool_ms / 1000, a.rounds)
+    t = bench_tools(model, tokenizer, a.episodes, a.turns, a.turn_tokens, a.tool_ms / 1000, a.rounds, progress)
     lockstep = t["instant"] + a.turns * a.tool_ms / 1000
     print(f"\n(b) {a.episodes} episodes x {a.turns} turns x {a.turn_tokens} tokens, every env step {a.tool_ms:.0f} ms")
     print(f"    instant env steps                 {t['instant']:7.3f} s   ({t['calls_instant']:.0f} generate calls)")
@@ -216,6 +225,7 @@ def main() -> None:
     print(f"    lockstep bound                    {lockstep:7.3f} s   (generation + every turn's tool wait, not overlapped)")
     print(f"    ratio tool/instant wall time = {t['tool'] / t['instant']:.2f}x (all waiting), "
           f"{t['tool_cohorts'] / t['instant']:.2f}x (two cohorts)   (must be <= 1.3; lockstep {lockstep / t['instant']:.2f}x)")
+    progress.finish()
 
 
 if __name__ == "__main__":

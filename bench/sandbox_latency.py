@@ -31,6 +31,8 @@ from sandbox import ExecStatus, SandboxLimits, available_backends, make_sandbox 
 from sandbox.bwrap import BWRAP_UID_BASE, PYTHON, _host_binds  # noqa: E402
 from sandbox.image import DEFAULT_IMAGE  # noqa: E402
 
+from agent_rl.progress import script_progress  # noqa: E402
+
 PROGRAM = ["-S", "-c", "print(1)"]
 LIMITS = SandboxLimits(timeout_s=10.0, memory_mb=512)
 
@@ -115,6 +117,9 @@ def main() -> int:
 
     works = {name: ok for name, (ok, _) in available_backends().items()}
     pools = {b: make_sandbox(backend=b, limits=LIMITS) for b in ("bwrap", "docker") if works[b]}
+    # progress: the hot rounds, then one unit per cold variant and per throughput backend
+    progress = script_progress("bench/sandbox_latency", args.rounds + works["docker"] + works["bwrap"] + len(pools), unit="part")
+    progress.phase(f"warming the pools ({', '.join(pools) or 'none'})")
     for sb in pools.values():
         asyncio.run(sb.pool.wait_warm(60))
     peers = Peers(DEFAULT_IMAGE) if works["docker"] else None
@@ -136,15 +141,18 @@ def main() -> int:
     for fn in hot.values():  # warm-up
         fn()
     times: dict[str, list[float]] = {k: [] for k in hot}
+    progress.phase(f"hot rounds: {', '.join(hot)} (interleaved)")
     for _ in range(args.rounds):
         for name, fn in hot.items():
             times[name].append(timed(fn))
+        progress.advance({f"{name} p50 ms": statistics.median(xs) * 1e3 for name, xs in times.items()})
     loop.close()
     cold = {}
-    if peers:
-        cold["docker run --rm"] = [timed(peers.docker_run) for _ in range(args.cold_rounds)]
-    if works["bwrap"]:
-        cold["bwrap one-shot"] = [timed(bwrap_oneshot) for _ in range(args.cold_rounds)]
+    for name, fn, ok in (("docker run --rm", peers.docker_run if peers else None, peers), ("bwrap one-shot", bwrap_oneshot, works["bwrap"])):
+        if ok:
+            progress.phase(f"cold starts: {name} x {args.cold_rounds}")
+            cold[name] = [timed(fn) for _ in range(args.cold_rounds)]
+            progress.advance({f"{name} p50 ms": statistics.median(cold[name]) * 1e3})
     if peers:
         peers.close()
 
@@ -163,7 +171,9 @@ def main() -> int:
         checks.append(("bwrap pool - bare (ms)", (p50["bwrap pool exec"] - p50["bare process"]) * 1e3, "<= 8.0", 8.0))
         checks.append(("bwrap pool / bare process", p50["bwrap pool exec"] / p50["bare process"], "(info)", None))
     for b in pools:
+        progress.phase(f"throughput: {b}, {args.callers} callers for {args.seconds:g} s")
         rate, failed = asyncio.run(throughput(b, args.callers, args.seconds))
+        progress.advance({"execs/s": rate})
         checks.append((f"{b} execs/s, {args.callers} callers", rate, ">= 50", -50.0))
         if failed:
             checks.append((f"{b} failed calls", failed, "== 0", 0.0))
@@ -176,6 +186,7 @@ def main() -> int:
         print(f"{name:<32} {value:>8.2f}  {target:<8} {'yes' if ok else 'NO'}")
     for sb in pools.values():
         asyncio.run(sb.close())
+    progress.finish(numbers={"targets missed": missed})
     return 1 if missed else 0
 
 

@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agent_rl.families import FAMILIES  # noqa: E402
+from agent_rl.progress import script_progress  # noqa: E402
 from agent_rl.rollout.backends.scripted import ScriptedBackend  # noqa: E402
 from agent_rl.rollout.config import RolloutConfig  # noqa: E402
 from agent_rl.rollout.engine import RolloutEngine  # noqa: E402
@@ -132,11 +133,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=8)
     args = parser.parse_args()
+    progress = script_progress("bench/template_drift", len(FAMILIES), unit="family")
+    progress.phase("building each family's tiny tokenizer")
     with tempfile.TemporaryDirectory() as tmp:
         tokenizers = family_tokenizers(Path(tmp))
         print("| family | rewrites history | concat drift rate | per_turn drift rate | concat + on_drift=drop: episodes dropped |")
         print("|---|---|---|---|---|")
         for name, tok in tokenizers.items():
+            progress.phase(f"{name}: concat, per_turn, concat + drop ({args.episodes} episodes each)")
             concat = measure(tok, name, "concat", args.episodes)
             per_turn = measure(tok, name, "per_turn", args.episodes)
             dropped = measure(tok, name, "concat", args.episodes, on_drift="drop")
@@ -144,6 +148,8 @@ def main() -> None:
                 f"| {name} | {ChatRenderer(tok).rewrites_history()} | {concat['rate']:.3f} ({concat['drift']}/{concat['checks']}) "
                 f"| {per_turn['rate']:.3f} ({per_turn['drift']}/{per_turn['checks']}) | {dropped['untrainable']}/{args.episodes} |"
             )
+            progress.advance({"concat drift rate": concat["rate"], "per_turn drift rate": per_turn["rate"]})
+    progress.finish()
 
 
 if __name__ == "__main__":

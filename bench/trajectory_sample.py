@@ -62,17 +62,26 @@ def main() -> None:
     p.add_argument("--out", default=str(DEFAULT_OUT))
     p.add_argument("--model", default=None, help="tiny checkpoint dir (its tokenizer; default: built in a temp dir, seed 0)")
     args = p.parse_args()
+    from agent_rl.progress import script_progress
+
+    progress = script_progress("bench/trajectory_sample", len(args.envs), unit="env")
     model_dir = args.model
     if model_dir is None:
         from agent_rl.tiny import init_tiny
 
+        progress.phase("building the tiny model")
         model_dir = str(init_tiny(Path(tempfile.mkdtemp()) / "tiny", seed=0))
-    rows = [r for name in args.envs for r in sample(name, model_dir, args.tasks, args.group)]
+    rows = []
+    for name in args.envs:
+        progress.phase(f"{name}: {args.tasks} tasks x {args.group} episodes")
+        rows += sample(name, model_dir, args.tasks, args.group)
+        progress.advance({"trajectories": len(rows)})
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"tokenizer": "agent_rl.tiny (seed 0)", "trajectories": rows}, separators=(",", ":")))
     for name in args.envs:
         lengths = sorted(len(r["token_ids"]) for r in rows if r["env"] == name)
         print(f"{name:<11} {len(lengths)} trajectories, tokens min {lengths[0]} median {lengths[len(lengths) // 2]} max {lengths[-1]}")
+    progress.finish([args.out])
 
 
 if __name__ == "__main__":

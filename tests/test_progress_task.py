@@ -11,7 +11,9 @@ from tests.test_progress import Tty
 
 
 def test_piped_lines_phases_eta_and_summary(tmp_path):
-    ticks = iter([0.0, 0.0, 4.0, 10.0, 12.0, 20.0])  # made, entered, unit 1 at 4 s, unit 2 at 10 s, unit 4 at 12 s, finish at 20 s
+    # made, entered, phase "loading" at 0 s, phase "hf run" at 2 s (setup: the pace starts here), unit 1 at 6 s,
+    # unit 2 at 12 s, unit 4 at 14 s, finish at 20 s
+    ticks = iter([0.0, 0.0, 0.0, 2.0, 6.0, 12.0, 14.0, 20.0])
     out = io.StringIO()
     written = tmp_path / "results.json"
     written.write_text("{}")
@@ -27,7 +29,7 @@ def test_piped_lines_phases_eta_and_summary(tmp_path):
     assert out.getvalue().splitlines() == [
         "bench/x run 0/4 | loading",
         "bench/x run 0/4 | hf run",
-        "bench/x run 1/4 | hf run | tok/s 1235 | success 0.703 | episodes 64 | ETA 0:00:12",  # 4 s a run, 3 left
+        "bench/x run 1/4 | hf run | tok/s 1235 | success 0.703 | episodes 64 | ETA 0:00:12",  # 4 s a run since 2 s, 3 left
         "bench/x run 2/4 | hf run | tok/s 98.8 | ETA 0:00:10",  # 10 s for 2 runs, 2 left
         "bench/x run 2/4 | vllm run",
         "bench/x run 4/4 | vllm run | tok/s 2",
@@ -70,7 +72,7 @@ def test_number_text():
 
 def test_a_training_run_inside_a_script():
     """PartProgress takes the trainer's calls: its step n is the script's offset + n, with its key metrics."""
-    ticks, part_ticks = iter([0.0, 0.0, 2.0, 6.0, 8.0]), iter([0.0, 0.0, 1.0, 2.0])
+    ticks, part_ticks = iter([0.0, 0.0, 2.0, 6.0, 8.0]), iter([0.0, 0.0, 1.0, 2.0])  # the part's phase comes after step 2
     out = io.StringIO()
     parent = TaskProgress("bench/q", total=4, unit="step", stream=out, now=lambda: next(ticks)).start()
     parent.step(2, {})  # a first run's two steps, at 2 s
