@@ -72,6 +72,9 @@ def test_serpo_rewards_are_the_rubric_scores_and_the_rubric_evolves():
     assert state.tasks["task"]["rubric"] == ["says five"] and group.trajectories_G[0].info["serpo_rubric"] == ["says five"]
     assert "A good earlier answer:\nfive" in state.run.services.rubric_requests[1]  # the archive steers new criteria
     assert state.state_dict()["tasks"]["task"]["good"] == ["five", "five"]
+    resumed = SerpoState()  # rubric and archives survive a checkpoint
+    resumed.load_state_dict(state.state_dict())
+    assert (resumed.tasks, resumed.passes) == (state.tasks, 4)
 
 
 def test_serpo_never_reads_the_label_and_refuses_a_labelled_env():
