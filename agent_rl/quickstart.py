@@ -16,15 +16,19 @@ from agent_rl.config import Config, load_config
 QUICKSTART_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
 
 
-def _eval(cfg: Config, model_path: Path):
+def _eval(cfg: Config, model_path: Path, name: str = "eval"):
     from agent_rl.eval import evaluate
+    from agent_rl.progress import EpisodeProgress
     from agent_rl.runtime import Components
 
     cfg = cfg.model_copy(deep=True)
     cfg.model.path = str(model_path)
     components = Components(cfg)
     engine = components.engine(temperature=cfg.eval.temperature)
-    result, _ = asyncio.run(evaluate(engine, cfg.eval.episodes, cfg.eval.k, split=cfg.eval.split))
+    progress = EpisodeProgress(name, cfg.eval.episodes * cfg.eval.k, enabled=cfg.tracking.progress)  # episodes done, ETA
+    engine.on_episode_done = progress.episode_done
+    with progress:
+        result, _ = asyncio.run(evaluate(engine, cfg.eval.episodes, cfg.eval.k, split=cfg.eval.split))
     engine.close()
     return result
 
@@ -62,8 +66,8 @@ def quickstart(overrides: list[str] | None = None, root: str | None = None, conf
     rl_dir = sorted((run_dir / "checkpoints").glob("step_*"))[-1] / "model"
 
     console.rule(f"4/4 held-out evaluation ({cfg.eval.episodes} tasks of split '{cfg.eval.split}', same seeds)")
-    before = _eval(cfg, sft_dir)
-    after = _eval(cfg, rl_dir)
+    before = _eval(cfg, sft_dir, "eval SFT")
+    after = _eval(cfg, rl_dir, "eval SFT + RL")
     table = Table(title=f"{cfg.env.id}: held-out success (temperature {cfg.eval.temperature or cfg.rollout.temperature})")
     for col in ("policy", "success", "95% CI", "multi-turn (tool use)", "episodes"):
         table.add_column(col)
@@ -75,4 +79,5 @@ def quickstart(overrides: list[str] | None = None, root: str | None = None, conf
     console.print(f"RL gain over SFT: {gain:+.1f} points; total time {minutes:.1f} min; run: {run_dir}")
     summary = {"sft": vars(before), "rl": vars(after), "gain_points": gain, "minutes": minutes, "run_dir": str(run_dir)}
     (rootp / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    console.print(f"files: {rootp / 'summary.json'} (this table), {sft_dir} (SFT model), {rl_dir} (RL model), {run_dir}/metrics.jsonl")
     return 0
