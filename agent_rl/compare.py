@@ -147,9 +147,10 @@ def compare(runs: list[str], metrics: tuple[str, ...] | None = None, x: str = "s
     lines = table({label: [loaded[i][0] for i in members] for label, members in groups.items()}, metrics)
     diffs = config_differences([c for _, c in loaded])
     if diffs:
-        names = labels if len(groups) == len(labels) else [f"{lab} ({Path(r).name})" for lab, r in zip(labels, runs, strict=True)]
-        lines += ["", "config differences:", "| key | " + " | ".join(names) + " |", "|---|" + "---|" * len(labels)]
-        lines += [f"| {k} | " + " | ".join(str(v) for v in vals) + " |" for k, vals in diffs.items()]
+        # a column per group: the values of its runs, each once, in run order (a group's seeds: "0, 1, 2")
+        cells = {k: [", ".join(dict.fromkeys(str(vals[i]) for i in members)) for members in groups.values()] for k, vals in diffs.items()}
+        lines += ["", "config differences:", "| key | " + " | ".join(groups) + " |", "|---|" + "---|" * len(groups)]
+        lines += [f"| {k} | " + " | ".join(row) + " |" for k, row in cells.items()]
     else:
         lines += ["", "config differences: none"]
     return out, "\n".join(lines)

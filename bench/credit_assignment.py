@@ -5,14 +5,24 @@ per turn, shortest paths of 8-12 moves, 14 turns, here with sparse walls: ``MAZE
 has sampled ``--budget-tokens`` new policy tokens (a branch's copied prefix is not counted: it was sampled once, by its parent).
 Held-out success (test split, the same tasks for every run, sampled at the rollout temperature)
 is measured at 0 tokens and every ``--eval-every-tokens``. Runs are interleaved
-(seed-major) so that machine load hits every method alike. Output: ``results.jsonl`` (one line
-per evaluation), ``success_vs_tokens.png`` and a markdown table with each method's final success,
-its ratio to GRPO's, GRPO's late slope and each method's gap to GRPO, all under ``--out``.
+(seed-major) so that machine load hits every method alike. Output, all under ``--out``:
+
+- ``runs/METHOD-sSEED/``: each run's directory, ``config.yaml`` and ``metrics.jsonl`` (one row per
+  step; ``rollout/generated_tokens`` counts the sampled tokens only, a branch's copied prefix is in
+  ``rollout/copied_prefix_tokens``; ``eval/success`` at step 0 and at every evaluation), the format
+  ``agent-rl compare`` reads; no checkpoint is written;
+- ``success_vs_tokens.png`` and ``table.md``, drawn by ``agent_rl.compare`` from those run
+  directories (each method's seeds one group, aligned by sampled tokens), the table followed by
+  GRPO's late slope and each method's gap to GRPO;
+- ``results.jsonl``: one line per evaluation.
 
     OMP_NUM_THREADS=1 python bench/credit_assignment.py --model SFT_DIR --jobs 2 --seeds 0 1 2 \
         --budget-tokens 36000 --eval-every-tokens 6000 --eval-episodes 64
 
 (the measured run: 108 min on an idle 2-core machine; result in bench/results/credit_assignment/).
+
+Progress: one line per training step (piped) or a live bar: tokens sampled over all runs / the
+total budget, the run (``run 3/15 gigpo seed 0``), its step, reward and last held-out success, ETA.
 
 Without ``--model`` a tiny model is built and SFT'd on the maze's weak teacher first (minutes).
 ``--jobs N`` runs N (method, seed) runs at once, each in its own process (``--device cuda``: all on
@@ -31,6 +41,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from agent_rl.progress import TaskProgress, script_progress  # noqa: E402 (after the path of a checkout)
 
 # method -> overrides of configs/maze.yaml. Batches are sized to sample about the same number of
 # tokens per step: 32 episodes (GRPO/GiGPO/G2PO: 4 prompts x 8; CBPO: 4 prompts x (4 parents +
@@ -64,7 +76,7 @@ COMMON = [
     "trainer.prompts_per_step=4",
     "trainer.task_pool=128",  # a fixed pool of training mazes, revisited (SPO's tracker needs revisits)
     "trainer.eval_every=0",
-    "tracking.tensorboard=false",
+    "tracking.loggers=[]",
     "tracking.progress=false",
     "tracking.save_trajectories=0",
 ]
@@ -105,11 +117,54 @@ def initial_point(args: argparse.Namespace, out: Path, measure) -> dict:
     return row
 
 
-def run_one(method: str, seed: int, args: argparse.Namespace, out: Path) -> list[dict]:
+def run_dir(out: Path, method: str, seed: int) -> Path:
+    return out / "runs" / f"{method}-s{seed}"
+
+
+def run_overrides(method: str, seed: int, args: argparse.Namespace, out: Path) -> list[str]:
+    """configs/maze.yaml's overrides of one run (the command line's own ``overrides`` last: they win)."""
+    return [f"model.path={args.model}", f"model.device={args.device}", f"run.dir={run_dir(out, method, seed)}", *COMMON,
+            *METHODS[method], f"trainer.seed={seed}", f"learner.lr={args.lr}", *args.overrides]
+
+
+def run_dirs_from_results(rows: list[dict], out: Path, args: argparse.Namespace) -> None:
+    """Run directories for the results of a bench version that kept none (the measured 36k-token run
+    in bench/results/credit_assignment/): each run's evaluation rows as ``metrics.jsonl``
+    (``eval/success``; ``rollout/generated_tokens`` the tokens sampled since the previous
+    evaluation, so that their running sum is the measured count; ``rollout/reward_mean_since_eval``
+    the mean training reward of the steps in between) and a ``config.yaml`` resolved today from the
+    bench's overrides (``--model`` as given; the runs' own files were not kept)."""
+    from agent_rl.config import load_config
+
+    curves: dict[tuple[str, int], list[dict]] = {}
+    for r in rows:
+        curves.setdefault((r["method"], r["seed"]), []).append(r)
+    for (method, seed), curve in curves.items():
+        path = run_dir(out, method, seed)
+        if (path / "metrics.jsonl").exists():
+            continue
+        path.mkdir(parents=True, exist_ok=True)
+        cfg = load_config(ROOT / "configs" / "maze.yaml", run_overrides(method, seed, args, out))
+        (path / "config.yaml").write_text(cfg.to_yaml())
+        lines, before = [], 0
+        for r in sorted(curve, key=lambda r: r["tokens"]):
+            row = {"step": r["step"], "eval/success": r["success"], "rollout/generated_tokens": r["tokens"] - before}
+            if r.get("train_reward") is not None:
+                row["rollout/reward_mean_since_eval"] = r["train_reward"]
+            lines.append(json.dumps(row) + "\n")
+            before = r["tokens"]
+        (path / "metrics.jsonl").write_text("".join(lines))
+
+
+def run_one(method: str, seed: int, args: argparse.Namespace, out: Path, report=None) -> list[dict]:
     """Train one (method, seed) to the token budget; each evaluation row is appended to
-    ``results-METHOD-sSEED.jsonl`` as it is measured (a run stopped early keeps its curve so far)."""
+    ``results-METHOD-sSEED.jsonl`` as it is measured (a run stopped early keeps its curve so far),
+    each step's metrics to the run directory's ``metrics.jsonl``. ``report(tokens, numbers)``: after
+    every step and evaluation (the progress)."""
     path = out / f"results-{method}-s{seed}.jsonl"
     path.write_text("")
+    (run_dir(out, method, seed) / "metrics.jsonl").unlink(missing_ok=True)  # a rerun starts its curve afresh
+    report = report or (lambda tokens, numbers: None)
 
     def keep(row: dict) -> dict:
         with open(path, "a") as f:
@@ -122,9 +177,7 @@ def run_one(method: str, seed: int, args: argparse.Namespace, out: Path) -> list
     from agent_rl.eval import evaluate
     from agent_rl.trainer import Trainer
 
-    overrides = [f"model.path={args.model}", f"model.device={args.device}", f"run.root={out / 'runs'}", f"run.name={method}-s{seed}", *COMMON]
-    overrides += [*METHODS[method], f"trainer.seed={seed}", f"learner.lr={args.lr}"]
-    trainer = Trainer(load_config(ROOT / "configs" / "maze.yaml", overrides), log=lambda *a: None)
+    trainer = Trainer(load_config(ROOT / "configs" / "maze.yaml", run_overrides(method, seed, args, out)), log=lambda *a: None)
     copied: list[int] = []
     grow = trainer._grow_branches
 
@@ -139,24 +192,32 @@ def run_one(method: str, seed: int, args: argparse.Namespace, out: Path) -> list
         result, _ = asyncio.run(evaluate(trainer.engine, args.eval_episodes, 1, split="test", seed=20_000))
         row = {"method": method, "seed": seed, "tokens": tokens, "step": step, "success": result.success,
                "train_reward": train_reward, "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
-        print(json.dumps(row), flush=True)
         return row
 
     t0 = time.perf_counter()
+    report(0, {"phase": "evaluation at 0 tokens"})
     # every run starts from the same model and evaluates the same tasks with per-request seeds: the
     # 0-token point is measured once and shared (across --jobs processes through a file)
     rows = [keep({**initial_point(args, out, lambda: evaluation(0, 0, t0, None)), "method": method, "seed": seed})]
+    trainer.tracker.log(0, {"eval/success": rows[0]["success"], "rollout/generated_tokens": 0})
     tokens, step, next_eval, rewards = 0, 0, args.eval_every_tokens, []
     while tokens < args.budget_tokens:
         copied.clear()
         metrics = trainer.step(step)
         step += 1
-        tokens += int(metrics["rollout/generated_tokens"]) - sum(copied)
+        sampled = int(metrics["rollout/generated_tokens"]) - sum(copied)
+        tokens += sampled
         rewards.append(metrics["rollout/reward_mean"])
+        metrics.update({"rollout/generated_tokens": sampled, "rollout/copied_prefix_tokens": sum(copied)})
         if tokens >= next_eval or tokens >= args.budget_tokens:
+            report(tokens, {"step": step, "reward": metrics["rollout/reward_mean"], "phase": "evaluation"})
             rows.append(keep(evaluation(tokens, step, t0, sum(rewards) / len(rewards))))
+            metrics["eval/success"] = rows[-1]["success"]
             rewards.clear()
             next_eval += args.eval_every_tokens
+        trainer.tracker.log(step, metrics)
+        report(tokens, {"step": step, "reward": metrics["rollout/reward_mean"], "success": rows[-1]["success"]})
+    trainer.tracker.close(final=False)
     trainer.rollouts.close()
     trainer.engine.close()
     return rows
@@ -197,9 +258,11 @@ def flatness_and_gaps(curves: dict[tuple[str, int], list[dict]], methods: list[s
 
 
 def summarize(rows: list[dict], out: Path) -> str:
-    """Table and plot over the evaluations every run reached (runs cut short by a time limit are
-    compared at the last evaluation they all have, so every method gets the same token budget)."""
-    import numpy as np
+    """``agent_rl.compare``'s plot and table of held-out success against sampled tokens over the run
+    directories (each method's seeds one group), then GRPO's late slope and the gaps to GRPO over the
+    evaluations every run reached (runs cut short by a time limit are compared at the last evaluation
+    they all have, so every method gets the same token budget)."""
+    from agent_rl.compare import compare
 
     curves: dict[tuple[str, int], list[dict]] = {}
     for r in rows:
@@ -207,44 +270,11 @@ def summarize(rows: list[dict], out: Path) -> str:
     common = min(len(c) for c in curves.values())
     curves = {k: sorted(c, key=lambda r: r["tokens"])[:common] for k, c in curves.items()}
     methods = [m for m in METHODS if any(k[0] == m for k in curves)]
-    final, lines = {}, [
-        "| method | seeds | tokens (mean) | success at 0 | final success (mean ± std over seeds) | last 3 evals (mean) | all evals after 0 (mean: area under the curve) | ratio to GRPO |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for m in methods:
-        runs = [c for k, c in curves.items() if k[0] == m]
-        last = [c[-1] for c in runs]
-        final[m] = float(np.mean([r["success"] for r in last]))
-        tail = float(np.mean([r["success"] for c in runs for r in c[-3:]]))
-        area = float(np.mean([r["success"] for c in runs for r in c[1:]]))
-        start = float(np.mean([c[0]["success"] for c in runs]))
-        std = float(np.std([r["success"] for r in last]))
-        ratio = final[m] / final["grpo"] if final.get("grpo", 0) > 0 else float("nan")
-        tokens = np.mean([r["tokens"] for r in last])
-        lines.append(f"| {m} | {len(runs)} | {tokens:.0f} | {start:.3f} | {final[m]:.3f} ± {std:.3f} | {tail:.3f} | {area:.3f} | {ratio:.2f} |")
-    lines += ["", *flatness_and_gaps(curves, methods)]
-    table = "\n".join(lines)
+    runs = [k for m in methods for k in sorted(curves) if k[0] == m]
+    _, report = compare([str(run_dir(out, m, s)) for m, s in runs], ("eval/success",), x="tokens",
+                        out=out / "success_vs_tokens.png", labels=[m for m, _ in runs])
+    table = "\n".join([report, "", *flatness_and_gaps(curves, methods)])
     (out / "table.md").write_text(table + "\n")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for i, m in enumerate(methods):
-        color = f"C{i}"
-        runs = [c for k, c in curves.items() if k[0] == m]
-        for c in runs:
-            ax.plot([r["tokens"] for r in c], [r["success"] for r in c], color=color, alpha=0.25, lw=1)
-        xs = np.mean([[r["tokens"] for r in c] for c in runs], axis=0)
-        ys = np.mean([[r["success"] for r in c] for c in runs], axis=0)
-        ax.plot(xs, ys, color=color, lw=2, marker="o", ms=3, label=f"{m} (mean of {len(runs)} seeds)")
-    ax.set_xlabel("sampled policy tokens")
-    ax.set_ylabel("held-out success (Maze-v0, test split)")
-    ax.set_title("Credit assignment at equal sampled-token budgets")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "success_vs_tokens.png", dpi=120)
     return table
 
 
@@ -258,52 +288,98 @@ def main() -> None:
     p.add_argument("--eval-episodes", type=int, default=64)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "credit_bench")
-    p.add_argument("--summarize-only", action="store_true", help="redraw the plot and table from results-*.jsonl")
+    p.add_argument("--summarize-only", action="store_true",
+                   help="redraw the plot and table from the run directories (made from results.jsonl when an older bench kept none)")
     p.add_argument("--device", default="cpu", help="model.device of every run (cuda: the hf backend and learner on a GPU)")
     p.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process (1: in this process)")
     p.add_argument("--sft-steps", type=int, default=800, help="SFT steps when --model is not given")
     p.add_argument("--one", nargs=2, metavar=("METHOD", "SEED"), help=argparse.SUPPRESS)
+    p.add_argument("overrides", nargs="*", help="config overrides of every run, after the bench's own (e.g. rollout.max_turns=8)")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     results = args.out / "results.jsonl"
-    if args.one:
-        run_one(args.one[0], int(args.one[1]), args, args.out)
+    if args.one:  # a child of run_parallel: its own progress, into its log
+        method, seed = args.one[0], int(args.one[1])
+        progress = script_progress(f"bench/credit_assignment {method} seed {seed}", args.budget_tokens, unit="tokens")
+        run_one(method, seed, args, args.out, lambda tokens, numbers: report(progress, tokens, numbers))
+        progress.finish([run_dir(args.out, method, seed) / "metrics.jsonl"])
         return
+    progress = None
     if not args.summarize_only:
         if args.model is None:
             args.model = build_model(args.out, args.device, args.sft_steps)
         runs = [(m, s) for s in args.seeds for m in args.methods]  # seed-major: every method sees the same load
+        progress = script_progress("bench/credit_assignment", len(runs) * args.budget_tokens, unit="tokens")
         if args.jobs == 1:
-            for method, seed in runs:
-                run_one(method, seed, args, args.out)
+            for i, (method, seed) in enumerate(runs):
+                name, done = f"run {i + 1}/{len(runs)} {method} seed {seed}", i * args.budget_tokens
+                progress.phase(name)
+                run_one(method, seed, args, args.out, lambda t, numbers, n=name, d=done: report(progress, d + min(t, args.budget_tokens), numbers, n))
         else:
-            run_parallel(runs, args)
-    rows = [json.loads(line) for f in sorted(args.out.glob("results-*.jsonl")) for line in f.read_text().splitlines() if line.strip()]
+            run_parallel(runs, args, progress)
+    files = sorted(args.out.glob("results-*.jsonl")) or [results]  # per run; or only the merged file of an older run
+    rows = [json.loads(line) for f in files if f.exists() for line in f.read_text().splitlines() if line.strip()]
+    if not rows:
+        p.error(f"--out {args.out}: no results-*.jsonl or results.jsonl to summarize")
     results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if args.summarize_only:
+        args.model = args.model or "SFT_DIR"
+        run_dirs_from_results(rows, args.out, args)
     print(summarize(rows, args.out))
+    files = [args.out / "table.md", args.out / "success_vs_tokens.png", results, args.out / "runs"]
+    if progress is not None:
+        progress.finish(files)
+    else:
+        print(f"written: {', '.join(str(f) for f in files if f.exists())}")
 
 
-def run_parallel(runs: list[tuple[str, int]], args: argparse.Namespace) -> None:
-    """Each (method, seed) in its own process, ``--jobs`` at a time, one torch thread each."""
+def report(progress: TaskProgress, tokens: int, numbers: dict, run: str = "") -> None:
+    """A run's progress: its phase when it changes (evaluation), else its tokens so far and numbers."""
+    phase = numbers.pop("phase", None)
+    progress.phase(f"{run}: {phase}" if run and phase else phase or run, say=bool(phase))  # back to the run: no line of its own
+    if numbers:
+        progress.step(min(tokens, progress.total), numbers)
+
+
+def sampled_tokens(path: Path) -> int:
+    """Tokens a running run has sampled so far (its ``metrics.jsonl``)."""
+    from agent_rl.tracking import read_metrics
+
+    return int(sum(r.get("rollout/generated_tokens", 0) for r in read_metrics(path))) if path.exists() else 0
+
+
+def run_parallel(runs: list[tuple[str, int]], args: argparse.Namespace, progress: TaskProgress) -> None:
+    """Each (method, seed) in its own process, ``--jobs`` at a time, one torch thread each; the
+    progress sums the tokens the runs have sampled (read from their run directories every 10 s)."""
     flags = ["--model", str(args.model), "--device", args.device, "--out", str(args.out), "--lr", str(args.lr),
              "--budget-tokens", str(args.budget_tokens), "--eval-every-tokens", str(args.eval_every_tokens),
              "--eval-episodes", str(args.eval_episodes)]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    pending, running, failed = list(runs), {}, []
+    pending, running, failed, finished = list(runs), {}, [], 0
+    progress.phase(f"{min(args.jobs, len(runs))} runs at once (each one's progress in log-METHOD-sSEED.txt)")
+    polled, last = 0.0, (-1, -1)
     while pending or running:
         while pending and len(running) < args.jobs:
             method, seed = pending.pop(0)
             log = open(args.out / f"log-{method}-s{seed}.txt", "w")  # noqa: SIM115 (closed when the run exits)
-            cmd = [sys.executable, __file__, *flags, "--one", method, str(seed)]
+            cmd = [sys.executable, __file__, *flags, "--one", method, str(seed), *args.overrides]
             running[(method, seed)] = (subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log)
         time.sleep(1.0)
         for key, (proc, log) in list(running.items()):
             if proc.poll() is not None:
                 log.close()
                 del running[key]
+                finished += 1
                 if proc.returncode != 0:
                     failed.append(key)
-                print(f"{key[0]} seed {key[1]}: exit {proc.returncode}", flush=True)
+                    print(f"{key[0]} seed {key[1]}: exit {proc.returncode} (log-{key[0]}-s{key[1]}.txt)", flush=True)
+        if time.monotonic() - polled > 10 or not (pending or running):
+            polled = time.monotonic()
+            inflight = sum(min(sampled_tokens(run_dir(args.out, m, s) / "metrics.jsonl"), args.budget_tokens) for m, s in running)
+            position = finished * args.budget_tokens + inflight
+            if (position, finished) != last:  # a line when a run moved on, not every 10 s
+                last = (position, finished)
+                progress.step(position, {"runs done": finished, "running": ", ".join(f"{m} s{s}" for m, s in running) or "-"})
     if failed:
         print(f"failed runs (see log-*.txt): {failed}", flush=True)
 

@@ -95,4 +95,24 @@ def test_runs_with_one_label_are_a_group(runs, tmp_path):
         # finals 0.6, 0.2: 0.4 ± 0.2; mean curve (0.25, 0.4): best 0.4 at step 2; run means 0.4, 0.25
         "| cispo (2 runs) | rollout/reward_mean | 0.4000 ± 0.2000 | 0.4000 | 2 | 0.3250 ± 0.0750 | 2 |",
     ]
-    assert "| key | ppo (a) | cispo (b) | cispo (c) |" in report and "| trainer.seed | 0 | 0 | 1 |" in report
+    assert "| key | ppo | cispo |" in report and "| trainer.seed | 0 | 0, 1 |" in report  # a column per group
+    assert "| algorithm.loss.name | ppo_clip | cispo |" in report
+
+
+def test_credit_assignment_readme_compare_command(tmp_path):
+    """bench/results/credit_assignment/README.md's `agent-rl compare` command, as written, on a copy of
+    the committed run directories: it prints the table the bench wrote (table.md) and redraws the plot."""
+    import shutil
+    from pathlib import Path
+
+    from tests.test_docs_commands import ROOT, _run, documented_commands
+
+    results = "bench/results/credit_assignment"
+    (command,) = documented_commands(f"{results}/README.md")
+    assert command.startswith("agent-rl compare ")
+    shutil.copytree(ROOT / results, tmp_path / results, ignore=shutil.ignore_patterns("*.png"))
+    done = _run(command, tmp_path)
+    report, written = done.stdout.rstrip("\n").rsplit("\n", 1)
+    assert (ROOT / results / "table.md").read_text().startswith(report + "\n")
+    png = Path(written.removeprefix("plot written to "))
+    assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

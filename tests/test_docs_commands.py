@@ -26,10 +26,12 @@ SHELL_LANGS = {"", "bash", "sh", "shell", "console", "text"}
 # page -> the test module that runs its commands as written
 DOC_TESTS = {
     "README.md": "tests/test_docs_commands.py",
+    "bench/results/credit_assignment/README.md": "tests/test_compare.py",
     "docs/adding-an-environment.md": "tests/test_adding_an_environment.py",
     "docs/agent-programs.md": "tests/proxy/test_agent_programs_doc.py",
     "docs/bfcl.md": "tests/test_bfcl_doc.py",
     "docs/code-exec.md": "tests/test_docs_commands.py",
+    "docs/distillation.md": "tests/test_distillation_doc.py",
     "docs/distributed.md": "tests/test_docs_commands.py",
     "docs/model-families.md": "tests/test_docs_commands.py",
     "docs/preference.md": "tests/test_preference_doc.py",

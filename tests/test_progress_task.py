@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-
 from pathlib import Path
 
 from agent_rl.progress import PartProgress, TaskProgress, number
