@@ -67,7 +67,7 @@ WORKLOAD = [
     "distributed.ray.num_rollout_workers=1",
     "distributed.ray.sandbox_pools=false",
     "trainer.eval_every=0",
-    "tracking.tensorboard=false",
+    "tracking.loggers=[]",
     "tracking.progress=false",
     "tracking.save_trajectories=0",
 ]
@@ -91,7 +91,8 @@ def warm_started_model(root: Path) -> Path:
     return out
 
 
-def run(mode: str, model: Path, steps: int, root: Path, backend: str, extra: tuple[str, ...] = ()) -> dict:
+def run(mode: str, model: Path, steps: int, root: Path, backend: str, extra: tuple[str, ...] = (), progress=None) -> dict:
+    """One run of ``steps`` steps; ``progress`` (a TaskProgress over all runs' steps) advances per step."""
     from agent_rl.config import load_config
     from agent_rl.distributed import staleness
     from agent_rl.trainer import Trainer
@@ -126,6 +127,8 @@ def run(mode: str, model: Path, steps: int, root: Path, backend: str, extra: tup
             m = trainer.step(step)
             rewards.append(m["rollout/reward_mean"])
             metrics.append(m)
+            if progress is not None:
+                progress.advance({"step": f"{step + 1}/{steps}", "reward": m["rollout/reward_mean"], "run s": time.perf_counter() - t0})
         cpu1 = cpu_seconds()
     finally:
         trainer.rollouts.close()
@@ -225,10 +228,18 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    model = args.model or warm_started_model(args.root)
+    from agent_rl.progress import script_progress
+
     order = ["sync", "async", "async", "sync"][: 2 * args.rounds] if args.rounds <= 2 else ["sync", "async"] * args.rounds
+    progress = script_progress("bench/async_speedup", len(order) * args.steps, unit="step")
+    if args.model is None:
+        progress.phase("the quickstart's SFT warm start (once, then reused)")
+    model = args.model or warm_started_model(args.root)
     extra = {"sync": (), "async": (f"distributed.overprovision_groups={args.overprovision}",)}
-    results = [run(mode, model, args.steps, args.root, args.backend, extra[mode]) for mode in order]
+    results = []
+    for i, mode in enumerate(order):
+        progress.phase(f"run {i + 1}/{len(order)} {mode} (max staleness {int(mode == 'async')}, backend {args.backend})")
+        results.append(run(mode, model, args.steps, args.root, args.backend, extra[mode], progress))
     by = {m: [r for r in results if r["mode"] == m] for m in ("sync", "async")}
     print(f"\nworkload: {args.steps} steps x 32 episodes, tool latency 50 ms - 2 s (Pareto a=1), backend {args.backend}, model {model}")
     for r in results:
@@ -252,6 +263,7 @@ def main() -> None:
     cores = len(os.sched_getaffinity(0))
     print(f"CPU per synchronous step {cpu:.2f} s on {cores} cores: no overlap can beat {cpu / cores:.2f} s per step "
           f"(at most {step / (cpu / cores):.2f}x the synchronous {step:.2f} s); load average now {os.getloadavg()[0]:.1f}")
+    progress.finish([args.root], {"speedup": f"{sync_s / async_s:.2f}x"})  # the runs' directories (config.yaml, metrics.jsonl)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agent_rl.config import load_config  # noqa: E402
+from agent_rl.progress import PartProgress, TaskProgress, script_progress  # noqa: E402
 from agent_rl.quickstart import QUICKSTART_CONFIG, _eval  # noqa: E402
 
 
@@ -79,7 +80,7 @@ def backend_overrides(name: str, sft_dir: Path, url: str | None) -> list[str]:
     ]  # fmt: skip
 
 
-def train_and_eval(name: str, root: Path, sft_dir: Path, overrides: list[str], url: str | None) -> dict:
+def train_and_eval(name: str, root: Path, sft_dir: Path, overrides: list[str], url: str | None, progress: TaskProgress, label: str) -> dict:
     from agent_rl.trainer import Trainer
 
     cfg = load_config(QUICKSTART_CONFIG, [
@@ -87,7 +88,10 @@ def train_and_eval(name: str, root: Path, sft_dir: Path, overrides: list[str], u
         *overrides, *backend_overrides(name, sft_dir, url),
     ])  # fmt: skip
     start = time.perf_counter()
-    run_dir = Trainer(cfg, log=print).train()
+    trainer = Trainer(cfg, log=print)
+    trainer.progress = PartProgress(progress, progress.done, label)  # the run's steps in the bench's progress
+    run_dir = trainer.train()
+    progress.phase(f"{label}: held-out eval (hf)")
     minutes = (time.perf_counter() - start) / 60
     rl_dir = sorted((run_dir / "checkpoints").glob("step_*"))[-1] / "model"
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -110,7 +114,13 @@ def main() -> int:
     root = Path(args.root)
     cfg = load_config(QUICKSTART_CONFIG, [f"run.root={root}", *args.overrides])
     sft_dir = root / "sft_model"
+    names = args.backends.split(",")
+    for name in names:
+        if name not in ("hf", "vllm", "vllm-serve"):
+            ap.error(f"unknown backend '{name}'; known: hf, vllm, vllm-serve")
+    progress = script_progress("bench/quickstart_backends", len(names) * cfg.trainer.steps, unit="step")
     if not (sft_dir / "config.json").exists():
+        progress.phase("SFT of the quickstart's start")
         from agent_rl.sft import sft
         from agent_rl.tiny import init_tiny
 
@@ -119,16 +129,17 @@ def main() -> int:
             init_tiny(model_dir, seed=cfg.trainer.seed, env_ids=(cfg.env.id,))
         cfg.model.path, cfg.sft.out = str(model_dir), str(sft_dir)
         sft(cfg, log=print)
+    progress.phase("held-out eval of the SFT start (hf)")
     before = _eval(load_config(QUICKSTART_CONFIG, [f"run.root={root}", *args.overrides, "rollout.backend.name=hf"]), sft_dir)
     rows = []
-    for name in args.backends.split(","):
-        if name not in ("hf", "vllm", "vllm-serve"):
-            ap.error(f"unknown backend '{name}'; known: hf, vllm, vllm-serve")
+    for i, name in enumerate(names):
+        label = f"run {i + 1}/{len(names)} {name}"
         if name == "vllm-serve":
+            progress.phase(f"{label}: starting vllm serve")
             with vllm_server(sft_dir, root / "vllm_serve.log") as url:
-                rows.append(train_and_eval(name, root, sft_dir, args.overrides, url))
+                rows.append(train_and_eval(name, root, sft_dir, args.overrides, url, progress, label))
         else:
-            rows.append(train_and_eval(name, root, sft_dir, args.overrides, None))
+            rows.append(train_and_eval(name, root, sft_dir, args.overrides, None, progress, label))
         r = rows[-1]
         print(f"{name}: after RL {r['rl']['success']:.3f} {r['rl']['success_ci']}, {r['train_minutes']:.1f} min")
     ci = before.success_ci
@@ -141,6 +152,7 @@ def main() -> int:
               f"{100 * (r['rl']['success'] - before.success):>+6.1f} {str(lo > ci[1]):>15} {r['train_minutes']:>9.1f} "
               f"{r['weight_sync_s_mean']:>11.3f} {r['infra_error_episodes']:>9} {r['mismatch_logprob_abs_max']:>11.2e}")  # fmt: skip
     (root / "backends.json").write_text(json.dumps({"sft": vars(before), "rows": rows}, indent=2, default=str))
+    progress.finish([root / "backends.json", root / "backends"])
     return 0
 
 

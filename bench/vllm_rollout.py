@@ -88,10 +88,14 @@ def main() -> None:
 
     from agent_rl.rollout.backends.hf import HfBackend, load_model, load_tokenizer
 
+    from agent_rl.progress import script_progress
+
     results: dict[str, Any] = {"args": vars(args) | {"out": str(args.out)}}
     work = Path(tempfile.mkdtemp(prefix="bench_vllm_"))
     n, new = args.episodes, args.new_tokens
+    progress = script_progress("bench/vllm_rollout", len(SIZES) * args.rounds + 2, unit="round")  # + prefix caching on/off
     for size, (hidden, layers) in SIZES.items():
+        progress.phase(f"{size}: building the model, starting the engines")
         path, params = save(hidden, layers, work / size)
         tokenizer = load_tokenizer(str(path))
         backend = vllm_backend(path)
@@ -106,6 +110,7 @@ def main() -> None:
             obs, info = env.reset(seed=s.seed, options=s.options)
             prompts.append(ours.renderer.prompt_ids(obs, info.get("tools")))
         timings: dict[str, list[float]] = {"engine_vllm": [], "engine_hf": [], "raw_vllm": []}
+        progress.phase(f"{size}: {n} episodes x {new} tokens, engine vllm / engine hf / raw vllm")
         for _ in range(args.rounds):
             timings["engine_vllm"].append(engine_tokens_per_s(ours, n, new))
             timings["engine_hf"].append(engine_tokens_per_s(hf, n, new))
@@ -114,6 +119,7 @@ def main() -> None:
                 start = time.perf_counter()
                 out = raw.generate([{"prompt_token_ids": p} for p in prompts], params_i, use_tqdm=False)
                 timings["raw_vllm"].append(sum(len(o.outputs[0].token_ids) for o in out) / (time.perf_counter() - start))
+            progress.advance({f"{k} tok/s": v[-1] for k, v in timings.items() if v})
         med = {k: statistics.median(v) for k, v in timings.items() if v}
         row = {"params": params, **{f"{k}_tokens_per_s": round(v, 1) for k, v in med.items()}}
         row["vllm_over_hf"] = round(med["engine_vllm"] / med["engine_hf"], 3)
@@ -127,6 +133,7 @@ def main() -> None:
         backend.close()
         if size == "10m":  # (c) prefix caching over multi-turn episodes, on the small model
             for caching in (True, False):
+                progress.phase(f"{size}: prefix caching {'on' if caching else 'off'}, {n} episodes x {args.turns} turns")
                 b = vllm_backend(path, prefix_caching=caching, block_size=32)
                 eng = engine(b, tokenizer, max_new_tokens=32, ignore_eos=True, concurrency=n, max_turns=args.turns)
                 eng.run_sync(specs(n, turns=args.turns), seed=0)
@@ -134,11 +141,13 @@ def main() -> None:
                 key = "prefix_caching_on" if caching else "prefix_caching_off"
                 results[key] = {"prompt_tokens": prompt, "cached_prompt_tokens": cached, "saved_frac": round(cached / max(prompt, 1), 3)}
                 print(f"{key}: {cached} of {prompt} prompt tokens from the prefix cache ({results[key]['saved_frac']:.1%})", flush=True)
+                progress.advance({"prompt tokens from the cache": results[key]["saved_frac"]})
                 eng.close()
                 b.close()
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=2) + "\n")
+    progress.finish([args.out] if args.out else [])
 
 
 if __name__ == "__main__":
