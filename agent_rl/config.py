@@ -124,7 +124,7 @@ class LearnerConfig(Section):
     micro_batch_size: int = Field(16, ge=1, description="rows per forward/backward on each rank (gradient accumulation; the update does not depend on it)")
     packing: bool = Field(False, description="each micro-batch's rows run as one packed sequence (per-row positions, no attention across rows): no compute on padding")
     max_tokens_per_micro_batch: int | None = Field(None, ge=1, description="token budget of a micro-batch (replaces micro_batch_size; real tokens when packing, rows x longest row otherwise); rows are spread over ranks by tokens")
-    share_prefixes: bool = Field(False, description="with packing: rows of a micro-batch that share a prefix of >= 16 tokens (a group's prompt, a fork's parent) compute it once; sdpa models only (others are refused)")
+    share_prefixes: bool = Field(False, description="with packing: rows of a micro-batch that share a prefix of >= 8 tokens (a group's prompt, a fork's parent) compute it once; sdpa models only (others are refused)")
     world_size: int = Field(1, ge=1, description="learner ranks; >1 shards the model with FSDP2 over that many ranks: processes on this machine (torchrun-style; distributed.backend=local) or Ray actors (distributed.backend=ray)")
     mixed_precision: Literal["none", "bf16"] = Field("none", description="FSDP2: bf16 compute with fp32 master weights and fp32 gradient reduction")
     cpu_offload: bool = Field(False, description="FSDP2: keep sharded parameters, gradients and optimizer state on the CPU")

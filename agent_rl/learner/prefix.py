@@ -1,9 +1,9 @@
 """Shared-prefix packing (``learner.share_prefixes``): rows of a micro-batch that begin with the same
 tokens at the same positions (a group's prompt, a fork's parent) compute that prefix once.
 
-Layout (one level of sharing): rows are taken in order; a row joins the first earlier cluster
-whose first row shares at least ``MIN_SHARED_TOKENS`` tokens with it, and a cluster's prefix is
-the shortest of those common prefixes. A cluster of several rows is packed as its prefix once,
+Layout (one level of sharing): rows are taken in order; a row joins the earlier cluster whose
+first row shares at least ``MIN_SHARED_TOKENS`` tokens with it where that saves the most tokens
+(``clusters``), and a cluster's prefix is the shortest of those common prefixes. A cluster of several rows is packed as its prefix once,
 then each row's remaining tokens:
 
     rows   a = p p p p x x        b = p p p p y y y
@@ -24,7 +24,7 @@ import torch
 from agent_rl.learner.packing import Pack, pack
 from agent_rl.types import TrainBatch
 
-MIN_SHARED_TOKENS = 16  # shorter common prefixes are not worth a segment of their own
+MIN_SHARED_TOKENS = 8  # shorter common prefixes are not worth a segment of their own (a chat header)
 
 
 def common_prefix(ids_a: torch.Tensor, ids_b: torch.Tensor, pos_a: torch.Tensor, pos_b: torch.Tensor) -> int:
@@ -35,16 +35,29 @@ def common_prefix(ids_a: torch.Tensor, ids_b: torch.Tensor, pos_a: torch.Tensor,
 
 
 def clusters(ids_B: list[torch.Tensor], pos_B: list[torch.Tensor]) -> list[tuple[list[int], int]]:
-    """(rows, shared prefix length) of each cluster; a row alone shares nothing (length 0)."""
+    """(rows, shared prefix length) of each cluster; a row alone shares nothing (length 0).
+
+    A row joins the earlier cluster where it saves the most tokens: joining a cluster of r rows
+    that share s tokens, with which the row shares n >= ``MIN_SHARED_TOKENS``, makes the cluster
+    share min(s, n), saving r min(s, n) tokens instead of (r - 1) s; a row that saves nothing
+    anywhere starts its own cluster (so two prompts that share only a chat template header stay
+    apart instead of cutting each other's shared prompt down to the header)."""
     out: list[tuple[list[int], int]] = []
     for b in range(len(ids_B)):
+        best, best_gain = -1, 0
         for k, (rows, shared) in enumerate(out):
             n = common_prefix(ids_B[rows[0]], ids_B[b], pos_B[rows[0]], pos_B[b])
-            if n >= MIN_SHARED_TOKENS:
-                out[k] = ([*rows, b], n if len(rows) == 1 else min(shared, n))
-                break
-        else:
+            if n < MIN_SHARED_TOKENS:
+                continue
+            gain = n if len(rows) == 1 else len(rows) * min(shared, n) - (len(rows) - 1) * shared
+            if gain > best_gain:
+                best, best_gain = k, gain
+        if best < 0:
             out.append(([b], 0))
+            continue
+        rows, shared = out[best]
+        n = common_prefix(ids_B[rows[0]], ids_B[b], pos_B[rows[0]], pos_B[b])
+        out[best] = ([*rows, b], n if len(rows) == 1 else min(shared, n))
     return out
 
 

@@ -27,6 +27,29 @@ _PACKED: contextvars.ContextVar[bool] = contextvars.ContextVar("agent_rl_packed"
 _registered = False
 
 
+_PLAN: list[Any] = [None, None]  # (segments object, its plan): the layers of one call share it
+
+
+def _plan(segments: list[tuple[int, int, int, int]], device: torch.device) -> list[tuple[int, int, torch.Tensor, torch.Tensor]]:
+    """Segments of one shape, (own length n, prefix length m), batched: per shape the query index
+    ``[k, n]`` and the key / value index ``[k, m + n]`` (the prefix's tokens, then its own) into
+    the packed sequence. Computed once per packed call (every layer reads the same segments)."""
+    if _PLAN[0] is segments and _PLAN[1][0] == device:
+        return _PLAN[1][1]
+    shapes: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for s, e, ps, pe in segments:
+        if e > s:
+            shapes.setdefault((e - s, pe - ps), []).append((s, ps))
+    plan = []
+    for (n, m), starts in shapes.items():
+        start_k1 = torch.tensor([[st] for st, _ in starts], device=device)
+        q_kn = start_k1 + torch.arange(n, device=device)
+        kv_km = torch.tensor([[ps] for _, ps in starts], device=device) + torch.arange(m, device=device)
+        plan.append((n, m, q_kn, torch.cat([kv_km, q_kn], dim=1)))
+    _PLAN[0], _PLAN[1] = segments, (device, plan)
+    return plan
+
+
 def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -35,25 +58,24 @@ def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=N
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs)
     if query.shape[0] != 1:
         raise ValueError("agent_rl_segments: a packed call has one row")
-    # segments of one shape, (own length, prefix length), run as one batched call
-    shapes: dict[tuple[int, int], list[int]] = {}
-    for i, (s, e, ps, pe) in enumerate(segments):
-        if e > s:
-            shapes.setdefault((e - s, pe - ps), []).append(i)
-    outs: dict[int, torch.Tensor] = {}
-    for (n, m), members in shapes.items():
-        q = torch.cat([query[:, :, segments[i][0] : segments[i][1]] for i in members])
-        k = torch.cat([torch.cat([key[:, :, ps:pe], key[:, :, s:e]], dim=2) for s, e, ps, pe in (segments[i] for i in members)])
-        v = torch.cat([torch.cat([value[:, :, ps:pe], value[:, :, s:e]], dim=2) for s, e, ps, pe in (segments[i] for i in members)])
+    # segments of one shape, (own length, prefix length), run as one batched call; the rows of a
+    # shape are gathered by one index each (one scatter in the backward, not one per segment)
+    outs, index = [], []
+    for n, m, q_kn, kv_kl in _plan(segments, query.device):
+        q = query[0][:, q_kn].transpose(0, 1)  # [heads, k, n, dim] -> [k, heads, n, dim]
+        k = key[0][:, kv_kl].transpose(0, 1)
+        v = value[0][:, kv_kl].transpose(0, 1)
         if m == 0:  # rows of their own: causal
             out = sdpa_attention_forward(module, q, k, v, None, dropout=dropout, scaling=scaling, is_causal=True, **kwargs)[0]
         else:  # suffixes: all of their shared prefix, then causal over themselves
             mask_nm = torch.ones((n, m + n), dtype=torch.bool, device=query.device)
             mask_nm[:, m:] = torch.ones((n, n), dtype=torch.bool, device=query.device).tril()
             out = sdpa_attention_forward(module, q, k, v, mask_nm[None, None], dropout=dropout, scaling=scaling, is_causal=False, **kwargs)[0]
-        for j, i in enumerate(members):
-            outs[i] = out[j : j + 1]
-    return torch.cat([outs[i] for i in sorted(outs)], dim=1), None  # [1, N, heads, head_dim], in packed order
+        outs.append(out.reshape(-1, *out.shape[2:]))  # [k n, heads, head_dim]
+        index.append(q_kn.flatten())
+    out_N = torch.cat(outs) if len(outs) > 1 else outs[0]
+    order = torch.argsort(torch.cat(index)) if len(index) > 1 else torch.argsort(index[0])
+    return out_N[order][None], None  # [1, N, heads, head_dim], in packed order
 
 
 def _mask(*args: Any, **kwargs: Any):

@@ -52,9 +52,25 @@ def test_clusters_and_layout_by_hand(tiny_model_dir):
 
 def test_a_prefix_shorter_than_the_minimum_is_not_shared():
     batch, _ = shared_batch(50)
-    batch.input_ids_BT[1, 15] = (batch.input_ids_BT[0, 15] + 1) % 50  # rows 0 and 1 now share 15 tokens
+    n = prefix.MIN_SHARED_TOKENS - 1
+    batch.input_ids_BT[1, n] = (batch.input_ids_BT[0, n] + 1) % 50  # rows 0 and 1 now share MIN - 1 tokens
     p = prefix.shared_pack(batch)
     assert p.segments[:2] == [(0, 26, 0, 0), (26, 48, 26, 26)]
+
+
+def test_a_row_joins_the_cluster_where_it_saves_most():
+    """Two prompts of 12 tokens that share an 8-token header: each group shares its whole prompt
+    (the header alone would save less); a fork sharing 10 tokens joins its best cluster."""
+    header, pos = list(range(1, 9)), torch.arange(16)
+    a = torch.tensor(header + [20, 21, 22, 23] + [30, 31, 32, 33])
+    b = torch.tensor(header + [40, 41, 42, 43] + [30, 31, 32, 33])
+    rows = [a, a.clone(), a.clone(), b, b.clone()]
+    rows[2][12:] = torch.tensor([34, 35, 36, 37])
+    fork = a.clone()
+    fork[10:] = torch.tensor([9, 9, 9, 9, 9, 9])
+    got = prefix.clusters([*rows, fork], [pos] * 6)
+    # rows 0-2 share 12; the fork shares 10 with them: 3 x 10 = 30 tokens saved vs 2 x 12 = 24 before
+    assert got == [([0, 1, 2, 5], 10), ([3, 4], 16)]
 
 
 @pytest.mark.parametrize("with_topk", [False, True])
