@@ -330,14 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _quiet_warnings() -> None:
-    """Warnings as one line without the source line that raised them; torch's note that a one-process
-    checkpoint runs without torch.distributed (every save and load) is dropped, and the process
-    sandbox's isolation warning, which its logger already printed, is not said twice."""
-    import warnings
+    from agent_rl.progress import quiet_warnings
 
-    warnings.formatwarning = lambda message, category, *_a, **_k: f"warning: {message}\n"
-    warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
-    warnings.filterwarnings("ignore", message="sandbox backend 'process' is NOT isolated")
+    quiet_warnings()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -262,8 +262,22 @@ class TaskProgress(RunProgress):
         return text
 
 
+def quiet_warnings() -> None:
+    """Warnings as one line without the source line that raised them; torch's note that a one-process
+    checkpoint runs without torch.distributed (every save and load) is dropped, and the process
+    sandbox's isolation warning, which its logger already printed, is not said twice. The CLI's and
+    the benches' (``script_progress``) output."""
+    import warnings
+
+    warnings.formatwarning = lambda message, category, *_a, **_k: f"warning: {message}\n"
+    warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+    warnings.filterwarnings("ignore", message="sandbox backend 'process' is NOT isolated")
+
+
 def script_progress(command: str, total: int, unit: str = "step", line_every: int = 1) -> TaskProgress:
-    """A long script's progress (the benches), started, on stderr: its stdout stays its results."""
+    """A long script's progress (the benches), started, on stderr: its stdout stays its results.
+    Known noisy warnings are quieted as in the CLI (``quiet_warnings``)."""
+    quiet_warnings()
     return TaskProgress(command, total, unit=unit, stream=sys.stderr, line_every=line_every).start()
 
 
