@@ -20,7 +20,7 @@ from agent_rl.algorithms.aggregation import aggregation_inputs_for, select_rows
 from agent_rl.algorithms.losses import apply_cross_cutting
 from agent_rl.algorithms.plan import ObjectiveParts
 from agent_rl.algorithms.registry import AggregationInputs, LossInputs
-from agent_rl.learner import fsdp, packing
+from agent_rl.learner import fsdp, hidden, packing
 from agent_rl.learner.logprobs import token_logprobs
 from agent_rl.types import TrainBatch
 
@@ -154,10 +154,11 @@ class Learner:
         for micro in packing.micro_batches(batch, self.cfg):  # the same number on every rank
             rows, mb = micro.rows, micro.select(batch)
             topk_BTK = None
-            if "topk" in needs or "teacher_topk" in needs:  # the sampler's or the teacher's candidates
-                logprobs_BT, entropy_BT, topk_BTK = self.logprobs(self.model, mb, "entropy" in needs, topk_ids_BTK=mb.topk_ids_BTK)
-            else:
-                logprobs_BT, entropy_BT = self.logprobs(self.model, mb, "entropy" in needs)
+            with hidden.head_inputs(self.model, "policy_hidden" in needs, self.cfg.packing) as captured:  # sarpo's value read
+                if "topk" in needs or "teacher_topk" in needs:  # the sampler's or the teacher's candidates
+                    logprobs_BT, entropy_BT, topk_BTK = self.logprobs(self.model, mb, "entropy" in needs, topk_ids_BTK=mb.topk_ids_BTK)
+                else:
+                    logprobs_BT, entropy_BT = self.logprobs(self.model, mb, "entropy" in needs)
             mask = mb.loss_mask_BT
             with torch.no_grad():
                 d = (logprobs_BT.detach() - mb.rollout_logprobs_BT) * mask
@@ -183,7 +184,7 @@ class Learner:
                 group_index_B=mb.group_index_B,
                 step=step,
                 state=parts.loss_state,
-                extras=mb.extras,
+                extras=hidden.with_hidden(mb.extras, captured, self.model),
             )
             out = apply_cross_cutting(x, loss_entry.fn(x, parts.loss), opts)
             loss = aggregate(out.loss_BT, mask, select_rows(agg_all, rows), parts.aggregation)

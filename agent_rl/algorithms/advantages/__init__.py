@@ -13,9 +13,11 @@ them; one module per family:
     multi_reward.py    grpo_process (step rewards), sa_mrpo (reward components)
     mupo.py      mupo (partitions by response embeddings, diversity reward)
     prime.py     prime (implicit process rewards of a PRM trained online)
+    clipo.py     clipo (contrastive reward from a head trained on pooled hidden states, then a base estimator)
+    sarpo.py     sarpo (turn-level GAE with the policy's own value read, batch-normalized)
 """
 
-from agent_rl.algorithms.advantages import distill_credit, group, history, multi_reward, mupo, prime, returns, reweight, token  # noqa: F401  (registration)
+from agent_rl.algorithms.advantages import clipo, distill_credit, group, history, multi_reward, mupo, prime, returns, reweight, sarpo, token  # noqa: F401  (registration)
 from agent_rl.algorithms.advantages.common import broadcast_to_tokens, group_stats
 from agent_rl.algorithms.advantages.group import GrpoConfig, grpo
 

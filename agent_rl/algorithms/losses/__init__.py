@@ -37,7 +37,7 @@ from agent_rl.algorithms.losses.covariance import (
     kl_cov,
 )
 from agent_rl.algorithms.losses.distill import OpsdConfig, SdpoConfig, opsd, sdpo
-from agent_rl.algorithms.losses import distill_family, query_kl, subspace  # noqa: F401  (registration)
+from agent_rl.algorithms.losses import distill_family, query_kl, sarpo, subspace  # noqa: F401  (registration)
 from agent_rl.algorithms.losses.divergence import (
     BandpoConfig,
     DppoConfig,
