@@ -307,7 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--metrics", default=None, help="comma-separated metric names of metrics.jsonl (default: rollout/reward_mean, and eval/success when logged)")
     sp.add_argument("--x", default="step", choices=["step", "tokens"], help="align by training step or by sampled tokens")
     sp.add_argument("--out", default="compare.png", help="PNG to write")
-    sp.add_argument("--labels", default=None, help="comma-separated names of the runs (default: directory names)")
+    sp.add_argument("--labels", default=None, help="comma-separated names of the runs (default: directory names); "
+                    "runs given one name are a group (the seeds of a method): a mean curve, mean ± std in the table")
     sp.set_defaults(fn=cmd_compare)
 
     sp = sub.add_parser("objectives", help="the registered objectives")
