@@ -22,6 +22,8 @@ BACKENDS = Registry("rollout_backend")
 
 class HfBackendConfig(ComponentConfig):
     max_batch_size: int = Field(256, ge=1, description="requests generated together in one forward")
+    preallocate_kv: bool = Field(False, description="KV cache in one buffer per layer, written in place (no copy of the cache per token); same tokens and logprobs")
+    share_prompts: bool = Field(False, description="requests with identical prompts (a group's samples) prefill it once and copy its KV cache; same tokens and logprobs")
 
 
 @BACKENDS.register("hf", config=HfBackendConfig)
@@ -35,7 +37,7 @@ def make_hf(cfg: HfBackendConfig, model_cfg: Any, model: Any = None, tokenizer: 
     if model is None:
         return HfBackend.from_config(cfg, model_cfg)
     tokenizer = tokenizer or load_tokenizer(model_cfg.path)
-    return HfBackend(model, tokenizer.pad_token_id, cfg.max_batch_size)
+    return HfBackend(model, tokenizer.pad_token_id, cfg.max_batch_size, cfg.preallocate_kv, cfg.share_prompts)
 
 
 class OpenAIBackendConfig(ComponentConfig):

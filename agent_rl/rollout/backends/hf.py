@@ -16,6 +16,7 @@ import torch
 
 from agent_rl.core.seeding import derive_seed
 from agent_rl.learner import lora
+from agent_rl.rollout.backends import kv
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 
 
@@ -87,10 +88,11 @@ def _row_seed(call_seed: int | None, row: int) -> int:
 
 
 class HfBackend:
-    def __init__(self, model: Any, pad_token_id: int, max_batch_size: int = 256):
+    def __init__(self, model: Any, pad_token_id: int, max_batch_size: int = 256, preallocate_kv: bool = False, share_prompts: bool = False):
         self.model = model
         self.pad_token_id = pad_token_id
         self.max_batch_size = max_batch_size
+        self.preallocate_kv, self.share_prompts = preallocate_kv, share_prompts  # kv.py: same tokens, less work
         self.policy_version = 0
         # learner.lora: the adapter it samples with, hashed from its own module (agent_rl/learner/lora.py)
         self.adapter = lora.held_adapter(model, 0) if lora.is_lora(model) else None
@@ -100,7 +102,7 @@ class HfBackend:
     def from_config(cls, cfg: Any, model_cfg: Any) -> HfBackend:
         model = load_model(model_cfg.path, model_cfg.dtype, model_cfg.device)
         tokenizer = load_tokenizer(model_cfg.path)
-        return cls(model, tokenizer.pad_token_id, cfg.max_batch_size)
+        return cls(model, tokenizer.pad_token_id, cfg.max_batch_size, cfg.preallocate_kv, cfg.share_prompts)
 
     @property
     def device(self) -> torch.device:
@@ -164,9 +166,8 @@ class HfBackend:
 
         # the attention mask of every decoding step is a prefix of one preallocated tensor
         attention_full = torch.cat([attention_BT, torch.ones((B, max_new), dtype=torch.long, device=device)], dim=1)
-        out = self.model(input_ids=input_ids_BT, attention_mask=attention_BT, position_ids=position_BT, use_cache=True)
-        past = out.past_key_values
-        logits_BV = out.logits[:, -1]
+        capacity = L + max_new if self.preallocate_kv else None
+        past, logits_BV = kv.prefill(self.model, input_ids_BT, attention_BT, position_BT, capacity, self.share_prompts)
         position_B1 = position_BT[:, -1:]
         for step in range(max_new):
             token_B, logprob_B, logp_BV = sample_from_logits(logits_BV, temperature_B, top_p_B, uniform_BN[:, step])
