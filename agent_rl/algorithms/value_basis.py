@@ -35,6 +35,8 @@ V_POS, Q_POS, VALID, Z_V, Z_Q = range(5)
 def basis_direction(head: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | float]:
     """w = W[V-1] - W[V-2] and the bias difference: z_{w+} - z_{w-} = h . w + b."""
     weight = head.weight
+    if hasattr(weight, "to_local"):  # a sharded (FSDP2) head outside its forward: rows are not addressable
+        raise ValueError("sarpo reads two rows of the LM head, which learner ranks shard: use learner.world_size: 1")
     bias = getattr(head, "bias", None)
     return weight[-1] - weight[-2], (bias[-1] - bias[-2]) if bias is not None else 0.0
 

@@ -120,6 +120,13 @@ def test_packed_rows_are_refused_with_the_setting_to_change():
         pass
 
 
+def test_a_sharded_lm_head_is_refused_with_the_setting_to_change():
+    from types import SimpleNamespace
+
+    with pytest.raises(ValueError, match="learner.world_size: 1"):
+        vb.basis_direction(SimpleNamespace(weight=SimpleNamespace(to_local=lambda: None)))
+
+
 def test_agent_rl_train_with_sarpo(tmp_path, tiny_model_dir):
     from agent_rl.cli import main
     from tests.conftest import ROOT
