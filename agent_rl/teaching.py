@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from agent_rl.config import Config
+from agent_rl.learner.logprobs import packed_scoring
 from agent_rl.learner.remote_teacher import SCHEME, RemoteTeacher
 from agent_rl.learner.teacher import (
     EmaTeacher,
@@ -66,7 +67,8 @@ class Teaching:
             batch.input_ids_BT, batch.attention_mask_BT, insert_at_B, context_ids_B, self.components.tokenizer.pad_token_id
         )
         route_B = [self.route(t) for t in rows] if self.spec.routes else None
-        return teacher_logprobs(self.teacher, ids_BS, mask_BS, positions_BT, self.cfg.rollout.temperature, topk, route_B)
+        with packed_scoring(self.cfg.learner.packing, self.cfg.learner.share_prefixes):  # as the learner's forwards
+            return teacher_logprobs(self.teacher, ids_BS, mask_BS, positions_BT, self.cfg.rollout.temperature, topk, route_B)
 
     def route(self, trajectory: Any) -> int | None:
         """The teacher of a row under per-task routing: the route with the longest prefix of its task value

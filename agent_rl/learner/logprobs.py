@@ -18,7 +18,9 @@ supported by this path; ``direct_token_logprobs`` is the plain reference computa
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
@@ -194,6 +196,34 @@ def batch_logits(model: torch.nn.Module, batch: TrainBatch, packed: bool = False
         position_ids=batch.position_ids_BT,
         use_cache=False,
     ).logits
+
+
+_SCORING: contextvars.ContextVar[tuple[bool, bool]] = contextvars.ContextVar("agent_rl_scoring", default=(False, False))
+
+
+@contextlib.contextmanager
+def packed_scoring(packed: bool, share_prefixes: bool = False):
+    """While inside: ``scoring_logits`` runs packed (``learner.packing``; ``share_prefixes``: shared
+    prefixes once). The trainer wraps the forwards that score rows outside the learner (the
+    sdpo / opsd teacher) with the run's learner settings."""
+    token = _SCORING.set((packed, share_prefixes))
+    try:
+        yield
+    finally:
+        _SCORING.reset(token)
+
+
+def scoring_logits(model: torch.nn.Module, input_ids_BS: torch.Tensor, attention_mask_BS: torch.Tensor) -> torch.Tensor:
+    """``model(input_ids, attention_mask).logits`` of right-padded rows, ``[B, S, V]``; inside
+    ``packed_scoring(True)`` the rows run packed (no compute on padding; zeros there)."""
+    packed, share_prefixes = _SCORING.get()
+    if not packed:
+        return model(input_ids=input_ids_BS, attention_mask=attention_mask_BS).logits
+    rows = SimpleNamespace(
+        input_ids_BT=input_ids_BS, attention_mask_BT=attention_mask_BS, batch_size=input_ids_BS.shape[0],
+        position_ids_BT=torch.arange(input_ids_BS.shape[1], device=input_ids_BS.device)[None],
+    )
+    return batch_logits(model, rows, packed=True, share_prefixes=share_prefixes)
 
 
 def token_logprobs(

@@ -111,7 +111,9 @@ def compute_teacher_logprobs(
     predicts each student token t and their logprobs (``ids_BTK``, ``logprobs_BTK``; ids 0 and
     logprobs 0 where the token has no teacher position): the support of top-K distillation.
     """
-    logits_BSV = model(input_ids=input_ids_BS, attention_mask=attention_mask_BS).logits
+    from agent_rl.learner.logprobs import scoring_logits
+
+    logits_BSV = scoring_logits(model, input_ids_BS, attention_mask_BS)  # packed under learner.packing (Teaching)
     has_BT = positions_BT >= 1
     target_pos_BT = positions_BT.clamp(min=1)
     pred_pos_BT = target_pos_BT - 1  # the logits at j-1 predict token j
