@@ -10,7 +10,18 @@ The two trainers run in one process, their steps interleaved (TRL step k, then o
 a TRL callback), so a load change on a shared machine hits both sides alike. Each step is timed
 on its own: TRL from ``on_step_begin`` to ``on_step_end``, ours around ``Trainer.step``.
 
-    python bench/vs_trl.py [--steps 6] [--model DIR] [--threads N]
+Where a step's time goes, per side, by wrappers around each trainer's own methods (TRL is never
+edited): generation (TRL ``_generate``; ours the backend's ``generate_sync``), old / reference
+logprobs (TRL ``_get_per_token_logps_and_entropies`` under ``no_grad``; ours ``Learner.score``),
+reward (TRL ``_calculate_rewards``; ours: inside the env step, part of "other"), update (forward,
+backward and AdamW: TRL the step minus ``_generate_and_score_completions``; ours
+``Learner.update``), weight sync (TRL: none without vLLM, its generation uses the training module;
+ours ``Trainer.weight_sync``) and the rest. A table per phase with the ratio follows the totals.
+
+Our side runs with the features in ``OURS_FAST`` (a user turns them on in the config; each has its
+equality tests); ``--ours-defaults`` runs our defaults instead.
+
+    python bench/vs_trl.py [--steps 6] [--model DIR] [--threads N] [--ours-defaults]
 
 Prints a table and ``speedup = trl_s_per_step / ours_s_per_step``. Needs the ``bench`` extra (trl).
 On a shared, loaded machine pass ``--threads 1``: two OpenMP threads on two busy cores stall at
@@ -39,6 +50,16 @@ LR = 1e-4
 TEMPERATURE = 1.0
 SEED = 0
 ENV_OPTIONS = "{difficulty: [1], use_tool: false, max_turns: 1}"
+# our side's speed features (config overrides a user turns on), each with its equality tests:
+# packed micro-batches with shared prompts (tests/learner/test_packing*.py), a group's prompt
+# prefilled once and a KV cache written in place (tests/rollout/backends/test_hf_kv.py)
+OURS_FAST = [
+    "learner.packing=true",
+    "learner.share_prefixes=true",
+    "rollout.backend.preallocate_kv=true",
+    "rollout.backend.share_prompts=true",
+]
+PHASES = ("generate", "old/ref logprobs", "reward", "update", "weight sync", "other")
 
 
 @dataclass
@@ -51,6 +72,34 @@ class Timings:
     update_s: list[float] = field(default_factory=list)  # the rest: logprobs, loss, backward, optimizer
     generate_s: list[float] = field(default_factory=list)  # ours only: the backend's sampling
     reward_mean: list[float] = field(default_factory=list)
+    phases: list[dict[str, float]] = field(default_factory=list)  # per step: PHASES -> wall seconds
+    cpu_phases: list[dict[str, float]] = field(default_factory=list)  # per step: PHASES -> process CPU seconds
+    rollout_cpu_s: list[float] = field(default_factory=list)
+
+    def begin(self) -> None:
+        """Fresh phase records for the step that starts now."""
+        self.phases.append(dict.fromkeys(PHASES, 0.0))
+        self.cpu_phases.append(dict.fromkeys(PHASES, 0.0))
+
+    def add(self, phase: str, wall: float, cpu: float) -> None:
+        if self.phases:
+            self.phases[-1][phase] += wall
+            self.cpu_phases[-1][phase] += cpu
+
+
+def timed(obj, name: str, add) -> None:
+    """Replace ``obj.name`` by a wrapper that calls ``add(wall_s, cpu_s)`` after each call (process
+    CPU: all threads; each side runs alone, so it is that side's)."""
+    fn = getattr(obj, name)
+
+    def wrapper(*args, **kwargs):
+        t0, c0 = time.perf_counter(), time.process_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            add(time.perf_counter() - t0, time.process_time() - c0)
+
+    setattr(obj, name, wrapper)
 
 
 # -- prompts shared by both sides --------------------------------------------------------------
@@ -79,7 +128,7 @@ def answer_reward(text: str, answer: int) -> float:
 class Ours:
     """Our ``agent-rl train`` path: ``Trainer`` from the config overrides, one ``step`` per call."""
 
-    def __init__(self, model_dir: str, run_root: str):
+    def __init__(self, model_dir: str, run_root: str, extra: list[str] = ()):
         from agent_rl.config import load_config
         from agent_rl.trainer import Trainer
 
@@ -103,26 +152,32 @@ class Ours:
             "tracking.progress=false",
             "tracking.save_trajectories=0",
             f"run.root={run_root}",
+            *extra,
         ]
         self.trainer = Trainer(load_config(None, overrides), log=lambda *a, **k: None)
         self.t = Timings()
-        update = self.trainer.learner.update
 
-        def timed_update(*args, **kwargs):
-            t0 = time.perf_counter()
-            out = update(*args, **kwargs)
-            self.t.update_s.append(time.perf_counter() - t0)
-            return out
+        def add(phase: str):
+            return lambda wall, cpu: self.t.add(phase, wall, cpu)
 
-        self.trainer.learner.update = timed_update
+        tr = self.trainer
+        timed(tr.components.backend, "generate_sync", add("generate"))
+        timed(tr.learner, "score", add("old/ref logprobs"))
+        timed(tr.learner, "update", add("update"))
+        timed(tr, "weight_sync", add("weight sync"))
 
     def step(self, step: int) -> None:
+        self.t.begin()
         t0, c0 = time.perf_counter(), time.process_time()
         m = self.trainer.step(step)
         self.t.step_s.append(time.perf_counter() - t0)
         self.t.cpu_s.append(time.process_time() - c0)
+        wall, cpu = self.t.phases[-1], self.t.cpu_phases[-1]
+        self.t.update_s.append(wall["update"])
         self.t.rollout_s.append(self.t.step_s[-1] - self.t.update_s[-1])
         self.t.generate_s.append(m.get("time/generate_s", 0.0))
+        wall["other"] = self.t.step_s[-1] - sum(v for k, v in wall.items() if k != "other")
+        cpu["other"] = self.t.cpu_s[-1] - sum(v for k, v in cpu.items() if k != "other")
         self.t.reward_mean.append(m["rollout/reward_mean"])
         # equal work: 64 one-turn episodes; no turn exceeds 32 tokens, so 64 * 32 tokens in all
         # means every completion has exactly 32, and the learner trains on all of them
@@ -135,8 +190,9 @@ class Ours:
 
 
 # -- TRL side ----------------------------------------------------------------------------------
-def run_trl(model_dir: str, steps: int, out_dir: str, after_step) -> Timings:
-    """Train ``steps + 1`` GRPO steps with TRL; ``after_step(k)`` runs after step k, untimed."""
+def run_trl(model_dir: str, steps: int, out_dir: str, after_step) -> tuple[Timings, object]:
+    """Train ``steps + 1`` GRPO steps with TRL; ``after_step(k)`` runs after step k, untimed.
+    Returns the timings and the trainer (part 2 calls its update)."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -186,6 +242,7 @@ def run_trl(model_dir: str, steps: int, out_dir: str, after_step) -> Timings:
 
     class Interleave(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
+            t.begin()
             self.t0, self.c0 = time.perf_counter(), time.process_time()
 
         def on_step_end(self, args, state, control, **kwargs):
@@ -205,21 +262,40 @@ def run_trl(model_dir: str, steps: int, out_dir: str, after_step) -> Timings:
     generate = trainer._generate_and_score_completions
 
     def timed_generate(inputs):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = generate(inputs)
         t.rollout_s.append(time.perf_counter() - t0)
+        t.rollout_cpu_s.append(time.process_time() - c0)
         lengths_N.append(out["completion_mask"].sum(1).tolist())
         return out
 
+    def add(phase: str, only_no_grad: bool = False):
+        def f(wall: float, cpu: float) -> None:
+            if not (only_no_grad and torch.is_grad_enabled()):
+                t.add(phase, wall, cpu)
+        return f
+
+    # the phases inside TRL's generate-and-score (wrappers on the instance; TRL's code is unchanged)
+    timed(trainer, "_generate", add("generate"))
+    timed(trainer, "_calculate_rewards", add("reward"))
+    timed(trainer, "_get_per_token_logps_and_entropies", add("old/ref logprobs", only_no_grad=True))
+    if hasattr(trainer, "_move_model_to_vllm"):  # TRL's weight sync (vLLM only; never called here)
+        timed(trainer, "_move_model_to_vllm", add("weight sync"))
     trainer._generate_and_score_completions = timed_generate
     with contextlib.redirect_stdout(io.StringIO()):  # TRL prints a metrics dict at the end
         trainer.train()
     t.update_s = [s - r for s, r in zip(t.step_s, t.rollout_s, strict=True)]
+    for ph, rollout_s, step_s in zip(t.phases, t.rollout_s, t.step_s, strict=True):
+        ph["update"] = step_s - rollout_s  # forward + backward + AdamW: the step minus generate-and-score
+        ph["other"] = rollout_s - ph["generate"] - ph["reward"] - ph["old/ref logprobs"] - ph["weight sync"]
+    for ph, rollout_s, step_s in zip(t.cpu_phases, t.rollout_cpu_s, t.cpu_s, strict=True):
+        ph["update"] = step_s - rollout_s
+        ph["other"] = rollout_s - ph["generate"] - ph["reward"] - ph["old/ref logprobs"] - ph["weight sync"]
     # equal work: 64 completions per step, each exactly 32 tokens, all of them trained on
     assert len(t.step_s) == len(lengths_N) == steps + 1, (t.step_s, len(lengths_N))
     assert {len(x) for x in lengths_N} == {COMPLETIONS}, [len(x) for x in lengths_N]
     assert {n for x in lengths_N for n in x} == {NEW_TOKENS}, lengths_N
-    return t
+    return t, trainer
 
 
 # -- driver ------------------------------------------------------------------------------------
@@ -228,6 +304,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=6, help="timed steps after one warm-up step")
     p.add_argument("--model", default=None, help="tiny checkpoint dir (default: built into a temp dir)")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads for both sides (default: torch's)")
+    p.add_argument("--ours-defaults", action="store_true", help="our side without OURS_FAST (our config defaults)")
+    p.add_argument("--turn-steps", type=int, default=3, help="part 2: timed updates per env on multi-turn rows (0: skip)")
     a = p.parse_args()
     if a.steps < 1:
         raise SystemExit("--steps must be >= 1")
@@ -255,11 +333,22 @@ def main() -> None:
             from agent_rl.tiny import init_tiny
 
             model_dir = str(init_tiny(Path(tmp) / "tiny"))
-        ours = Ours(model_dir, str(Path(tmp) / "runs"))
-        trl_t = run_trl(model_dir, a.steps, str(Path(tmp) / "trl"), after_step=ours.step)
+        extra = [] if a.ours_defaults else OURS_FAST
+        print(f"our side's features: {' '.join(extra) or 'none (config defaults)'}")
+        ours = Ours(model_dir, str(Path(tmp) / "runs"), extra)
+        trl_t, trl_trainer = run_trl(model_dir, a.steps, str(Path(tmp) / "trl"), after_step=ours.step)
+        report(trl_t, ours.t, a.steps)
+        if a.turn_steps:
+            from bench.vs_trl_turns import compare
+
+            compare(trl_trainer, ours.trainer, a.turn_steps)
         ours.close()
-    res = {"trl": trl_t, "ours": ours.t}
-    assert len(ours.t.step_s) == a.steps + 1, ours.t.step_s
+
+
+def report(trl_t: Timings, ours_t: Timings, steps: int) -> None:
+    """Part 1's tables: totals per side, phases per side with the ratio, the speedup."""
+    res = {"trl": trl_t, "ours": ours_t}
+    assert len(ours_t.step_s) == steps + 1, ours_t.step_s
 
     def mean(xs: list[float]) -> float:
         return statistics.mean(xs[1:])  # drop the warm-up step
@@ -281,15 +370,41 @@ def main() -> None:
         print(f"{side + ' steps':<10} " + " ".join(f"{s:.3f}" for s in t.step_s[1:]))
     print("(wall seconds per timed step; cpu s: process CPU seconds per step, all threads;")
     print(" rollout: sampling + reward + advantages; update: the rest, i.e. logprobs, loss, backward, AdamW)")
-    o = ours.t
+    o = ours_t
     print(
         f"ours per step: generate {mean(o.generate_s):.3f} s, env + batch + advantages "
         f"{mean(o.rollout_s) - mean(o.generate_s):.3f} s, learner update {mean(o.update_s):.3f} s"
     )
+    print_phases(res)
     trl_s, ours_s = mean(trl_t.step_s), mean(o.step_s)
     median_ratio = statistics.median(trl_t.step_s[1:]) / statistics.median(o.step_s[1:])
     print(f"trl_s_per_step = {trl_s:.3f}, ours_s_per_step = {ours_s:.3f} (ratio of medians {median_ratio:.2f})")
+    print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    trl_cpu, ours_cpu = mean(trl_t.cpu_s), mean(o.cpu_s)
+    print(f"cpu speedup = {trl_cpu / ours_cpu:.2f} (process CPU seconds per step; less sensitive to the machine's load)")
     print(f"speedup = {trl_s / ours_s:.2f}")
+
+
+def print_phases(res: dict[str, Timings]) -> None:
+    """Mean wall and CPU seconds per timed step of each phase, per side, and TRL's over ours."""
+    def means(rows: list[dict[str, float]]) -> dict[str, float]:
+        m = {ph: statistics.mean(p[ph] for p in rows[1:]) for ph in PHASES}
+        return {**m, "total": sum(m.values())}
+
+    wall = {side: means(t.phases) for side, t in res.items()}
+    cpu = {side: means(t.cpu_phases) for side, t in res.items()}
+
+    def ratio(a: float, b: float) -> str:
+        return f"{a / b:8.2f}" if b > 1e-4 else f"{'-':>8}"
+
+    print(f"{'phase (s/step)':<18} {'trl wall':>8} {'ours':>7} {'trl/ours':>8}   {'trl cpu':>7} {'ours':>7} {'trl/ours':>8}")
+    for ph in (*PHASES, "total"):
+        tw, ow, tc, oc = wall["trl"][ph], wall["ours"][ph], cpu["trl"][ph], cpu["ours"][ph]
+        print(f"{ph:<18} {tw:>8.3f} {ow:>7.3f} {ratio(tw, ow)}   {tc:>7.3f} {oc:>7.3f} {ratio(tc, oc)}")
+    print(" (generate: sampling; old/ref logprobs: scoring without gradient; reward: TRL's reward functions, ours")
+    print("  are computed by the env inside the rollout and count under other; update: forward + backward + AdamW;")
+    print("  weight sync: TRL has none without vLLM, ours moves only the version when colocated; other: env,")
+    print("  tokenization, batching, advantages)")
 
 
 if __name__ == "__main__":
