@@ -28,6 +28,13 @@ class RunServices:
 
         return EpisodeSpec(seed=t.info["seed"], group_id=group_id, options=t.info.get("options") or {})
 
+    def enqueue(self, groups: list[list[Any]]) -> int:
+        """Queue generated groups of ``EpisodeSpec`` (retries, sub-problems, proposed tasks) for the
+        next rollout round (``task_queue.py``); returns how many were queued."""
+        for g in groups:
+            self.trainer.sampler.queue.put(g)
+        return len(groups)
+
     def teacher_solutions(self, specs: list[Any], seed: int, threshold: float) -> list[TrajectoryGroup]:
         """Ground truth: the env's scripted SFT teacher playing ``specs``, its episodes whose reward
         is above ``threshold``, one group each."""
@@ -109,11 +116,11 @@ class RunServices:
             topk=topk, tools=tools, batch_size=self.trainer.cfg.rollout.max_batch_requests,
         )
 
-    def transcript(self, t: Trajectory) -> str:
-        """The finished episode ``t`` after its prompt, as text."""
+    def transcript(self, t: Trajectory, special_tokens: bool = True) -> str:
+        """The finished episode ``t`` after its prompt, as text (``special_tokens=False``: without them)."""
         from agent_rl.rollout.text_pass import transcript
 
-        return transcript(t, self.trainer.components.renderer)
+        return transcript(t, self.trainer.components.renderer, special_tokens)
 
     def verdict_probability(self, first_topk: dict[int, float] | None, yes: list[str], no: list[str]) -> float:
         """P(yes) at a verdict position from its top-k logprobs; ``yes`` / ``no``: the words' spellings,

@@ -5,6 +5,9 @@ seed, step and prompt index). ``task_pool: N`` fixes a pool of N tasks, revisite
 drawn without replacement each step with probability proportional to the product of the weights
 of every configured filter that steers sampling (``sampler=`` in its registration: the pass-rate
 filter retires easy tasks, Kimi's curriculum and prioritized sampling reweight them).
+
+``queue`` (``task_queue.py``) holds groups a method generated during the run (retries, sub-problems,
+proposed tasks); each round takes them before drawing (``TaskQueue.take``).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from agent_rl.core.seeding import derive_seed
+from agent_rl.task_queue import TaskQueue
 
 
 class TaskSampler:
@@ -23,6 +27,7 @@ class TaskSampler:
         self.pool_seeds = [derive_seed("pool", run_seed, i) for i in range(pool_size)]
         self.steering = steering
         self.task_ids: dict[int, str] = {}  # seed -> task id, learned from the rollouts
+        self.queue = TaskQueue()  # generated groups, rolled out before fresh draws
 
     def observe(self, seed: int, task_id: str) -> None:
         self.task_ids[seed] = task_id
@@ -57,7 +62,8 @@ class TaskSampler:
         return [self.pool_seeds[i] for i in idx]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"task_ids": {str(k): v for k, v in self.task_ids.items()}}
+        return {"task_ids": {str(k): v for k, v in self.task_ids.items()}, "queue": self.queue.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.task_ids = {int(k): v for k, v in state["task_ids"].items()}
+        self.queue.load_state_dict(state.get("queue", {}))

@@ -382,8 +382,9 @@ class Trainer:
     def _plan(self, step: int, round_: int, num_prompts: int) -> Plan:
         """The episodes of (step, round_): ``group_size`` copies of each drawn task, and the sampling seed."""
         cfg = self.cfg
-        specs = []
-        for i, seed in enumerate(self.sampler.draw(step, round_, num_prompts)):
+        queued = self.sampler.queue.take(step, round_, num_prompts)  # generated groups first (task_queue.py)
+        specs = [s for g in queued for s in g]
+        for i, seed in enumerate(self.sampler.draw(step, round_, num_prompts - len(queued))):
             spec = EpisodeSpec(seed=seed, group_id=f"s{step}r{round_}p{i}", options={"split": cfg.trainer.split}, **self.sampler.episode_options(seed))
             specs += [spec] * cfg.rollout.group_size
         return Plan(specs, seed=derive_seed("sample", cfg.trainer.seed, step, round_))

@@ -16,7 +16,7 @@ from collections import Counter
 from typing import Any, Protocol
 
 from agent_rl.core.errors import InfraError
-from agent_rl.rollout.episode import Episode
+from agent_rl.rollout.episode import Episode, env_options
 from agent_rl.rollout.render import ChatRenderer
 from agent_rl.types import StopReason, Trajectory
 
@@ -92,8 +92,9 @@ async def replay_prefix(host: ForkHost, ep: Episode, parent: Trajectory, at_toke
 async def _replay(host: ForkHost, ep: Episode, parent: Trajectory, k: int) -> None:
     """Reset with the parent's seed and options, then step with its first ``k`` turns' texts."""
     info = parent.info
-    obs, reset_info = await host.env_call(ep.env, "reset", seed=info.get("seed"), options=info.get("options") or {})
-    ep.messages, ep.tools = list(obs), reset_info.get("tools")
+    options = info.get("options") or {}
+    obs, reset_info = await host.env_call(ep.env, "reset", seed=info.get("seed"), options=env_options(options))
+    ep.messages, ep.tools = list(obs) + list(options.get("extra_messages") or []), reset_info.get("tools")
     ep.state_key = reset_info.get("state_key")
     for j, turn in enumerate(parent.turns_N[:k]):
         text = host.renderer.assistant_text(parent.token_ids_T[turn.start : turn.end])

@@ -55,7 +55,7 @@ from agent_rl.rollout.backends.base import (
 )
 from agent_rl.rollout.branching import SharedReplay, branch_turn, replay_prefix
 from agent_rl.rollout.config import RolloutConfig
-from agent_rl.rollout.episode import Episode, EpisodeSpec
+from agent_rl.rollout.episode import Episode, EpisodeSpec, env_options
 from agent_rl.rollout.render import ChatRenderer
 from agent_rl.rollout.scheduler import GenerationScheduler
 from agent_rl.types import StopReason, Trajectory, Turn
@@ -254,11 +254,11 @@ class RolloutEngine:
 
     async def _reset(self, ep: Episode) -> None:
         try:
-            obs, info = await self.env_call(ep.env, "reset", seed=ep.spec.seed, options=ep.spec.options)
+            obs, info = await self.env_call(ep.env, "reset", seed=ep.spec.seed, options=env_options(ep.spec.options))
         except Exception as e:  # noqa: BLE001 - env failures end the episode, never the run
             ep.fail(StopReason.INFRA_ERROR if isinstance(e, InfraError) else StopReason.ENV_ERROR, f"reset: {e!r}")
             return
-        ep.messages = list(obs)
+        ep.messages = list(obs) + list(ep.spec.options.get("extra_messages") or [])  # episode.ENGINE_OPTIONS
         ep.tools = info.get("tools")
         ep.task_id = info.get("task_id") or _hash_task(obs)
         ep.state_key = info.get("state_key")

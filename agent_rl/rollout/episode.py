@@ -34,6 +34,18 @@ class EpisodeSpec:
     temperature: float | None = None  # this episode's sampling temperature (None: rollout.temperature)
 
 
+# Option keys the engine reads and never passes to ``env.reset`` (every env works without change):
+# ``extra_messages``: messages appended after the env's first observation (a retry's failed attempt,
+# a decomposition's sub-problems); ``origin``: where a generated task came from (JSON, for the filters).
+# Both stay in ``info["options"]``, so a replay (fork, re-roll) rebuilds the same context.
+ENGINE_OPTIONS = ("extra_messages", "origin")
+
+
+def env_options(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` without the engine's own keys: what ``env.reset`` gets."""
+    return {k: v for k, v in options.items() if k not in ENGINE_OPTIONS}
+
+
 class Episode:
     def __init__(self, spec: EpisodeSpec, sample_seed: int):
         self.spec = spec

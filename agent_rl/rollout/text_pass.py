@@ -35,10 +35,12 @@ class PassResult:
     error: str | None = None
 
 
-def transcript(t: Trajectory, renderer: Any) -> str:
-    """The finished episode after its prompt (the policy's turns and the env's answers), decoded."""
+def transcript(t: Trajectory, renderer: Any, special_tokens: bool = True) -> str:
+    """The finished episode after its prompt (the policy's turns and the env's answers), decoded
+    (``special_tokens=False``: without the template's special tokens, for text put back in a message)."""
     first = next((i for i, m in enumerate(t.loss_mask_T) if m), len(t.token_ids_T))
-    return renderer.decode(t.token_ids_T[first:])
+    ids = t.token_ids_T[first:]
+    return renderer.decode(ids) if special_tokens else renderer.tokenizer.decode(ids, skip_special_tokens=True).strip()
 
 
 def run_text_pass(

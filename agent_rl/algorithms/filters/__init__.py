@@ -9,9 +9,10 @@ Importing this package registers all of them; one module per idea:
     temperature.py posterior_temperature (per-task rollout temperature)
     self_context.py srpo_reflect, opid (teacher contexts the policy writes: reflections, skills)
     rubrics.py     serpo (label-free rewards from self-written rubrics and verdict tokens)
+    retry.py       cipo_retry (failed attempts come back as correction tasks, via the task queue)
 """
 
-from agent_rl.algorithms.filters import length, lspo, sampling, task_stats, temperature, test_time  # noqa: F401  (registration)
+from agent_rl.algorithms.filters import length, lspo, retry, sampling, task_stats, temperature, test_time  # noqa: F401  (registration)
 from agent_rl.algorithms.filters import rubrics, self_context  # noqa: F401  (registration)
 from agent_rl.algorithms.filters.sampling import DynamicSamplingConfig, dynamic_sampling
 
