@@ -95,7 +95,8 @@ def prefill(
     if share_prompts and any(type(layer) is not DynamicLayer for layer in DynamicCache(config=model.config).layers):
         share_prompts = False  # a sliding window's cache keeps its own columns: prefill every row
     if not share_prompts:
-        out = model(input_ids=input_ids_BT, attention_mask=attention_BT, position_ids=position_BT, past_key_values=new_cache(model, capacity), use_cache=True)
+        cache = None if capacity is None else new_cache(model, capacity)  # None: the model's own default
+        out = model(input_ids=input_ids_BT, attention_mask=attention_BT, position_ids=position_BT, past_key_values=cache, use_cache=True)
         return out.past_key_values, out.logits[:, -1]
     first_U, of_B = _unique_rows(input_ids_BT)
     out = model(
