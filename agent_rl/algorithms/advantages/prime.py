@@ -22,7 +22,11 @@ then whitened over the batch's loss tokens (``whiten``), and trained with PPO's 
 Choices where the paper leaves room (also in ``docs/objectives.md``, "Choices we made"):
 - the process baseline: the paper's Eq. 5 subtracts the other samples' implicit rewards; we
   subtract, per token, the mean of the other samples' *per-token mean* implicit reward, so that
-  the baseline has the scale of one token's reward whatever the lengths;
+  the baseline has the scale of one token's reward whatever the lengths (the paper's text: "use
+  the averaged implicit process rewards to calculate the leave-one-out baseline"). The official
+  code (PRIME-RL/PRIME, ``masked_rloo``) computes r_t^i K/(K-1) - sum_j mean_s r_s^j / (K-1), which
+  adds (r_t^i - mean_s r_s^i)/(K-1) to ours: the return at the first token is the same, later ones
+  differ; we follow the text. Its coefficients (5 and 5) equal our 1 and 1 after whitening;
 - the order: token rewards come from the PRM *before* its update of the step (Algorithm 1:
   forward, then update the PRM, then the advantages use the rewards of the forward pass);
 - the label: the outcome reward clamped to [0, 1] (binary verifiers unchanged, partial credit a
@@ -114,7 +118,7 @@ def prime(x: AdvantageInputs, cfg: PrimeConfig) -> AdvantageOutput:
     return AdvantageOutput(advantages_BT=adv_BT.float(), returns_BT=returns_BT.float(), metrics=metrics)
 
 
-record_choice("prime", "process baseline (Eq. 5)", "per token, the mean over the group's other samples of their per-token mean implicit reward (leave-one-out, token scale)")
+record_choice("prime", "process baseline (Eq. 5)", "per token, the mean over the group's other samples of their per-token mean implicit reward (leave-one-out, token scale), as the paper's text says; the official code (PRIME-RL/PRIME, masked_rloo) also multiplies r_t^i by K/(K-1), i.e. adds (r_t^i - mean_s r_s^i)/(K-1): the same return at the first token, other returns differ; its reward_dpo_coef = reward_gt_coef = 5 equals our 1 and 1 after whitening")
 record_choice("prime", "PRM update before or after the rewards", "after: the step's token rewards come from the PRM before its update (Algorithm 1)")
 record_choice("prime", "outcome label of the PRM's cross-entropy", "the outcome reward clamped to [0, 1] (binary verifiers unchanged)")
 record_choice("prime", "PRM initialisation and reference", "the PRM starts as a copy of the initial policy (model.path); the reference is the run's frozen initial policy")
