@@ -15,9 +15,11 @@ them; one module per family:
     prime.py     prime (implicit process rewards of a PRM trained online)
     clipo.py     clipo (contrastive reward from a head trained on pooled hidden states, then a base estimator)
     sarpo.py     sarpo (turn-level GAE with the policy's own value read, batch-normalized)
+    self_play.py absolute_zero (TRR++: baselines per task type and role)
 """
 
 from agent_rl.algorithms.advantages import clipo, distill_credit, group, history, multi_reward, mupo, prime, returns, reweight, sarpo, token  # noqa: F401  (registration)
+from agent_rl.algorithms.advantages import self_play  # noqa: F401  (registration)
 from agent_rl.algorithms.advantages.common import broadcast_to_tokens, group_stats
 from agent_rl.algorithms.advantages.group import GrpoConfig, grpo
 

@@ -10,9 +10,10 @@ Importing this package registers all of them; one module per idea:
     self_context.py srpo_reflect, opid (teacher contexts the policy writes: reflections, skills)
     rubrics.py     serpo (label-free rewards from self-written rubrics and verdict tokens)
     retry.py       cipo_retry (failed attempts come back as correction tasks, via the task queue)
+    self_play.py   absolute_zero (proposed tasks -> solver groups in the task queue -> r_propose)
 """
 
-from agent_rl.algorithms.filters import length, lspo, retry, sampling, task_stats, temperature, test_time  # noqa: F401  (registration)
+from agent_rl.algorithms.filters import length, lspo, retry, sampling, self_play, task_stats, temperature, test_time  # noqa: F401  (registration)
 from agent_rl.algorithms.filters import rubrics, self_context  # noqa: F401  (registration)
 from agent_rl.algorithms.filters.sampling import DynamicSamplingConfig, dynamic_sampling
 
