@@ -105,3 +105,14 @@ def test_queued_groups_go_first_and_survive_a_checkpoint():
     taken = restored.queue.take(2, 0, 1)  # one group asked: the oldest
     assert [[(s.seed, s.group_id, s.options) for s in g] for g in taken] == [[(7, "s2r0q0", {"origin": {"method": "cipo_retry"}}), (7, "s2r0q0", {})]]
     assert len(restored.queue) == 1 and restored.queue.take(2, 1, 0) == [] and len(restored.queue) == 1
+
+
+def test_a_training_step_updates_on_both_groups(tmp_path, tiny_model_dir):
+    from tests.test_trainer import trainer
+
+    t = trainer(tmp_path, tiny_model_dir, "algorithm.filters=[{name: cipo_retry}]", "trainer.prompts_per_step=1", "trainer.steps=1")
+    version = t.learner.version
+    metrics = t.step(0)
+    # the failed group and its correction group: 2 groups of 2 rows in the update
+    assert metrics["cipo/queued"] == 1.0 and metrics["cipo/correction_groups"] == 1.0
+    assert t.learner.version == version + 1 and len(t.sampler.queue) == 0
