@@ -14,7 +14,13 @@ from transformers import AutoModelForCausalLM
 from agent_rl.rollout.backends.hf import load_tokenizer
 from agent_rl.rollout.render import ChatRenderer
 from envs.judge import pointwise_prompt
-from envs.reward_model import GenerativeScorer, PolicyJudge, RewardModelEnv, load_scorer, register_reward_model
+from envs.reward_model import (
+    GenerativeScorer,
+    PolicyJudge,
+    RewardModelEnv,
+    load_scorer,
+    register_reward_model,
+)
 from tests.envs.test_reward_model_env import arithmetic_episode
 from tests.test_trainer import trainer
 

@@ -9,7 +9,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import envs  # noqa: F401  (registers the envs)
-from envs.judge import PreferenceJudgeEnv, _key, parse_verdict, pairwise_prompt
+from envs.judge import PreferenceJudgeEnv, _key, pairwise_prompt, parse_verdict
 from envs.splits import split_of
 
 PAIR = {"prompt": "What is 2+3?", "chosen": "<answer>5</answer>", "rejected": "<answer>6</answer>"}
@@ -53,7 +53,7 @@ def test_pairwise_prompt_and_verdict_by_hand(tmp_path):
     env.reset(seed=0, options={"order": "AB"})
     assert env.step("b")[1:4] == (0.0, True, False)  # the bare word, case-insensitive: a valid, wrong verdict
     env.reset(seed=0, options={"order": "AB"})
-    obs, reward, terminated, truncated, info = env.step("<answer>A.</answer>")
+    obs, reward, terminated, _truncated, info = env.step("<answer>A.</answer>")
     assert (obs, reward, terminated, info["action_valid"], info["verdict"]) == ([], 1.0, True, True, "A")
 
 
@@ -147,6 +147,6 @@ def test_configuration_mistakes_are_one_line_errors(tmp_path):
 def test_gymnasium_checker_and_registration():
     env = gym.make("agent_rl/PreferenceJudge-v0", verdicts="pointwise")
     check_env(env.unwrapped, skip_render_check=True)
-    obs, info = env.reset(seed=7)
+    _obs, info = env.reset(seed=7)
     assert env.step(f"<answer>{info['task']['answer']}</answer>")[1] == 1.0
     env.close()
