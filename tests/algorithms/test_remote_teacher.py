@@ -121,3 +121,29 @@ def test_a_served_teacher_in_a_training_step(tmp_path, teacher_dir, tiny_model_d
         assert isinstance(t.teacher, RemoteTeacher)
         metrics = t.step(1)
     assert not any(math.isnan(v) for v in metrics.values() if isinstance(v, float))
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_vllm_serve_as_the_teacher(teacher_dir, tiny_tokenizer):
+    """`vllm serve` (docs/vllm.md's command) serving the second tiny model: its prompt logprobs of the
+    rows equal the hf teacher's (vLLM's CPU kernels: within 1e-4), its top-5 ids too."""
+    from agent_rl.rollout.backends.hf import load_model
+    from tests.rollout.backends.test_vllm_backend import (
+        start_vllm_server,
+        stop_vllm_server,
+    )
+
+    proc, url = start_vllm_server(teacher_dir)
+    try:
+        remote = RemoteTeacher(f"openai:{url}", tiny_tokenizer)
+        ids_BS, mask_BS, pos_BT = rows(tiny_tokenizer)
+        got_BT, got_ids, got_lp = remote.score(ids_BS, mask_BS, pos_BT, 1.0, topk=5)
+    finally:
+        stop_vllm_server(proc)
+    hf = load_model(str(teacher_dir), "float32", "cpu").eval()
+    want_BT, want_ids, want_lp = compute_teacher_logprobs(hf, ids_BS, mask_BS, pos_BT, 1.0, topk=5)
+    torch.testing.assert_close(got_BT, want_BT, atol=1e-4, rtol=0)
+    torch.testing.assert_close(got_lp, want_lp, atol=1e-4, rtol=0)
+    has = pos_BT >= 1
+    assert (got_ids[has][:, 0] == want_ids[has][:, 0]).float().mean() > 0.95  # the argmax (near-ties may swap)
