@@ -124,6 +124,7 @@ class PreferenceJudgeEnv(gym.Env):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": [], "tools": ("verdict",), "reward": "1 when the verdict matches the preference label, else 0"}
     tokenizer_corpus = "envs.judge:corpus_conversations"
+    sft_teacher = "envs.judge:weak_judge"
 
     def __init__(
         self,
@@ -240,3 +241,35 @@ def corpus_conversations(n: int, rng: random.Random):
         env = PreferenceJudgeEnv(verdicts=("pairwise", "pointwise")[i % 2])
         messages, info = env.reset(seed=rng.randrange(2**31))
         yield messages + [{"role": "assistant", "content": verdict_text(info["task"]["answer"])}], []
+
+
+_QUESTION = re.compile(r"What is ([0-9+\-*() ]+)\?")
+
+
+def _section_answers(text: str, heads: tuple[str, ...]) -> list[str | None]:
+    """The last ``<answer>`` of each ``# <head>`` section of a judge prompt (None where it has none)."""
+    out = []
+    for i, head in enumerate(heads):
+        start = text.find(f"# {head}\n")
+        end = text.find(f"# {heads[i + 1]}\n") if i + 1 < len(heads) else text.rfind("\n")
+        tags = _ANSWER.findall(text[start:end]) if start >= 0 else []
+        out.append(tags[-1].strip() if tags else None)
+    return out
+
+
+def weak_judge(messages: list[dict], rng: random.Random, p_random: float = 0.5) -> str:
+    """The SFT teacher (``agent-rl sft``): a verdict in the right form. On an arithmetic question it
+    computes the value and names the response that states it, except with probability ``p_random``,
+    when it (and on any other record, always) guesses; a warm start for GRPO, not a good judge."""
+    text = next((m["content"] for m in messages if m["role"] == "user"), "")
+    pairwise = "# Response A\n" in text
+    allowed = VERDICTS["pairwise" if pairwise else "pointwise"]
+    question = _QUESTION.search(text)
+    if question is None or rng.random() < p_random:
+        return verdict_text(rng.choice(allowed))
+    value = str(int(eval(question.group(1), {"__builtins__": {}})))  # the regex admits digits and operators only
+    if pairwise:
+        a, b = _section_answers(text, ("Response A", "Response B"))
+        return verdict_text("A" if a == value else "B" if b == value else rng.choice(allowed))
+    (answer,) = _section_answers(text, ("Response",))
+    return verdict_text("good" if answer == value else "bad")

@@ -150,3 +150,22 @@ def test_gymnasium_checker_and_registration():
     _obs, info = env.reset(seed=7)
     assert env.step(f"<answer>{info['task']['answer']}</answer>")[1] == 1.0
     env.close()
+
+
+def test_the_weak_judge_teacher_writes_valid_verdicts_better_than_chance():
+    import random
+
+    from envs.judge import weak_judge
+
+    rng = random.Random(0)
+    for verdicts in ("pairwise", "pointwise"):
+        env = PreferenceJudgeEnv(verdicts=verdicts)
+        rewards = []
+        for seed in range(200):
+            obs, _ = env.reset(seed=seed)
+            _, reward, terminated, _, info = env.step(weak_judge(obs, rng))
+            assert info["action_valid"] and terminated
+            rewards.append(reward)
+        assert 0.65 <= sum(rewards) / len(rewards) <= 0.85, (verdicts, sum(rewards) / len(rewards))  # half oracle, half guesses: ~0.75
+        assert weak_judge(obs, rng, p_random=0.0) == f"<answer>{env._task['answer']}</answer>"  # the oracle part
+    assert weak_judge([{"role": "user", "content": "# Response A\nx\n# Response B\ny"}], rng) in ("<answer>A</answer>", "<answer>B</answer>")
