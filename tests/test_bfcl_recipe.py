@@ -4,7 +4,8 @@ truth's calls, then GRPO, then held-out evaluation of both.
 * the SFT demonstrations are the ground truth token for token: the tokens with loss mask 1 decode to
   the replay policy's calls plus the end-of-turn token, and every demonstration scores 1;
 * the documented command runs end to end with a reduced budget (a few SFT and GRPO steps) and
-  writes its metrics and before/after summary.
+  writes its metrics and before/after summary; the documented diagnosis runs on its SFT model;
+* the diagnosis finds the function name, argument names and values in a call's text.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -24,11 +24,29 @@ pytest.importorskip("bfcl_eval")
 RECIPE = ROOT / "configs" / "bfcl_calls.yaml"
 
 
-def _training_block() -> str:
+def _block(heading: str) -> str:
     doc = (ROOT / "docs" / "bfcl.md").read_text()
-    section = doc.split("\n## Training\n", 1)[1]
+    section = doc.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
     [block] = re.findall(r"^```bash\n(.*?)^```$", section, re.DOTALL | re.MULTILINE)
     return block
+
+
+def _training_block() -> str:
+    return _block("Training")
+
+
+def test_diagnosis_finds_the_parts_of_a_call():
+    from envs.bfcl.diagnose import _part, _spans
+    from tools.base import ToolCall
+
+    call = ToolCall("f.g", {"a": 50, "b": "x y"})
+    hermes = '<tool_call>\n{"name": "f.g", "arguments": {"a": 50, "b": "x y"}}\n</tool_call>'
+    spans = _spans(hermes, [call])  # the key "a", not the first letter of "arguments"
+    assert spans == {"name": [(22, 25)], "arg names": [(43, 44), (52, 53)], "values": [(47, 49), (56, 61)]}
+    assert [_part(i + 0.5, spans) for i in (0, 22, 30, 43, 47, 56, 61)] == [
+        "syntax", "name", "syntax", "arg names", "values", "values", "syntax"]
+    pythonic = "[f.g(a=50, b='x y')]"
+    assert _spans(pythonic, [call]) == {"name": [(1, 4)], "arg names": [(5, 6), (11, 12)], "values": [(7, 9), (13, 18)]}
 
 
 def test_demonstrations_are_the_ground_truth(tiny_model_dir):
@@ -68,7 +86,7 @@ def test_documented_recipe_runs_with_a_small_budget(tmp_path):
         "rollout.group_size=2", "trainer.prompts_per_step=2", "trainer.steps=2",
         "eval.episodes=4", "eval.k=2", "tracking.progress=false",
     ]
-    done = subprocess.run([sys.executable, "-m", "agent_rl.cli", *argv[1:], *small], cwd=tmp_path,
+    done = subprocess.run([sys.executable, "-m", "agent_rl.cli", *argv[1:], *small], check=False, cwd=tmp_path,
                           env={**cli_env(), "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "SFT + RL" in done.stdout
@@ -83,3 +101,11 @@ def test_documented_recipe_runs_with_a_small_budget(tmp_path):
     [sft_dir] = root.glob("bfcl_calls-sft-*")
     sft_rows = [json.loads(row) for row in (sft_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in sft_rows] == [1, 2] and "sft/val_success" in sft_rows[-1]
+    [line] = _block("Why the tiny model writes no call").splitlines()
+    argv = shlex.split(line)
+    assert argv[:3] == ["python", "-m", "envs.bfcl.diagnose"]
+    done = subprocess.run([sys.executable, *argv[1:], "--tasks", "2"], check=False, cwd=tmp_path,
+                          env={**cli_env(), "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {r.split()[0]: r for r in done.stdout.splitlines() if r.split()[:1] in (["train"], ["val"])}
+    assert set(rows) == {"train", "val"} and all(r.endswith("/2)") for r in rows.values())  # name whole: of 2 tasks
