@@ -35,6 +35,28 @@ class RunServices:
             self.trainer.sampler.queue.put(g)
         return len(groups)
 
+    def subproblems(self, t: Trajectory) -> list[dict[str, str]] | None:
+        """The env's verified sub-problems of ``t``'s task (``env.subproblems(info["task"])``, the
+        ``scrl`` opt-in: [{question, answer}], the last the task itself); None when the env has none."""
+        env = self.trainer.components.make_env()
+        try:
+            fn = getattr(env.unwrapped, "subproblems", None)
+            return fn(t.info["task"]) if fn is not None and t.info.get("task") is not None else None
+        finally:
+            env.close()
+
+    def text_ends(self, t: Trajectory, marks: list[str]) -> list[int | None]:
+        """For each of ``marks``: the token index just after the policy's output first contains it
+        (decoded from its first generated token on), or None when it never does."""
+        first = next((i for i, m in enumerate(t.loss_mask_T) if m), len(t.token_ids_T))
+        decode, out = self.trainer.components.renderer.decode, [None] * len(marks)
+        for i in range(first + 1, len(t.token_ids_T) + 1):
+            if all(e is not None for e in out):
+                break
+            text = decode(t.token_ids_T[first:i])
+            out = [i if e is None and mark in text else e for e, mark in zip(out, marks, strict=True)]
+        return out
+
     def teacher_solutions(self, specs: list[Any], seed: int, threshold: float) -> list[TrajectoryGroup]:
         """Ground truth: the env's scripted SFT teacher playing ``specs``, its episodes whose reward
         is above ``threshold``, one group each."""

@@ -28,7 +28,7 @@ KEYS: tuple[Catalog3Key, ...] = (
     Catalog3Key("prime", "later", NOT_YET, "registered as an advantage (advantages/prime.py); its implicit PRM: learner/prm.py, need prm_logprobs"),
     Catalog3Key("clipo", "later", NOT_YET, "found (arXiv 2603.10101 summaries; official code Qwen-Applications/CLIPO is indexed but its contrastive part is in its verl fork): a contrastive head on the policy's hidden states, InfoNCE pulling a group's successful trajectories together, as an auxiliary reward. Needs: pooled hidden states of each row from the learner and a trained head"),
     Catalog3Key("cipo_retry", "later", NOT_YET, "needs the task sampler to queue retry tasks (problem + failed attempt in context) for the next rollout round"),
-    Catalog3Key("scrl", "later", NOT_YET, "found (arXiv 2605.22074 abstract, seed 000): an LLM given problem, answer and reference solution writes 4 sub-problems of rising difficulty with answers, the last the original; all answered in one rollout; reward per sub-problem = 1 only inside the longest correct prefix; GRPO per sub-problem position, each advantage on its answer's token span; G/2 plain + G/2 decomposed rollouts, separate GRPO. The task queue and extra_messages (cipo_retry's path) can carry the decomposed episodes; still needs: an env-side decomposition/verifier (Arithmetic: sub-expressions), sub-answer parsing with token spans, and the span-level advantage"),
+    Catalog3Key("scrl", "later", NOT_YET, "an env opts in with subproblems(task) (verified sub-problems, the last the task); filter and advantage scrl"),
     Catalog3Key("lspo", "later", NOT_YET, "LoRA-scaffolded re-rolls of all-fail groups; needs learner.lora"),
     Catalog3Key("i_sdpo", "later", NOT_YET, ""),
     Catalog3Key("ttpo", "later", NOT_YET, ""),

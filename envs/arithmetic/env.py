@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from envs.arithmetic.tasks import LEVELS, SPLITS, make_problem, sample_problem
+from envs.arithmetic.tasks import (
+    LEVELS,
+    SPLITS,
+    make_problem,
+    sample_problem,
+    subproblems,
+)
 from envs.splits import check_difficulties
 from envs.tool_env import TaskStart, ToolEnv
 from tools.base import tool_schema  # noqa: F401 - read as envs.arithmetic.env.tool_schema
@@ -62,6 +68,13 @@ class ArithmeticEnv(ToolEnv):
         # the verified solution, for self-distillation teachers (never shown to the policy)
         return TaskStart(system + [{"role": "user", "content": question_text(p.expression)}], p.task_id, p.to_dict(),
                          teacher_context=f"Verified solution: {p.expression} = {p.answer}")
+
+    @staticmethod
+    def subproblems(task: dict[str, Any]) -> list[dict[str, str]]:
+        """Verifiable sub-problems of ``task`` (its ``info["task"]``), easiest first, the last the task
+        itself (the ``scrl`` opt-in): every operation of the expression in evaluation order, each with
+        the value the env computed (never a generator's claim)."""
+        return [{"question": question_text(q), "answer": str(a)} for q, a in subproblems(task["expression"])]
 
     async def score(self, answer: str, text: str) -> tuple[float, dict[str, Any]]:
         correct = _as_int(answer) == self._problem.answer

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import random
 from dataclasses import dataclass
@@ -65,3 +66,20 @@ def sample_problem(seed: int, split: str, difficulties: tuple[int, ...]) -> Prob
         p = make_problem(_expression(rng, difficulty), difficulty)
         if p.split == split:
             return p
+
+
+def subproblems(expression: str) -> list[tuple[str, int]]:
+    """The expression's operations in evaluation order, each a verified sub-problem (its source text
+    and value); the last is the whole expression. ``37*91-12`` -> [("37*91", 3367), ("37*91-12", 3355)]."""
+    tree = ast.parse(expression, mode="eval")
+    out: list[tuple[str, int]] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.BinOp):
+            visit(node.left)
+            visit(node.right)
+            text = ast.get_source_segment(expression, node)
+            out.append((text, make_problem(text).answer))
+
+    visit(tree.body)
+    return out

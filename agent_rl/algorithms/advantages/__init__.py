@@ -19,7 +19,7 @@ them; one module per family:
 """
 
 from agent_rl.algorithms.advantages import clipo, distill_credit, group, history, multi_reward, mupo, prime, returns, reweight, sarpo, token  # noqa: F401  (registration)
-from agent_rl.algorithms.advantages import self_play  # noqa: F401  (registration)
+from agent_rl.algorithms.advantages import self_play, subproblems  # noqa: F401  (registration)
 from agent_rl.algorithms.advantages.common import broadcast_to_tokens, group_stats
 from agent_rl.algorithms.advantages.group import GrpoConfig, grpo
 

@@ -13,7 +13,7 @@ Importing this package registers all of them; one module per idea:
     self_play.py   absolute_zero (proposed tasks -> solver groups in the task queue -> r_propose)
 """
 
-from agent_rl.algorithms.filters import length, lspo, retry, sampling, self_play, task_stats, temperature, test_time  # noqa: F401  (registration)
+from agent_rl.algorithms.filters import length, lspo, retry, sampling, self_play, subproblems, task_stats, temperature, test_time  # noqa: F401  (registration)
 from agent_rl.algorithms.filters import rubrics, self_context  # noqa: F401  (registration)
 from agent_rl.algorithms.filters.sampling import DynamicSamplingConfig, dynamic_sampling
 

@@ -1,0 +1,125 @@
+"""SCRL's curriculum (``scrl``): an all-fail problem comes back decomposed into the env's verified
+sub-problems, answered in order in one episode, scored sub-problem by sub-problem.
+
+Verifiability comes from the env, never from a generator: an env opts in with
+``subproblems(task) -> [{"question", "answer"}]`` (easiest first, the last the task itself, each
+answer computed by the env; ``envs/arithmetic``: every operation of the expression in evaluation
+order). The decomposed group goes through the run's task queue like ``cipo_retry``'s corrections;
+the sub-problems are an extra user message (``EpisodeSpec.options["extra_messages"]``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any
+
+from pydantic import Field
+
+from agent_rl.algorithms.advantages.subproblems import prefix_rewards
+from agent_rl.algorithms.filters.common import valid_rewards, with_trajectories
+from agent_rl.algorithms.filters.retry import origin
+from agent_rl.algorithms.registry import (
+    ComponentConfig,
+    FilterResult,
+    record_choice,
+    register_filter,
+)
+from agent_rl.types import Trajectory, TrajectoryGroup
+
+SCRL_PROMPT = (
+    "Solve these sub-problems in order; the last one is the question above.\n{steps}\n"
+    "Give the answer to sub-problem k as <step k>N</step k>, and the last one as <answer>N</answer>."
+)
+
+
+class ScrlFilterConfig(ComponentConfig):
+    max_subproblems: int = Field(4, ge=2, description="at most this many sub-problems, the last the original (paper: 4)")
+    rows: int | None = Field(None, ge=1, description="decomposed episodes per all-fail problem (None: its group size)")
+    success_threshold: float = Field(0.5, description="an episode solved the original problem when its reward > this")
+    prompt: str = Field(SCRL_PROMPT, description="the extra user message; {steps} lists the sub-problems")
+
+
+class ScrlState:
+    """The run's services (``bind_run``) and counters (checkpointed)."""
+
+    def __init__(self) -> None:
+        self.services: Any = None
+        self.queued_total = 0
+
+    def bind_run(self, trainer: Any) -> None:
+        self.services = trainer.services
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"queued_total": self.queued_total}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.queued_total = int(state["queued_total"])
+
+
+def pick_subproblems(subs: list[dict[str, str]], k: int) -> list[dict[str, str]]:
+    """At most ``k`` of ``subs``, evenly spread, always keeping the last (the original problem)."""
+    if len(subs) <= k:
+        return subs
+    step = (len(subs) - 1) / (k - 1)
+    return [subs[round(i * step)] for i in range(k - 1)] + [subs[-1]]
+
+
+def scored(t: Trajectory, text: str, ends: list[int | None], threshold: float) -> Trajectory:
+    """``t`` with ``info["scrl"]``: the progress-aware rewards of its sub-answers (parsed from ``text``,
+    the last one the env's verdict on the original) and where each answer ends."""
+    answers = origin(t)["answers"]
+    said = [re.search(rf"<step {k + 1}>\s*(.*?)\s*</step {k + 1}>", text, re.DOTALL) for k in range(len(answers))]
+    correct = [m is not None and m.group(1).replace(",", "") == a for m, a in zip(said, answers, strict=True)]
+    correct.append(t.reward is not None and t.reward > threshold)
+    return replace(t, info={**t.info, "scrl": {"prefix": prefix_rewards(correct), "ends": ends}})
+
+
+@register_filter("scrl", config=ScrlFilterConfig, state=ScrlState)
+def scrl(groups: list[TrajectoryGroup], state: ScrlState, cfg: ScrlFilterConfig) -> FilterResult:
+    """SCRL, Subproblem Curriculum RL (Jiang et al. 2026, arXiv 2605.22074; seed 000): the curriculum.
+
+    A group whose valid rewards all fail queues ``rows`` (default G) episodes of the same task with
+    its env's verified sub-problems s_1..s_K (K <= ``max_subproblems`` = 4, s_K the original) listed
+    in an extra user message; the policy answers each (``<step k>``, the last as the env's own
+    answer). When they return, each row gets ``info["scrl"]``: c_k = 1 if answer k equals the env's
+    answer (the last: the env's reward > ``success_threshold``), r_k = prod_(j<=k) c_j, and the token
+    where each answer ends. The plain group and the decomposed group are separate groups (the
+    paper's G/2 + G/2 split with separate GRPO); the advantage ``scrl`` normalises per position k.
+    """
+    if state is None:
+        raise ValueError("'scrl' needs its ScrlState state, which the caller did not provide")
+    out, queued = [], []
+    for g in groups:
+        if any(origin(t).get("method") == "scrl" for t in g.trajectories_G):
+            if state.services is None:
+                raise ValueError("'scrl' needs the run bound to its state (the trainer calls bind_run)")
+            k = len(origin(g.trajectories_G[0])["answers"])
+            rows = [scored(t, state.services.transcript(t, special_tokens=False), state.services.text_ends(t, [f"</step {i + 1}>" for i in range(k)]),
+                           cfg.success_threshold) if t.trainable else t for t in g.trajectories_G]
+            out.append(with_trajectories(g, rows))
+            continue
+        out.append(g)
+        rewards = valid_rewards(g)
+        if not rewards or max(rewards) > cfg.success_threshold:
+            continue
+        if state.services is None:
+            raise ValueError("'scrl' needs the run bound to its state (the trainer calls bind_run)")
+        first = next(t for t in g.trajectories_G if t.trainable)
+        subs = state.services.subproblems(first)
+        if not subs or len(subs) < 2:
+            continue  # the env has no decomposition of this task
+        subs = pick_subproblems(subs, cfg.max_subproblems)
+        steps = "\n".join(f"{i + 1}. {s['question']}" for i, s in enumerate(subs))
+        spec = state.services.episode_spec(first, g.group_id)
+        spec.options = {**spec.options, "extra_messages": [*spec.options.get("extra_messages", []), {"role": "user", "content": cfg.prompt.format(steps=steps)}],
+                        "origin": {"method": "scrl", "group": g.group_id, "answers": [s["answer"] for s in subs[:-1]]}}
+        queued.append([spec] * (cfg.rows or len(g.trajectories_G)))
+    n = state.services.enqueue(queued) if queued else 0
+    state.queued_total += n
+    return FilterResult(out, num_more=n, metrics={"scrl/queued": float(n)})
+
+
+record_choice("scrl", "the decomposer", "the env's own verified decomposition (env.subproblems; Arithmetic: its operations in evaluation order), not an LLM: every sub-answer is the env's, so a wrong generated answer cannot mislead training (the seed's caveat)")
+record_choice("scrl", "which problems", "groups whose valid rewards all fail (the issue's 'all-fail prompts'); their plain group is trained as is")
+record_choice("scrl", "more than 4 sub-problems", "4 kept, evenly spread over the evaluation order, the last the original problem")
