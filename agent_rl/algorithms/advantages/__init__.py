@@ -16,6 +16,7 @@ them; one module per family:
     clipo.py     clipo (contrastive reward from a head trained on pooled hidden states, then a base estimator)
     sarpo.py     sarpo (turn-level GAE with the policy's own value read, batch-normalized)
     self_play.py absolute_zero (TRR++: baselines per task type and role)
+    subproblems.py  scrl (per sub-problem position, on each answer's span)
 """
 
 from agent_rl.algorithms.advantages import clipo, distill_credit, group, history, multi_reward, mupo, prime, returns, reweight, sarpo, token  # noqa: F401  (registration)

@@ -11,6 +11,7 @@ Importing this package registers all of them; one module per idea:
     rubrics.py     serpo (label-free rewards from self-written rubrics and verdict tokens)
     retry.py       cipo_retry (failed attempts come back as correction tasks, via the task queue)
     self_play.py   absolute_zero (proposed tasks -> solver groups in the task queue -> r_propose)
+    subproblems.py scrl (all-fail problems come back as the env's verified sub-problems, via the task queue)
 """
 
 from agent_rl.algorithms.filters import length, lspo, retry, sampling, self_play, subproblems, task_stats, temperature, test_time  # noqa: F401  (registration)
