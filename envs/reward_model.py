@@ -8,7 +8,15 @@ model. The step reward is
     verifier_weight * (the env's reward)  +  weight * r_RM(conversation)   (the r_RM term on the last step only)
 
 so ``verifier_weight=0`` replaces the verifier and ``verifier_weight=1`` mixes them (sequence level:
-one score per episode). ``info["reward_components"]`` holds the episode's totals, ``env`` and
+one score per episode).
+
+``level="process"``: every step's conversation (up to that action) is scored, and the step's reward
+term is the change of the score, ``weight * (r_RM(c_t) - r_RM(c_{t-1}))`` with ``r_RM(c_0) = 0``:
+a dense reward for turn-level credit (``grpo_process``, ``turn_gae``, GiGPO's step groups) whose sum
+over the episode is the sequence-level reward, so an objective that reads only the return sees the
+same number (potential-based shaping, Ng et al. 1999). Scoring a prefix is what the reward model was
+trained on only if its pairs held prefixes; a model trained on whole episodes ranks prefixes as it
+can. ``info["reward_model_scores"]`` lists the scores after each step. ``info["reward_components"]`` holds the episode's totals, ``env`` and
 ``reward_model``. Register it under an id of its own (in a plugin named by ``env.plugins``)::
 
     register_reward_model("Arithmetic-RM-v0", "agent_rl/Arithmetic-v0", "runs/rm", verifier_weight=0.0)
@@ -41,6 +49,7 @@ from envs.judge import pointwise_prompt, verdict_text
 from envs.rewards import ShapedEnv, _register_wrapped
 
 KINDS = ("bradley_terry", "generative")
+LEVELS = ("sequence", "process")
 
 
 class RewardModelScorer:
@@ -126,23 +135,33 @@ def load_scorer(path: str, device: str = "cpu", kind: str = "bradley_terry") -> 
 class RewardModelEnv(ShapedEnv):
     """``env`` whose reward comes from ``scorer`` (weight) and its own verifier (verifier_weight)."""
 
-    def __init__(self, env: gym.Env, scorer: Any, weight: float = 1.0, verifier_weight: float = 0.0):
+    def __init__(self, env: gym.Env, scorer: Any, weight: float = 1.0, verifier_weight: float = 0.0, level: str = "sequence"):
+        if level not in LEVELS:
+            raise ValueError(f"reward model level must be one of {', '.join(LEVELS)}, got {level!r}")
         super().__init__(env, [])
-        self.scorer, self.weight, self.verifier_weight = scorer, weight, verifier_weight
+        self.scorer, self.weight, self.verifier_weight, self.level = scorer, weight, verifier_weight, level
 
     async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, info = await super().areset(seed=seed, options=options)
         self.messages, self.tools = list(obs), info.get("tools")
         self.totals["reward_model"] = 0.0
+        self.scores: list[float] = []
         return obs, info
 
     async def astep(self, action: str):
         obs, reward, terminated, truncated, info = await super().astep(action)  # the env's own reward
         self.messages.append({"role": "assistant", "content": action})
-        score = self.scorer.score(self.messages, self.tools) if terminated or truncated else 0.0
+        if self.level == "process":  # the change of the score: dense, and summing to the last score
+            previous = self.scores[-1] if self.scores else 0.0
+            self.scores.append(self.scorer.score(self.messages, self.tools))
+            score = self.scores[-1] - previous
+        else:
+            score = self.scorer.score(self.messages, self.tools) if terminated or truncated else 0.0
+            if terminated or truncated:
+                self.scores.append(score)
         self.messages += list(obs)
         self.totals["reward_model"] += self.weight * score
-        info = {**info, "reward_components": dict(self.totals)}
+        info = {**info, "reward_components": dict(self.totals), "reward_model_scores": list(self.scores)}
         return obs, self.verifier_weight * float(reward) + self.weight * score, terminated, truncated, info
 
 
@@ -154,11 +173,17 @@ def register_reward_model(
     kind: str = "bradley_terry",
     weight: float = 1.0,
     verifier_weight: float = 0.0,
+    level: str = "sequence",
     device: str = "cpu",
     **register_kwargs: Any,
 ) -> None:
     """Register ``env_id``: ``base_id`` (same keywords) rewarded by the reward model at ``path``, a
-    ``bradley_terry`` model of ``agent-rl train-rm`` or a ``generative`` judge policy."""
+    ``bradley_terry`` model of ``agent-rl train-rm`` or a ``generative`` judge policy, once per
+    episode (``level="sequence"``) or at every step (``"process"``)."""
     if kind not in KINDS:
         raise ValueError(f"reward model kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    _register_wrapped(env_id, base_id, lambda env: RewardModelEnv(env, load_scorer(path, device, kind), weight, verifier_weight), **register_kwargs)
+    if level not in LEVELS:
+        raise ValueError(f"reward model level must be one of {', '.join(LEVELS)}, got {level!r}")
+    _register_wrapped(
+        env_id, base_id, lambda env: RewardModelEnv(env, load_scorer(path, device, kind), weight, verifier_weight, level), **register_kwargs
+    )

@@ -105,3 +105,33 @@ def test_registered_reward_model_env_scores_with_the_trained_model(rm_dir):
         env.close()
     finally:
         gym.registry.pop(env_id, None)
+
+
+class PrefixScorer:
+    """Scores a conversation by how many assistant messages it holds: 0.25 for the call, 0.75 for
+    the call and the answer (so the process rewards are 0.25 and 0.5)."""
+
+    def __init__(self):
+        self.seen = []
+
+    def score(self, messages, tools=None):
+        self.seen.append(len(messages))
+        return {1: 0.25, 2: 0.75}[sum(m["role"] == "assistant" for m in messages)]
+
+
+def test_process_level_rewards_each_step_by_the_change_of_its_score():
+    scorer = PrefixScorer()
+    env = RewardModelEnv(gym.make("agent_rl/Arithmetic-v0", sandbox_backend="process"), scorer, 2.0, 1.0, level="process")
+    call, done, _ = arithmetic_episode(env)
+    assert call[1] == pytest.approx(2.0 * 0.25)  # the call: the env's 0 + 2 * (0.25 - 0)
+    assert done[1] == pytest.approx(1.0 + 2.0 * (0.75 - 0.25))  # the answer: the verifier's 1 + 2 * 0.5
+    assert call[1] + done[1] == pytest.approx(1.0 + 2.0 * 0.75)  # the return is the sequence level's
+    assert done[4]["reward_model_scores"] == [0.25, 0.75]
+    assert done[4]["reward_components"] == pytest.approx({"env": 1.0, "reward_model": 1.5})
+    assert len(scorer.seen) == 2 and scorer.seen[0] < scorer.seen[1]  # one score per step, on the prefix
+    env.close()
+
+
+def test_unknown_level_is_a_one_line_error():
+    with pytest.raises(ValueError, match="level must be one of sequence, process, got 'turn'"):
+        RewardModelEnv(gym.make("agent_rl/Arithmetic-v0", sandbox_backend="process"), PrefixScorer(), level="turn")
