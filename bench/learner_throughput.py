@@ -188,14 +188,20 @@ def main() -> None:
     if args.worker == "memory":
         return memory_worker(args.path, args.mem_rows, args.mem_tokens, args.out)
 
-    if args.only in (None, "throughput"):
-        throughput(args)
-    if args.only in (None, "memory"):
-        memory(args)
-    if args.only in (None, "packing"):
-        from bench.packing_throughput import packing_table
+    from agent_rl.progress import script_progress
 
-        packing_table(args)
+    parts = [name for name in ("throughput", "memory", "packing") if args.only in (None, name)]
+    progress = script_progress("bench/learner_throughput", len(parts), unit="part")  # progress on stderr
+    for name in parts:
+        progress.phase(f"({'abc'[('throughput', 'memory', 'packing').index(name)]}) {name}")
+        if name == "packing":
+            from bench.packing_throughput import packing_table
+
+            packing_table(args)
+        else:
+            {"throughput": throughput, "memory": memory}[name](args)
+        progress.advance()
+    progress.finish()
 
 
 def throughput(args: argparse.Namespace) -> None:
