@@ -148,7 +148,7 @@ class Ours:
             "algorithm.kl.coef=0",
             f"learner.lr={LR}",
             f"learner.micro_batch_size={COMPLETIONS}",
-            "tracking.tensorboard=false",
+            "tracking.loggers=[]",
             "tracking.progress=false",
             "tracking.save_trajectories=0",
             f"run.root={run_root}",
@@ -327,7 +327,12 @@ def main() -> None:
         f"{NEW_TOKENS} new tokens each (EOS ignored), T={TEMPERATURE}, lr={LR}, no KL, fp32 CPU; "
         f"1 warm-up + {a.steps} timed steps per side, interleaved"
     )
+    from agent_rl.progress import script_progress
+
+    # on stderr: one unit per interleaved step pair (TRL's step k, then ours), and the multi-turn part
+    progress = script_progress("bench/vs_trl", a.steps + 1 + (1 if a.turn_steps else 0), unit="part")
     with tempfile.TemporaryDirectory() as tmp:
+        progress.phase("building the tiny model and both trainers")
         model_dir = a.model
         if model_dir is None:
             from agent_rl.tiny import init_tiny
@@ -336,13 +341,25 @@ def main() -> None:
         extra = [] if a.ours_defaults else OURS_FAST
         print(f"our side's features: {' '.join(extra) or 'none (config defaults)'}")
         ours = Ours(model_dir, str(Path(tmp) / "runs"), extra)
-        trl_t, trl_trainer = run_trl(model_dir, a.steps, str(Path(tmp) / "trl"), after_step=ours.step)
+
+        def step_pair(k: int) -> None:  # after TRL's step k (untimed for TRL), ours
+            progress.phase(f"ours step {k}" + (" (warm-up)" if k == 0 else ""))
+            ours.step(k)
+            progress.advance({"ours s/step": ours.t.step_s[-1], "ours reward": ours.t.reward_mean[-1]})
+            if k < a.steps:
+                progress.phase(f"TRL step {k + 1}")
+
+        progress.phase("TRL step 0 (warm-up)")
+        trl_t, trl_trainer = run_trl(model_dir, a.steps, str(Path(tmp) / "trl"), after_step=step_pair)
         report(trl_t, ours.t, a.steps)
         if a.turn_steps:
             from bench.vs_trl_turns import compare
 
+            progress.phase(f"multi-turn updates ({a.turn_steps} per env)")
             compare(trl_trainer, ours.trainer, a.turn_steps)
+            progress.advance()
         ours.close()
+    progress.finish(numbers={"steps per side": a.steps})
 
 
 def report(trl_t: Timings, ours_t: Timings, steps: int) -> None:

@@ -94,5 +94,4 @@ def test_every_bench_script_reports_progress():
     bench = Path(__file__).resolve().parents[1] / "bench"
     scripts = [p for p in sorted(bench.glob("*.py")) if '__name__ == "__main__"' in p.read_text()]
     assert len(scripts) >= 10
-    # vs_trl.py was being rewritten for issue 22 when the others got theirs: give it script_progress and drop it here
-    assert [p.name for p in scripts if "script_progress(" not in p.read_text()] == ["vs_trl.py"]
+    assert [p.name for p in scripts if "script_progress(" not in p.read_text()] == []
