@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from agent_rl.config import Config
+from agent_rl.learner import hidden
 from agent_rl.learner.logprobs import packed_scoring
 from agent_rl.learner.remote_teacher import SCHEME, RemoteTeacher
 from agent_rl.learner.teacher import (
@@ -79,6 +80,17 @@ class Teaching:
             return None
         hits = [(len(prefix), k) for prefix, k in self.spec.routes if str(value).startswith(prefix)]
         return max(hits)[1] if hits else None
+
+    def layer_states(self, batch: Any) -> torch.Tensor:
+        """``[B, T, L, H]``: the teacher's decoder-layer outputs (``spec.hidden_layers``) on the
+        student's rows, without privileged context (ride); one local model only."""
+        model = getattr(self.teacher, "model", None)
+        if model is None or not isinstance(model, torch.nn.Module):
+            raise ValueError(
+                "the objective reads the teacher's hidden states (need teacher_layers): teacher_path must name one local "
+                "hf checkpoint (not a mixture or a served teacher)"
+            )
+        return hidden.layer_states(model, batch, self.spec.hidden_layers)
 
     def _make_teacher(self, spec: Any) -> Any:
         """An EMA of the policy, or the frozen hf checkpoint(s) at ``spec.path`` (each refused at start

@@ -21,7 +21,7 @@ from agent_rl.distributed.weights import WeightSync
 from agent_rl.eval import evaluate
 from agent_rl.hints import LearningHints
 from agent_rl.learner import checkpoint as ckpt
-from agent_rl.learner import fsdp, launch, lora
+from agent_rl.learner import fsdp, hidden, launch, lora
 from agent_rl.learner.critic import Critic, load_value_model
 from agent_rl.learner.learner import Learner
 from agent_rl.learner.prm import ImplicitPRM
@@ -337,6 +337,8 @@ class Trainer:
             "ref_logprobs": lambda ctx: {"ref_logprobs": self.learner.score(self.ref_model, ctx.batch)[0]},
             "values": lambda ctx: {"values": self.critic.values(ctx.batch)},
             "prm_logprobs": lambda ctx: {"prm_logprobs": self.learner.score(self.prm.model, ctx.batch)[0]},
+            "teacher_layers": lambda ctx: {"teacher_layers": self.teaching.layer_states(ctx.batch)},  # ride
+            "ref_layers": lambda ctx: {"ref_layers": hidden.layer_states(self.ref_model, ctx.batch, self.plan.teacher.hidden_layers)},
             "teacher_logprobs": lambda ctx: self.teaching.scores(ctx.batch, ctx.groups),
             "teacher_topk": lambda ctx: self.teaching.scores(ctx.batch, ctx.groups),
             "greedy_rewards": greedy,

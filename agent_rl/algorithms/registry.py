@@ -65,6 +65,8 @@ class TeacherSpec:
     # > 0: also the teacher's top-k ids and logprobs of every position (need ``teacher_topk``); the
     # learner then scores the policy at those ids (``LossInputs.topk_logprobs_BTK``)
     topk: int = 0
+    # the decoder layers whose outputs the needs ``teacher_layers`` / ``ref_layers`` give (ride); () : all
+    hidden_layers: tuple[int, ...] = ()
 
 
 @dataclass

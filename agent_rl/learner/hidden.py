@@ -36,3 +36,48 @@ def with_hidden(extras: dict[str, Any], captured: list[torch.Tensor], model: tor
     if not captured:
         return extras
     return {**extras, "policy_hidden": captured[-1], "lm_head": model.get_output_embeddings()}
+
+
+# -- every decoder layer's output (need ``policy_layers``; ride) ---------------------------------
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The model's stack of decoder layers (``model.model.layers`` in Qwen2 / Llama / Mistral; else
+    the first ``ModuleList`` as long as ``config.num_hidden_layers``)."""
+    n = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == n:
+            return module
+    raise ValueError(f"{type(model).__name__}: cannot find its decoder layers (a ModuleList of config.num_hidden_layers={n})")
+
+
+@contextlib.contextmanager
+def layer_outputs(model: torch.nn.Module, enabled: bool, packed: bool) -> Iterator[list[torch.Tensor]]:
+    """Yields a list that receives each decoder layer's output hidden states ``[B, T, H]``, in layer
+    order, for the calls inside the block (empty when not ``enabled``). Capturing costs no memory in
+    an update: the tensors are the activations the backward keeps anyway."""
+    captured: list[torch.Tensor] = []
+    if not enabled:
+        yield captured
+        return
+    if packed:
+        raise ValueError("the policy loss reads the policy's layer outputs (need policy_layers): set learner.packing: false")
+
+    def keep(module: torch.nn.Module, args: Any, output: Any) -> None:
+        captured.append(output[0] if isinstance(output, tuple) else output)
+
+    handles = [layer.register_forward_hook(keep) for layer in decoder_layers(model)]
+    try:
+        yield captured
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def layer_states(model: torch.nn.Module, batch: Any, layers: tuple[int, ...] = ()) -> torch.Tensor:
+    """``[B, T, L, H]``: the outputs of decoder layers ``layers`` (() : all) on the batch's rows, the
+    forward the learner runs (right-padded rows, explicit positions, no cache), without gradient."""
+    if not isinstance(model, torch.nn.Module):  # learner.lora's reference is the policy with adapters off
+        raise ValueError(f"hidden states of {type(model).__name__} are not available: use a full model (learner.lora: null)")
+    with torch.no_grad(), layer_outputs(model, True, False) as captured:
+        model(input_ids=batch.input_ids_BT, attention_mask=batch.attention_mask_BT, position_ids=batch.position_ids_BT, use_cache=False)
+    chosen = [captured[i] for i in layers] if layers else captured
+    return torch.stack(chosen, dim=2)

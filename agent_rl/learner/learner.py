@@ -154,7 +154,10 @@ class Learner:
         for micro in packing.micro_batches(batch, self.cfg):  # the same number on every rank
             rows, mb = micro.rows, micro.select(batch)
             topk_BTK = None
-            with hidden.head_inputs(self.model, "policy_hidden" in needs, self.cfg.packing) as captured:  # sarpo's value read
+            with (
+                hidden.head_inputs(self.model, "policy_hidden" in needs, self.cfg.packing) as captured,  # sarpo's value read
+                hidden.layer_outputs(self.model, "policy_layers" in needs, self.cfg.packing) as layers,  # ride's regression
+            ):
                 if "topk" in needs or "teacher_topk" in needs:  # the sampler's or the teacher's candidates
                     logprobs_BT, entropy_BT, topk_BTK = self.logprobs(self.model, mb, "entropy" in needs, topk_ids_BTK=mb.topk_ids_BTK)
                 else:
@@ -184,7 +187,7 @@ class Learner:
                 group_index_B=mb.group_index_B,
                 step=step,
                 state=parts.loss_state,
-                extras=hidden.with_hidden(mb.extras, captured, self.model),
+                extras=hidden.with_hidden(mb.extras, captured, self.model) | ({"policy_layers": layers} if layers else {}),
             )
             out = apply_cross_cutting(x, loss_entry.fn(x, parts.loss), opts)
             loss = aggregate(out.loss_BT, mask, select_rows(agg_all, rows), parts.aggregation)

@@ -13,6 +13,7 @@ Importing this package registers every built-in loss. Modules by family:
 | group.py      | conspo, disco, vimpo, reco                                       |
 | distill.py    | sdpo, opsd (sampled-token or top-K, ``distill_topk.py``)          |
 | distill_family.py | i_sdpo, powered_opd, g_opd, anti_sd                          |
+| ride.py       | ride (representation distillation, base -> teacher extrapolated) |
 | subspace.py   | gcpo (ppo_clip + an optimizer hook projecting updates)           |
 | query_kl.py   | qkl (ppo_clip + KL on the query likelihood)                      |
 | preference.py | dpo, rpo, kto (pairs / labels from rollout groups or a JSONL)     |
@@ -37,7 +38,7 @@ from agent_rl.algorithms.losses.covariance import (
     kl_cov,
 )
 from agent_rl.algorithms.losses.distill import OpsdConfig, SdpoConfig, opsd, sdpo
-from agent_rl.algorithms.losses import distill_family, query_kl, sarpo, subspace  # noqa: F401  (registration)
+from agent_rl.algorithms.losses import distill_family, query_kl, ride, sarpo, subspace  # noqa: F401  (registration)
 from agent_rl.algorithms.losses.divergence import (
     BandpoConfig,
     DppoConfig,
