@@ -187,6 +187,7 @@ class Ours:
 
     def close(self) -> None:
         self.trainer.engine.close()
+        self.trainer.components.backend.close()  # a vllm engine stops before the interpreter does
 
 
 # -- TRL side ----------------------------------------------------------------------------------
