@@ -23,6 +23,7 @@ from agent_rl.learner.teacher import (
     splice_teacher_context,
     teacher_logprobs,
 )
+from agent_rl.preflight import check_model
 from agent_rl.rollout.backends.hf import load_model, load_tokenizer
 from agent_rl.runtime import Components
 from agent_rl.types import TrajectoryGroup
@@ -108,6 +109,7 @@ class Teaching:
                     )
                 teachers.append(RemoteTeacher(path, self.components.tokenizer))
                 continue
+            check_model(path, key="algorithm.loss.teacher_path")  # a missing directory in one line, no hub retries
             try:
                 tokenizer, model = load_tokenizer(path), load_model(path, self.cfg.model.dtype, self.cfg.model.device)
             except OSError as e:

@@ -161,3 +161,10 @@ def test_teachers_routed_per_task_in_the_trainer(tmp_path, tiny_model_dir):
     with pytest.raises(Exception, match=r"teacher_routes\['x'\] = 5: name a teacher of teacher_path"):
         load_config(ROOT / "configs" / "quickstart.yaml", [f"model.path={tiny_model_dir}", "algorithm.loss.name=g_opd",
                     f"algorithm.loss.teacher_path=[{teacher_dir}]", "algorithm.loss.teacher_routes={x: 5}"])  # fmt: skip
+
+
+def test_a_missing_teacher_directory_is_one_line(tmp_path, tiny_model_dir):
+    from tests.test_trainer import trainer
+
+    with pytest.raises(ValueError, match=rf"^algorithm.loss.teacher_path={tmp_path / 'nope'}: no such directory"):
+        trainer(tmp_path, tiny_model_dir, f"algorithm.loss={{name: g_opd, teacher_path: {tmp_path / 'nope'}}}")
