@@ -27,11 +27,13 @@ from agent_rl.types import TrainBatch
 MIN_SHARED_TOKENS = 8  # shorter common prefixes are not worth a segment of their own (a chat header)
 
 
-def common_prefix(ids_a: torch.Tensor, ids_b: torch.Tensor, pos_a: torch.Tensor, pos_b: torch.Tensor) -> int:
-    """Tokens the two rows share from their start (same ids at the same positions)."""
-    n = min(ids_a.numel(), ids_b.numel())
-    same_n = (ids_a[:n] == ids_b[:n]) & (pos_a[:n] == pos_b[:n])
-    return n if bool(same_n.all()) else int((~same_n).nonzero()[0, 0])
+def common_prefixes(lead_ids_KL: torch.Tensor, lead_pos_KL: torch.Tensor, ids: torch.Tensor, pos: torch.Tensor) -> list[int]:
+    """Tokens each of the K leader rows shares with one row from their start (same ids at the same
+    positions); leaders are padded with -1 (never a token id or position), the row is not."""
+    n = min(ids.numel(), lead_ids_KL.shape[1])
+    same_KN = (lead_ids_KL[:, :n] == ids[:n]) & (lead_pos_KL[:, :n] == pos[:n])
+    differs_KN = torch.cat([~same_KN, same_KN.new_ones((same_KN.shape[0], 1))], dim=1)
+    return differs_KN.byte().argmax(dim=1).tolist()  # the first column that differs (n when none does)
 
 
 def clusters(ids_B: list[torch.Tensor], pos_B: list[torch.Tensor]) -> list[tuple[list[int], int]]:
@@ -41,22 +43,30 @@ def clusters(ids_B: list[torch.Tensor], pos_B: list[torch.Tensor]) -> list[tuple
     that share s tokens, with which the row shares n >= ``MIN_SHARED_TOKENS``, makes the cluster
     share min(s, n), saving r min(s, n) tokens instead of (r - 1) s; a row that saves nothing
     anywhere starts its own cluster (so two prompts that share only a chat template header stay
-    apart instead of cutting each other's shared prompt down to the header)."""
+    apart instead of cutting each other's shared prompt down to the header). Each row is compared
+    with every cluster's first row at once (one tensor comparison per row)."""
     out: list[tuple[list[int], int]] = []
+    if not ids_B:
+        return out
+    width = max(ids.numel() for ids in ids_B)
+    lead_ids_KL = torch.full((len(ids_B), width), -1, dtype=ids_B[0].dtype, device=ids_B[0].device)
+    lead_pos_KL = torch.full_like(lead_ids_KL, -1)
     for b in range(len(ids_B)):
+        shared_K = common_prefixes(lead_ids_KL[: len(out)], lead_pos_KL[: len(out)], ids_B[b], pos_B[b]) if out else []
         best, best_gain = -1, 0
-        for k, (rows, shared) in enumerate(out):
-            n = common_prefix(ids_B[rows[0]], ids_B[b], pos_B[rows[0]], pos_B[b])
+        for k, ((rows, shared), n) in enumerate(zip(out, shared_K, strict=True)):
             if n < MIN_SHARED_TOKENS:
                 continue
             gain = n if len(rows) == 1 else len(rows) * min(shared, n) - (len(rows) - 1) * shared
             if gain > best_gain:
                 best, best_gain = k, gain
         if best < 0:
+            lead_ids_KL[len(out), : ids_B[b].numel()] = ids_B[b]
+            lead_pos_KL[len(out), : pos_B[b].numel()] = pos_B[b]
             out.append(([b], 0))
             continue
         rows, shared = out[best]
-        n = common_prefix(ids_B[rows[0]], ids_B[b], pos_B[rows[0]], pos_B[b])
+        n = shared_K[best]
         out[best] = ([*rows, b], n if len(rows) == 1 else min(shared, n))
     return out
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent_rl.learner import prefix
 from agent_rl.learner.logprobs import token_logprobs
@@ -71,6 +73,50 @@ def test_a_row_joins_the_cluster_where_it_saves_most():
     got = prefix.clusters([*rows, fork], [pos] * 6)
     # rows 0-2 share 12; the fork shares 10 with them: 3 x 10 = 30 tokens saved vs 2 x 12 = 24 before
     assert got == [([0, 1, 2, 5], 10), ([3, 4], 16)]
+
+
+def reference_clusters(ids_B: list[list[int]], pos_B: list[list[int]]) -> list[tuple[list[int], int]]:
+    """The clustering rule written out pair by pair in plain Python."""
+
+    def shared(a: int, b: int) -> int:
+        n = 0
+        while n < min(len(ids_B[a]), len(ids_B[b])) and ids_B[a][n] == ids_B[b][n] and pos_B[a][n] == pos_B[b][n]:
+            n += 1
+        return n
+
+    out: list[tuple[list[int], int]] = []
+    for b in range(len(ids_B)):
+        best, best_gain = -1, 0
+        for k, (rows, s) in enumerate(out):
+            n = shared(rows[0], b)
+            gain = 0 if n < prefix.MIN_SHARED_TOKENS else n if len(rows) == 1 else len(rows) * min(s, n) - (len(rows) - 1) * s
+            if gain > best_gain:
+                best, best_gain = k, gain
+        if best < 0:
+            out.append(([b], 0))
+        else:
+            rows, s = out[best]
+            n = shared(rows[0], b)
+            out[best] = ([*rows, b], n if len(rows) == 1 else min(s, n))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 20), st.integers(0, 12), st.integers(0, 1)), min_size=1, max_size=12))
+def test_clusters_equal_the_pairwise_rule(specs):
+    """Rows built from 4 prompts of 14 tokens, each cut at some length and continued by a few
+    tokens of its own, some shifted by one position: the batched comparison gives the clusters the
+    pairwise rule gives."""
+    g = torch.Generator().manual_seed(0)
+    prompts = torch.randint(0, 6, (4, 14), generator=g).tolist()
+    ids_B, pos_B = [], []
+    for p, cut, extra, shift in specs:
+        row = prompts[p][: min(cut, 14)] + [(7 * p + j) % 6 for j in range(extra)]
+        row = row or [0]
+        ids_B.append(row)
+        pos_B.append(list(range(shift, shift + len(row))))
+    got = prefix.clusters([torch.tensor(r) for r in ids_B], [torch.tensor(r) for r in pos_B])
+    assert got == reference_clusters(ids_B, pos_B)
 
 
 @pytest.mark.parametrize("with_topk", [False, True])
