@@ -58,9 +58,11 @@ def usable(cache: Any) -> bool:
 
 @dataclass
 class _Layer:
+    """One decoder layer's weights, each projection stored transposed (``[in, out]``, contiguous)."""
+
     norm_in: torch.Tensor
     norm_in_eps: float
-    w_qkv: torch.Tensor  # [(H + 2 Hk) D, hidden]
+    w_qkv: torch.Tensor  # [hidden, (H + 2 Hk) D]
     b_qkv: torch.Tensor | None
     q_norm: Any  # qwen3's per-head norms, else None
     k_norm: Any
@@ -68,7 +70,7 @@ class _Layer:
     b_o: torch.Tensor | None
     norm_post: torch.Tensor
     norm_post_eps: float
-    w_gate_up: torch.Tensor  # [2 I, hidden]
+    w_gate_up: torch.Tensor  # [hidden, 2 I]
     b_gate_up: torch.Tensor | None
     w_down: torch.Tensor
     b_down: torch.Tensor | None
@@ -78,6 +80,16 @@ class _Layer:
 
 def _eps(norm: Any) -> float:
     return float(getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6)))
+
+
+def _transposed(*linears: Any) -> torch.Tensor:
+    """The projections' weights side by side, as one ``[in, out]`` matrix: ``x @ w`` reads it row
+    by row (a small batch times the ``[out, in]`` weight of ``F.linear`` ran about 1.3x slower here)."""
+    return torch.cat([m.weight for m in linears]).t().contiguous()
+
+
+def _project(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    return torch.mm(x, w) if b is None else torch.addmm(b, x, w)
 
 
 def _cat_bias(*linears: Any) -> torch.Tensor | None:
@@ -102,18 +114,18 @@ class FusedDecoder:
             a, m = layer.self_attn, layer.mlp
             self.layers.append(_Layer(
                 norm_in=layer.input_layernorm.weight, norm_in_eps=_eps(layer.input_layernorm),
-                w_qkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]), b_qkv=_cat_bias(a.q_proj, a.k_proj, a.v_proj),
+                w_qkv=_transposed(a.q_proj, a.k_proj, a.v_proj), b_qkv=_cat_bias(a.q_proj, a.k_proj, a.v_proj),
                 q_norm=getattr(a, "q_norm", None), k_norm=getattr(a, "k_norm", None),
-                w_o=a.o_proj.weight, b_o=a.o_proj.bias,
+                w_o=_transposed(a.o_proj), b_o=a.o_proj.bias,
                 norm_post=layer.post_attention_layernorm.weight, norm_post_eps=_eps(layer.post_attention_layernorm),
-                w_gate_up=torch.cat([m.gate_proj.weight, m.up_proj.weight]), b_gate_up=_cat_bias(m.gate_proj, m.up_proj),
-                w_down=m.down_proj.weight, b_down=m.down_proj.bias, act=m.act_fn,
+                w_gate_up=_transposed(m.gate_proj, m.up_proj), b_gate_up=_cat_bias(m.gate_proj, m.up_proj),
+                w_down=_transposed(m.down_proj), b_down=m.down_proj.bias, act=m.act_fn,
                 scaling=float(a.scaling),
             ))
         self.cache_layers = cache.layers
         self.embed = model.model.embed_tokens.weight
         self.norm, self.norm_eps = model.model.norm.weight, _eps(model.model.norm)
-        self.lm_head, self.lm_bias = model.lm_head.weight, getattr(model.lm_head, "bias", None)
+        self.lm_head, self.lm_bias = _transposed(model.lm_head), getattr(model.lm_head, "bias", None)
         # every step's rotary tables at once, from the model's own rotary module: [B, steps, D]
         positions_BN = position_B1 + torch.arange(1, steps + 1, device=position_B1.device)
         self.cos_BND, self.sin_BND = model.model.rotary_emb(self.embed[:1], positions_BN)
@@ -133,7 +145,7 @@ class FusedDecoder:
         x = F.embedding(token_B, self.embed)
         for layer, cache in zip(self.layers, self.cache_layers):
             h = F.rms_norm(x, (x.shape[-1],), layer.norm_in, layer.norm_in_eps)
-            qkv = F.linear(h, layer.w_qkv, layer.b_qkv).view(B, H + 2 * Hk, D)
+            qkv = _project(h, layer.w_qkv, layer.b_qkv).view(B, H + 2 * Hk, D)
             q, k, v = qkv[:, :H], qkv[:, H : H + Hk], qkv[:, H + Hk :]
             if layer.q_norm is not None:
                 q, k = layer.q_norm(q), layer.k_norm(k)
@@ -146,9 +158,9 @@ class FusedDecoder:
             scores = torch.matmul(q.view(B, Hk, H // Hk, D), keys.transpose(-1, -2)) * layer.scaling
             probs = torch.softmax(scores + self.bias_B11C[..., : col + 1], dim=-1)
             attn = torch.matmul(probs, values).reshape(B, H * D)
-            x = x + F.linear(attn, layer.w_o, layer.b_o)
+            x = x + _project(attn, layer.w_o, layer.b_o)
             h = F.rms_norm(x, (x.shape[-1],), layer.norm_post, layer.norm_post_eps)
-            gate, up = F.linear(h, layer.w_gate_up, layer.b_gate_up).chunk(2, dim=-1)
-            x = x + F.linear(layer.act(gate) * up, layer.w_down, layer.b_down)
+            gate, up = _project(h, layer.w_gate_up, layer.b_gate_up).chunk(2, dim=-1)
+            x = x + _project(layer.act(gate) * up, layer.w_down, layer.b_down)
         x = F.rms_norm(x, (x.shape[-1],), self.norm, self.norm_eps)
-        return F.linear(x, self.lm_head, self.lm_bias)
+        return _project(x, self.lm_head, self.lm_bias)
