@@ -12,7 +12,7 @@ import torch
 
 from agent_rl.algorithms.needs import NEEDS, NeedContext
 from agent_rl.algorithms.plan import kl_reward_penalty, make_plan
-from agent_rl.algorithms.registry import AdvantageInputs
+from agent_rl.algorithms.registry import AdvantageInputs, FilterMetrics
 from agent_rl.breaker import InfraBreaker, InfraErrorRateError
 from agent_rl.config import Config, CriticConfig
 from agent_rl.core.seeding import derive_seed
@@ -245,20 +245,20 @@ class Trainer:
         # rollout, then group filters; a filter that drops groups may ask for more (refill)
         trajectories = self._rollout(step, 0, cfg.trainer.prompts_per_step)
         pending, groups = group_trajectories(trajectories), []
-        metrics: dict[str, float] = {}
+        filter_metrics = FilterMetrics()
         for round_ in range(cfg.trainer.refill_rounds + 1):
             more = 0
             for i, (entry, fcfg) in enumerate(self.plan.filters):
                 result = entry.fn(pending, self.states[f"filter{i}"], fcfg)
+                filter_metrics.add(result, len(pending))
                 pending, more = result.groups, max(more, result.num_more)
-                for k, v in result.metrics.items():
-                    metrics[k] = metrics.get(k, 0.0) + v
             groups += pending
             if more == 0 or round_ == cfg.trainer.refill_rounds:
                 break
             extra = self._rollout(step, round_ + 1, more)
             trajectories += extra
             pending = group_trajectories(extra)
+        metrics = dict(filter_metrics.values)
         if self.plan.branch_planner is not None:  # cbpo / arpo / vineppo: grow trees
             grown = self._grow_branches(step, groups)
             trajectories += [t for ts in grown.values() for t in ts]

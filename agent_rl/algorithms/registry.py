@@ -213,9 +213,36 @@ class KlInputs:
 
 @dataclass
 class FilterResult:
+    """What a filter call returns. A step with refills calls each filter once per round; its metrics
+    are counts unless named in ``means`` or ``levels`` (``FilterMetrics`` says how each combines)."""
+
     groups: list[TrajectoryGroup]  # the groups kept for the update
     num_more: int = 0  # how many more groups the trainer should sample to refill the batch
     metrics: dict[str, float] = field(default_factory=dict)
+    means: frozenset[str] = frozenset()  # averages over what the call saw (a fraction, a mean reward)
+    levels: frozenset[str] = frozenset()  # a state's size or a value at the call (a buffer, a loss)
+
+
+class FilterMetrics:
+    """A step's filter metrics over its refill rounds: a count adds up over the rounds; a mean is
+    weighted by the groups each call received; a level is the latest call's value. (Adding every
+    metric up made a buffer of 5 read 10 after one refill, and a fraction read above 1.)"""
+
+    def __init__(self) -> None:
+        self.values: dict[str, float] = {}
+        self._weights: dict[str, int] = {}
+
+    def add(self, result: FilterResult, groups_in: int) -> None:
+        """One call's metrics; ``groups_in``: the groups that call received."""
+        for k, v in result.metrics.items():
+            if k in result.levels or k not in self.values:
+                self.values[k], self._weights[k] = v, groups_in
+            elif k in result.means:
+                w = self._weights[k]
+                self.values[k] = v if w + groups_in == 0 else (self.values[k] * w + v * groups_in) / (w + groups_in)
+                self._weights[k] = w + groups_in
+            else:
+                self.values[k] += v
 
 
 def require(x: Any, field_name: str, entry: str) -> Any:

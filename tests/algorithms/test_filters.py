@@ -191,3 +191,31 @@ def test_every_filter_runs_on_empty_and_mixed_input(key):
 def test_stateful_filter_without_state_raises(key):
     with pytest.raises(ValueError, match="state"):
         FILTERS.get(key).fn([group("a", [1, 0])], None, FILTERS.get(key).config())
+
+
+def test_filter_metrics_over_refill_rounds_count_mean_and_level():
+    """Two rounds of one filter (4 groups in, then 2): counts add, means are weighted by the groups
+    each call received, levels keep the latest value; a metric only one round reports is kept."""
+    from agent_rl.algorithms.registry import FilterMetrics, FilterResult
+
+    m = FilterMetrics()
+    m.add(FilterResult([], metrics={"x/dropped": 3.0, "x/share": 0.5, "x/buffer": 5.0, "x/first": 1.0},
+                       means=frozenset({"x/share"}), levels=frozenset({"x/buffer"})), groups_in=4)  # fmt: skip
+    m.add(FilterResult([], metrics={"x/dropped": 2.0, "x/share": 1.0, "x/buffer": 7.0},
+                       means=frozenset({"x/share"}), levels=frozenset({"x/buffer"})), groups_in=2)  # fmt: skip
+    assert m.values == {"x/dropped": 5.0, "x/share": pytest.approx((0.5 * 4 + 1.0 * 2) / 6), "x/buffer": 7.0, "x/first": 1.0}
+    empty = FilterMetrics()  # a mean from calls that received no groups: the latest value, never 0 / 0
+    for v in (0.25, 0.75):
+        empty.add(FilterResult([], metrics={"x/share": v}, means=frozenset({"x/share"})), groups_in=0)
+    assert empty.values == {"x/share": 0.75}
+
+
+def test_dynamic_sampling_counts_add_up_over_a_refill():
+    from agent_rl.algorithms.registry import FilterMetrics
+
+    m = FilterMetrics()
+    first = [group("a", [1.0, 1.0]), group("b", [0.0, 1.0]), group("c", [0.0, 0.0])]
+    m.add(apply("dynamic_sampling", first), len(first))
+    refill = [group("d", [1.0, 0.0]), group("e", [1.0, 1.0])]
+    m.add(apply("dynamic_sampling", refill), len(refill))
+    assert m.values == {"filter/dynamic_sampling_dropped": 3.0, "filter/dynamic_sampling_kept": 2.0}

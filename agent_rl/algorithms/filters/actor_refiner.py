@@ -232,7 +232,8 @@ def actor_refiner(groups: list[TrajectoryGroup], state: ActorRefinerState, cfg: 
     refined, metrics = refine(rows, run_refiner(state, cfg), cfg)
     it = iter(refined)
     out = [TrajectoryGroup(g.task_id, g.group_id, [next(it) for _ in g.trajectories_G]) for g in groups]
-    return FilterResult(groups=out, metrics=metrics)
+    means = frozenset({"actor_refiner/accept_frac", "actor_refiner/cut_step_mean", "actor_refiner/refined_reward_gain"})
+    return FilterResult(groups=out, metrics=metrics, means=means)
 
 
 for _question, _choice in (

@@ -185,7 +185,8 @@ def e_grm(groups: list[TrajectoryGroup], state: EgrmState, cfg: EgrmConfig) -> F
         "e_grm/reward_scorer_mean": sum(short_rewards) / len(short_rewards) if short_rewards else 0.0,
         "e_grm/reward_judge_mean": sum(long_rewards) / len(long_rewards) if long_rewards else 0.0,
     }
-    return FilterResult(groups=groups, metrics=metrics)
+    means = frozenset({"e_grm/judged_frac", "e_grm/consensus_mean", "e_grm/reward_scorer_mean", "e_grm/reward_judge_mean"})
+    return FilterResult(groups=groups, metrics=metrics, means=means)
 
 
 record_choice(

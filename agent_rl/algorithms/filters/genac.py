@@ -166,7 +166,7 @@ def genac(groups: list[TrajectoryGroup], state: GenacState, cfg: GenacConfig) ->
     }  # fmt: skip
     if values:
         metrics["genac/value_mean"] = sum(values) / len(values)
-    return FilterResult(groups=out, metrics=metrics)
+    return FilterResult(groups=out, metrics=metrics, means=frozenset({"genac/value_mean"}))
 
 
 record_choice("genac", "what In-Context Conditioning puts in the critic's context", "the actor's most recent finished episodes of earlier steps with their returns (icc_examples = 2 of a FIFO of 64, same task first, last 400 characters each)")

@@ -115,9 +115,10 @@ def lspo(groups: list[TrajectoryGroup], state: LspoState, cfg: LspoConfig) -> Fi
         raise ValueError("'lspo' needs its LspoState state, which the caller did not provide")
     state.steps += 1
     cliffs = [g for g in groups if is_cliff(g, cfg.success_threshold)]
+    means, levels = frozenset({"lspo/reroll_success"}), frozenset({"lspo/sft_loss_first", "lspo/sft_loss_last"})
     metrics = {"lspo/cliffs": float(len(cliffs)), "lspo/spliced": 0.0, "lspo/solutions": 0.0}
     if not cliffs:
-        return FilterResult(groups, 0, metrics)
+        return FilterResult(groups, 0, metrics, means, levels)
     run = state.run
     if run is None:
         raise ValueError("'lspo' needs the run bound to its LspoState (the trainer calls bind_run)")
@@ -126,7 +127,7 @@ def lspo(groups: list[TrajectoryGroup], state: LspoState, cfg: LspoConfig) -> Fi
     demos = tools.teacher_solutions([tools.episode_spec(g.trajectories_G[0], g.group_id) for g in cliffs], seed, cfg.success_threshold)
     metrics["lspo/solutions"] = float(len(demos))
     if not demos:
-        return FilterResult(groups, 0, metrics)
+        return FilterResult(groups, 0, metrics, means, levels)
     model, losses, state.adapter = tools.fit_adapter(
         demos, state.adapter, "lspo_scaffold", cfg.rank, cfg.alpha, cfg.target_modules, cfg.sft_steps, cfg.sft_lr)
     metrics["lspo/sft_loss_first"], metrics["lspo/sft_loss_last"] = losses[0], losses[-1]
@@ -143,7 +144,7 @@ def lspo(groups: list[TrajectoryGroup], state: LspoState, cfg: LspoConfig) -> Fi
         out.append(g)
     metrics["lspo/spliced"] = float(spliced)
     state.spliced_total += int(metrics["lspo/spliced"])
-    return FilterResult(out, 0, metrics)
+    return FilterResult(out, 0, metrics, means, levels)
 
 
 record_choice("lspo", "paper text", "not found (searched 'LoRA Scaffolded Policy Optimization LSPO cliff'); the seed abstract's mechanism, our choices below")

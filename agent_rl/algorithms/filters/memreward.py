@@ -269,6 +269,8 @@ def memreward(groups: list[TrajectoryGroup], state: MemRewardState, cfg: MemRewa
     hidden = [g for g in groups if label_hidden(g.task_id, cfg.hidden_fraction)]
     labelled = [g for g in groups if not label_hidden(g.task_id, cfg.hidden_fraction)]
     metrics = {"memreward/labelled_groups": float(len(labelled)), "memreward/hidden_groups": float(len(hidden))}
+    means = frozenset({"memreward/accuracy", "memreward/predicted_mean"})
+    levels = frozenset({"memreward/fit_loss_first", "memreward/fit_loss_last", "memreward/memory_rollouts"})
     frozen = cfg.refit_every == 0 and state.steps > cfg.warmup_steps
     if labelled and not frozen:
         queries, rows = _encode(labelled, state, cfg)
@@ -280,7 +282,7 @@ def memreward(groups: list[TrajectoryGroup], state: MemRewardState, cfg: MemRewa
     metrics["memreward/memory_rollouts"] = float(len(state.rollouts))
     if state.model is None:  # warmup: no predictor yet, unlabelled groups sit this step out
         metrics["memreward/dropped_groups"] = float(len(hidden))
-        return FilterResult(groups=labelled, metrics=metrics)
+        return FilterResult(groups=labelled, metrics=metrics, means=means, levels=levels)
     if hidden:
         queries, rows = _encode(hidden, state, cfg)
         p = predict(state, queries, rows, cfg)
@@ -291,7 +293,7 @@ def memreward(groups: list[TrajectoryGroup], state: MemRewardState, cfg: MemRewa
             r["row"].reward = r_hat
             r["row"].info["memreward_p"] = p_r
         metrics.update({"memreward/accuracy": correct / max(len(rows), 1), "memreward/predicted_mean": float(p.mean()) if len(p) else 0.0})
-    return FilterResult(groups=groups, metrics=metrics)
+    return FilterResult(groups=groups, metrics=metrics, means=means, levels=levels)
 
 
 record_choice("memreward", "which tasks have no label",

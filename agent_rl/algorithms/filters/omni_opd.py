@@ -123,7 +123,8 @@ def omni_opd(groups: list[TrajectoryGroup], state: OmniOpdState, cfg: OmniOpdAud
         audited += len(anchors)
         k_total += sum(k_sem)
     state.calls += 1
-    return FilterResult(groups, 0, {"omni_opd/chunks": float(audited), "omni_opd/k_sem_mean": k_total / max(audited, 1) / cfg.samples})
+    metrics = {"omni_opd/chunks": float(audited), "omni_opd/k_sem_mean": k_total / max(audited, 1) / cfg.samples}
+    return FilterResult(groups, 0, metrics, means=frozenset({"omni_opd/k_sem_mean"}))
 
 
 record_choice("omni_opd", "formulas' source", "the abstract (arXiv 2606.01476) names chunk-level MC teacher rollouts, semantic similarity, a peak-entropy scheduler, a Dirichlet-Multinomial prior and a base-model KL anchor; the formulas (anchor selection, k_sem = sum of phi, the smoothed target, L_chunk + beta L_KL) come from a third-party reimplementation (benyucong/verl, omniopd_*.py), not from the paper's text or the authors' code")

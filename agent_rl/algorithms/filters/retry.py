@@ -127,7 +127,7 @@ def cipo_retry(groups: list[TrajectoryGroup], state: CipoRetryState, cfg: CipoRe
     metrics = {"cipo/queued": float(n), "cipo/correction_groups": float(len(corrections))}
     if rewards:
         metrics["cipo/correction_success"] = sum(r > cfg.success_threshold for r in rewards) / len(rewards)
-    return FilterResult(list(groups), num_more=n, metrics=metrics)
+    return FilterResult(list(groups), num_more=n, metrics=metrics, means=frozenset({"cipo/correction_success"}))
 
 
 record_choice("cipo_retry", "the correction prompt", "the problem as the env renders it, then one user message with the attempt's decoded text (turns and observations) and an instruction to check it and solve again")

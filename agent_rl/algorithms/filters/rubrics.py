@@ -155,7 +155,7 @@ def serpo(groups: list[TrajectoryGroup], state: SerpoState, cfg: SerpoConfig) ->
         # a backend that returns no top-k (a chat-only API) leaves every verdict at 0.5: this says so
         "serpo/verdicts_without_topk": float(sum(v.text is not None and not v.first_topk for v in verdicts)),
     }
-    return FilterResult(groups=groups, metrics=metrics)
+    return FilterResult(groups=groups, metrics=metrics, means=frozenset({"serpo/criteria_kept", "serpo/score_mean"}))
 
 
 def _mean(values: Any) -> float:

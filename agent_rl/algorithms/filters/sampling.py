@@ -139,4 +139,5 @@ def popo_replay(groups: list[TrajectoryGroup], state: ReplayBuffer, cfg: PopoRep
             "filter/popo_dropped": float(unreplaced),
             "filter/popo_buffer": float(len(state.entries)),
         },
+        levels=frozenset({"filter/popo_buffer"}),
     )

@@ -205,7 +205,7 @@ def opid_miner(groups: list[TrajectoryGroup], state: OpidState, cfg: OpidMinerCo
             t.info["opid_skill"] = skill
             t.info["teacher_context"] = cfg.context_template.format(skill=skill) if skill is not None else ""
     metrics["opid/skill_groups_frac"] = sum(s is not None for s in skills) / len(skills) if skills else 0.0
-    return FilterResult(groups=groups, metrics=metrics)
+    return FilterResult(groups=groups, metrics=metrics, means=frozenset({"opid/skill_groups_frac"}))
 
 
 for _key, _question, _choice in (

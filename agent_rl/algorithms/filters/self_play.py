@@ -173,7 +173,9 @@ def absolute_zero(groups: list[TrajectoryGroup], state: AbsoluteZeroState, cfg: 
     metrics = {"az/proposals": float(n), "az/held_groups": float(len(state.held)), "az/released_groups": float(len(out))}
     if rates:
         metrics["az/propose_reward_mean"] = sum(rates) / len(rates)
-    return FilterResult(out + kept, num_more=n, metrics=metrics)
+    return FilterResult(
+        out + kept, num_more=n, metrics=metrics, means=frozenset({"az/propose_reward_mean"}), levels=frozenset({"az/held_groups"})
+    )
 
 
 record_choice("absolute_zero", "when proposals are solved", "in the same step's refill round (trainer.refill_rounds >= 1); the proposer rows are held until then and trained with their solvers")

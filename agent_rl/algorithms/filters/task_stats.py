@@ -93,6 +93,7 @@ def pass_rate_filter(groups: list[TrajectoryGroup], state: TaskStats, cfg: PassR
             "filter/pass_rate_newly_retired": float(newly_retired),
             "filter/pass_rate_retired_total": float(len(state.retired)),
         },
+        levels=frozenset({"filter/pass_rate_retired_total"}),
     )
 
 
@@ -127,7 +128,8 @@ def curriculum(groups: list[TrajectoryGroup], state: TaskStats, cfg: CurriculumC
     state.calls += 1
     for g in groups:
         state.add(g, cfg.correct_threshold)
-    return FilterResult(groups=list(groups), metrics={"filter/curriculum_min_success": curriculum_min_success(state, cfg)})
+    metrics = {"filter/curriculum_min_success": curriculum_min_success(state, cfg)}
+    return FilterResult(groups=list(groups), metrics=metrics, levels=frozenset(metrics))
 
 
 class PrioritizedConfig(ComponentConfig):
@@ -157,4 +159,5 @@ def prioritized(groups: list[TrajectoryGroup], state: TaskStats, cfg: Prioritize
     return FilterResult(
         groups=list(groups),
         metrics={"filter/prioritized_mean_weight": sum(weights) / len(weights) if weights else 0.0},
+        levels=frozenset({"filter/prioritized_mean_weight"}),  # over every tracked sample, not this call's groups
     )

@@ -89,7 +89,7 @@ def posterior_temperature(groups: list[TrajectoryGroup], state: TaskPosterior, c
         state.update(g.task_id, wins, len(rewards) - wins)
         temps.append(task_temperature(state, g.task_id, cfg)["temperature"])
     metrics = {"filter/posterior_temperature_mean": sum(temps) / len(temps)} if temps else {}
-    return FilterResult(groups=groups, metrics=metrics)
+    return FilterResult(groups=groups, metrics=metrics, means=frozenset({"filter/posterior_temperature_mean"}))
 
 
 record_choice("posterior_temperature", "how difficulty maps to temperature", "linear in the Beta(1, 1) posterior mean failure rate, from t_min 0.8 (always solved) to t_max 1.2 (always failed); off-policy rows corrected by token-level truncated IS (cap 2)")

@@ -61,7 +61,7 @@ def ttpo_vote(groups: list[TrajectoryGroup], state: object, cfg: TtpoVoteConfig)
             total += 1
         kept.append(g)
     metrics = {"filter/ttpo_vote_share": agree / total if total else 0.0, "filter/ttpo_no_answer_groups": float(len(groups) - len(kept))}
-    return FilterResult(groups=kept, metrics=metrics)
+    return FilterResult(groups=kept, metrics=metrics, means=frozenset({"filter/ttpo_vote_share"}))
 
 
 record_choice("ttpo", "majority-vote ties and unanswered groups", "ties go to the answer seen first; groups where no episode answered are dropped; the teacher context is 'A reference answer (the majority of your attempts): y_hat'")
