@@ -133,6 +133,8 @@ def test_answers_consensus_and_verdicts():
         EgrmConfig(scorer_path="/nonexistent")
     with pytest.raises(ValueError, match="judge 'nope' is no directory"):
         EgrmConfig(scorer_path=".", judge="nope")
+    with pytest.raises(ValueError, match="scorer_path"):  # required: refused with the config, not at the first step
+        EgrmConfig()
 
 
 def test_train_rm_egrm_then_one_e_grm_step_through_the_backend(tmp_path, tiny_model_dir, capsys):

@@ -172,14 +172,18 @@ def test_length_penalty_hand_example():
     assert rewards_of(apply("length_penalty", [group("c", [1.0, 0.0], lengths=[7, 7])])) == [[1.0, 0.0]]
 
 
+# the config fields a filter requires (no default): a directory that exists stands in for a model
+REQUIRED = {"e_grm": {"scorer_path": "."}, "omni_opd": {"teacher_path": "."}}
+
+
 @pytest.mark.parametrize("key", FILTERS.names())
 def test_every_filter_runs_on_empty_and_mixed_input(key):
     entry = FILTERS.get(key)
     state = entry.make_state()
-    assert apply(key, [], state).groups == []
+    assert apply(key, [], state, **REQUIRED.get(key, {})).groups == []
     groups = [group("a", [1, 0, None], lengths=[3, 5, 1]), group("b", [1, 1])]
     try:
-        out = apply(key, groups, entry.make_state())
+        out = apply(key, groups, entry.make_state(), **REQUIRED.get(key, {}))
     except ValueError as e:  # a filter that acts on the run itself (its state has bind_run) says it has none
         assert hasattr(entry.state, "bind_run") and "bind_run" in str(e)
         return
@@ -190,7 +194,7 @@ def test_every_filter_runs_on_empty_and_mixed_input(key):
 @pytest.mark.parametrize("key", [e.name for e in FILTERS.entries() if e.state is not None])
 def test_stateful_filter_without_state_raises(key):
     with pytest.raises(ValueError, match="state"):
-        FILTERS.get(key).fn([group("a", [1, 0])], None, FILTERS.get(key).config())
+        FILTERS.get(key).fn([group("a", [1, 0])], None, FILTERS.get(key).config(**REQUIRED.get(key, {})))
 
 
 def test_filter_metrics_over_refill_rounds_count_mean_and_level():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 import torch
 
 from agent_rl.algorithms.filters.omni_opd import select_anchors, similarity
@@ -91,3 +92,15 @@ def test_one_step_with_a_local_teacher(tmp_path, tiny_model_dir):
         assert audit["samples"] == 2 and len(audit["anchors"]) == len(audit["k_sem"]) <= 2
         for a, k in zip(audit["anchors"], audit["k_sem"], strict=True):
             assert all(tr.loss_mask_T[a : a + 3]) and 0.0 <= k <= 2.0
+
+
+def test_teacher_path_is_checked_with_the_config(tmp_path):
+    """A missing or wrong teacher is refused when the config is read, before any model loads."""
+    from agent_rl.algorithms.filters.omni_opd import OmniOpdAuditConfig
+
+    with pytest.raises(ValueError, match="teacher_path"):
+        OmniOpdAuditConfig()
+    with pytest.raises(ValueError, match="neither a checkpoint directory nor openai:"):
+        OmniOpdAuditConfig(teacher_path=str(tmp_path / "missing"))
+    assert OmniOpdAuditConfig(teacher_path=str(tmp_path)).teacher_path == str(tmp_path)
+    assert OmniOpdAuditConfig(teacher_path="openai:http://127.0.0.1:9/v1").teacher_path.startswith("openai:")

@@ -71,7 +71,7 @@ def test_a_need_the_rollout_does_not_record_fails_before_any_model_loads():
 def test_an_objective_without_the_filter_it_reads_fails_before_any_model_loads():
     with pytest.raises(ValueError, match=r"policy_loss 'omni_opd' reads the work of the filter omni_opd: add \{name: omni_opd\} to algorithm.filters"):
         plan_of("algorithm.loss.name=omni_opd")
-    plan = plan_of("algorithm.loss.name=omni_opd", "algorithm.filters=[{name: omni_opd, teacher_path: /tmp/t}]")
+    plan = plan_of("algorithm.loss.name=omni_opd", "algorithm.filters=[{name: omni_opd, teacher_path: 'openai:http://127.0.0.1:9/v1'}]")
     assert [e.name for e, _ in plan.filters] == ["omni_opd"]
 
 

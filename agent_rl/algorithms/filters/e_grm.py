@@ -52,9 +52,7 @@ VERDICT = re.compile(r"<answer>\s*(good|bad)\s*</answer>", re.IGNORECASE)
 
 
 class EgrmConfig(ComponentConfig):
-    scorer_path: str | None = Field(
-        None, description="the discriminative scorer (required): a directory of agent-rl train-rm (--loss egrm), the policy's tokenizer"
-    )
+    scorer_path: str = Field(description="the discriminative scorer (required): a directory of agent-rl train-rm (--loss egrm), the policy's tokenizer")
     judge: str = Field("policy", description="the generative judge: 'policy' (the run's backend) or a checkpoint path (generated in process)")
     tau: float = Field(0.8, ge=0.0, le=1.0, description="consensus threshold: consensus >= tau takes the short path (paper: 0.8)")
     answer_key: str = Field("final_answer", description="the env's info key holding a row's final answer, when it records one")
@@ -69,8 +67,8 @@ class EgrmConfig(ComponentConfig):
 
     @field_validator("scorer_path", "judge")
     @classmethod
-    def _exists(cls, v: str | None, info: Any) -> str | None:
-        if v is not None and not (info.field_name == "judge" and v == "policy") and not Path(v).is_dir():
+    def _exists(cls, v: str, info: Any) -> str:
+        if not (info.field_name == "judge" and v == "policy") and not Path(v).is_dir():
             raise ValueError(f"{info.field_name} {v!r} is no directory (train one: agent-rl train-rm --loss egrm --out DIR)")
         return v
 
@@ -107,8 +105,6 @@ class EgrmState(TextPassState):
 
     def load(self, cfg: EgrmConfig) -> None:
         if self.scorer is None:
-            if cfg.scorer_path is None:
-                raise ValueError("filter 'e_grm' needs scorer_path: a reward model of agent-rl train-rm --loss egrm --out DIR")
             self.scorer = self.services().trajectory_scorer(cfg.scorer_path)
         if self.judge is None:
             run = self.services().text_pass if cfg.judge == "policy" else self.services().model_text_pass(cfg.judge)

@@ -20,9 +20,10 @@ not from the paper's text or the authors' code; defaults M, C, N are ours.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from agent_rl.algorithms.registry import (
     ComponentConfig,
@@ -34,12 +35,19 @@ from agent_rl.types import TrajectoryGroup
 
 
 class OmniOpdAuditConfig(ComponentConfig):
-    teacher_path: str = Field("", description="the teacher that writes continuations: a checkpoint DIR or openai:http://HOST:PORT/v1[#MODEL] (required)")
+    teacher_path: str = Field(description="the teacher that writes continuations: a checkpoint DIR or openai:http://HOST:PORT/v1[#MODEL] (required)")
     chunks: int = Field(2, ge=1, description="M: audited chunks per row (ours)")
     chunk_tokens: int = Field(4, ge=1, description="C: tokens per chunk (ours)")
     samples: int = Field(4, ge=1, description="N: teacher continuations per chunk (ours)")
     temperature: float = Field(1.0, gt=0.0, description="the teacher's sampling temperature")
     seed: int = Field(0, description="base seed of the teacher's sampling (step and chunk are added)")
+
+    @field_validator("teacher_path")
+    @classmethod
+    def _teacher(cls, v: str) -> str:
+        if not v.startswith("openai:") and not Path(v).is_dir():
+            raise ValueError(f"teacher_path {v!r} is neither a checkpoint directory nor openai:http://HOST:PORT/v1[#MODEL]")
+        return v
 
 
 def similarity(a: str, b: str) -> float:
@@ -104,8 +112,6 @@ def omni_opd(groups: list[TrajectoryGroup], state: OmniOpdState, cfg: OmniOpdAud
         return FilterResult(groups)
     if state is None or state.run is None:
         raise ValueError("'omni_opd' needs the run bound to its state (the trainer calls bind_run)")
-    if not cfg.teacher_path:
-        raise ValueError("algorithm.filters omni_opd: set teacher_path (a checkpoint DIR or openai:http://HOST:PORT/v1)")
     services = state.run.services
     if state.teacher is None:
         state.teacher = services.chunk_teacher(cfg.teacher_path)
