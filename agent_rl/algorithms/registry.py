@@ -226,7 +226,7 @@ class FilterResult:
 class FilterMetrics:
     """A step's filter metrics over its refill rounds: a count adds up over the rounds; a mean is
     weighted by the groups each call received; a level is the latest call's value. (Adding every
-    metric up made a buffer of 5 read 10 after one refill, and a fraction read above 1.)"""
+    metric up counted a buffer's size once per round, and added fractions.)"""
 
     def __init__(self) -> None:
         self.values: dict[str, float] = {}
