@@ -13,6 +13,7 @@ import torch
 from agent_rl.algorithms.needs import NEEDS, NeedContext
 from agent_rl.algorithms.plan import kl_reward_penalty, make_plan
 from agent_rl.algorithms.registry import AdvantageInputs, FilterMetrics
+from agent_rl.algorithms.run_api import RunFacts
 from agent_rl.breaker import InfraBreaker, InfraErrorRateError
 from agent_rl.config import Config, CriticConfig
 from agent_rl.core.seeding import derive_seed
@@ -112,10 +113,13 @@ class Trainer:
             self.teacher = self.teaching.teacher
             self.states["teacher"] = self.teacher
         self._need_providers = self._providers()  # how each built-in need is computed, made once
-        self.services = RunServices(self)  # what entries that act on the run itself may call
-        for state in self.states.values():  # such entries (lspo: re-rolls by a scaffold adapter)
-            if hasattr(state, "bind_run"):
-                state.bind_run(self)
+        # entries that act on the run itself (lspo: re-rolls by a scaffold adapter) get the RunAPI, never the trainer
+        self.services = RunServices(
+            cfg, self._facts(), self.components, self.engine, self.sampler.queue, self.learner.score, lambda: self.learner.version
+        )
+        for key, state in self.states.items():
+            if hasattr(state, "bind"):
+                state.bind(self.services, self.plan.state_configs.get(key))
         tracking = cfg.tracking if self.rank == 0 else cfg.tracking.model_copy(update={"jsonl": False, "loggers": []})
         self.tracker = Tracker(self.run_dir, tracking, cfg.model_dump(mode="json"))
         # where rollouts come from: this engine (local, synchronous) or workers producing ahead
@@ -275,6 +279,21 @@ class Trainer:
                 "their env / infra error episodes were dropped"
             )
         return trajectories, groups, metrics
+
+    def _facts(self) -> RunFacts:
+        """What a run-acting method may know of this run (``RunAPI.facts``)."""
+        cfg, plan = self.cfg, self.plan
+        return RunFacts(
+            seed=cfg.trainer.seed,
+            model_path=cfg.model.path,
+            device=cfg.model.device,
+            env_id=cfg.env.id,
+            local_policy=self.world == 1 and self.remote_learner is None,
+            lora=cfg.learner.lora is not None,
+            refill_rounds=cfg.trainer.refill_rounds,
+            advantage=plan.advantage.name,
+            teacher_context="teacher" in plan.builds and plan.teacher is not None and plan.teacher.context,
+        )
 
     def _frozen_initial_policy(self) -> torch.nn.Module:
         """The reference model: a frozen copy of the initial policy, sharded like it on several ranks."""

@@ -163,3 +163,39 @@ class TrainBatch:
             out[name] = value[rows] if isinstance(value, Tensor) else value
         out["extras"] = {k: v[rows] for k, v in self.extras.items()}
         return TrainBatch(**out)
+
+
+@dataclass
+class EpisodeSpec:
+    """What to run: the env is reset with ``seed`` and ``options`` (same seed = same task).
+
+    ``sample_seed`` seeds the policy's sampling; None derives it from the run's seed and the spec's
+    position, so the G copies of one task in a group sample differently.
+    """
+
+    seed: int
+    group_id: str
+    options: dict[str, Any] = field(default_factory=dict)
+    sample_seed: int | None = None
+    temperature: float | None = None  # this episode's sampling temperature (None: rollout.temperature)
+
+    @classmethod
+    def replay(cls, t: Trajectory, group_id: str) -> EpisodeSpec:
+        """The episode ``t`` played again (same env seed and options), in group ``group_id``."""
+        return cls(seed=t.info["seed"], group_id=group_id, options=t.info.get("options") or {})
+
+
+@dataclass
+class PassResult:
+    """One request's answer: its text (None when the backend failed that request), the sampled ids
+    and, with ``topk``, the first position's top-k candidates."""
+
+    text: str | None
+    token_ids: list[int]
+    policy_version: int = 0
+    first_topk: dict[int, float] | None = None  # token id -> logprob at the first sampled position
+    error: str | None = None
+    # the sampler's logprob of each id of ``token_ids`` and the rendered prompt it continued: what a
+    # pass whose text is trained on (genac's critic rows) turns into a trajectory
+    logprobs: list[float] = field(default_factory=list)
+    prompt_ids: list[int] = field(default_factory=list)

@@ -94,6 +94,7 @@ class ObjectivePlan:
     teacher: TeacherSpec | None
     steering: list[Steering]
     state_entries: dict[str, ObjectiveEntry] = field(default_factory=dict)
+    state_configs: dict[str, ComponentConfig] = field(default_factory=dict)  # each state's entry config
 
     @property
     def branch_planner(self) -> Callable[..., Any] | None:
@@ -179,6 +180,8 @@ def make_plan(algorithm: Any, rollout: Any) -> ObjectivePlan:
     if credit is not None:
         state_entries["credit"] = advantage
     state_entries.update({f"filter{i}": e for i, (e, _) in enumerate(filters)})
+    state_configs = {"advantage": algorithm.advantage, "loss": algorithm.loss, **({"credit": credit} if credit is not None else {})}
+    state_configs.update({f"filter{i}": c for i, (_, c) in enumerate(filters)})
     steering = [Steering(e, c, f"filter{i}") for i, (e, c) in enumerate(filters) if e.sampler is not None or e.episode_options is not None]
     if credit is not None and advantage.sampler is not None:  # SPO's prioritised prompts
         steering.append(Steering(advantage, credit, "credit"))
@@ -196,4 +199,5 @@ def make_plan(algorithm: Any, rollout: Any) -> ObjectivePlan:
         teacher=teacher,
         steering=steering,
         state_entries=state_entries,
+        state_configs=state_configs,
     )

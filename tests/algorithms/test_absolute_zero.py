@@ -20,7 +20,6 @@ from agent_rl.algorithms.filters.self_play import (
 )
 from agent_rl.algorithms.filters.self_play import absolute_zero as az_filter
 from agent_rl.algorithms.registry import AdvantageInputs
-from agent_rl.run_services import RunServices
 from agent_rl.task_queue import TaskQueue
 from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
 
@@ -56,7 +55,7 @@ def test_trr_pp_normalises_per_task_type_and_role_by_hand():
 def test_proposals_are_solved_through_the_task_queue_and_rewarded_r_propose():
     queue, cfg = TaskQueue(), AbsoluteZeroFilterConfig(n_solve=4)
     state = AbsoluteZeroState()
-    state.services = SimpleNamespace(episode_spec=RunServices.episode_spec, enqueue=lambda gs: [queue.put(g) for g in gs] and len(gs))
+    state.run = SimpleNamespace(enqueue=lambda gs: [queue.put(g) for g in gs] and len(gs))
     proposers = TrajectoryGroup("task", "g0", [row("p1", 0.0, "propose", proposed_task={"expression": "2+3"}), row("p2", -0.5, "propose")])
     plain = TrajectoryGroup("task", "g1", [row("t1", 1.0), row("t2", 0.0)])
     first = az_filter([proposers, plain], state, cfg)

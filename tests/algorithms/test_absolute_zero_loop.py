@@ -17,7 +17,6 @@ from agent_rl.algorithms.filters.self_play import (
     issue,
 )
 from agent_rl.algorithms.filters.self_play import absolute_zero as az_filter
-from agent_rl.run_services import RunServices
 from agent_rl.task_queue import TaskQueue
 from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
 
@@ -76,16 +75,16 @@ def test_held_proposers_and_the_buffer_survive_a_checkpoint(tmp_path):
     import torch
 
     queue, cfg = TaskQueue(), AbsoluteZeroFilterConfig(n_solve=2)
-    services = SimpleNamespace(episode_spec=RunServices.episode_spec, enqueue=lambda gs: [queue.put(g) for g in gs] and len(gs))
+    run = SimpleNamespace(enqueue=lambda gs: [queue.put(g) for g in gs] and len(gs))
     state = AbsoluteZeroState()
-    state.services = services
+    state.run = run
     task = {"role": "solve", "type": "deduction", "program": "def f(x):\n    return x", "input": "1", "output": "1"}
     az_filter([TrajectoryGroup("task", "g0", [row("p1", 0.0, "propose", proposed_task=task)])], state, cfg)
     torch.save(state.state_dict(), tmp_path / "trainer.pt")  # as learner/checkpoint.py writes the states
     saved = torch.load(tmp_path / "trainer.pt", weights_only=False)
     resumed = AbsoluteZeroState()
     resumed.load_state_dict(saved)
-    resumed.services = services
+    resumed.run = run
     assert resumed.held == state.held and resumed.buffer["deduction"] == [task] and resumed.proposals == 1
     (specs,) = queue.take(1, 0, 1)
     solvers = [Trajectory("task", specs[0].group_id, f"s{i}", [1, 2], [0, 1], [0.0, -0.1], [], r, StopReason.DONE, info={"options": specs[i].options})

@@ -78,7 +78,7 @@ def test_the_refined_row_is_the_exact_prefix_plus_a_newly_sampled_suffix(tmp_pat
     parents = [x for x in t._rollout(0, 0, 1) if len(x.turns_N) == 2]
     assert parents, "the untrained tiny model takes both turns (no valid answer)"
     state = ActorRefinerState()
-    state.bind_run(t)
+    state.bind(t.services)
     real = run_refiner(state, ActorRefinerConfig())
     # the scripted judge rejects everything, the scripted trimmer names step 2; the run's engine regenerates
     refiner = Refiner(lambda rows: [0.0] * len(rows), lambda rows: [2] * len(rows), real.regenerate)

@@ -440,8 +440,8 @@ def padded(x: AdvantageInputs, extra: int = 3) -> AdvantageInputs:
 
 
 def skip_if_run_bound(key: str) -> None:
-    """An estimator whose state acts on the run (``bind_run``: redippo's second critic) needs the run; its own tests check it."""
-    if hasattr(ADVANTAGES.get(key).make_state(), "bind_run"):
+    """An estimator whose state acts on the run (``bind``: redippo's second critic) needs the run; its own tests check it."""
+    if hasattr(ADVANTAGES.get(key).make_state(), "bind"):
         pytest.skip(f"'{key}' needs a bound run")
 
 

@@ -12,7 +12,6 @@ from agent_rl.algorithms.filters.retry import (
     pick_attempts,
 )
 from agent_rl.rollout.episode import env_options
-from agent_rl.run_services import RunServices
 from agent_rl.task_queue import TaskQueue
 from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
 
@@ -25,9 +24,8 @@ def traj(name: str, reward: float | None, options: dict | None = None) -> Trajec
 
 def bound_state(queue: TaskQueue) -> CipoRetryState:
     state = CipoRetryState()
-    state.services = SimpleNamespace(
+    state.run = SimpleNamespace(
         transcript=lambda t, special_tokens: f"attempt {t.episode_id}",
-        episode_spec=RunServices.episode_spec,
         enqueue=lambda groups: [queue.put(g) for g in groups] and len(groups),
     )
     return state

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -23,6 +22,7 @@ from agent_rl.algorithms.filters.e_grm import (
 from agent_rl.reward_model import egrm_loss
 from agent_rl.rollout.text_pass import PassResult
 from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from run_helpers import bound
 
 
 def sig(x: float) -> float:
@@ -83,7 +83,7 @@ class Scripted:
 
 def state_with(s: Scripted) -> EgrmState:
     state = EgrmState()
-    state.run = SimpleNamespace(services=s, cfg=SimpleNamespace(trainer=SimpleNamespace(seed=0)))
+    state.run = bound(s)
     state.scorer, state.judge = s.scorer, s.judge
     return state
 

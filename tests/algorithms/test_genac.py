@@ -4,7 +4,6 @@ critic pass and its rows with a fake run, and one train step through the tiny mo
 from __future__ import annotations
 
 from dataclasses import replace
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -22,6 +21,7 @@ from agent_rl.algorithms.registry import AdvantageInputs
 from agent_rl.rollout.batching import make_batch
 from agent_rl.rollout.text_pass import PassResult
 from agent_rl.types import StopReason, Trajectory, TrajectoryGroup, Turn
+from run_helpers import bound
 
 
 def row(T: int, turns: list[tuple[int, int]], reward: float, info: dict | None = None, ep: str = "e", group: str = "g") -> Trajectory:
@@ -108,7 +108,7 @@ def test_critic_pass_rows_and_in_context_conditioning():
     cfg = entry.config()
     state = GenacState()
     fake = FakeCritic(["ok <value>0.75</value>", "hmm", None])
-    state.run = SimpleNamespace(services=fake, cfg=SimpleNamespace(trainer=SimpleNamespace(seed=0)))
+    state.run = bound(fake)
     a, b = row(8, [(2, 4), (5, 8)], 1.0, ep="a"), row(6, [(2, 6)], 0.0, ep="b")
     out = entry.fn([TrajectoryGroup("task", "g", [a, b])], state, cfg)
     (g,) = out.groups

@@ -49,7 +49,7 @@ def test_a_one_step_run_scaffolds_its_cliffs_and_checkpoints_the_base_only(tmp_p
     t = trainer(tmp_path, tiny_model_dir, "algorithm.filters=[{name: lspo, sft_steps: 2}]", "trainer.steps=1", "trainer.prompts_per_step=1", "rollout.max_new_tokens=40", "rollout.max_turns=3")
     assert t.plan.parts.options.rollout_is is not None  # the spliced rows' correction is on
     state = t.states["filter0"]
-    assert state.run is t
+    assert state.run is t.services  # the RunAPI, not the trainer
     metrics = t.step(1)
     # the untrained tiny model fails every task: its group is a cliff; the teacher solves them
     assert metrics["lspo/cliffs"] == 1.0 and metrics["lspo/solutions"] >= 1.0
@@ -68,7 +68,7 @@ def test_lspo_refuses_a_lora_policy(tmp_path, tiny_model_dir):
     with pytest.raises(ValueError, match="learner.lora is set"):
         trainer(tmp_path, tiny_model_dir, "algorithm.filters=[{name: lspo}]", "learner.lora={rank: 2}")
     state = LspoState()
-    with pytest.raises(ValueError, match="bind_run"):
+    with pytest.raises(ValueError, match=r"bind\(run, cfg\)"):
         from agent_rl.algorithms.filters.lspo import lspo
 
         lspo([TrajectoryGroup("task", "g", [traj("a", 0.0)])], state, LspoConfig())

@@ -14,7 +14,6 @@ from agent_rl.algorithms.advantages.subproblems import scrl as scrl_advantage
 from agent_rl.algorithms.filters.subproblems import ScrlFilterConfig, ScrlState, pick_subproblems, scored
 from agent_rl.algorithms.filters.subproblems import scrl as scrl_filter
 from agent_rl.algorithms.registry import AdvantageInputs
-from agent_rl.run_services import RunServices
 from agent_rl.task_queue import TaskQueue
 from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
 from envs.arithmetic.env import ArithmeticEnv
@@ -61,8 +60,8 @@ def test_per_position_normalisation_on_answer_spans_by_hand():
 
 def test_an_all_fail_group_is_queued_decomposed():
     queue, state = TaskQueue(), ScrlState()
-    state.services = SimpleNamespace(episode_spec=RunServices.episode_spec, enqueue=lambda gs: [queue.put(g) for g in gs] and len(gs),
-                                     subproblems=lambda t: ArithmeticEnv.subproblems(t.info["task"]))
+    env = SimpleNamespace(unwrapped=SimpleNamespace(subproblems=ArithmeticEnv.subproblems), close=lambda: None)
+    state.run = SimpleNamespace(enqueue=lambda gs: [queue.put(g) for g in gs] and len(gs), make_env=lambda: env)
     info = {"seed": 5, "options": {"split": "train"}, "task": {"expression": "37*91-12"}}
     fail = TrajectoryGroup("task", "g0", [row("a", 0.0, **info), row("b", 0.0, **info)])
     mixed = TrajectoryGroup("task", "g1", [row("c", 1.0, **info), row("d", 0.0, **info)])

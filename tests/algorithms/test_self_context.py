@@ -23,6 +23,7 @@ from agent_rl.algorithms.needs import NEEDS
 from agent_rl.algorithms.registry import AdvantageInputs
 from agent_rl.rollout.text_pass import PassResult, verdict_probability
 from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from run_helpers import bound as with_facts
 
 PROMPT = [{"role": "user", "content": "What is 2 + 3?"}]
 
@@ -47,7 +48,7 @@ class FakeServices:
 
 
 def bound(state):
-    state.run = SimpleNamespace(services=FakeServices(), cfg=SimpleNamespace(trainer=SimpleNamespace(seed=0)))
+    state.run = with_facts(FakeServices())
     return state
 
 
@@ -55,7 +56,7 @@ def test_srpo_reflect_asks_for_a_patch_per_attempt_and_gives_it_to_the_teacher()
     state, cfg = bound(SrpoReflectState()), SrpoReflectConfig()
     group = TrajectoryGroup("task", "g", [traj("a", 1.0), traj("b", 0.0)])
     out = srpo_reflect([group], state, cfg)
-    (conversations, kw), = state.run.services.calls
+    (conversations, kw), = state.run.calls
     # the task's prompt, then the request with the attempt and its reward; nothing privileged
     assert conversations[1][:-1] == PROMPT and conversations[1][-1]["role"] == "user"
     assert conversations[1][-1]["content"] == cfg.prompt.format(attempt="<b>", reward="0")
@@ -66,7 +67,7 @@ def test_srpo_reflect_asks_for_a_patch_per_attempt_and_gives_it_to_the_teacher()
     assert b.info["teacher_context"] == "A reflection on an earlier attempt at this task:\ntext 1"  # the env's solution is gone
     assert out.metrics == {"srpo_reflect/passes": 2.0, "srpo_reflect/pass_failed": 0.0, "srpo_reflect/pass_tokens": 3.0}
     assert state.state_dict() == {"passes": 1}  # the next pass samples with another seed
-    with pytest.raises(ValueError, match="bind_run"):
+    with pytest.raises(ValueError, match=r"bind\(run, cfg\)"):
         srpo_reflect([group], SrpoReflectState(), cfg)
 
 
@@ -74,14 +75,14 @@ def test_opid_mines_one_skill_per_group_policy_or_best_attempt():
     state = bound(OpidState())
     won, lost = TrajectoryGroup("task", "g1", [traj("a", 0.0, "g1"), traj("b", 1.0, "g1")]), TrajectoryGroup("task", "g2", [traj("c", 0.0, "g2")])
     out = opid_miner([won, lost], state, OpidMinerConfig())
-    (conversations, _), = state.run.services.calls
+    (conversations, _), = state.run.calls
     assert conversations[0][-1]["content"] == OpidMinerConfig().prompt.format(attempts="Attempt 1 (reward 0):\n<a>\n\nAttempt 2 (reward 1):\n<b>")
     assert [t.info["teacher_context"] for t in won.trajectories_G] == ["A skill for this task:\ntext 0"] * 2
     assert out.metrics["opid/skill_groups_frac"] == 1.0 and out.metrics["opid/passes"] == 2.0
     # deterministic miner: the best successful attempt; a group with no success gets no skill
     state = bound(OpidState())
     out = opid_miner([won, lost], state, OpidMinerConfig(miner="best_attempt"))
-    assert state.run.services.calls == []  # no pass
+    assert state.run.calls == []  # no pass
     assert won.trajectories_G[0].info["opid_skill"] == "A successful approach to this task:\n<b>"
     assert lost.trajectories_G[0].info["opid_skill"] is None and out.metrics["opid/skill_groups_frac"] == 0.5
 

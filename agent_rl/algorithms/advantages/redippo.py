@@ -41,6 +41,7 @@ from agent_rl.algorithms.registry import (
     register_advantage,
     require,
 )
+from agent_rl.algorithms.run_api import RunAPI
 
 
 class RedippoConfig(GaeConfig):
@@ -70,17 +71,17 @@ def discrepancy_weights(
 
 
 class RedippoState:
-    """The reference-guided critic (made at ``bind_run`` through ``RunServices.privileged_critic``),
+    """The reference-guided critic (made at ``bind`` through ``RunAPI.privileged_critic``),
     checkpointed with the run."""
 
     def __init__(self) -> None:
         self.critic: Any = None
         self._pending: dict[str, Any] | None = None
 
-    def bind_run(self, trainer: Any) -> None:
-        if trainer.world > 1 or trainer.remote_learner is not None:
+    def bind(self, run: RunAPI, cfg: Any = None) -> None:
+        if not run.facts.local_policy:
             raise ValueError("algorithm.advantage.name=redippo: its reference-guided critic runs in this process (learner.world_size=1, no Ray learner group)")
-        self.critic = trainer.services.privileged_critic()
+        self.critic = run.privileged_critic()
         if self._pending is not None:
             self.critic.load_state_dict(self._pending)
             self._pending = None
@@ -91,7 +92,7 @@ class RedippoState:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not state:
             return
-        if self.critic is None:  # loaded before bind_run: applied when the critic is made
+        if self.critic is None:  # loaded before bind: applied when the critic is made
             self._pending = state["critic"]
         else:
             self.critic.load_state_dict(state["critic"])

@@ -27,7 +27,7 @@ from agent_rl.algorithms.registry import (
     record_choice,
     register_filter,
 )
-from agent_rl.core.seeding import derive_seed
+from agent_rl.algorithms.run_api import RunAPI, unbound
 from agent_rl.types import Trajectory, TrajectoryGroup
 
 JUDGE_PROMPT = (
@@ -145,15 +145,17 @@ class ActorRefinerState:
     and the regenerations' seeds go on after a resume)."""
 
     def __init__(self) -> None:
-        self.run: Any = None
+        self.run: RunAPI | None = None
         self.passes = 0
 
-    def bind_run(self, trainer: Any) -> None:
-        self.run = trainer
+    def bind(self, run: RunAPI, cfg: Any = None) -> None:
+        self.run = run
 
     def next_seed(self) -> int:
+        if self.run is None:
+            raise unbound("actor_refiner")
         self.passes += 1
-        return derive_seed(self.run.cfg.trainer.seed, "actor_refiner", self.passes)
+        return self.run.facts.derive("actor_refiner", self.passes)
 
     def state_dict(self) -> dict[str, Any]:
         return {"passes": self.passes}
@@ -162,12 +164,12 @@ class ActorRefinerState:
         self.passes = int(state["passes"])
 
 
-def numbered_steps(t: Trajectory, renderer: Any, max_observation_chars: int) -> str:
+def numbered_steps(t: Trajectory, run: RunAPI, max_observation_chars: int) -> str:
     """``Step k: <the action>`` and ``Result: <the observation>`` for each turn of ``t``."""
     lines = []
     for k, turn in enumerate(t.turns_N, start=1):
-        lines.append(f"Step {k}: {renderer.assistant_text(t.token_ids_T[turn.start : turn.end]).strip()}")
-        obs = renderer.tokenizer.decode(t.token_ids_T[turn.obs_start : turn.obs_end], skip_special_tokens=True).strip()
+        lines.append(f"Step {k}: {run.assistant_text(t.token_ids_T[turn.start : turn.end]).strip()}")
+        obs = run.decode(t.token_ids_T[turn.obs_start : turn.obs_end]).strip()
         if obs:
             lines.append(f"Result: {obs[:max_observation_chars]}")
     return "\n".join(lines)
@@ -177,11 +179,13 @@ def run_refiner(state: ActorRefinerState, cfg: ActorRefinerConfig) -> Refiner:
     """The Meta-Refiner of the bound run: judge and trimmer are the policy (text passes through the
     run's backend), regeneration is the run's rollout engine forking at the cut."""
     run = state.run
-    services, renderer = run.services, run.components.renderer
+    if run is None:
+        raise unbound("actor_refiner")
+    services = run
 
     def ask(rows: list[Trajectory], prompt: str, **kwargs: Any) -> list[Any]:
         conversations = [
-            t.info["prompt_messages"] + [{"role": "user", "content": prompt.format(steps=numbered_steps(t, renderer, cfg.max_observation_chars))}]
+            t.info["prompt_messages"] + [{"role": "user", "content": prompt.format(steps=numbered_steps(t, run, cfg.max_observation_chars))}]
             for t in rows
         ]
         return services.text_pass(conversations, seed=state.next_seed(), **kwargs)
@@ -198,7 +202,7 @@ def run_refiner(state: ActorRefinerState, cfg: ActorRefinerConfig) -> Refiner:
         seed = state.next_seed()
 
         async def all_forks() -> list[list[Trajectory]]:
-            return await asyncio.gather(*(run.engine.fork(t, at, 1, seed=seed, group_id=t.group_id) for t, at in cuts))
+            return await asyncio.gather(*(run.fork(t, at, 1, seed=seed, group_id=t.group_id) for t, at in cuts))
 
         return [children[0] for children in asyncio.run(all_forks())]
 
@@ -224,7 +228,7 @@ def actor_refiner(groups: list[TrajectoryGroup], state: ActorRefinerState, cfg: 
     if not groups:
         return FilterResult(groups=[])
     if state is None or state.run is None:
-        raise ValueError("'actor_refiner' acts on the run: its state needs bind_run(trainer) (the trainer calls it)")
+        raise unbound("actor_refiner")
     rows = [t for g in groups for t in g.trajectories_G]
     for t in rows:
         if refinable(t) and "prompt_messages" not in t.info:

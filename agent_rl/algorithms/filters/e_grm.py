@@ -46,6 +46,7 @@ from agent_rl.algorithms.registry import (
     record_choice,
     register_filter,
 )
+from agent_rl.algorithms.run_api import RunAPI
 from agent_rl.types import Trajectory, TrajectoryGroup
 
 VERDICT = re.compile(r"<answer>\s*(good|bad)\s*</answer>", re.IGNORECASE)
@@ -96,18 +97,17 @@ class EgrmState(TextPassState):
         self.scorer: Any = None
         self.judge: Any = None
 
-    def bind_run(self, trainer: Any) -> None:
+    def bind(self, run: RunAPI, cfg: Any = None) -> None:
         """Bound at the run's start: load the scorer and the judge now (a wrong path fails before any rollout)."""
-        super().bind_run(trainer)
-        for i, (_, fcfg) in enumerate(trainer.plan.filters):
-            if trainer.states.get(f"filter{i}") is self:
-                self.load(fcfg)
+        super().bind(run, cfg)
+        if cfg is not None:
+            self.load(cfg)
 
     def load(self, cfg: EgrmConfig) -> None:
         if self.scorer is None:
-            self.scorer = self.services().trajectory_scorer(cfg.scorer_path)
+            self.scorer = self.services().reward_model(cfg.scorer_path)
         if self.judge is None:
-            run = self.services().text_pass if cfg.judge == "policy" else self.services().model_text_pass(cfg.judge)
+            run = self.services().text_pass if cfg.judge == "policy" else self.services().text_model(cfg.judge)
             self.judge = lambda conversations, seed: run(
                 conversations, max_new_tokens=cfg.judge_max_new_tokens, temperature=cfg.judge_temperature, seed=seed
             )

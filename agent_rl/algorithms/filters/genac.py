@@ -44,11 +44,12 @@ from agent_rl.algorithms.registry import (
     record_choice,
     register_filter,
 )
+from agent_rl.algorithms.run_api import RunAPI
 from agent_rl.types import StopReason, Trajectory, TrajectoryGroup, Turn
 
 
 class GenacState(TextPassState):
-    """The run (``bind_run``), the pass counter and the In-Context Conditioning buffer: the actor's
+    """The run (``bind``), the pass counter and the In-Context Conditioning buffer: the actor's
     recent episodes as (task id, text, return), oldest first (checkpointed with the run)."""
 
     key = "genac"
@@ -58,10 +59,10 @@ class GenacState(TextPassState):
         super().__init__()
         self.buffer: list[dict[str, Any]] = []
 
-    def bind_run(self, trainer: Any) -> None:
-        if trainer.plan.advantage.name != "genac":
+    def bind(self, run: RunAPI, cfg: Any = None) -> None:
+        if run.facts.advantage != "genac":
             raise ValueError("algorithm.filters genac: its critic rows need the advantage genac (algorithm.advantage.name=genac)")
-        super().bind_run(trainer)
+        super().bind(run, cfg)
 
     def state_dict(self) -> dict[str, Any]:
         return {"passes": self.passes, "buffer": self.buffer}

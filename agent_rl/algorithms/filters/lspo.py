@@ -3,8 +3,8 @@ policy plus a small LoRA adapter fitted on ground-truth solutions, and the succe
 spliced into the group with an importance-sampling correction pi_base / pi_adapter.
 
 The filter needs the run (the policy, its tokenizer, the env and its scripted teacher), which a
-pure ``fn(groups, state, cfg)`` does not see: its state object is handed the trainer once
-(``LspoState.bind_run``, called by the trainer for every state that defines it). The adapter lives
+pure ``fn(groups, state, cfg)`` does not see: its state object is bound once to the run's ``RunAPI``
+(``LspoState.bind``, called by the trainer for every state that defines it). The adapter lives
 only in this state: the learner never sees it, the GRPO step trains the base alone, and the adapter
 is dropped whenever the run checkpoints (``state_dict``), so every checkpoint is base-only.
 """
@@ -24,8 +24,9 @@ from agent_rl.algorithms.registry import (
     record_choice,
     register_filter,
 )
+from agent_rl.algorithms.run_api import AdapterSpec, RunAPI, unbound
 from agent_rl.core.seeding import derive_seed
-from agent_rl.types import Trajectory, TrajectoryGroup
+from agent_rl.types import EpisodeSpec, Trajectory, TrajectoryGroup
 
 
 class LspoConfig(ComponentConfig):
@@ -45,22 +46,21 @@ class LspoConfig(ComponentConfig):
 
 
 class LspoState:
-    """The run it acts on (``bind_run``) and the scaffold adapter's tensors, kept from step to step
+    """The run it acts on (``bind``) and the scaffold adapter's tensors, kept from step to step
     and dropped at every checkpoint; counters are checkpointed."""
 
     def __init__(self) -> None:
-        self.run: Any = None
+        self.run: RunAPI | None = None
         self.adapter: dict[str, torch.Tensor] | None = None
         self.steps = 0
         self.spliced_total = 0
 
-    def bind_run(self, trainer: Any) -> None:
-        cfg = trainer.cfg
-        if cfg.learner.lora is not None:
+    def bind(self, run: RunAPI, cfg: Any = None) -> None:
+        if run.facts.lora:
             raise ValueError("algorithm.filters lspo: learner.lora is set; lspo's scaffold adapter needs a full-weight policy (unset learner.lora)")
-        if trainer.world > 1 or trainer.remote_learner is not None:
+        if not run.facts.local_policy:
             raise ValueError("algorithm.filters lspo: needs the policy in this process (learner.world_size=1, no Ray learner group)")
-        self.run = trainer
+        self.run = run
 
     def state_dict(self) -> dict[str, Any]:
         self.adapter = None  # discarded at checkpoint: the checkpoint and the run after it are base-only
@@ -121,17 +121,18 @@ def lspo(groups: list[TrajectoryGroup], state: LspoState, cfg: LspoConfig) -> Fi
         return FilterResult(groups, 0, metrics, means, levels)
     run = state.run
     if run is None:
-        raise ValueError("'lspo' needs the run bound to its LspoState (the trainer calls bind_run)")
-    seed = derive_seed("lspo", run.cfg.trainer.seed, state.steps)
-    tools = run.services  # the run-side steps (agent_rl/run_services.py): above this layer
-    demos = tools.teacher_solutions([tools.episode_spec(g.trajectories_G[0], g.group_id) for g in cliffs], seed, cfg.success_threshold)
+        raise unbound("lspo")
+    seed = derive_seed("lspo", run.facts.seed, state.steps)
+    # ground truth: the env's scripted teacher on the cliffs' tasks, its successful episodes one group each
+    solved = run.play([EpisodeSpec.replay(g.trajectories_G[0], g.group_id) for g in cliffs], seed, player="teacher")
+    demos = [TrajectoryGroup(t.task_id, t.group_id, [t]) for t in solved if t.trainable and t.reward is not None and t.reward > cfg.success_threshold]
     metrics["lspo/solutions"] = float(len(demos))
     if not demos:
         return FilterResult(groups, 0, metrics, means, levels)
-    model, losses, state.adapter = tools.fit_adapter(
-        demos, state.adapter, "lspo_scaffold", cfg.rank, cfg.alpha, cfg.target_modules, cfg.sft_steps, cfg.sft_lr)
+    spec = AdapterSpec("lspo_scaffold", cfg.rank, cfg.alpha, tuple(cfg.target_modules), cfg.sft_steps, cfg.sft_lr)
+    model, losses, state.adapter = run.fit_adapter(demos, state.adapter, spec)
     metrics["lspo/sft_loss_first"], metrics["lspo/sft_loss_last"] = losses[0], losses[-1]
-    rerolls = tools.reroll(model, [tools.episode_spec(g.trajectories_G[0], g.group_id) for g in cliffs for _ in g.trajectories_G], seed)
+    rerolls = run.play([EpisodeSpec.replay(g.trajectories_G[0], g.group_id) for g in cliffs for _ in g.trajectories_G], seed, player=model)
     by_group: dict[str, list[Trajectory]] = {}
     for t in rerolls:
         by_group.setdefault(t.group_id, []).append(t)

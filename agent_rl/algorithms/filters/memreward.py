@@ -46,6 +46,7 @@ from agent_rl.algorithms.registry import (
     record_choice,
     register_filter,
 )
+from agent_rl.algorithms.run_api import RunAPI
 from agent_rl.core.seeding import derive_seed
 from agent_rl.types import Trajectory, TrajectoryGroup
 
@@ -145,10 +146,10 @@ class HiddenStateEmbedder:
 class MemRewardState:
     """The experience memory, the GNN's weights and the step count (checkpointed with the run).
     ``embed`` (texts -> [N, D]) and ``transcript`` (row -> response text) come from the run
-    (``bind_run``) or are set directly."""
+    (``bind``) or are set directly."""
 
     def __init__(self) -> None:
-        self.run: Any = None
+        self.run: RunAPI | None = None
         self.embed: Callable[[list[str]], torch.Tensor] | None = None
         self.transcript: Callable[[Trajectory], str] | None = None
         self.steps = 0
@@ -158,23 +159,23 @@ class MemRewardState:
         self.model: MemRewardGNN | None = None
         self.model_args: tuple | None = None  # MemRewardGNN's arguments, to rebuild it on resume
 
-    def bind_run(self, trainer: Any) -> None:
-        self.run = trainer
-        self.transcript = lambda t: trainer.services.transcript(t, special_tokens=False)
+    def bind(self, run: RunAPI, cfg: Any = None) -> None:
+        self.run = run
+        self.transcript = lambda t: run.transcript(t, special_tokens=False)
 
     def embedder(self, cfg: MemRewardConfig) -> Callable[[list[str]], torch.Tensor]:
         if self.embed is None:
             if self.run is None:
-                raise ValueError("filter 'memreward' needs an embedder: its state's bind_run(trainer) (the trainer calls it) or state.embed")
-            self.embed = HiddenStateEmbedder(cfg.embed_path or self.run.cfg.model.path, self.run.cfg.model.device, cfg.embed_max_tokens)
+                raise ValueError("filter 'memreward' needs an embedder: its state's bind(run, cfg) (the trainer calls it) or state.embed")
+            self.embed = HiddenStateEmbedder(cfg.embed_path or self.run.facts.model_path, self.run.facts.device, cfg.embed_max_tokens)
         return self.embed
 
     def device(self) -> str:
         """Where the GNN runs: the run's model device (cpu without a run)."""
-        return self.run.cfg.model.device if self.run is not None else "cpu"
+        return self.run.facts.device if self.run is not None else "cpu"
 
     def seed(self) -> int:
-        return derive_seed(self.run.cfg.trainer.seed if self.run is not None else 0, "memreward", self.fits)
+        return derive_seed(self.run.facts.seed if self.run is not None else 0, "memreward", self.fits)
 
     def remember(self, rows: list[dict[str, Any]], queries: dict[str, torch.Tensor], cfg: MemRewardConfig) -> None:
         self.queries.update(queries)
@@ -200,7 +201,7 @@ class MemRewardState:
 def _encode(groups: list[TrajectoryGroup], state: MemRewardState, cfg: MemRewardConfig) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
     """Query embeddings by task id, and one memory row per scored rollout (label from its reward)."""
     if state.transcript is None:
-        raise ValueError("filter 'memreward' needs the run's transcripts: its state's bind_run(trainer) (the trainer calls it)")
+        raise ValueError("filter 'memreward' needs the run's transcripts: its state's bind(run, cfg) (the trainer calls it)")
     queries, scored, thinks, answers, features = [], [], [], [], []
     for g in groups:
         prompt = g.trajectories_G[0].info.get("prompt_messages") or []

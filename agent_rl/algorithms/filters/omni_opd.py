@@ -31,6 +31,7 @@ from agent_rl.algorithms.registry import (
     record_choice,
     register_filter,
 )
+from agent_rl.algorithms.run_api import RunAPI, unbound
 from agent_rl.types import TrajectoryGroup
 
 
@@ -80,17 +81,17 @@ def select_anchors(entropy_T: list[float], loss_mask_T: list[int], chunks: int, 
 
 
 class OmniOpdState:
-    """The run (``bind_run``) and its text-writing teacher, made on first use; the count of audits."""
+    """The run (``bind``) and its text-writing teacher, made on first use; the count of audits."""
 
     def __init__(self) -> None:
-        self.run: Any = None
+        self.run: RunAPI | None = None
         self.teacher: Any = None
         self.calls = 0
 
-    def bind_run(self, trainer: Any) -> None:
-        if trainer.world > 1 or trainer.remote_learner is not None:
+    def bind(self, run: RunAPI, cfg: Any = None) -> None:
+        if not run.facts.local_policy:
             raise ValueError("algorithm.filters omni_opd: needs the policy in this process (learner.world_size=1, no Ray learner group)")
-        self.run = trainer
+        self.run = run
 
     def state_dict(self) -> dict[str, Any]:
         return {"calls": self.calls}
@@ -111,11 +112,11 @@ def omni_opd(groups: list[TrajectoryGroup], state: OmniOpdState, cfg: OmniOpdAud
     if not rows:
         return FilterResult(groups)
     if state is None or state.run is None:
-        raise ValueError("'omni_opd' needs the run bound to its state (the trainer calls bind_run)")
-    services = state.run.services
+        raise unbound("omni_opd")
+    services = state.run
     if state.teacher is None:
         state.teacher = services.chunk_teacher(cfg.teacher_path)
-    entropy_BT = services.policy_entropy(groups)
+    entropy_BT = services.policy_scores(groups)[1]
     audited, k_total = 0, 0.0
     for b, t in enumerate(rows):
         anchors = select_anchors(entropy_BT[b].tolist(), list(t.loss_mask_T), cfg.chunks, cfg.chunk_tokens)

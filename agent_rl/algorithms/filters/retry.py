@@ -21,7 +21,8 @@ from agent_rl.algorithms.registry import (
     record_choice,
     register_filter,
 )
-from agent_rl.types import Trajectory, TrajectoryGroup
+from agent_rl.algorithms.run_api import RunAPI, unbound
+from agent_rl.types import EpisodeSpec, Trajectory, TrajectoryGroup
 
 RETRY_PROMPT = (
     "Here is a previous attempt at this task. It may contain mistakes. Check it step by step, "
@@ -40,15 +41,15 @@ class CipoRetryConfig(ComponentConfig):
 
 
 class CipoRetryState:
-    """The run's services (``bind_run``: queue groups, decode attempts) and counters (checkpointed)."""
+    """The run (``bind``: queue groups, decode attempts) and counters (checkpointed)."""
 
     def __init__(self) -> None:
-        self.services: Any = None
+        self.run: RunAPI | None = None
         self.calls = 0
         self.queued_total = 0
 
-    def bind_run(self, trainer: Any) -> None:
-        self.services = trainer.services
+    def bind(self, run: RunAPI, cfg: Any = None) -> None:
+        self.run = run
 
     def state_dict(self) -> dict[str, Any]:
         return {"calls": self.calls, "queued_total": self.queued_total}
@@ -114,14 +115,14 @@ def cipo_retry(groups: list[TrajectoryGroup], state: CipoRetryState, cfg: CipoRe
         if id(g) in correction_ids or (cfg.max_groups_per_step is not None and len(queued) >= cfg.max_groups_per_step):
             continue
         picks = pick_attempts(g, cfg)
-        if picks and state.services is None:
-            raise ValueError("'cipo_retry' needs the run bound to its state (the trainer calls bind_run)")
+        if picks and state.run is None:
+            raise unbound("cipo_retry")
         if picks:
-            texts = {t.episode_id: state.services.transcript(t, special_tokens=False) for t in picks}
-            queued.append([state.services.episode_spec(t, g.group_id) for t in picks])
+            texts = {t.episode_id: state.run.transcript(t, special_tokens=False) for t in picks}
+            queued.append([EpisodeSpec.replay(t, g.group_id) for t in picks])
             for spec, t in zip(queued[-1], picks, strict=True):
                 spec.options = retry_options(t, texts[t.episode_id], g.group_id, cfg)
-    n = state.services.enqueue(queued) if queued else 0
+    n = state.run.enqueue(queued) if queued else 0
     state.queued_total += n
     rewards = [r for g in corrections for r in valid_rewards(g)]
     metrics = {"cipo/queued": float(n), "cipo/correction_groups": float(len(corrections))}

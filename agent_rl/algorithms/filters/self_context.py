@@ -9,8 +9,8 @@ into its prompt, ``teaching.py``) then scores the sampled tokens, and the config
 advantage turns the shift into a token-level signal. The pass's tokens are never trained on: its
 text lives in ``info`` (saved with the trajectories) and its counts in the step's metrics.
 
-A pure ``fn(groups, state, cfg)`` does not see the run: the state object is handed the trainer once
-(``bind_run``) and calls ``trainer.services``.
+A pure ``fn(groups, state, cfg)`` does not see the run: the state object is bound once to the run's
+``RunAPI`` (``bind``, ``algorithms/run_api.py``) and calls it.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from agent_rl.algorithms.registry import (
     record_choice,
     register_filter,
 )
-from agent_rl.core.seeding import derive_seed
+from agent_rl.algorithms.run_api import RunAPI, unbound
 from agent_rl.types import Trajectory, TrajectoryGroup
 
 
 class TextPassState:
-    """The run a text-pass filter acts on (``bind_run``) and its pass counter (checkpointed: the
+    """The run a text-pass filter acts on (``bind``) and its pass counter (checkpointed: the
     passes' seeds go on after a resume). ``teacher_context``: the filter writes the teacher's
     context, so the run must build a teacher that reads it."""
 
@@ -38,25 +38,25 @@ class TextPassState:
     teacher_context = True
 
     def __init__(self) -> None:
-        self.run: Any = None
+        self.run: RunAPI | None = None
         self.passes = 0
 
-    def bind_run(self, trainer: Any) -> None:
-        if self.teacher_context and ("teacher" not in trainer.plan.builds or not trainer.plan.teacher.context):
+    def bind(self, run: RunAPI, cfg: Any = None) -> None:
+        if self.teacher_context and not run.facts.teacher_context:
             raise ValueError(
                 f"algorithm.filters {self.key}: it writes the teacher's context; use a loss or advantage that reads "
                 "teacher_logprobs with the context in the teacher's prompt (e.g. loss opsd, advantage opid)"
             )
-        self.run = trainer
+        self.run = run
 
-    def services(self) -> Any:
+    def services(self) -> RunAPI:
         if self.run is None:
-            raise ValueError(f"filter '{self.key}' acts on the run: its state needs bind_run(trainer) (the trainer calls it)")
-        return self.run.services
+            raise unbound(self.key)
+        return self.run
 
     def next_seed(self) -> int:
         self.passes += 1
-        return derive_seed(self.run.cfg.trainer.seed, self.key, self.passes)
+        return self.services().facts.derive(self.key, self.passes)
 
     def state_dict(self) -> dict[str, Any]:
         return {"passes": self.passes}
@@ -65,7 +65,7 @@ class TextPassState:
         self.passes = int(state["passes"])
 
 
-def bound_services(state: TextPassState | None, key: str) -> Any:
+def bound_services(state: TextPassState | None, key: str) -> RunAPI:
     if state is None:
         raise ValueError(f"filter '{key}' needs its state object (the plan creates it)")
     return state.services()

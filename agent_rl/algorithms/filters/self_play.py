@@ -38,8 +38,9 @@ from agent_rl.algorithms.registry import (
     record_choice,
     register_filter,
 )
+from agent_rl.algorithms.run_api import RunAPI, unbound
 from agent_rl.core.seeding import derive_seed
-from agent_rl.types import Trajectory, TrajectoryGroup
+from agent_rl.types import EpisodeSpec, Trajectory, TrajectoryGroup
 
 
 class AbsoluteZeroFilterConfig(ComponentConfig):
@@ -51,24 +52,24 @@ class AbsoluteZeroFilterConfig(ComponentConfig):
 
 
 class AbsoluteZeroState:
-    """The run's services (``bind_run``), the proposer groups held until their solvers return, the
-    task buffer of validated proposals per type, counters; all but the services are checkpointed."""
+    """The run (``bind``), the proposer groups held until their solvers return, the task buffer of
+    validated proposals per type, counters; all but the run are checkpointed."""
 
     def __init__(self) -> None:
-        self.services: Any = None
+        self.run: RunAPI | None = None
         self.held: list[TrajectoryGroup] = []
         self.buffer: dict[str, list[dict[str, Any]]] = {k: [] for k in TASK_TYPES}
         self.proposals = 0
-        self.issues = False  # whether drawn prompts are issued as proposers / buffered solvers (bind_run)
+        self.issues = False  # whether drawn prompts are issued as proposers / buffered solvers (bind)
 
-    def bind_run(self, trainer: Any) -> None:
-        if trainer.cfg.trainer.refill_rounds < 1:
+    def bind(self, run: RunAPI, cfg: Any = None) -> None:
+        if run.facts.refill_rounds < 1:
             raise ValueError(
                 "filter 'absolute_zero' needs trainer.refill_rounds >= 1 (its proposals are solved in the step's refill round, "
                 "else the held proposers never get r_propose); set trainer.refill_rounds=1"
             )
-        self.services = trainer.services
-        env = trainer.components.make_env()  # does the env play the paper's task dicts (CodeReason-v0)?
+        self.run = run
+        env = run.make_env()  # does the env play the paper's task dicts (CodeReason-v0)?
         try:
             self.issues = bool(getattr(env.unwrapped, "self_play_tasks", False))
         finally:
@@ -106,12 +107,12 @@ def issue(state: AbsoluteZeroState, task_id: str, cfg: AbsoluteZeroFilterConfig)
     return {"options": {"task": task, "origin": origin}}
 
 
-def solver_specs(t: Trajectory, group_id: str, kind: str, services: Any, cfg: AbsoluteZeroFilterConfig) -> list[Any]:
+def solver_specs(t: Trajectory, group_id: str, kind: str, cfg: AbsoluteZeroFilterConfig) -> list[EpisodeSpec]:
     """``n_solve`` episodes of the task proposer row ``t`` validated, marked as its solvers."""
     options = {k: v for k, v in (t.info.get("options") or {}).items() if k not in ("origin", "extra_messages", "task")}
     options["task"] = t.info["proposed_task"]
     options["origin"] = {"method": "absolute_zero", "role": "solve", "type": kind, "proposal": t.episode_id}
-    spec = services.episode_spec(t, group_id)
+    spec = EpisodeSpec.replay(t, group_id)
     spec.options = options
     return [spec] * cfg.n_solve
 
@@ -159,15 +160,15 @@ def absolute_zero(groups: list[TrajectoryGroup], state: AbsoluteZeroState, cfg: 
         if not proposers:
             kept.append(g)
             continue
-        if state.services is None:
-            raise ValueError("'absolute_zero' needs the run bound to its state (the trainer calls bind_run)")
+        if state.run is None:
+            raise unbound("absolute_zero")
         for t in proposers:  # the task buffer: every validated proposal, by type
             kind = role_and_type(t)[1]
             if kind in state.buffer:
                 state.buffer[kind] = (state.buffer[kind] + [t.info["proposed_task"]])[-cfg.buffer_size :]
         state.held.append(g)
-        queued += [solver_specs(t, g.group_id, role_and_type(t)[1], state.services, cfg) for t in proposers]
-    n = state.services.enqueue(queued) if queued else 0
+        queued += [solver_specs(t, g.group_id, role_and_type(t)[1], cfg) for t in proposers]
+    n = state.run.enqueue(queued) if queued else 0
     state.proposals += n
     rates = [propose_reward(v, cfg.success_threshold) for v in solved.values()]
     metrics = {"az/proposals": float(n), "az/held_groups": float(len(state.held)), "az/released_groups": float(len(out))}

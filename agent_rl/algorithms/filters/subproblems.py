@@ -25,7 +25,8 @@ from agent_rl.algorithms.registry import (
     record_choice,
     register_filter,
 )
-from agent_rl.types import Trajectory, TrajectoryGroup
+from agent_rl.algorithms.run_api import RunAPI, unbound
+from agent_rl.types import EpisodeSpec, Trajectory, TrajectoryGroup
 
 SCRL_PROMPT = (
     "Solve these sub-problems in order; the last one is the question above.\n{steps}\n"
@@ -41,14 +42,14 @@ class ScrlFilterConfig(ComponentConfig):
 
 
 class ScrlState:
-    """The run's services (``bind_run``) and counters (checkpointed)."""
+    """The run (``bind``) and counters (checkpointed)."""
 
     def __init__(self) -> None:
-        self.services: Any = None
+        self.run: RunAPI | None = None
         self.queued_total = 0
 
-    def bind_run(self, trainer: Any) -> None:
-        self.services = trainer.services
+    def bind(self, run: RunAPI, cfg: Any = None) -> None:
+        self.run = run
 
     def state_dict(self) -> dict[str, Any]:
         return {"queued_total": self.queued_total}
@@ -63,6 +64,30 @@ def pick_subproblems(subs: list[dict[str, str]], k: int) -> list[dict[str, str]]
         return subs
     step = (len(subs) - 1) / (k - 1)
     return [subs[round(i * step)] for i in range(k - 1)] + [subs[-1]]
+
+
+def subproblems(run: RunAPI, t: Trajectory) -> list[dict[str, str]] | None:
+    """The env's verified sub-problems of ``t``'s task (``env.subproblems(info["task"])``, the opt-in:
+    [{question, answer}], the last the task itself); None when the env has none."""
+    env = run.make_env()
+    try:
+        fn = getattr(env.unwrapped, "subproblems", None)
+        return fn(t.info["task"]) if fn is not None and t.info.get("task") is not None else None
+    finally:
+        env.close()
+
+
+def text_ends(run: RunAPI, t: Trajectory, marks: list[str]) -> list[int | None]:
+    """For each of ``marks``: the token index just after the policy's output first contains it
+    (decoded from its first generated token on), or None when it never does."""
+    first = next((i for i, m in enumerate(t.loss_mask_T) if m), len(t.token_ids_T))
+    out: list[int | None] = [None] * len(marks)
+    for i in range(first + 1, len(t.token_ids_T) + 1):
+        if all(e is not None for e in out):
+            break
+        text = run.decode(t.token_ids_T[first:i], special_tokens=True)
+        out = [i if e is None and mark in text else e for e, mark in zip(out, marks, strict=True)]
+    return out
 
 
 def scored(t: Trajectory, text: str, ends: list[int | None], threshold: float) -> Trajectory:
@@ -92,10 +117,10 @@ def scrl(groups: list[TrajectoryGroup], state: ScrlState, cfg: ScrlFilterConfig)
     out, queued = [], []
     for g in groups:
         if any(origin(t).get("method") == "scrl" for t in g.trajectories_G):
-            if state.services is None:
-                raise ValueError("'scrl' needs the run bound to its state (the trainer calls bind_run)")
+            if state.run is None:
+                raise unbound("scrl")
             k = len(origin(g.trajectories_G[0])["answers"])
-            rows = [scored(t, state.services.transcript(t, special_tokens=False), state.services.text_ends(t, [f"</step {i + 1}>" for i in range(k)]),
+            rows = [scored(t, state.run.transcript(t, special_tokens=False), text_ends(state.run, t, [f"</step {i + 1}>" for i in range(k)]),
                            cfg.success_threshold) if t.trainable else t for t in g.trajectories_G]
             out.append(with_trajectories(g, rows))
             continue
@@ -103,19 +128,19 @@ def scrl(groups: list[TrajectoryGroup], state: ScrlState, cfg: ScrlFilterConfig)
         rewards = valid_rewards(g)
         if not rewards or max(rewards) > cfg.success_threshold:
             continue
-        if state.services is None:
-            raise ValueError("'scrl' needs the run bound to its state (the trainer calls bind_run)")
+        if state.run is None:
+            raise unbound("scrl")
         first = next(t for t in g.trajectories_G if t.trainable)
-        subs = state.services.subproblems(first)
+        subs = subproblems(state.run, first)
         if not subs or len(subs) < 2:
             continue  # the env has no decomposition of this task
         subs = pick_subproblems(subs, cfg.max_subproblems)
         steps = "\n".join(f"{i + 1}. {s['question']}" for i, s in enumerate(subs))
-        spec = state.services.episode_spec(first, g.group_id)
+        spec = EpisodeSpec.replay(first, g.group_id)
         spec.options = {**spec.options, "extra_messages": [*spec.options.get("extra_messages", []), {"role": "user", "content": cfg.prompt.format(steps=steps)}],
                         "origin": {"method": "scrl", "group": g.group_id, "answers": [s["answer"] for s in subs[:-1]]}}
         queued.append([spec] * (cfg.rows or len(g.trajectories_G)))
-    n = state.services.enqueue(queued) if queued else 0
+    n = state.run.enqueue(queued) if queued else 0
     state.queued_total += n
     return FilterResult(out, num_more=n, metrics={"scrl/queued": float(n)})
 
