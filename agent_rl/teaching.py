@@ -30,7 +30,7 @@ from agent_rl.types import TrajectoryGroup
 
 
 class Teaching:
-    """``teacher`` is what is checkpointed (``states["teacher"]``); ``scores`` provides the
+    """``teacher`` is what is checkpointed (by the ``teacher`` component, ``components.py``); ``scores`` provides the
     ``teacher_logprobs`` / ``teacher_topk`` needs."""
 
     def __init__(self, cfg: Config, components: Components, spec: Any):

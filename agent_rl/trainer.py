@@ -11,21 +11,20 @@ from typing import Any
 import torch
 
 from agent_rl.algorithms.needs import NEEDS, NeedContext
-from agent_rl.algorithms.plan import kl_reward_penalty, make_plan
+from agent_rl.algorithms.plan import make_plan
 from agent_rl.algorithms.registry import AdvantageInputs, FilterMetrics
 from agent_rl.algorithms.run_api import RunFacts
 from agent_rl.breaker import InfraBreaker, InfraErrorRateError
-from agent_rl.config import Config, CriticConfig
+from agent_rl.components import ComponentContext, build_components, check_provided, need_providers
+from agent_rl.config import Config
 from agent_rl.core.seeding import derive_seed
 from agent_rl.distributed import Plan, make_learner, make_rollout_source
 from agent_rl.distributed.weights import WeightSync
 from agent_rl.eval import evaluate
 from agent_rl.hints import LearningHints
 from agent_rl.learner import checkpoint as ckpt
-from agent_rl.learner import fsdp, hidden, launch, lora
-from agent_rl.learner.critic import Critic, load_value_model
+from agent_rl.learner import fsdp, launch, lora
 from agent_rl.learner.learner import Learner
-from agent_rl.learner.prm import ImplicitPRM
 from agent_rl.progress import RunProgress
 from agent_rl.rollout.backends.hf import load_model
 from agent_rl.rollout.backends.openai_http import check_push_auth
@@ -45,7 +44,6 @@ from agent_rl.runtime import (
     seed_everything,
 )
 from agent_rl.task_sampler import TaskSampler
-from agent_rl.teaching import Teaching
 from agent_rl.tracking import Tracker, read_metrics
 from agent_rl.types import Trajectory, TrajectoryGroup
 
@@ -90,29 +88,11 @@ class Trainer:
         self.states["task_sampler"] = self.sampler
         self.parts = self.plan.parts
         self.parts.loss_state = self.states["loss"]
-        # what the plan builds: the components that provide its needs
-        self.ref_model = self._frozen_initial_policy() if "reference" in self.plan.builds else None
-        self.critic = None
-        if "critic" in self.plan.builds:  # gae, turn_gae; VAPO pre-trains it
-            ccfg = cfg.learner.critic or CriticConfig()
-            body = load_value_model(ccfg.path or cfg.model.path, cfg.model.dtype, cfg.model.device)
-            if cfg.learner.lora is not None:
-                body = lora.apply_lora(body, cfg.learner.lora, task_type="TOKEN_CLS")
-            self.critic = Critic(body, ccfg, cfg.learner, total_steps=cfg.trainer.steps)
-        self.prm = None
-        if "prm" in self.plan.builds:  # prime: an implicit PRM, a trained copy of the initial policy
-            if self.remote_learner is not None or self.world > 1 or cfg.learner.lora is not None:
-                raise ValueError("algorithm.advantage.name=prime: the implicit PRM needs one local learner without LoRA (learner.world_size=1, learner.lora: null)")
-            prm_model = copy.deepcopy(self.components.model)
-            self.prm = ImplicitPRM(prm_model, self.plan.advantage_cfg, cfg.learner, self.learner.logprobs, total_steps=cfg.trainer.steps)
-        self.teacher = None
-        if "teacher" in self.plan.builds:  # self-distillation: a teacher that sees the env's privileged context
-            if self.world > 1:
-                raise ValueError("self-distillation's EMA teacher is not sharded yet: use learner.world_size=1")
-            self.teaching = Teaching(cfg, self.components, self.plan.teacher)
-            self.teacher = self.teaching.teacher
-            self.states["teacher"] = self.teacher
-        self._need_providers = self._providers()  # how each built-in need is computed, made once
+        # what the plan builds besides the policy: the components that provide its needs (components.py)
+        context = ComponentContext(cfg, self.plan, self.components, self.learner, self.rank, self.world, self.remote_learner is None)
+        self.models = build_components(context, self.plan.builds)
+        check_provided(self.models, self.plan.precompute)
+        self._need_providers = need_providers(self.models)
         # entries that act on the run itself (lspo: re-rolls by a scaffold adapter) get the RunAPI, never the trainer
         self.services = RunServices(
             cfg, self._facts(), self.components, self.engine, self.sampler.queue, self.learner.score, lambda: self.learner.version
@@ -223,22 +203,18 @@ class Trainer:
             batch.loss_mask_BT = adv.loss_mask_BT
         metrics.update(adv.metrics)
         self._save_trajectories(step, trajectories, advantages_by_episode(groups, adv.advantages_BT))
-        if self.critic is not None:  # the value loss towards this step's returns
-            if adv.returns_BT is None:
-                raise ValueError("the critic needs returns_BT from the advantage / credit entry")
-            metrics.update(self.critic.update(batch, adv.returns_BT, batch.values_BT))
-            if step < self.critic.cfg.warmup_steps:  # VAPO: pre-train the critic on the frozen policy's rollouts
-                metrics["train/critic_warmup"] = 1.0
+        for model in self.models.values():  # components trained on this step's batch first (a critic, a PRM)
+            result = model.before_update(batch, adv, step)
+            metrics.update(result.metrics)
+            if result.hold_policy:
                 return metrics
-        if self.prm is not None:  # prime: the PRM's cross-entropy on the outcome labels, after its rewards were read
-            metrics.update(self.prm.update(batch, batch.ref_logprobs_BT, batch.rewards_B))
         # 3. loss, optimizer step, weight sync (colocated hf: the same module, only the version moves)
         advantages_BT = adv.advantages_BT
         if cfg.rollout.layout == "per_turn":  # one row per turn, with the context it was sampled from
             batch, advantages_BT = per_turn_batch(groups, batch, advantages_BT, self.components.tokenizer.pad_token_id)
         metrics.update(self.learner.update(batch, advantages_BT, self.parts, step))
-        if self.teacher is not None:
-            self.teacher.update(self.components.model)
+        for model in self.models.values():  # then those that follow the policy (an EMA teacher)
+            model.after_update(self.components.model)
         metrics.update(self.weight_sync(self.learner.version))  # 4. the new weights to every sampler
         return metrics
 
@@ -292,18 +268,8 @@ class Trainer:
             lora=cfg.learner.lora is not None,
             refill_rounds=cfg.trainer.refill_rounds,
             advantage=plan.advantage.name,
-            teacher_context="teacher" in plan.builds and plan.teacher is not None and plan.teacher.context,
+            teacher_context=plan.teacher_reads_context,
         )
-
-    def _frozen_initial_policy(self) -> torch.nn.Module:
-        """The reference model: a frozen copy of the initial policy, sharded like it on several ranks."""
-        if self.cfg.learner.lora is not None:  # the base: the policy with its adapters off, no copy
-            return lora.ReferencePolicy(self.components.model)
-        if self.world == 1:
-            return copy.deepcopy(self.components.model).eval().requires_grad_(False)
-        cfg = self.cfg
-        ref = load_model(cfg.model.path, cfg.model.dtype, cfg.model.device).eval().requires_grad_(False)
-        return fsdp.shard_model(ref, cfg.learner.mixed_precision, cfg.learner.cpu_offload)
 
     def _advantage_inputs(self, batch: Any, groups: list[TrajectoryGroup], step: int) -> AdvantageInputs:
         """The advantage's inputs, with every need of the plan computed before the update; the
@@ -320,13 +286,17 @@ class Trainer:
             groups=groups,
         )
         ctx = NeedContext(batch, groups, step, self.components.model, self.learner.score)
-        providers = self._need_providers
+        providers, wanted = self._need_providers, frozenset(self.plan.precompute)
         computed: dict[str, Any] = {}
         with torch.no_grad():
             for name in self.plan.precompute:
                 need = NEEDS[name]
                 if name not in computed:
-                    computed.update(providers[name](ctx) if need.compute is None else {name: need.compute(ctx)})
+                    if need.compute is not None:
+                        computed[name] = need.compute(ctx)
+                    else:  # one call may give several of the needs its component provides
+                        provider = providers[name]
+                        computed.update(provider.provide(ctx, wanted & provider.provides))
                 value = computed[name]
                 if need.field is None:
                     x.extras[name] = value
@@ -336,40 +306,8 @@ class Trainer:
                 setattr(x, need.field, value)
                 if need.to_batch:
                     setattr(batch, need.field, value)
-            if self.plan.reward_kl is not None:
-                x.kl_penalty_BT = kl_reward_penalty(self.plan.reward_kl, batch.rollout_logprobs_BT, batch.ref_logprobs_BT, batch.loss_mask_BT)
+            x.kl_penalty_BT = self.plan.reward_kl_penalty(batch)
         return x
-
-    def _providers(self) -> dict[str, Any]:
-        """How the run provides each built-in need: ``fn(ctx) -> {need: value}`` (one call may give several)."""
-
-        def policy_scores(ctx: NeedContext) -> dict[str, Any]:
-            old, entropy = self.learner.score(self.components.model, ctx.batch, "entropy" in self.plan.precompute)
-            return {"old_logprobs": old, "entropy": entropy}
-
-        def greedy(ctx: NeedContext) -> dict[str, Any]:  # sampled on rank 0
-            return {"greedy_rewards": fsdp.broadcast_object(self._greedy_rewards(ctx.groups) if self.rank == 0 else None)}
-
-        return {
-            "old_logprobs": policy_scores,
-            "entropy": policy_scores,
-            "ref_logprobs": lambda ctx: {"ref_logprobs": self.learner.score(self.ref_model, ctx.batch)[0]},
-            "values": lambda ctx: {"values": self.critic.values(ctx.batch)},
-            "prm_logprobs": lambda ctx: {"prm_logprobs": self.learner.score(self.prm.model, ctx.batch)[0]},
-            "teacher_layers": lambda ctx: {"teacher_layers": self.teaching.layer_states(ctx.batch)},  # ride
-            "ref_layers": lambda ctx: {"ref_layers": hidden.layer_states(self.ref_model, ctx.batch, self.plan.teacher.hidden_layers)},
-            "teacher_logprobs": lambda ctx: self.teaching.scores(ctx.batch, ctx.groups),
-            "teacher_topk": lambda ctx: self.teaching.scores(ctx.batch, ctx.groups),
-            "greedy_rewards": greedy,
-        }
-
-    def _greedy_rewards(self, groups: list[TrajectoryGroup]) -> torch.Tensor:
-        """ReMax's baseline: the reward of one greedy (temperature 0) episode per group's task."""
-        engine = self.components.engine(temperature=0.0)
-        specs = [EpisodeSpec(seed=g.trajectories_G[0].info["seed"], group_id=g.group_id, options=g.trajectories_G[0].info["options"]) for g in groups]
-        greedy = {t.group_id: (t.reward or 0.0) for t in engine.run_sync(specs)}
-        engine.close()
-        return torch.tensor([greedy[g.group_id] for g in groups for _ in g.trajectories_G], dtype=torch.float32)
 
     def _rollout(self, step: int, round_: int, num_prompts: int) -> list[Trajectory]:
         trajectories = self.rollouts.rollout(step, round_, num_prompts)
@@ -432,11 +370,11 @@ class Trainer:
         """Atomic DCP checkpoint (learner/checkpoint.py): sharded weights and optimizers, RNG states,
         scheduler, policy version, objectives' state and data position, the plans the rollout source
         drew ahead for ``step`` on (asynchronous: groups queued, running or buffered), the policy in HF format."""
-        per_rank = {"policy_scheduler": self.learner.scheduler.state_dict(), "version": self.learner.version}
-        if self.critic is not None:
-            per_rank["critic_scheduler"] = self.critic.scheduler.state_dict()
-        if self.prm is not None:
-            per_rank["prm_scheduler"] = self.prm.scheduler.state_dict()
+        per_rank = {
+            "policy_scheduler": self.learner.scheduler.state_dict(),
+            "version": self.learner.version,
+            "components": {name: model.state_dict() for name, model in self.models.items()},
+        }
         trainer_state = {
             "step": step,
             "states": {k: v.state_dict() for k, v in self.states.items() if v is not None},
@@ -450,10 +388,8 @@ class Trainer:
         state = {}  # a Ray learner group's ranks write and read the policy's shards themselves
         if self.remote_learner is None:
             state["policy"] = ckpt.ModelAndOptimizer(self.learner.model, self.learner.optimizer)
-        if self.critic is not None:
-            state["critic"] = ckpt.ModelAndOptimizer(self.critic.model, self.critic.optimizer)
-        if self.prm is not None:
-            state["prm"] = ckpt.ModelAndOptimizer(self.prm.model, self.prm.optimizer)
+        for model in self.models.values():
+            state.update(model.sharded())
         return state
 
     def _export(self, out: Path) -> None:
@@ -474,10 +410,8 @@ class Trainer:
         per_rank, trainer_state = ckpt.load(path, self._sharded_state(), self.remote_learner)
         self.learner.scheduler.load_state_dict(per_rank["policy_scheduler"])
         self.learner.version = per_rank["version"]
-        if self.critic is not None:
-            self.critic.scheduler.load_state_dict(per_rank["critic_scheduler"])
-        if self.prm is not None:
-            self.prm.scheduler.load_state_dict(per_rank["prm_scheduler"])
+        for name, state in per_rank["components"].items():
+            self.models[name].load_state_dict(state)
         for k, v in trainer_state["states"].items():
             self.states[k].load_state_dict(v)
         self.start_step = trainer_state["step"]

@@ -118,6 +118,17 @@ class ObjectivePlan:
     def advantage_state_key(self) -> str:
         return "credit" if self.advantage.kind == "credit" else "advantage"
 
+    @property
+    def teacher_reads_context(self) -> bool:
+        """The run builds a teacher with the env's ``teacher_context`` in its prompt."""
+        return "teacher" in self.builds and self.teacher is not None and self.teacher.context
+
+    def reward_kl_penalty(self, batch: Any) -> torch.Tensor | None:
+        """coef * per-token KL(sampler || reference) when the KL is placed in the reward, else None."""
+        if self.reward_kl is None:
+            return None
+        return kl_reward_penalty(self.reward_kl, batch.rollout_logprobs_BT, batch.ref_logprobs_BT, batch.loss_mask_BT)
+
     def advantages(self, x: Any) -> Any:
         return self.advantage.fn(x, self.advantage_cfg)
 

@@ -170,4 +170,5 @@ if "policy_hidden" not in NEEDS:
         "policy_hidden",
         "the last-layer hidden states of the learner's own forward pass (with gradient) and its LM head",
         when="in_update",
+        forward="capture",
     )

@@ -1,15 +1,18 @@
-"""The last-layer hidden states of the learner's own forward pass, for objectives that read the
-policy's backbone with gradient (need ``policy_hidden``: SARPO's value read from the LM head).
+"""Activations of the learner's own forward pass, for objectives that read the policy's backbone
+with gradient: needs declared with ``forward="capture"``, each recorded by the capture registered
+here under its name (``CAPTURES``), handed to the loss in ``extras``.
 
-A forward pre-hook on the LM head records its input during the call; the learner hands it (and the
-head) to the loss as ``extras['policy_hidden']`` / ``extras['lm_head']``. The padded layout only:
-packed rows reach the head as one ``[1, N, H]`` sequence.
+- ``policy_hidden``: a forward pre-hook on the LM head records its input; the loss gets it (and the
+  head) as ``extras['policy_hidden']`` / ``extras['lm_head']`` (SARPO's value read from the LM head);
+- ``policy_layers``: every decoder layer's output (ride).
+
+The padded layout only: packed rows reach the model as one ``[1, N, H]`` sequence.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -70,6 +73,24 @@ def layer_outputs(model: torch.nn.Module, enabled: bool, packed: bool) -> Iterat
     finally:
         for h in handles:
             h.remove()
+
+
+# need name -> (hook context manager yielding a list, list -> extras); a new capture is one entry
+CAPTURES: dict[str, tuple[Callable[..., Any], Callable[[list[torch.Tensor], torch.nn.Module], dict[str, Any]]]] = {
+    "policy_hidden": (head_inputs, lambda captured, model: with_hidden({}, captured, model)),
+    "policy_layers": (layer_outputs, lambda captured, model: {"policy_layers": captured} if captured else {}),
+}
+
+
+@contextlib.contextmanager
+def captured_extras(model: torch.nn.Module, needs: Any, packed: bool) -> Iterator[dict[str, Any]]:
+    """Yields a dict that, once the block ends, holds the extras of every capture in ``needs``."""
+    out: dict[str, Any] = {}
+    with contextlib.ExitStack() as stack:
+        lists = [(name, stack.enter_context(CAPTURES[name][0](model, True, packed))) for name in sorted(needs) if name in CAPTURES]
+        yield out
+    for name, captured in lists:
+        out.update(CAPTURES[name][1](captured, model))
 
 
 def layer_states(model: torch.nn.Module, batch: Any, layers: tuple[int, ...] = ()) -> torch.Tensor:

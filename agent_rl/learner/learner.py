@@ -18,6 +18,7 @@ import torch
 from agent_rl.algorithms import AGGREGATIONS, POLICY_LOSSES
 from agent_rl.algorithms.aggregation import aggregation_inputs_for, select_rows
 from agent_rl.algorithms.losses import apply_cross_cutting
+from agent_rl.algorithms.needs import NEEDS
 from agent_rl.algorithms.plan import ObjectiveParts
 from agent_rl.algorithms.registry import AggregationInputs, LossInputs
 from agent_rl.learner import fsdp, hidden, packing
@@ -144,7 +145,8 @@ class Learner:
         self.model.train()
         loss_entry = POLICY_LOSSES.get(parts.loss.name)
         opts = parts.loss_options()
-        needs = parts.needs()  # what they need is in the batch: the run's plan provided it
+        needs = parts.needs()  # what they need is in the batch (the run's plan provided it) or from this forward
+        forward = {NEEDS[n].forward for n in needs}
         agg_all = global_aggregation_inputs(batch, self.max_response_tokens)
         aggregate = AGGREGATIONS(parts.aggregation)
         _, world = fsdp.rank_and_world()
@@ -154,14 +156,11 @@ class Learner:
         for micro in packing.micro_batches(batch, self.cfg):  # the same number on every rank
             rows, mb = micro.rows, micro.select(batch)
             topk_BTK = None
-            with (
-                hidden.head_inputs(self.model, "policy_hidden" in needs, self.cfg.packing) as captured,  # sarpo's value read
-                hidden.layer_outputs(self.model, "policy_layers" in needs, self.cfg.packing) as layers,  # ride's regression
-            ):
-                if "topk" in needs or "teacher_topk" in needs:  # the sampler's or the teacher's candidates
-                    logprobs_BT, entropy_BT, topk_BTK = self.logprobs(self.model, mb, "entropy" in needs, topk_ids_BTK=mb.topk_ids_BTK)
+            with hidden.captured_extras(self.model, needs, self.cfg.packing) as captured:  # activations a loss reads
+                if "candidates" in forward:  # logprobs at the sampler's or the teacher's top-k candidates
+                    logprobs_BT, entropy_BT, topk_BTK = self.logprobs(self.model, mb, "entropy" in forward, topk_ids_BTK=mb.topk_ids_BTK)
                 else:
-                    logprobs_BT, entropy_BT = self.logprobs(self.model, mb, "entropy" in needs)
+                    logprobs_BT, entropy_BT = self.logprobs(self.model, mb, "entropy" in forward)
             mask = mb.loss_mask_BT
             with torch.no_grad():
                 d = (logprobs_BT.detach() - mb.rollout_logprobs_BT) * mask
@@ -187,7 +186,7 @@ class Learner:
                 group_index_B=mb.group_index_B,
                 step=step,
                 state=parts.loss_state,
-                extras=hidden.with_hidden(mb.extras, captured, self.model) | ({"policy_layers": layers} if layers else {}),
+                extras=mb.extras | captured,
             )
             out = apply_cross_cutting(x, loss_entry.fn(x, parts.loss), opts)
             loss = aggregate(out.loss_BT, mask, select_rows(agg_all, rows), parts.aggregation)

@@ -90,6 +90,6 @@ def test_cbpo_forks_branches_and_trains_each_shared_token_once(tmp_path, tiny_mo
 
 def test_turn_gae_gets_values_from_the_critic_and_trains_it(tmp_path, tiny_model_dir):
     t = trainer(tmp_path, tiny_model_dir, "algorithm.credit.name=turn_gae")
-    assert t.critic is not None  # the credit's need for values creates the critic
+    assert t.models["critic"].critic is not None  # the credit's need for values creates the critic
     metrics = t.step(0)
     assert "train/loss" in metrics and any(k.startswith("critic/") for k in metrics), sorted(metrics)

@@ -99,7 +99,7 @@ def test_trainer_scores_the_policy_at_the_teachers_top_k(tmp_path, tiny_model_di
     assert tr.plan.teacher.topk == 4 and "teacher_topk" in tr.plan.precompute
     groups = group_trajectories(tr._rollout(0, 0, 2))
     batch = make_batch(groups, tr.components.tokenizer.pad_token_id)
-    scores = tr.teaching.scores(batch, groups)
+    scores = tr.models["teacher"].teaching.scores(batch, groups)
     ids_BTK, top_BTK = batch.topk_ids_BTK, scores["teacher_topk"]
     assert ids_BTK.shape == (*batch.input_ids_BT.shape, 4)
     # the teacher's logprobs at its top-k ids are sorted and hold its sampled-token logprob's rank

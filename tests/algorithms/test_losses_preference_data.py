@@ -85,7 +85,7 @@ def test_online_dpo_step_pairs_each_group_best_vs_worst(tmp_path, tiny_model_dir
     #  two groups of two; their rewards set to [1, 0]: one pair each. At step 0 the policy is the
     #  reference: h = 0, every pair's loss is log 2, and so is the aggregated loss.
     t = trainer(tmp_path, tiny_model_dir, "algorithm.loss.name=dpo", SEQ_MEAN)
-    assert t.ref_model is not None
+    assert t.models["reference"].model is not None
     collect = t._collect
 
     def labelled(step):

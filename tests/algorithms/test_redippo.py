@@ -109,7 +109,7 @@ def test_one_step_trains_both_critics(tmp_path, tiny_model_dir):
 
     t = trainer(tmp_path, tiny_model_dir, "algorithm.advantage.name=redippo", "learner.critic={lr: 1e-2}")
     ref = t.states["advantage"].critic
-    assert t.critic is not None and ref is not None and ref.critic.model is not t.critic.model
+    assert t.models["critic"].critic is not None and ref is not None and ref.critic.model is not t.models["critic"].critic.model
     # the reference-guided critic's row 0: the prompt, the verified solution as a user message, the response
     groups = group_trajectories(t._rollout(0, 0, 1))
     traj = groups[0].trajectories_G[0]
@@ -128,13 +128,13 @@ def test_one_step_trains_both_critics(tmp_path, tiny_model_dir):
         return trajectories
 
     t.rollouts.rollout = half_right
-    before_std = [p.detach().clone() for p in t.critic.model.parameters()]
+    before_std = [p.detach().clone() for p in t.models["critic"].critic.model.parameters()]
     before_ref = [p.detach().clone() for p in ref.critic.model.parameters()]
     m = t.step(0)
     assert "critic/loss" in m and "critic_ref/loss" in m and t.learner.version == 1
     # both heads start at zero: no discrepancy, every weight 1
     assert m["adv/redippo_discrepancy_mean"] == 0.0 and m["adv/redippo_weight_min"] == m["adv/redippo_weight_max"] == 1.0
-    assert any(not torch.equal(a, b) for a, b in zip(before_std, t.critic.model.parameters(), strict=True))
+    assert any(not torch.equal(a, b) for a, b in zip(before_std, t.models["critic"].critic.model.parameters(), strict=True))
     assert any(not torch.equal(a, b) for a, b in zip(before_ref, ref.critic.model.parameters(), strict=True))
     m = t.step(1)  # the critics now read different rows: they disagree
     assert m["adv/redippo_discrepancy_mean"] > 0.0 and 0.5 <= m["adv/redippo_weight_min"] <= 1.0 <= m["adv/redippo_weight_max"] <= 2.0

@@ -118,7 +118,7 @@ def test_a_served_teacher_in_a_training_step(tmp_path, teacher_dir, tiny_model_d
 
     with serve_in_thread(create_app(build_state(str(teacher_dir), served_name="t"))) as url:
         t = trainer(tmp_path / "run", tiny_model_dir, "algorithm.loss.name=g_opd", f"algorithm.loss.teacher_path=openai:{url}#t")
-        assert isinstance(t.teacher, RemoteTeacher)
+        assert isinstance(t.models["teacher"].teacher, RemoteTeacher)
         metrics = t.step(1)
     assert not any(math.isnan(v) for v in metrics.values() if isinstance(v, float))
 

@@ -122,13 +122,13 @@ def test_one_step_of_srpo_reflect_and_of_opid_through_the_backend(tmp_path, tiny
 
     small = ("trainer.steps=1", "trainer.prompts_per_step=1", "rollout.max_new_tokens=8", "rollout.max_turns=1")
     t = trainer(tmp_path / "srpo", tiny_model_dir, "algorithm.filters=[{name: srpo_reflect, max_new_tokens: 6}]", "algorithm.loss.name=opsd", *small)
-    seen, score = [], t.teaching.logprobs
+    seen, score = [], t.models["teacher"].teaching.logprobs
 
     def spy(batch, groups, topk=0):  # the contexts the teacher is given
         seen.append([x.info["teacher_context"] for g in groups for x in g.trajectories_G])
         return score(batch, groups, topk)
 
-    t.teaching.logprobs = spy
+    t.models["teacher"].teaching.logprobs = spy
     metrics = t.step(1)
     assert metrics["srpo_reflect/passes"] == 2.0 and metrics["srpo_reflect/pass_failed"] == 0.0
     assert 2.0 <= metrics["srpo_reflect/pass_tokens"] <= 12.0 and "loss/distill_kl" in metrics

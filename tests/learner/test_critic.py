@@ -63,7 +63,7 @@ def test_gae_end_to_end_with_critic_warmup(tmp_path, tiny_model_dir):
         tmp_path, tiny_model_dir, "algorithm.advantage.name=gae", "learner.critic={lr: 1e-3, warmup_steps: 1}",
         "algorithm.loss_options.entropy_coef=0.05",
     )
-    assert t.critic is not None and t.critic.cfg.warmup_steps == 1
+    assert t.models["critic"].critic is not None and t.models["critic"].critic.cfg.warmup_steps == 1
     first = t.step(0)  # VAPO warm-up: only the critic trains
     assert first["train/critic_warmup"] == 1.0 and "critic/loss" in first and t.learner.version == 0
     second = t.step(1)

@@ -32,6 +32,7 @@ if "teacher_topk" not in NEEDS:
         "teacher_topk",
         "the teacher's logprobs at its top-k ids of each position (its ids become the batch's candidates)",
         builds="teacher",
+        forward="candidates",
     )
 
 # keeps log(1 - sum p) finite when the top-K hold (numerically) all the mass

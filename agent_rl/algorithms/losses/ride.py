@@ -35,7 +35,7 @@ from agent_rl.algorithms.registry import (
 )
 
 if "policy_layers" not in NEEDS:
-    register_need("policy_layers", "every decoder layer's output in the learner's own forward pass (with gradient)", when="in_update")
+    register_need("policy_layers", "every decoder layer's output in the learner's own forward pass (with gradient)", when="in_update", forward="capture")
     register_need("teacher_layers", "the teacher's decoder-layer outputs on the rows ([B, T, L, H])", builds="teacher")
     register_need("ref_layers", "the reference's decoder-layer outputs on the rows ([B, T, L, H])", builds="reference")
 
