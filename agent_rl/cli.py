@@ -6,13 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from agent_rl.families import FAMILIES
+from agent_rl.models.families import FAMILIES
 
 
 def _config(args: argparse.Namespace):
     """The validated config; ``--print-config`` prints it, every default filled in, and exits."""
     from agent_rl.config import load_config
-    from agent_rl.preflight import check_config_file
+    from agent_rl.run.preflight import check_config_file
 
     if args.config is not None:
         check_config_file(args.config)
@@ -25,8 +25,8 @@ def _config(args: argparse.Namespace):
 
 def _preflight(cfg, weights: bool = True) -> None:
     """What fails before anything is created: the model and the critic can be loaded."""
-    from agent_rl.envloader import env_factory
-    from agent_rl.preflight import check_model
+    from agent_rl.run.envloader import env_factory
+    from agent_rl.run.preflight import check_model
 
     env_factory(cfg.env)  # an unknown env id first: the model's message names the env
     check_model(cfg.model.path, weights=weights, env_id=cfg.env.id)
@@ -41,7 +41,7 @@ def _loading(command: str, cfg) -> None:
 
 
 def cmd_init_model(args: argparse.Namespace) -> int:
-    from agent_rl.tiny import init_tiny
+    from agent_rl.run.envloader import init_tiny
 
     if args.kind != "tiny":
         raise ValueError(f"unknown model kind '{args.kind}'; known: tiny")
@@ -52,7 +52,7 @@ def cmd_init_model(args: argparse.Namespace) -> int:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from agent_rl.sft import sft
+    from agent_rl.commands.sft import sft
 
     cfg = _config(args)
     _preflight(cfg)
@@ -63,8 +63,8 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 
 def cmd_train_rm(args: argparse.Namespace) -> int:
-    from agent_rl.preflight import check_model
-    from agent_rl.reward_model import RewardModelConfig, train_reward_model
+    from agent_rl.run.preflight import check_model
+    from agent_rl.commands.train_rm import RewardModelConfig, train_reward_model
 
     check_model(args.model, key="--model")  # a missing directory: one line, not the hub's repo-id error
     keys = ("data", "model", "out", "steps", "batch_pairs", "lr", "heldout_frac", "seed", "loss", "rank_weight")
@@ -73,7 +73,7 @@ def cmd_train_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from agent_rl.trainer import train
+    from agent_rl.train.trainer import train
 
     if args.config is not None and "=" in args.config:  # `train --resume RUN k=v`: no config file given
         args.overrides.insert(0, args.config)
@@ -82,7 +82,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         args.config = str(Path(args.resume) / "config.yaml")
     from agent_rl.learner.launch import RankFailedError
 
-    from agent_rl.preflight import check_resume, checkpoint_step
+    from agent_rl.run.preflight import check_resume, checkpoint_step
 
     done = checkpoint_step(args.resume) if args.resume else 0  # a run directory with a checkpoint
     cfg = _config(args)
@@ -100,7 +100,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from agent_rl.eval import run_eval
+    from agent_rl.commands.eval import run_eval
 
     cfg = _config(args)
     _preflight(cfg, weights=cfg.eval.policy is None)  # a scripted policy needs only the tokenizer
@@ -110,7 +110,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_quickstart(args: argparse.Namespace) -> int:
-    from agent_rl.quickstart import quickstart
+    from agent_rl.commands.quickstart import quickstart
 
     return quickstart(args.overrides, root=args.root, config=args.config)
 
@@ -126,7 +126,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from agent_rl.envloader import env_card, listed_env_ids
+    from agent_rl.run.envloader import env_card, listed_env_ids
 
     table = Table("id", "description", "tools", "max turns", "reward", show_lines=True)
     for env_id in listed_env_ids(args.plugins):
@@ -177,7 +177,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from agent_rl.compare import compare
+    from agent_rl.commands.compare import compare
 
     metrics = tuple(m.strip() for m in args.metrics.split(",") if m.strip()) if args.metrics else None
     labels = [x.strip() for x in args.labels.split(",")] if args.labels else None
@@ -188,7 +188,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    from agent_rl.viewer import write_view
+    from agent_rl.commands.viewer import write_view
 
     out = write_view(args.run, args.out, tokenizer_path=args.tokenizer, last=args.last, page_size=args.page_size)
     print(f"viewer written to {out}")
@@ -196,7 +196,7 @@ def cmd_view(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from agent_rl.export import export
+    from agent_rl.commands.export import export
 
     out = export(Path(args.run), Path(args.out) if args.out else None, merge=args.merge, step=args.step)
     print(f"{'merged model' if args.merge else 'policy'} of {args.run} written to {out}")
@@ -333,14 +333,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _quiet_warnings() -> None:
-    from agent_rl.progress import quiet_warnings
+    from agent_rl.run.progress import quiet_warnings
 
     quiet_warnings()
 
 
 def main(argv: list[str] | None = None) -> int:
-    from agent_rl.breaker import InfraErrorRateError
-    from agent_rl.plugins import load_entry_points
+    from agent_rl.train.breaker import InfraErrorRateError
+    from agent_rl.core.plugins import load_entry_points
 
     _quiet_warnings()
 
@@ -351,8 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         load_entry_points()  # installed plugins, before any config is parsed or anything is listed
         return args.fn(args)
     except (ValueError, InfraErrorRateError, KeyboardInterrupt) as e:
-        if "agent_rl.runtime" in sys.modules:  # a run that never started leaves no directory behind
-            sys.modules["agent_rl.runtime"].discard_unstarted_run_dirs()
+        if "agent_rl.run.runtime" in sys.modules:  # a run that never started leaves no directory behind
+            sys.modules["agent_rl.run.runtime"].discard_unstarted_run_dirs()
         if debug:
             raise
         if isinstance(e, KeyboardInterrupt):

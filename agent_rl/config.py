@@ -19,7 +19,7 @@ from agent_rl.algorithms import ADVANTAGES, AGGREGATIONS, CREDITS, FILTERS, KLS,
 from agent_rl.algorithms.losses import LossOptions
 from agent_rl.algorithms.preference_data import PreferenceDataConfig
 from agent_rl.core.registry import ComponentConfig, Registry
-from agent_rl.plugins import load_entry_points
+from agent_rl.core.plugins import load_entry_points
 from agent_rl.proxy.config import AgentConfig
 from agent_rl.rollout.config import RolloutConfig
 
@@ -94,7 +94,7 @@ class CriticConfig(Section):
 
 
 class LoraConfig(Section):
-    """LoRA (peft): only low-rank adapters on ``target_modules`` train; the base stays frozen (agent_rl/learner/lora.py)."""
+    """LoRA (peft): only low-rank adapters on ``target_modules`` train; the base stays frozen (agent_rl/models/lora.py)."""
 
     rank: int = Field(8, ge=1, description="adapter rank r")
     alpha: float = Field(16.0, gt=0.0, description="scale alpha; the update is (alpha / r) * B A")

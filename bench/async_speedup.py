@@ -76,8 +76,8 @@ WORKLOAD = [
 def warm_started_model(root: Path) -> Path:
     """A tiny model after the quickstart's SFT on the weak teacher (built once, then reused)."""
     from agent_rl.config import load_config
-    from agent_rl.sft import sft
-    from agent_rl.tiny import init_tiny
+    from agent_rl.commands.sft import sft
+    from agent_rl.run.envloader import init_tiny
 
     out = root / "sft_model"
     if (out / "config.json").exists():
@@ -95,7 +95,7 @@ def run(mode: str, model: Path, steps: int, root: Path, backend: str, extra: tup
     """One run of ``steps`` steps; ``progress`` (a TaskProgress over all runs' steps) advances per step."""
     from agent_rl.config import load_config
     from agent_rl.distributed import staleness
-    from agent_rl.trainer import Trainer
+    from agent_rl.train.trainer import Trainer
 
     k = {"sync": 0, "async": 1}[mode]
     cfg = load_config(
@@ -228,7 +228,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from agent_rl.progress import script_progress
+    from agent_rl.run.progress import script_progress
 
     order = ["sync", "async", "async", "sync"][: 2 * args.rounds] if args.rounds <= 2 else ["sync", "async"] * args.rounds
     progress = script_progress("bench/async_speedup", len(order) * args.steps, unit="step")

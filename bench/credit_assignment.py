@@ -11,7 +11,7 @@ is measured at 0 tokens and every ``--eval-every-tokens``. Runs are interleaved
   step; ``rollout/generated_tokens`` counts the sampled tokens only, a branch's copied prefix is in
   ``rollout/copied_prefix_tokens``; ``eval/success`` at step 0 and at every evaluation), the format
   ``agent-rl compare`` reads; no checkpoint is written;
-- ``success_vs_tokens.png`` and ``table.md``, drawn by ``agent_rl.compare`` from those run
+- ``success_vs_tokens.png`` and ``table.md``, drawn by ``agent_rl.commands.compare`` from those run
   directories (each method's seeds one group, aligned by sampled tokens), the table followed by
   GRPO's late slope and each method's gap to GRPO;
 - ``results.jsonl``: one line per evaluation.
@@ -42,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent_rl.progress import TaskProgress, script_progress  # noqa: E402 (after the path of a checkout)
+from agent_rl.run.progress import TaskProgress, script_progress  # noqa: E402 (after the path of a checkout)
 
 # method -> overrides of configs/maze.yaml. Batches are sized to sample about the same number of
 # tokens per step: 32 episodes (GRPO/GiGPO/G2PO: 4 prompts x 8; CBPO: 4 prompts x (4 parents +
@@ -174,8 +174,8 @@ def run_one(method: str, seed: int, args: argparse.Namespace, out: Path, report=
     import asyncio
 
     from agent_rl.config import load_config
-    from agent_rl.eval import evaluate
-    from agent_rl.trainer import Trainer
+    from agent_rl.train.evaluation import evaluate
+    from agent_rl.train.trainer import Trainer
 
     trainer = Trainer(load_config(ROOT / "configs" / "maze.yaml", run_overrides(method, seed, args, out)), log=lambda *a: None)
     copied: list[int] = []
@@ -258,11 +258,11 @@ def flatness_and_gaps(curves: dict[tuple[str, int], list[dict]], methods: list[s
 
 
 def summarize(rows: list[dict], out: Path) -> str:
-    """``agent_rl.compare``'s plot and table of held-out success against sampled tokens over the run
+    """``agent_rl.commands.compare``'s plot and table of held-out success against sampled tokens over the run
     directories (each method's seeds one group), then GRPO's late slope and the gaps to GRPO over the
     evaluations every run reached (runs cut short by a time limit are compared at the last evaluation
     they all have, so every method gets the same token budget)."""
-    from agent_rl.compare import compare
+    from agent_rl.commands.compare import compare
 
     curves: dict[tuple[str, int], list[dict]] = {}
     for r in rows:
@@ -343,7 +343,7 @@ def report(progress: TaskProgress, tokens: int, numbers: dict, run: str = "") ->
 
 def sampled_tokens(path: Path) -> int:
     """Tokens a running run has sampled so far (its ``metrics.jsonl``)."""
-    from agent_rl.tracking import read_metrics
+    from agent_rl.run.tracking import read_metrics
 
     return int(sum(r.get("rollout/generated_tokens", 0) for r in read_metrics(path))) if path.exists() else 0
 

@@ -52,7 +52,7 @@ from agent_rl.algorithms import AGGREGATIONS, KLS, POLICY_LOSSES
 from agent_rl.config import LearnerConfig
 from agent_rl.algorithms.plan import ObjectiveParts
 from agent_rl.learner.learner import Learner
-from agent_rl.types import TrainBatch
+from agent_rl.core.types import TrainBatch
 
 
 def make_batch(vocab: int, rows: int, tokens: int, seed: int = 0) -> TrainBatch:
@@ -86,7 +86,7 @@ def parts() -> ObjectiveParts:
 def throughput_worker(model_dir: str, rows: int, tokens: int, steps: int, out: str) -> None:
     """One rank (or the single process): ``steps`` timed updates after one warm-up update."""
     from agent_rl.learner import fsdp
-    from agent_rl.rollout.backends.hf import load_model
+    from agent_rl.models.loading import load_model
 
     torch.set_num_threads(1)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
@@ -188,7 +188,7 @@ def main() -> None:
     if args.worker == "memory":
         return memory_worker(args.path, args.mem_rows, args.mem_tokens, args.out)
 
-    from agent_rl.progress import script_progress
+    from agent_rl.run.progress import script_progress
 
     parts = [name for name in ("throughput", "memory", "packing") if args.only in (None, name)]
     progress = script_progress("bench/learner_throughput", len(parts), unit="part")  # progress on stderr
@@ -207,7 +207,7 @@ def main() -> None:
 def throughput(args: argparse.Namespace) -> None:
     model_dir = args.model
     if model_dir is None:
-        from agent_rl.tiny import init_tiny
+        from agent_rl.run.envloader import init_tiny
 
         model_dir = str(init_tiny(Path(tempfile.mkdtemp()) / "tiny", seed=0))
     rates: dict[int, list[float]] = {1: [], 2: []}

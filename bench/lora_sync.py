@@ -39,10 +39,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent_rl.config import LearnerConfig, LoraConfig
-from agent_rl.learner import lora
+from agent_rl.models import lora
 from agent_rl.learner.learner import Learner
-from agent_rl.progress import script_progress
-from agent_rl.rollout.backends.hf import HfBackend, load_model
+from agent_rl.run.progress import script_progress
+from agent_rl.rollout.backends.hf import HfBackend
+from agent_rl.models.loading import load_model
 
 
 def build_100m(tiny: str, out: Path) -> str:

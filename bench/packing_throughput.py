@@ -14,7 +14,7 @@ import torch
 from agent_rl.config import LearnerConfig
 from agent_rl.learner import prefix
 from agent_rl.learner.learner import Learner
-from agent_rl.types import TrainBatch
+from agent_rl.core.types import TrainBatch
 
 MODES = {
     "padded": {},
@@ -77,12 +77,12 @@ def matmul_peak(seconds: float = 2.0, n: int = 512) -> float:
 
 
 def packing_table(args: argparse.Namespace) -> None:
-    from agent_rl.rollout.backends.hf import load_model
+    from agent_rl.models.loading import load_model
 
     torch.set_num_threads(1)
     model_dir = args.model
     if model_dir is None:
-        from agent_rl.tiny import init_tiny
+        from agent_rl.run.envloader import init_tiny
 
         model_dir = str(init_tiny(Path(tempfile.mkdtemp()) / "tiny", seed=0))
     data = json.loads(Path(args.trajectories).read_text())["trajectories"]

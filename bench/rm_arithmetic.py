@@ -19,8 +19,8 @@ from pathlib import Path
 import gymnasium as gym
 
 import envs  # noqa: F401  (registers the envs)
-from agent_rl.progress import script_progress
-from agent_rl.reward_model import RewardModelConfig, train_reward_model
+from agent_rl.run.progress import script_progress
+from agent_rl.commands.train_rm import RewardModelConfig, train_reward_model
 from envs.arithmetic.policies import answer_text, tool_call_text
 
 

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent_rl.progress import script_progress  # noqa: E402 (after the path of a checkout)
+from agent_rl.run.progress import script_progress  # noqa: E402 (after the path of a checkout)
 
 
 def make_env_class() -> Any:
@@ -66,11 +66,12 @@ def make_env_class() -> Any:
 def build(hidden: int, layers: int, workdir: Path) -> tuple[Any, Any]:
     import torch
 
-    from agent_rl.rollout.backends.hf import load_tokenizer
-    from agent_rl.tiny import build_model, build_tokenizer
+    from agent_rl.models.loading import load_tokenizer
+    from agent_rl.models.tiny import build_model, build_tokenizer
+    from agent_rl.run.envloader import tokenizer_corpus
 
     tok_dir = workdir / "tokenizer"
-    build_tokenizer().save_pretrained(tok_dir)
+    build_tokenizer(tokenizer_corpus(6000, 0)).save_pretrained(tok_dir)
     tokenizer = load_tokenizer(str(tok_dir))
     model = build_model(len(tokenizer), seed=0, hidden_size=hidden, layers=layers).eval()
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -191,7 +192,7 @@ def main() -> None:
     import transformers
 
     torch.set_num_threads(a.threads)
-    from agent_rl.rollout.backends.hf import quiet_transformers
+    from agent_rl.models.loading import quiet_transformers
 
     quiet_transformers()
     progress = script_progress("bench/rollout_throughput", a.rounds * (("a" in a.parts) + ("b" in a.parts)), unit="round")

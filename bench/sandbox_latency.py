@@ -31,7 +31,7 @@ from sandbox import ExecStatus, SandboxLimits, available_backends, make_sandbox 
 from sandbox.bwrap import BWRAP_UID_BASE, PYTHON, _host_binds  # noqa: E402
 from sandbox.image import DEFAULT_IMAGE  # noqa: E402
 
-from agent_rl.progress import script_progress  # noqa: E402
+from agent_rl.run.progress import script_progress  # noqa: E402
 
 PROGRAM = ["-S", "-c", "print(1)"]
 LIMITS = SandboxLimits(timeout_s=10.0, memory_mb=512)

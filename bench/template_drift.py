@@ -1,6 +1,6 @@
 """Token parity per model family: family x layout -> render_drift rate (issue 19, item 4).
 
-For each family of ``agent_rl/families.py`` a tiny tokenizer is built locally (``init_tiny``), and
+For each family of ``agent_rl/models/families.py`` a tiny tokenizer is built locally (``init_tiny``), and
 a scripted policy plays multi-turn episodes with tool calls in that family's own sampled format:
 
     user task -> call the tool -> tool result -> answer -> user follow-up -> call -> tool result -> answer
@@ -29,8 +29,8 @@ import gymnasium as gym
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent_rl.families import FAMILIES  # noqa: E402
-from agent_rl.progress import script_progress  # noqa: E402
+from agent_rl.models.families import FAMILIES  # noqa: E402
+from agent_rl.run.progress import script_progress  # noqa: E402
 from agent_rl.rollout.backends.scripted import ScriptedBackend  # noqa: E402
 from agent_rl.rollout.config import RolloutConfig  # noqa: E402
 from agent_rl.rollout.engine import RolloutEngine  # noqa: E402
@@ -123,8 +123,8 @@ def measure(tokenizer: Any, family: str, layout: str, episodes: int, on_drift: s
 
 
 def family_tokenizers(root: Path) -> dict[str, Any]:
-    from agent_rl.rollout.backends.hf import load_tokenizer
-    from agent_rl.tiny import init_tiny
+    from agent_rl.models.loading import load_tokenizer
+    from agent_rl.run.envloader import init_tiny
 
     return {name: load_tokenizer(str(init_tiny(root / name, family=name))) for name in FAMILIES}
 

@@ -38,7 +38,8 @@ ENVS = {
 
 def sample(name: str, model_dir: str, tasks: int, group: int) -> list[dict]:
     from agent_rl.config import load_config
-    from agent_rl.eval import _engine, evaluate
+    from agent_rl.commands.eval import _engine
+    from agent_rl.train.evaluation import evaluate
 
     config, overrides = ENVS[name]
     cfg = load_config(ROOT / config, [f"model.path={model_dir}", *overrides])
@@ -62,12 +63,12 @@ def main() -> None:
     p.add_argument("--out", default=str(DEFAULT_OUT))
     p.add_argument("--model", default=None, help="tiny checkpoint dir (its tokenizer; default: built in a temp dir, seed 0)")
     args = p.parse_args()
-    from agent_rl.progress import script_progress
+    from agent_rl.run.progress import script_progress
 
     progress = script_progress("bench/trajectory_sample", len(args.envs), unit="env")
     model_dir = args.model
     if model_dir is None:
-        from agent_rl.tiny import init_tiny
+        from agent_rl.run.envloader import init_tiny
 
         progress.phase("building the tiny model")
         model_dir = str(init_tiny(Path(tempfile.mkdtemp()) / "tiny", seed=0))
@@ -77,7 +78,7 @@ def main() -> None:
         rows += sample(name, model_dir, args.tasks, args.group)
         progress.advance({"trajectories": len(rows)})
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"tokenizer": "agent_rl.tiny (seed 0)", "trajectories": rows}, separators=(",", ":")))
+    Path(args.out).write_text(json.dumps({"tokenizer": "agent_rl.models.tiny (seed 0)", "trajectories": rows}, separators=(",", ":")))
     for name in args.envs:
         lengths = sorted(len(r["token_ids"]) for r in rows if r["env"] == name)
         print(f"{name:<11} {len(lengths)} trajectories, tokens min {lengths[0]} median {lengths[len(lengths) // 2]} max {lengths[-1]}")

@@ -86,9 +86,10 @@ def main() -> None:
     args = ap.parse_args()
     from vllm import LLM, SamplingParams
 
-    from agent_rl.rollout.backends.hf import HfBackend, load_model, load_tokenizer
+    from agent_rl.rollout.backends.hf import HfBackend
+    from agent_rl.models.loading import load_model, load_tokenizer
 
-    from agent_rl.progress import script_progress
+    from agent_rl.run.progress import script_progress
 
     results: dict[str, Any] = {"args": vars(args) | {"out": str(args.out)}}
     work = Path(tempfile.mkdtemp(prefix="bench_vllm_"))

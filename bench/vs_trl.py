@@ -110,7 +110,7 @@ def step_prompts(step: int) -> list[tuple[list[dict], int]]:
     import gymnasium as gym
 
     import envs  # noqa: F401  (registers agent_rl/Arithmetic-v0)
-    from agent_rl.task_sampler import TaskSampler
+    from agent_rl.train.task_sampler import TaskSampler
 
     env = gym.make("agent_rl/Arithmetic-v0", difficulty=[1], use_tool=False, max_turns=1)
     out = []
@@ -132,7 +132,7 @@ class Ours:
 
     def __init__(self, model_dir: str, run_root: str, extra: list[str] = ()):
         from agent_rl.config import load_config
-        from agent_rl.trainer import Trainer
+        from agent_rl.train.trainer import Trainer
 
         overrides = [
             f"model.path={model_dir}",
@@ -330,7 +330,7 @@ def main() -> None:
         f"{NEW_TOKENS} new tokens each (EOS ignored), T={TEMPERATURE}, lr={LR}, no KL, fp32 CPU; "
         f"1 warm-up + {a.steps} timed steps per side, interleaved"
     )
-    from agent_rl.progress import script_progress
+    from agent_rl.run.progress import script_progress
 
     # on stderr: one unit per interleaved step pair (TRL's step k, then ours), and the multi-turn part
     progress = script_progress("bench/vs_trl", a.steps + 1 + (1 if a.turn_steps else 0), unit="part")
@@ -338,7 +338,7 @@ def main() -> None:
         progress.phase("building the tiny model and both trainers")
         model_dir = a.model
         if model_dir is None:
-            from agent_rl.tiny import init_tiny
+            from agent_rl.run.envloader import init_tiny
 
             model_dir = str(init_tiny(Path(tmp) / "tiny"))
         extra = [] if a.ours_defaults else OURS_FAST

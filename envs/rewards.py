@@ -200,7 +200,7 @@ class ShapedEnv(AsyncTextEnv):
         self.env.close()
 
 
-# declarations of an env class the registered id keeps (``agent_rl/envloader.py`` reads them)
+# declarations of an env class the registered id keeps (``agent_rl/run/envloader.py`` reads them)
 _DECLARATIONS = ("sft_teacher", "tokenizer_corpus", "task_category")
 
 

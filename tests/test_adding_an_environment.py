@@ -12,7 +12,7 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from agent_rl.envloader import load_plugins
+from agent_rl.run.envloader import load_plugins
 from tests.conftest import ROOT, cli_env
 
 GUIDE = ROOT / "docs" / "adding-an-environment.md"

@@ -51,9 +51,9 @@ def test_diagnosis_finds_the_parts_of_a_call():
 
 def test_demonstrations_are_the_ground_truth(tiny_model_dir):
     from agent_rl.config import load_config
-    from agent_rl.envloader import bind_tool_format
-    from agent_rl.runtime import Components
-    from agent_rl.sft import demonstrations
+    from agent_rl.run.envloader import bind_tool_format
+    from agent_rl.run.runtime import Components
+    from agent_rl.commands.sft import demonstrations
     from envs.bfcl import policies
     from envs.bfcl.calls import BfclCallsEnv
 

@@ -6,10 +6,10 @@ import subprocess
 
 import pytest
 
-from agent_rl.breaker import InfraBreaker, InfraErrorRateError
+from agent_rl.train.breaker import InfraBreaker, InfraErrorRateError
 from agent_rl.config import ConfigError, load_config
 from agent_rl.rollout.backends.server import bind
-from agent_rl.types import StopReason, Trajectory
+from agent_rl.core.types import StopReason, Trajectory
 from tests.conftest import ROOT
 from tests.learner.helpers import env, train_cmd
 

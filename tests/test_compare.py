@@ -7,7 +7,7 @@ import json
 import pytest
 
 from agent_rl.cli import main
-from agent_rl.compare import compare, config_differences, curve
+from agent_rl.commands.compare import compare, config_differences, curve
 
 
 def _run(path, rows, config):
@@ -33,7 +33,7 @@ def runs(tmp_path):
 
 
 def test_curves_by_step_and_tokens(runs):
-    from agent_rl.tracking import read_metrics
+    from agent_rl.run.tracking import read_metrics
 
     rows = read_metrics(runs[0])
     assert curve(rows, "rollout/reward_mean", "step") == [(1.0, 0.1), (2.0, 0.4), (3.0, 0.3)]

@@ -10,11 +10,17 @@ import torch
 from agent_rl.algorithms.advantages.group import grpo
 from agent_rl.algorithms.needs import NeedContext, register_need, unregister_need
 from agent_rl.algorithms.registry import ADVANTAGES
-from agent_rl.components import ComponentContext, ModelComponent, UpdateResult, register_component, unregister_component
+from agent_rl.train.components import (
+    ComponentContext,
+    ModelComponent,
+    UpdateResult,
+    register_component,
+    unregister_component,
+)
 from agent_rl.config import load_config
 from agent_rl.learner.checkpoint import ModelAndOptimizer
-from agent_rl.trainer import Trainer
-from agent_rl.types import TrainBatch
+from agent_rl.train.trainer import Trainer
+from agent_rl.core.types import TrainBatch
 from tests.conftest import ROOT
 from tests.test_trainer import SMALL
 

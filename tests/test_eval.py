@@ -9,8 +9,9 @@ import sys
 import pytest
 
 from agent_rl.config import load_config
-from agent_rl.eval import bootstrap_ci, pass_at_k, run_eval, score
-from agent_rl.types import StopReason, Trajectory
+from agent_rl.train.evaluation import bootstrap_ci, pass_at_k, score
+from agent_rl.commands.eval import run_eval
+from agent_rl.core.types import StopReason, Trajectory
 from tests.conftest import ROOT, cli_env
 
 CODE = str(ROOT / "configs" / "code_exec.yaml")
@@ -34,7 +35,7 @@ def test_bootstrap_interval_over_tasks():
 
 
 def _traj(group: str, reward: float | None, turns: int = 1) -> Trajectory:
-    from agent_rl.types import Turn
+    from agent_rl.core.types import Turn
 
     stop = StopReason.DONE if reward is not None else StopReason.INFRA_ERROR
     return Trajectory(

@@ -9,10 +9,10 @@ import sys
 import pytest
 from tests.conftest import ROOT
 
-from agent_rl.families import FAMILIES
-from agent_rl.rollout.backends.hf import load_tokenizer
+from agent_rl.models.families import FAMILIES
+from agent_rl.models.loading import load_tokenizer
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.tiny import init_tiny
+from agent_rl.run.envloader import init_tiny
 
 sys.path.insert(0, str(ROOT / "bench"))
 from template_drift import measure  # noqa: E402

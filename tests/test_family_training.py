@@ -11,14 +11,15 @@ import pytest
 from tests.conftest import ROOT
 
 from agent_rl.config import load_config
-from agent_rl.envloader import bind_tool_format, sft_teacher
-from agent_rl.eval import run_eval
-from agent_rl.families import FAMILIES
-from agent_rl.runtime import Components
-from agent_rl.sft import demonstrations, load_policy, sft
-from agent_rl.tiny import init_tiny
-from agent_rl.trainer import Trainer
-from agent_rl.types import Trajectory
+from agent_rl.run.envloader import bind_tool_format, sft_teacher
+from agent_rl.commands.eval import run_eval
+from agent_rl.models.families import FAMILIES
+from agent_rl.run.runtime import Components
+from agent_rl.commands.sft import demonstrations, sft
+from agent_rl.run.envloader import load_policy
+from agent_rl.run.envloader import init_tiny
+from agent_rl.train.trainer import Trainer
+from agent_rl.core.types import Trajectory
 from tools.formats import get_format
 
 QUICK = str(ROOT / "configs" / "quickstart.yaml")
@@ -123,7 +124,7 @@ def test_family_sft_rl_eval(tmp_path, family):
 
 @pytest.fixture(scope="module")
 def family_tokenizers(tmp_path_factory):
-    from agent_rl.rollout.backends.hf import load_tokenizer
+    from agent_rl.models.loading import load_tokenizer
 
     root = tmp_path_factory.mktemp("family-tokenizers")
     return {name: load_tokenizer(str(init_tiny(root / name, family=name))) for name in ("llama3", "gpt-oss")}

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agent_rl.hints import CAUSES, LearningHints, constant_reward_groups, invalid_actions
-from agent_rl.types import StopReason, Trajectory, Turn
+from agent_rl.train.hints import CAUSES, LearningHints, constant_reward_groups, invalid_actions
+from agent_rl.core.types import StopReason, Trajectory, Turn
 
 
 def _traj(group: str, reward: float | None, valid: list[bool]) -> Trajectory:

@@ -93,8 +93,8 @@ def test_an_installed_env_is_creatable_and_its_objective_accepted_by_load_config
         import gymnasium as gym
 
         from agent_rl.config import load_config
-        from agent_rl.envloader import env_factory
-        from agent_rl.plugins import load_entry_points
+        from agent_rl.run.envloader import env_factory
+        from agent_rl.core.plugins import load_entry_points
 
         cfg = load_config(None, ["algorithm.advantage.name=echo_advantage", "env.id=echo_plugin/Echo-v0"])
         load_entry_points()  # again: nothing is registered twice

@@ -6,7 +6,7 @@ import io
 import os
 import re
 
-from agent_rl.progress import RunProgress, clock
+from agent_rl.run.progress import RunProgress, clock
 
 
 class Tty(io.StringIO):
@@ -99,7 +99,7 @@ def _episode(reward):
 
 
 def test_eval_episode_progress_piped_lines_running_success_and_errors():
-    from agent_rl.progress import EpisodeProgress
+    from agent_rl.run.progress import EpisodeProgress
 
     ticks = iter([0.0, 0.0, 1.0, 2.0, 4.0, 8.0])  # made, entered, then episodes 1-4 end at 1, 2, 4, 8 s
     out = io.StringIO()
@@ -116,7 +116,7 @@ def test_eval_episode_progress_piped_lines_running_success_and_errors():
 
 
 def test_eval_episode_progress_prints_about_20_lines_and_a_bar_on_a_terminal():
-    from agent_rl.progress import EpisodeProgress
+    from agent_rl.run.progress import EpisodeProgress
 
     out = io.StringIO()
     with EpisodeProgress("eval", total=100, stream=out) as p:

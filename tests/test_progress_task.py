@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from agent_rl.progress import PartProgress, TaskProgress, number
+from agent_rl.run.progress import PartProgress, TaskProgress, number
 from tests.test_progress import Tty
 
 
@@ -90,7 +90,7 @@ def test_a_training_run_inside_a_script():
 
 
 def test_every_bench_script_reports_progress():
-    """Each bench script with a command line reports through agent_rl.progress (script_progress)."""
+    """Each bench script with a command line reports through agent_rl.run.progress (script_progress)."""
     bench = Path(__file__).resolve().parents[1] / "bench"
     scripts = [p for p in sorted(bench.glob("*.py")) if '__name__ == "__main__"' in p.read_text()]
     assert len(scripts) >= 10

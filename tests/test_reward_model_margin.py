@@ -26,7 +26,7 @@ import random
 import gymnasium as gym
 
 import envs  # noqa: F401  (registers the envs)
-from agent_rl.reward_model import RewardModelConfig, train_reward_model
+from agent_rl.commands.train_rm import RewardModelConfig, train_reward_model
 from envs.arithmetic.policies import answer_text, tool_call_text, weak_teacher
 
 PAIRS, HELDOUT_FRAC, STEPS, BATCH, LR = 200, 0.2, 30, 8, 1e-3

@@ -8,7 +8,7 @@ import gymnasium as gym
 
 from agent_rl.core.errors import InfraError
 from agent_rl.rollout.groups import short_groups
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
 from envs.spaces import AnyText, Messages
 from tests.test_trainer import trainer
 

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from agent_rl.tracking import Tracker  # imports no tracker, and not torch
+from agent_rl.run.tracking import Tracker  # imports no tracker, and not torch
 from tests.conftest import ROOT, cli_env
 
 
@@ -41,7 +41,7 @@ def _log_run(run_dir: Path, loggers: list[str], **tracking: str) -> None:
     The config is a plain namespace here: the subprocess then never imports torch."""
     from types import SimpleNamespace
 
-    from agent_rl.tracking import Tracker
+    from agent_rl.run.tracking import Tracker
 
     (run_dir / "trajectories").mkdir(parents=True)
     for step in (1, 2):

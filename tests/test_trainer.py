@@ -8,7 +8,7 @@ from agent_rl.config import load_config
 from agent_rl.learner.logprobs import token_logprobs
 from agent_rl.rollout.batching import make_batch
 from agent_rl.rollout.groups import group_trajectories
-from agent_rl.trainer import Trainer
+from agent_rl.train.trainer import Trainer
 from tests.conftest import ROOT
 
 SMALL = [

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent_rl.core.preference_records import load_records
 from agent_rl.core.seeding import derive_seed
-from agent_rl.types import StopReason, Trajectory, Turn
+from agent_rl.core.types import StopReason, Trajectory, Turn
 
 
 class PreferenceDataConfig(BaseModel):

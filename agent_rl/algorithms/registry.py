@@ -35,7 +35,7 @@ from torch import Tensor
 
 from agent_rl.algorithms.needs import NEEDS
 from agent_rl.core.registry import ComponentConfig, Entry, Registry
-from agent_rl.types import TrajectoryGroup
+from agent_rl.core.types import TrajectoryGroup
 
 __all__ = ["ComponentConfig", "ObjectiveEntry", "Registry"]
 

@@ -4,7 +4,7 @@ Most objectives are pure tensor functions. Some act on the run itself: they play
 with a scripted teacher or a fitted adapter, fork an episode at an exact prefix, have the policy
 write text outside an episode, score rows with another model, or queue tasks for the next round.
 Such a method's state defines ``bind(run: RunAPI, cfg)``; the trainer calls it once at start with
-an object that implements this protocol (``agent_rl/run_services.py::RunServices``) and the entry's
+an object that implements this protocol (``agent_rl/train/run_services.py::RunServices``) and the entry's
 own config. The method sees these operations and the read-only ``RunFacts``, never the trainer,
 its config tree or its attributes, so ``agent_rl.algorithms`` stays below the rollout engine, the
 learner and the env loader at run time as well as in its imports.
@@ -23,7 +23,7 @@ import gymnasium as gym
 import torch
 
 from agent_rl.core.seeding import derive_seed
-from agent_rl.types import EpisodeSpec, PassResult, Trajectory, TrajectoryGroup
+from agent_rl.core.types import EpisodeSpec, PassResult, Trajectory, TrajectoryGroup
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from agent_rl.rollout.episode import EpisodeSpec
-from agent_rl.types import Trajectory
+from agent_rl.core.types import Trajectory
 
 
 @dataclass

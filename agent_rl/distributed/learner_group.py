@@ -51,7 +51,7 @@ class LearnerRank:
 
     def __init__(self, rank: int, world: int, cfg_json: dict, threads: int, learner_kwargs: dict):
         from agent_rl.config import Config
-        from agent_rl.plugins import load_entry_points
+        from agent_rl.core.plugins import load_entry_points
 
         self.rank, self.world = rank, world
         load_entry_points()  # this actor's process: the installed plugins the config may name
@@ -70,7 +70,7 @@ class LearnerRank:
         """Join the process group at rank 0's (address, port) (blocks until every rank has), then
         build the sharded learner."""
         from agent_rl.learner import fsdp
-        from agent_rl.rollout.backends.hf import load_model
+        from agent_rl.models.loading import load_model
 
         master_addr, master_port = rendezvous
         os.environ.update(
@@ -237,7 +237,7 @@ class RayLearnerGroup:
             self._call("load_shards", str(directory))
             self._pull_weights()
             return
-        from agent_rl.rollout.backends.hf import load_model
+        from agent_rl.models.loading import load_model
 
         warnings.warn(f"{directory} was written after a learner rank died: it has the weights, not AdamW's moments, which restart from zero")
         weights = load_model(str(Path(directory) / "model"), self.model_cfg.dtype, "cpu").state_dict()

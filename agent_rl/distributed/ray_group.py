@@ -23,7 +23,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from agent_rl.distributed.weights import cpu_state_dict
 from agent_rl.distributed.worker import RolloutWorker
 from agent_rl.rollout.episode import EpisodeSpec
-from agent_rl.types import Trajectory
+from agent_rl.core.types import Trajectory
 
 
 def connect(rc: Any, cpus_needed: float) -> bool:
@@ -47,8 +47,8 @@ class RolloutActor:
         import torch
 
         from agent_rl.config import Config
-        from agent_rl.plugins import load_entry_points
-        from agent_rl.runtime import Components
+        from agent_rl.core.plugins import load_entry_points
+        from agent_rl.run.runtime import Components
 
         torch.set_num_threads(max(1, threads))
         load_entry_points()  # this actor's process: the installed plugins the config may name
@@ -86,7 +86,7 @@ def _use_node_sandboxes(cfg: Any) -> None:
     if not cfg.distributed.ray.sandbox_pools:
         return
     from agent_rl.distributed.sandbox_pool import BACKEND_NAME, register_backend
-    from agent_rl.envloader import sandbox_kwargs
+    from agent_rl.run.envloader import sandbox_kwargs
 
     if "sandbox_backend" not in sandbox_kwargs(cfg):
         return

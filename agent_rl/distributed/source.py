@@ -25,7 +25,7 @@ from agent_rl.distributed.buffer import (
 from agent_rl.distributed.worker import RolloutWorker
 from agent_rl.rollout.engine import RolloutEngine
 from agent_rl.rollout.episode import EpisodeSpec
-from agent_rl.types import Trajectory
+from agent_rl.core.types import Trajectory
 
 
 class RolloutSource(Protocol):
@@ -126,7 +126,7 @@ class LocalWorkerGroup:
     """One in-process rollout worker on the buffer's event loop, with its own copy of the weights."""
 
     def __init__(self, cfg: Any, components: Any, loop: LoopThread, engine_options: dict[str, Any]):
-        from agent_rl.runtime import make_policy_backend
+        from agent_rl.run.runtime import make_policy_backend
 
         # the sampler's own copy, taken from the unsharded module (under learner ranks the learner's is sharded)
         model = getattr(components.backend, "model", components.model)

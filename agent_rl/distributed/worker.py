@@ -31,7 +31,7 @@ from agent_rl.rollout.backends.base import (
 from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.engine import RolloutEngine
 from agent_rl.rollout.episode import EpisodeSpec
-from agent_rl.types import Trajectory
+from agent_rl.core.types import Trajectory
 
 # event-loop turns a batch waits for other runs' requests that are ready right now
 SETTLE_TURNS = 4

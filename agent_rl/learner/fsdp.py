@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from agent_rl.types import TrainBatch
+from agent_rl.core.types import TrainBatch
 
 
 def rank_and_world() -> tuple[int, int]:

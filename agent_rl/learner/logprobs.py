@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from agent_rl.learner import packing, prefix
-from agent_rl.types import TrainBatch
+from agent_rl.core.types import TrainBatch
 
 
 def _chunk_logprobs(

@@ -40,19 +40,17 @@ from typing import Any
 
 from agent_rl.core.errors import InfraError
 from agent_rl.core.seeding import derive_seed
+from agent_rl.core.types import StopReason, Trajectory
 from agent_rl.proxy.app import ProxyService, create_proxy_app
 from agent_rl.proxy.config import AgentConfig
 from agent_rl.rollout.engine import RolloutEngine, _hash_task
 from agent_rl.rollout.episode import EpisodeSpec
-from agent_rl.types import StopReason, Trajectory
 from tools.formats import detect_format, get_format
 
 
 def load_callable(path: str, key: str) -> Any:
     """``module:function``, or ``path/to/file.py:function`` (a script that is not on ``sys.path``)."""
     import importlib.util
-
-    from agent_rl.envloader import load_function
 
     try:
         file, _, name = path.rpartition(":")
@@ -64,7 +62,7 @@ def load_callable(path: str, key: str) -> Any:
             spec.loader.exec_module(module)
             fn = getattr(module, name)
         else:
-            fn = load_function(path)
+            fn = getattr(importlib.import_module(file), name)
     except (ImportError, AttributeError, ValueError, FileNotFoundError) as e:
         raise ValueError(f"config key '{key}': cannot load '{path}' ({e}); expected module:function") from None
     if not callable(fn):

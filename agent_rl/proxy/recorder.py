@@ -25,7 +25,7 @@ from typing import Any
 
 from agent_rl.proxy.protocol import Message, ProxyError
 from agent_rl.rollout.backends.base import GenerationResult
-from agent_rl.types import Turn
+from agent_rl.core.types import Turn
 from tools.base import ToolCall
 
 KEPT_RESPONSES = 64  # per episode: the responses a later request may name as previous_response_id

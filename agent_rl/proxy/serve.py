@@ -26,7 +26,8 @@ def build_service(
     backend: Any = None,
 ) -> ProxyService:
     """A proxy over ``model_path`` (hf backend unless ``backend`` is given) with one default session."""
-    from agent_rl.rollout.backends.hf import HfBackend, load_model, load_tokenizer
+    from agent_rl.rollout.backends.hf import HfBackend
+    from agent_rl.models.loading import load_model, load_tokenizer
     from agent_rl.rollout.render import ChatRenderer
     from tools.formats import detect_format, get_format
 

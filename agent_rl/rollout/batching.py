@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from agent_rl.types import TrainBatch, Trajectory, TrajectoryGroup, Turn
+from agent_rl.core.types import TrainBatch, Trajectory, TrajectoryGroup, Turn
 
 LAYOUTS = ("concat", "per_turn")
 

@@ -58,7 +58,7 @@ from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.episode import Episode, EpisodeSpec, env_options
 from agent_rl.rollout.render import ChatRenderer
 from agent_rl.rollout.scheduler import GenerationScheduler
-from agent_rl.types import StopReason, Trajectory, Turn
+from agent_rl.core.types import StopReason, Trajectory, Turn
 from tools.formats import ToolFormat, get_format
 
 log = logging.getLogger(__name__)

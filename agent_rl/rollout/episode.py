@@ -15,7 +15,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from agent_rl.types import EpisodeSpec, StopReason, Trajectory, Turn
+from agent_rl.core.types import EpisodeSpec, StopReason, Trajectory, Turn
 
 # Option keys the engine reads and never passes to ``env.reset`` (every env works without change):
 # ``extra_messages``: messages appended after the env's first observation (a retry's failed attempt,

@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 import torch
 
-from agent_rl.types import Trajectory, TrajectoryGroup
+from agent_rl.core.types import Trajectory, TrajectoryGroup
 
 
 def group_trajectories(trajectories: list[Trajectory]) -> list[TrajectoryGroup]:

@@ -13,7 +13,7 @@ import torch
 from agent_rl.algorithms import CREDITS
 from agent_rl.algorithms.registry import AdvantageInputs, AdvantageOutput
 from agent_rl.rollout.batching import make_batch
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup, Turn
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup, Turn
 
 
 def traj(

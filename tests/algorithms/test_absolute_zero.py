@@ -20,8 +20,8 @@ from agent_rl.algorithms.filters.self_play import (
 )
 from agent_rl.algorithms.filters.self_play import absolute_zero as az_filter
 from agent_rl.algorithms.registry import AdvantageInputs
-from agent_rl.task_queue import TaskQueue
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.train.task_queue import TaskQueue
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
 
 
 def row(name: str, reward: float, role: str | None = None, kind: str = "deduction", **info) -> Trajectory:

@@ -17,8 +17,8 @@ from agent_rl.algorithms.filters.self_play import (
     issue,
 )
 from agent_rl.algorithms.filters.self_play import absolute_zero as az_filter
-from agent_rl.task_queue import TaskQueue
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.train.task_queue import TaskQueue
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
 
 AZ = ["env.id=agent_rl/CodeReason-v0", "env.options={}", "sandbox.backend=bwrap", "algorithm.advantage.name=absolute_zero",
       "algorithm.filters=[{name: absolute_zero, n_solve: 4, references: 1}]", "rollout.max_total_tokens=4096",

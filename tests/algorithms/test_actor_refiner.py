@@ -11,7 +11,7 @@ from agent_rl.algorithms.filters.actor_refiner import (
     refine,
     run_refiner,
 )
-from agent_rl.types import StopReason, Trajectory, Turn
+from agent_rl.core.types import StopReason, Trajectory, Turn
 
 R2 = ["env.id=agent_rl/SearchQA-R2-v0", "env.options={max_turns: 2}", "trainer.prompts_per_step=1", "rollout.max_total_tokens=1024"]
 

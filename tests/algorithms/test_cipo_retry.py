@@ -12,8 +12,8 @@ from agent_rl.algorithms.filters.retry import (
     pick_attempts,
 )
 from agent_rl.rollout.episode import env_options
-from agent_rl.task_queue import TaskQueue
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.train.task_queue import TaskQueue
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
 
 
 def traj(name: str, reward: float | None, options: dict | None = None) -> Trajectory:
@@ -93,7 +93,7 @@ def test_a_one_step_run_rolls_the_corrections_in_its_refill_round(tmp_path, tiny
 
 def test_queued_groups_go_first_and_survive_a_checkpoint():
     from agent_rl.rollout.episode import EpisodeSpec
-    from agent_rl.task_sampler import TaskSampler
+    from agent_rl.train.task_sampler import TaskSampler
 
     sampler = TaskSampler(0, 0, [])
     sampler.queue.put([EpisodeSpec(7, "old", {"origin": {"method": "cipo_retry"}}), EpisodeSpec(7, "old", {})])

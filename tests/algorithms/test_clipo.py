@@ -132,8 +132,8 @@ def test_config_names_the_base_and_composes_its_needs():
 def test_pooled_hidden_states_average_the_states_that_predict_generated_tokens(
     tiny_model_dir,
 ):
-    from agent_rl.rollout.backends.hf import load_model
-    from agent_rl.types import TrainBatch
+    from agent_rl.models.loading import load_model
+    from agent_rl.core.types import TrainBatch
 
     model = load_model(tiny_model_dir, "float32", "cpu")
     ids = torch.tensor([[5, 6, 7, 8, 0], [5, 9, 10, 0, 0]])

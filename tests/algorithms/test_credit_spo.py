@@ -18,7 +18,7 @@ from agent_rl.algorithms.credit.spo import (
     spo_sampling_weights,
     token_measure_normalize,
 )
-from agent_rl.task_sampler import TaskSampler
+from agent_rl.train.task_sampler import TaskSampler
 
 RHO = 0.875
 

@@ -19,9 +19,9 @@ from agent_rl.algorithms.filters.e_grm import (
     extract_answer,
     parse_verdict,
 )
-from agent_rl.reward_model import egrm_loss
+from agent_rl.commands.train_rm import egrm_loss
 from agent_rl.rollout.text_pass import PassResult
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
 from run_helpers import bound
 
 

@@ -11,7 +11,7 @@ from agent_rl.algorithms import FILTERS
 from agent_rl.algorithms.filters.length import interruption_engine_options
 from agent_rl.algorithms.filters.sampling import replay_correction
 from agent_rl.algorithms.filters.task_stats import curriculum_weights, prioritized_weights
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
 
 
 def traj(reward: float | None, generated: int = 2, stop: StopReason = StopReason.DONE, task: str = "t", **info) -> Trajectory:

@@ -20,7 +20,7 @@ from agent_rl.algorithms.filters.genac import GenacState, icc_examples
 from agent_rl.algorithms.registry import AdvantageInputs
 from agent_rl.rollout.batching import make_batch
 from agent_rl.rollout.text_pass import PassResult
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup, Turn
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup, Turn
 from run_helpers import bound
 
 

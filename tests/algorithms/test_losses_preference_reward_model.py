@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from agent_rl.cli import main
-from agent_rl.reward_model import pair_accuracy, sequence_rewards
+from agent_rl.commands.train_rm import pair_accuracy
+from agent_rl.train.scorers import sequence_rewards
 
 
 def test_pair_accuracy_counts_ties_as_half():

@@ -11,7 +11,7 @@ import torch
 
 from agent_rl.algorithms.filters.lspo import LspoConfig, LspoState, is_cliff, lspo_loss_options, splice
 from agent_rl.algorithms.losses.common import LossOptions, rollout_is_weights
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
 
 
 def traj(name: str, reward: float | None, gid: str = "g") -> Trajectory:

@@ -18,7 +18,7 @@ from agent_rl.algorithms.filters.memreward import (
     split_response,
 )
 from agent_rl.algorithms.filters.memreward_graph import GATv2, HeteroLayer, build_graph
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
 
 
 def test_labels_are_hidden_by_the_task_hash():

@@ -12,7 +12,7 @@ from losses_helpers import assert_close
 from agent_rl.algorithms.advantages.multi_reward import GrpoProcessConfig, SaMrpoConfig, grpo_process, sa_mrpo
 from agent_rl.algorithms.needs import NEEDS, NeedContext
 from agent_rl.algorithms.registry import AdvantageInputs
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup, Turn
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup, Turn
 
 
 def episode(step_rewards: list[float], components: dict | None = None) -> Trajectory:

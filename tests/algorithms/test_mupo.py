@@ -11,7 +11,7 @@ from agent_rl.algorithms import ADVANTAGES
 from agent_rl.algorithms.advantages.mupo import MupoConfig, bag_of_tokens, mupo, partition
 from agent_rl.algorithms.needs import NEEDS, NeedContext
 from agent_rl.algorithms.registry import AdvantageInputs
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup, Turn
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup, Turn
 from tests.test_trainer import trainer  # the quickstart config with a small budget
 
 

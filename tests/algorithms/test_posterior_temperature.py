@@ -11,7 +11,7 @@ from agent_rl.algorithms.filters.temperature import (
     posterior_temperature,
     task_temperature,
 )
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
 
 
 def group(task_id: str, rewards: list[float]) -> TrajectoryGroup:

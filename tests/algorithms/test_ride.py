@@ -63,7 +63,7 @@ def test_shapes_must_match_and_one_teacher_only():
 
 def test_layer_states_are_the_models_hidden_states(tiny_model_dir):
     from agent_rl.learner import hidden
-    from agent_rl.rollout.backends.hf import load_model
+    from agent_rl.models.loading import load_model
 
     model = load_model(str(tiny_model_dir))
     ids = torch.tensor([[5, 6, 7, 8], [9, 10, 0, 0]])
@@ -83,7 +83,7 @@ def test_layer_states_are_the_models_hidden_states(tiny_model_dir):
 
 def test_agent_rl_train_with_ride(tmp_path, tiny_model_dir):
     from agent_rl.cli import main
-    from agent_rl.rollout.backends.hf import load_model, load_tokenizer
+    from agent_rl.models.loading import load_model, load_tokenizer
     from tests.conftest import ROOT
     from tests.test_trainer import SMALL
 

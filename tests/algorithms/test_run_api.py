@@ -10,7 +10,7 @@ from typing import Any
 import agent_rl.algorithms as algorithms
 from agent_rl.algorithms.registry import ALL_REGISTRIES, FILTERS, ComponentConfig, FilterResult
 from agent_rl.algorithms.run_api import RunAPI
-from agent_rl.types import EpisodeSpec, TrajectoryGroup
+from agent_rl.core.types import EpisodeSpec, TrajectoryGroup
 
 ALGORITHMS = Path(algorithms.__file__).parent
 
@@ -57,7 +57,7 @@ def replay_once(groups: list[TrajectoryGroup], state: ReplayState, cfg: ReplayCo
 
 def test_a_method_written_against_the_protocol_runs_through_trainer_step(tmp_path, tiny_model_dir):
     from tests.test_trainer import trainer
-    from agent_rl.trainer import Trainer
+    from agent_rl.train.trainer import Trainer
 
     with FILTERS.registered("test_replay", replay_once, config=ReplayConfig, state=ReplayState):
         t = trainer(
@@ -103,7 +103,7 @@ def test_no_objective_code_receives_stores_or_annotates_the_trainer():
                 offenders.append(f"{path.name}:{node.lineno} trainer.{node.attr}")
             elif isinstance(node, ast.Name) and node.id in ("Trainer", "RunServices"):
                 offenders.append(f"{path.name}:{node.lineno} {node.id}")
-            elif isinstance(node, ast.ImportFrom) and node.module in ("agent_rl.trainer", "agent_rl.run_services"):
+            elif isinstance(node, ast.ImportFrom) and node.module in ("agent_rl.train.trainer", "agent_rl.train.run_services"):
                 offenders.append(f"{path.name}:{node.lineno} imports {node.module}")
             elif isinstance(node, ast.FunctionDef) and node.name == "bind_run":
                 offenders.append(f"{path.name}:{node.lineno} bind_run")

@@ -14,8 +14,8 @@ from agent_rl.algorithms.advantages.subproblems import scrl as scrl_advantage
 from agent_rl.algorithms.filters.subproblems import ScrlFilterConfig, ScrlState, pick_subproblems, scored
 from agent_rl.algorithms.filters.subproblems import scrl as scrl_filter
 from agent_rl.algorithms.registry import AdvantageInputs
-from agent_rl.task_queue import TaskQueue
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.train.task_queue import TaskQueue
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
 from envs.arithmetic.env import ArithmeticEnv
 
 

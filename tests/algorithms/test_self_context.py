@@ -22,7 +22,7 @@ from agent_rl.algorithms.filters.self_context import (
 from agent_rl.algorithms.needs import NEEDS
 from agent_rl.algorithms.registry import AdvantageInputs
 from agent_rl.rollout.text_pass import PassResult, verdict_probability
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
 from run_helpers import bound as with_facts
 
 PROMPT = [{"role": "user", "content": "What is 2 + 3?"}]

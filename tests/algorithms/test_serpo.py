@@ -18,7 +18,7 @@ from agent_rl.algorithms.filters.rubrics import (
 )
 from agent_rl.algorithms.filters.test_time import PENDING_CONTEXT
 from agent_rl.rollout.text_pass import PassResult, verdict_probability
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
 from run_helpers import bound
 
 # the fake judge's P(yes) for (response, criterion)

@@ -11,8 +11,8 @@ from agent_rl.distributed.weights import cpu_state_dict
 from agent_rl.distributed.worker import RolloutWorker
 from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.episode import EpisodeSpec
-from agent_rl.trainer import Trainer
-from agent_rl.types import StopReason, Trajectory, Turn
+from agent_rl.train.trainer import Trainer
+from agent_rl.core.types import StopReason, Trajectory, Turn
 from tests.distributed.conftest import small_config
 from tests.distributed.helpers import record_rollouts
 
@@ -76,7 +76,7 @@ def test_producing_further_ahead_than_the_bound_drops_or_requeues(tmp_path, tiny
 def test_weights_swap_at_turn_boundaries(tiny_model_dir, partial):
     """New weights arrive while the episodes wait on their first tool call (1.5 s)."""
     from agent_rl.config import load_config
-    from agent_rl.runtime import Components
+    from agent_rl.run.runtime import Components
 
     cfg = load_config(
         None,

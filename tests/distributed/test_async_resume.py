@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from agent_rl.learner import checkpoint as ckpt
-from agent_rl.trainer import Trainer
+from agent_rl.train.trainer import Trainer
 from tests.conftest import ROOT, cli_env
 from tests.distributed.conftest import small_config
 from tests.distributed.helpers import record_rollouts

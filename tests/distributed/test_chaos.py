@@ -176,10 +176,10 @@ def test_chaos_training_run(ray_cluster, tmp_path, tiny_model_dir, monkeypatch):
 
 
 def _chaos_run(tmp_path, tiny_model_dir, monkeypatch, server, daemon, fault_dir) -> None:
-    from agent_rl import trainer as trainer_module
+    from agent_rl.train import trainer as trainer_module
     from agent_rl.config import load_config
-    from agent_rl.trainer import Trainer
-    from agent_rl.types import StopReason
+    from agent_rl.train.trainer import Trainer
+    from agent_rl.core.types import StopReason
 
     cfg = load_config(
         ROOT / "configs" / "quickstart.yaml",

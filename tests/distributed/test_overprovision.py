@@ -9,8 +9,8 @@ import pytest
 
 from agent_rl.distributed.buffer import AsyncRolloutSource, LoopThread, Plan, staleness
 from agent_rl.rollout.episode import EpisodeSpec
-from agent_rl.trainer import Trainer
-from agent_rl.types import StopReason, Trajectory, Turn
+from agent_rl.train.trainer import Trainer
+from agent_rl.core.types import StopReason, Trajectory, Turn
 from tests.distributed.conftest import small_config
 from tests.distributed.helpers import record_rollouts
 from tests.distributed.test_async import LATENCY_ENV

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from agent_rl.trainer import Trainer
+from agent_rl.train.trainer import Trainer
 from tests.distributed.conftest import small_config
 from tests.distributed.helpers import record_rollouts
 
@@ -88,7 +88,7 @@ def test_killed_worker_is_replaced_and_nothing_is_lost(ray_cluster, tmp_path, ti
 def test_two_rank_learner_group_over_ray_equals_one_process(ray_cluster, tmp_path, tiny_model_dir):
     from agent_rl.config import load_config
     from agent_rl.distributed import make_learner
-    from agent_rl.rollout.backends.hf import load_model
+    from agent_rl.models.loading import load_model
     from tests.learner.helpers import parts, step_batch
     from tests.learner.test_learner import one_step, update_rel_diff
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from agent_rl.trainer import train as run_training
+from agent_rl.train.trainer import train as run_training
 from tests.distributed.conftest import small_config
 
 pytestmark = pytest.mark.distributed
@@ -75,7 +75,7 @@ def test_resumed_ray_learner_group_continues_with_the_same_moments(ray_group_run
     import ray
 
     from agent_rl.distributed.learner_group import LearnerGroupError
-    from agent_rl.trainer import Trainer
+    from agent_rl.train.trainer import Trainer
 
     run_dir = shutil.copytree(ray_group_run, tmp_path / "resumed")
     # what run_training(cfg, resume) runs, step by step (trainer.steps=4 leaves a step for the fault below)

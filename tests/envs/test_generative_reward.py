@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from agent_rl.rollout.backends.hf import load_tokenizer
+from agent_rl.models.loading import load_tokenizer
 from agent_rl.rollout.render import ChatRenderer
 from envs.judge import pointwise_prompt
 from envs.reward_model import (

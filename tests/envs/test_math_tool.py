@@ -170,7 +170,7 @@ def test_sandbox_failure_is_an_infra_error_not_a_zero():
 
 
 def test_tokenizer_corpus_is_opt_in():
-    from agent_rl.tiny import env_corpus
+    from agent_rl.run.envloader import env_corpus
 
     assert env_corpus("agent_rl/Arithmetic-v0") is None  # the default tokenizer stays Arithmetic's
     conversations = list(env_corpus("agent_rl/MathTool-v0")(4, random.Random(0)))

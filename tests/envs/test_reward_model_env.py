@@ -11,11 +11,11 @@ import torch
 
 from agent_rl.algorithms.preference_data import record_trajectories
 from agent_rl.learner.critic import load_value_model
-from agent_rl.reward_model import sequence_rewards
-from agent_rl.rollout.backends.hf import load_tokenizer
+from agent_rl.train.scorers import sequence_rewards
+from agent_rl.models.loading import load_tokenizer
 from agent_rl.rollout.batching import make_batch
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.types import TrajectoryGroup
+from agent_rl.core.types import TrajectoryGroup
 from envs.arithmetic.policies import answer_text, tool_call_text
 from envs.reward_model import RewardModelEnv, RewardModelScorer, register_reward_model
 

@@ -20,7 +20,7 @@ from fuzz_helpers import MARKERS, adversarial_text, fuzz_settings
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from agent_rl.envloader import env_class, listed_env_ids
+from agent_rl.run.envloader import env_class, listed_env_ids
 from sandbox.registry import available_backends
 
 BWRAP = available_backends()["bwrap"][0] and not os.environ.get("FUZZ_NO_BWRAP")  # set: try the fallback

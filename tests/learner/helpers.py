@@ -13,7 +13,7 @@ import torch
 from agent_rl.algorithms import AGGREGATIONS, KLS, POLICY_LOSSES
 from agent_rl.config import LearnerConfig
 from agent_rl.algorithms.plan import ObjectiveParts
-from agent_rl.types import TrainBatch
+from agent_rl.core.types import TrainBatch
 
 
 def step_batch(vocab: int, B: int = 6, T: int = 12, seed: int = 0) -> tuple[TrainBatch, torch.Tensor]:

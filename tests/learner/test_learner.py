@@ -9,7 +9,7 @@ import torch
 
 from agent_rl.learner import fsdp
 from agent_rl.learner.learner import Learner, lr_lambda
-from agent_rl.rollout.backends.hf import load_model
+from agent_rl.models.loading import load_model
 from tests.learner.helpers import learner_cfg, parts, run_ranks, step_batch
 
 

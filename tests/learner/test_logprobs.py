@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from agent_rl.learner.logprobs import direct_token_logprobs, token_logprobs
-from agent_rl.rollout.backends.hf import load_model
-from agent_rl.types import TrainBatch
+from agent_rl.models.loading import load_model
+from agent_rl.core.types import TrainBatch
 
 
 def random_batch(vocab: int, B: int = 3, T: int = 11, seed: int = 0) -> TrainBatch:

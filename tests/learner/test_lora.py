@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from agent_rl.config import LoraConfig
-from agent_rl.learner import fsdp, lora
+from agent_rl.learner import fsdp
+from agent_rl.models import lora
 from agent_rl.learner.learner import Learner
 from agent_rl.learner.logprobs import direct_token_logprobs
-from agent_rl.rollout.backends.hf import load_model
+from agent_rl.models.loading import load_model
 from tests.learner.helpers import learner_cfg, parts, run_ranks, step_batch
 
 LORA = LoraConfig(rank=4, alpha=8.0, target_modules=["q_proj", "v_proj", "down_proj"])
@@ -93,13 +94,13 @@ def test_unknown_target_module_lists_the_models_modules(tiny_model_dir):
 )
 def test_lora_with_a_backend_without_adapters_fails_before_loading(backend, message, monkeypatch):
     from agent_rl.config import Config
-    from agent_rl.trainer import Trainer
+    from agent_rl.train.trainer import Trainer
 
     def no_loading(*a, **k):
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr("agent_rl.trainer.load_model", no_loading)
-    monkeypatch.setattr("agent_rl.runtime.load_model", no_loading)
+    monkeypatch.setattr("agent_rl.train.trainer.load_model", no_loading)
+    monkeypatch.setattr("agent_rl.run.runtime.load_model", no_loading)
     cfg = Config.model_validate({"learner": {"lora": {}}, "rollout": {"backend": backend}, "model": {"path": "/nonexistent"}})
     with pytest.raises(ValueError, match=message):
         Trainer(cfg)

@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from agent_rl.config import LoraConfig, load_config
-from agent_rl.learner import lora
+from agent_rl.models import lora
 from agent_rl.rollout.backends.base import GenerationRequest
-from agent_rl.rollout.backends.hf import HfBackend, load_model
+from agent_rl.rollout.backends.hf import HfBackend
+from agent_rl.models.loading import load_model
 from tests.conftest import ROOT
 
 LORA = LoraConfig(rank=4, alpha=8.0, target_modules=["q_proj", "v_proj"])
@@ -80,7 +81,7 @@ def test_a_sampler_that_kept_its_old_adapter_is_caught_at_the_first_step(tiny_mo
     """agent-rl serve loads the initial adapter and then silently ignores every later push (keeping
     the version): the samples of step 1 say version 1 but carry version 0's adapter hash."""
     from agent_rl.rollout.backends.server import build_state, create_app, serve_in_thread
-    from agent_rl.trainer import Trainer
+    from agent_rl.train.trainer import Trainer
 
     real, loads = lora.set_adapter_weights, []
 
@@ -105,7 +106,7 @@ def test_a_sampler_that_kept_its_old_adapter_is_caught_at_the_first_step(tiny_mo
 
 
 def test_a_lora_run_resumes_exactly(tiny_model_dir, tmp_path):
-    from agent_rl.trainer import Trainer
+    from agent_rl.train.trainer import Trainer
 
     ref, resumed = tmp_path / "ref", tmp_path / "resumed"
     Trainer(lora_cfg(tiny_model_dir, ref, "trainer.steps=3"), log=lambda *a: None).train()
@@ -128,7 +129,7 @@ def test_export_adapter_and_merged_model_generate_the_policys_greedy_tokens(tiny
     from transformers import AutoModelForCausalLM
 
     from agent_rl.cli import main
-    from agent_rl.trainer import Trainer
+    from agent_rl.train.trainer import Trainer
 
     run = tmp_path / "run"
     trainer = Trainer(lora_cfg(tiny_model_dir, run, "trainer.steps=2", "learner.lr=0.2"), log=lambda *a: None)

@@ -13,9 +13,10 @@ import pytest
 import torch
 
 from agent_rl.config import LoraConfig, load_config
-from agent_rl.learner import lora
+from agent_rl.models import lora
 from agent_rl.rollout.backends import BACKENDS, GenerationRequest
-from agent_rl.rollout.backends.hf import HfBackend, load_model
+from agent_rl.rollout.backends.hf import HfBackend
+from agent_rl.models.loading import load_model
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -16,7 +16,7 @@ from agent_rl.learner import packing, varlen
 from agent_rl.learner.critic import Critic, load_value_model
 from agent_rl.learner.learner import Learner
 from agent_rl.learner.logprobs import token_logprobs
-from agent_rl.rollout.backends.hf import load_model
+from agent_rl.models.loading import load_model
 from tests.learner.helpers import learner_cfg, parts, run_ranks, step_batch
 from tests.learner.test_learner import rel_diff
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from agent_rl.learner import prefix
 from agent_rl.learner.logprobs import token_logprobs
-from agent_rl.rollout.backends.hf import load_model
+from agent_rl.models.loading import load_model
 from tests.learner.helpers import step_batch
 from tests.learner.test_learner import rel_diff
 from tests.learner.test_packing import assert_same_update, critic_step, update

@@ -11,7 +11,7 @@ from agent_rl.learner.teacher import (
     compute_teacher_logprobs,
     splice_teacher_context,
 )
-from agent_rl.rollout.backends.hf import load_model
+from agent_rl.models.loading import load_model
 
 
 def teacher_rows(vocab: int):

@@ -49,7 +49,8 @@ def running_proxy(model_dir, backend, api_key=None, **kwargs):
 
 @pytest.fixture(scope="module")
 def hf_proxy(tiny_model_dir):
-    from agent_rl.rollout.backends.hf import HfBackend, load_model, load_tokenizer
+    from agent_rl.rollout.backends.hf import HfBackend
+    from agent_rl.models.loading import load_model, load_tokenizer
 
     tok = load_tokenizer(str(tiny_model_dir))
     rec = Recording(HfBackend(load_model(str(tiny_model_dir), "float32", "cpu"), tok.pad_token_id, 64))
@@ -72,7 +73,7 @@ EXAMPLE = "examples/arithmetic_agent.py:solve"
 def engine(tokenizer, backend, program=EXAMPLE, **agent):
     """A ``ProgramEngine`` playing Arithmetic-v0 (difficulty 2) with ``program`` over ``backend``."""
     from agent_rl.config import EnvConfig
-    from agent_rl.envloader import env_factory
+    from agent_rl.run.envloader import env_factory
     from agent_rl.proxy.config import AgentConfig
     from agent_rl.proxy.programs import ProgramEngine
     from agent_rl.rollout.config import RolloutConfig

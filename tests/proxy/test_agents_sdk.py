@@ -5,7 +5,7 @@ its client points at the proxy on loopback."""
 
 from __future__ import annotations
 
-from agent_rl.types import StopReason
+from agent_rl.core.types import StopReason
 from tests.proxy.conftest import Recording, assert_exact, engine, specs
 
 SDK_AGENT = "examples/agents_sdk_agent.py:solve"
@@ -27,7 +27,8 @@ def test_sdk_agent_with_the_oracle_is_one_exact_segment_per_episode(tiny_tokeniz
 
 
 def test_sdk_agent_on_the_tiny_model_is_token_exact(tiny_model_dir, tiny_tokenizer):
-    from agent_rl.rollout.backends.hf import HfBackend, load_model
+    from agent_rl.rollout.backends.hf import HfBackend
+    from agent_rl.models.loading import load_model
 
     backend = Recording(HfBackend(load_model(str(tiny_model_dir), "float32", "cpu"), tiny_tokenizer.pad_token_id, 64))
     out = engine(tiny_tokenizer, backend, SDK_AGENT).run_sync(specs(4), seed=0)
@@ -41,7 +42,8 @@ def test_sdk_agent_samples_what_the_plain_client_agent_samples(tiny_model_dir, t
     """Same tasks, same seeds: the SDK's Responses calls and the plain client's chat calls render the
     same prompts (the tiny template shows a tool's name, parameters and description), so the
     trajectories are the same ids."""
-    from agent_rl.rollout.backends.hf import HfBackend, load_model
+    from agent_rl.rollout.backends.hf import HfBackend
+    from agent_rl.models.loading import load_model
 
     model = load_model(str(tiny_model_dir), "float32", "cpu")
     runs = [engine(tiny_tokenizer, HfBackend(model, tiny_tokenizer.pad_token_id, 64), program).run_sync(specs(4), seed=5)

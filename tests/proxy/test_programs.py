@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from agent_rl.types import StopReason
+from agent_rl.core.types import StopReason
 from tests.proxy.conftest import Recording, assert_exact, engine, specs
 
 def test_example_agent_with_the_oracle_is_one_exact_segment_per_episode(tiny_tokenizer):
@@ -26,7 +26,8 @@ def test_example_agent_with_the_oracle_is_one_exact_segment_per_episode(tiny_tok
 
 
 def test_example_agent_on_the_tiny_model_is_token_exact(tiny_model_dir, tiny_tokenizer):
-    from agent_rl.rollout.backends.hf import HfBackend, load_model
+    from agent_rl.rollout.backends.hf import HfBackend
+    from agent_rl.models.loading import load_model
 
     backend = Recording(HfBackend(load_model(str(tiny_model_dir), "float32", "cpu"), tiny_tokenizer.pad_token_id, 64))
     out = engine(tiny_tokenizer, backend).run_sync(specs(4), seed=0)

@@ -13,7 +13,7 @@ from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.engine import RolloutEngine
 from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.types import StopReason
+from agent_rl.core.types import StopReason
 
 EVENTS: list[str] = []
 

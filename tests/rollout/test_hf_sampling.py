@@ -7,7 +7,8 @@ import asyncio
 import torch
 
 from agent_rl.rollout.backends.base import GenerationRequest
-from agent_rl.rollout.backends.hf import HfBackend, load_model, sample_from_logits
+from agent_rl.rollout.backends.hf import HfBackend, sample_from_logits
+from agent_rl.models.loading import load_model
 
 
 def test_same_request_and_seed_same_tokens_in_any_batch(tiny_model_dir, tiny_tokenizer):

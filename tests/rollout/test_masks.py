@@ -11,7 +11,7 @@ from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.engine import RolloutEngine
 from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.types import StopReason, TrajectoryGroup
+from agent_rl.core.types import StopReason, TrajectoryGroup
 
 # the prompt of task 5 and the observation after each non-final turn, token by token
 PROMPT = ["<|im_start|>", "user", "\n", "5", "<|im_end|>", "\n", "<|im_start|>", "assistant", "\n"]

@@ -10,14 +10,15 @@ import torch
 
 import envs  # noqa: F401  (registration)
 from agent_rl.learner.logprobs import token_logprobs
-from agent_rl.rollout.backends.hf import HfBackend, load_model
+from agent_rl.rollout.backends.hf import HfBackend
+from agent_rl.models.loading import load_model
 from agent_rl.rollout.backends.scripted import ScriptedBackend
 from agent_rl.rollout.batching import make_batch
 from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.engine import RolloutEngine
 from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.types import StopReason, TrajectoryGroup
+from agent_rl.core.types import StopReason, TrajectoryGroup
 
 TASK = {"task": {"expression": "37*91-12"}}
 CALL = '<tool_call>\n{"name": "python", "arguments": {"code": "print(37*91-12)"}}\n</tool_call>'

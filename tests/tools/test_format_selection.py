@@ -17,7 +17,7 @@ from transformers import PreTrainedTokenizerFast
 
 import envs  # noqa: F401 - registers the built-in ids
 from agent_rl.config import load_config
-from agent_rl.envloader import bind_tool_format, tool_format
+from agent_rl.run.envloader import bind_tool_format, tool_format
 from tests.conftest import ROOT, cli_env
 from tools.base import ToolCall
 from tools.formats import FORMATS, detect_format
@@ -89,7 +89,7 @@ def test_precedence(tiny_tokenizer):
 
 
 def test_components_make_envs_in_the_run_format(tiny_model_dir):
-    from agent_rl.runtime import Components
+    from agent_rl.run.runtime import Components
 
     for fmt in ("auto", "llama3_json"):
         cfg = load_config(QUICK, [f"model.path={tiny_model_dir}", f"rollout.tool_format={fmt}", "sandbox.backend=process",
@@ -123,7 +123,7 @@ def test_cli_error_is_one_line(tmp_path, tiny_model_dir):
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_scripted_eval_in_every_format(fmt, tmp_path, tiny_model_dir):
     """``agent-rl eval`` with the oracle: the env and the teacher both speak ``rollout.tool_format``."""
-    from agent_rl.eval import run_eval
+    from agent_rl.commands.eval import run_eval
 
     cfg = load_config(QUICK, [f"model.path={tiny_model_dir}", f"rollout.tool_format={fmt}", "sandbox.backend=process",
                               "eval.policy=envs.arithmetic.policies:oracle", "eval.episodes=3", "rollout.max_new_tokens=200",

@@ -19,8 +19,8 @@ import torch
 
 from agent_rl.config import load_config
 from agent_rl.rollout.groups import advantages_by_episode
-from agent_rl.trainer import Trainer
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup, Turn
+from agent_rl.train.trainer import Trainer
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup, Turn
 from tests.conftest import ROOT, cli_env
 
 GREEN, GREY = (183, 228, 176), (232, 232, 232)  # policy tokens, prompt / observation tokens
@@ -170,7 +170,7 @@ def test_view_renders_masks_advantages_rewards(tmp_path, tiny_model_dir, tiny_to
 
 
 def test_view_selects_steps_and_names_bad_input(tmp_path, tiny_model_dir, tiny_tokenizer):
-    from agent_rl.viewer import write_view
+    from agent_rl.commands.viewer import write_view
 
     trajs = build(tiny_tokenizer)
     bell = tiny_tokenizer.encode("\x07", add_special_tokens=False)

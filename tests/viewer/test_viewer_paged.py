@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from agent_rl.types import StopReason, Trajectory, Turn
-from agent_rl.viewer import write_view
+from agent_rl.core.types import StopReason, Trajectory, Turn
+from agent_rl.commands.viewer import write_view
 from tests.viewer.test_viewer_html import chromium  # noqa: F401  (the fixture)
 
 N = 10_000

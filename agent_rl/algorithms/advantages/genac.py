@@ -34,7 +34,7 @@ from agent_rl.algorithms.registry import (
     record_choice,
     register_advantage,
 )
-from agent_rl.types import Trajectory
+from agent_rl.core.types import Trajectory
 
 ACTOR_KEY = "genac"  # actor row: info[ACTOR_KEY] = {"boundaries": [...], "values": [v | None, ...], "texts": [...]}
 CRITIC_KEY = "genac_critic"  # critic row: info[CRITIC_KEY] = {"actor", "boundary", "value", "return"}

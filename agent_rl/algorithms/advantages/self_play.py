@@ -26,7 +26,7 @@ from agent_rl.algorithms.registry import (
     record_choice,
     register_advantage,
 )
-from agent_rl.types import Trajectory
+from agent_rl.core.types import Trajectory
 
 ROLES = ("propose", "solve")
 TASK_TYPES = ("deduction", "abduction", "induction")

@@ -30,7 +30,7 @@ from agent_rl.algorithms.registry import (
     require,
 )
 from agent_rl.core.seeding import derive_seed
-from agent_rl.types import Trajectory, TrajectoryGroup
+from agent_rl.core.types import Trajectory, TrajectoryGroup
 
 
 class ArpoConfig(ComponentConfig):

@@ -28,7 +28,7 @@ from agent_rl.algorithms.registry import (
     register_credit,
     require,
 )
-from agent_rl.types import Trajectory, TrajectoryGroup
+from agent_rl.core.types import Trajectory, TrajectoryGroup
 
 
 class CbpoConfig(ComponentConfig):

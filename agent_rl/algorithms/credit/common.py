@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from agent_rl.algorithms.registry import AdvantageInputs
-from agent_rl.types import Trajectory, TrajectoryGroup
+from agent_rl.core.types import Trajectory, TrajectoryGroup
 
 
 def batch_rows(groups: list[TrajectoryGroup], x: AdvantageInputs) -> list[tuple[int, Trajectory]]:

@@ -13,7 +13,7 @@ from agent_rl.algorithms.registry import (
     register_credit,
     require,
 )
-from agent_rl.types import Trajectory
+from agent_rl.core.types import Trajectory
 
 SUCCESS, FAILURE = "\x00success", "\x00failure"  # terminal sentinel nodes (never an env key)
 

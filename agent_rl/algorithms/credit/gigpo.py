@@ -19,7 +19,7 @@ from agent_rl.algorithms.registry import (
     register_credit,
     require,
 )
-from agent_rl.types import Trajectory
+from agent_rl.core.types import Trajectory
 
 NormMode = Literal["mean_norm", "mean_std_norm"]
 

@@ -47,7 +47,7 @@ from agent_rl.algorithms.registry import (
     register_policy_loss,
     require,
 )
-from agent_rl.types import Trajectory
+from agent_rl.core.types import Trajectory
 
 
 class MultiscaleConfig(ComponentConfig):

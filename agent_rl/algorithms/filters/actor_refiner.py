@@ -28,7 +28,7 @@ from agent_rl.algorithms.registry import (
     register_filter,
 )
 from agent_rl.algorithms.run_api import RunAPI, unbound
-from agent_rl.types import Trajectory, TrajectoryGroup
+from agent_rl.core.types import Trajectory, TrajectoryGroup
 
 JUDGE_PROMPT = (
     "Here is a finished attempt at this task, step by step:\n{steps}\n\nIs this reasoning coherent, with every search "

@@ -17,7 +17,7 @@ filter rewards each scored row of a group:
     consensus_g <  tau:  reward_i = v(y_i) = 1[judge says good], or s(y_i) when its verdict is malformed
 
 s(y) = sigmoid(r(y)) of a reward model of ``agent-rl train-rm`` (``--loss egrm`` trains the
-paper's hybrid objective, ``agent_rl/reward_model.py``; a Bradley-Terry model works too), read at
+paper's hybrid objective, ``agent_rl/commands/train_rm.py``; a Bradley-Terry model works too), read at
 each row's last policy token of the sampled ids (``TrajectoryScorer``). The judge reasons in a text
 pass (``rollout/text_pass.py``: never trained on): shown the task's prompt and the row's episode,
 it thinks step by step and ends with ``<answer>good</answer>`` or ``<answer>bad</answer>``. The
@@ -47,7 +47,7 @@ from agent_rl.algorithms.registry import (
     register_filter,
 )
 from agent_rl.algorithms.run_api import RunAPI
-from agent_rl.types import Trajectory, TrajectoryGroup
+from agent_rl.core.types import Trajectory, TrajectoryGroup
 
 VERDICT = re.compile(r"<answer>\s*(good|bad)\s*</answer>", re.IGNORECASE)
 

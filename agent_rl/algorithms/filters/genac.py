@@ -45,7 +45,7 @@ from agent_rl.algorithms.registry import (
     register_filter,
 )
 from agent_rl.algorithms.run_api import RunAPI
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup, Turn
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup, Turn
 
 
 class GenacState(TextPassState):

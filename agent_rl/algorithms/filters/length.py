@@ -13,7 +13,7 @@ from pydantic import Field
 
 from agent_rl.algorithms.filters.common import add_to_rewards, with_trajectories
 from agent_rl.algorithms.registry import ComponentConfig, FilterResult, register_filter
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
 
 
 class OverlongFilterConfig(ComponentConfig):

@@ -26,7 +26,7 @@ from agent_rl.algorithms.registry import (
 )
 from agent_rl.algorithms.run_api import AdapterSpec, RunAPI, unbound
 from agent_rl.core.seeding import derive_seed
-from agent_rl.types import EpisodeSpec, Trajectory, TrajectoryGroup
+from agent_rl.core.types import EpisodeSpec, Trajectory, TrajectoryGroup
 
 
 class LspoConfig(ComponentConfig):

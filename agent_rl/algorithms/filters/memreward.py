@@ -48,7 +48,7 @@ from agent_rl.algorithms.registry import (
 )
 from agent_rl.algorithms.run_api import RunAPI
 from agent_rl.core.seeding import derive_seed
-from agent_rl.types import Trajectory, TrajectoryGroup
+from agent_rl.core.types import Trajectory, TrajectoryGroup
 
 NUM_FEATURES = 3
 

@@ -2,7 +2,7 @@
 back as correction tasks (the problem with the attempt in context), a group of their own.
 
 The filter keeps every group and queues the correction groups in the run's task queue
-(``agent_rl/task_queue.py``, through ``trainer.services``); the rollout engine shows the attempt as
+(``agent_rl/train/task_queue.py``, through ``trainer.services``); the rollout engine shows the attempt as
 an extra user message after the env's own prompt (``EpisodeSpec.options["extra_messages"]``), so
 every env works unchanged and scores the corrected answer as usual.
 """
@@ -22,7 +22,7 @@ from agent_rl.algorithms.registry import (
     register_filter,
 )
 from agent_rl.algorithms.run_api import RunAPI, unbound
-from agent_rl.types import EpisodeSpec, Trajectory, TrajectoryGroup
+from agent_rl.core.types import EpisodeSpec, Trajectory, TrajectoryGroup
 
 RETRY_PROMPT = (
     "Here is a previous attempt at this task. It may contain mistakes. Check it step by step, "

@@ -31,7 +31,7 @@ from agent_rl.algorithms.registry import (
     record_choice,
     register_filter,
 )
-from agent_rl.types import Trajectory, TrajectoryGroup
+from agent_rl.core.types import Trajectory, TrajectoryGroup
 
 
 class SerpoState(TextPassState):

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from agent_rl.algorithms.filters.common import is_informative, with_trajectories
 from agent_rl.algorithms.registry import ComponentConfig, FilterResult, register_filter
-from agent_rl.types import Trajectory, TrajectoryGroup
+from agent_rl.core.types import Trajectory, TrajectoryGroup
 
 
 class DynamicSamplingConfig(ComponentConfig):

@@ -26,7 +26,7 @@ from agent_rl.algorithms.registry import (
     register_filter,
 )
 from agent_rl.algorithms.run_api import RunAPI, unbound
-from agent_rl.types import Trajectory, TrajectoryGroup
+from agent_rl.core.types import Trajectory, TrajectoryGroup
 
 
 class TextPassState:

@@ -26,7 +26,7 @@ from agent_rl.algorithms.registry import (
     register_filter,
 )
 from agent_rl.algorithms.run_api import RunAPI, unbound
-from agent_rl.types import EpisodeSpec, Trajectory, TrajectoryGroup
+from agent_rl.core.types import EpisodeSpec, Trajectory, TrajectoryGroup
 
 SCRL_PROMPT = (
     "Solve these sub-problems in order; the last one is the question above.\n{steps}\n"

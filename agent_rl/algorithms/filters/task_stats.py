@@ -13,7 +13,7 @@ from pydantic import Field
 
 from agent_rl.algorithms.filters.common import pass_rate, valid_rewards
 from agent_rl.algorithms.registry import ComponentConfig, FilterResult, register_filter
-from agent_rl.types import TrajectoryGroup
+from agent_rl.core.types import TrajectoryGroup
 
 
 class TaskStats:

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from agent_rl.algorithms.registry import ComponentConfig, FilterResult, record_choice, register_filter
-from agent_rl.types import TrajectoryGroup
+from agent_rl.core.types import TrajectoryGroup
 
 
 class TaskPosterior:

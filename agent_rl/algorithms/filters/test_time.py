@@ -13,7 +13,7 @@ from collections import Counter
 from pydantic import Field
 
 from agent_rl.algorithms.registry import ComponentConfig, FilterResult, record_choice, register_filter
-from agent_rl.types import TrajectoryGroup
+from agent_rl.core.types import TrajectoryGroup
 
 # the teacher context a label-free env gives at reset (envs/rewards.py: PENDING_CONTEXT, the same text)
 PENDING_CONTEXT = "(pseudo-label pending)"

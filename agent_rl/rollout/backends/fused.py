@@ -30,7 +30,7 @@ LENGTH_DEPENDENT_ROPE = ("dynamic", "longrope")  # their tables change with the 
 
 def unsupported(model: Any) -> str | None:
     """Why the fused step cannot compute ``model`` exactly, or None when it can."""
-    from agent_rl.learner import lora
+    from agent_rl.models import lora
 
     model_type = getattr(model.config, "model_type", "?")
     if model_type not in ARCHITECTURES:

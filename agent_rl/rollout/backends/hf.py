@@ -15,33 +15,10 @@ from typing import Any
 import torch
 
 from agent_rl.core.seeding import derive_seed
-from agent_rl.learner import lora
+from agent_rl.models import lora
+from agent_rl.models.loading import load_model, load_tokenizer
 from agent_rl.rollout.backends import fused, kv
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
-
-
-def quiet_transformers() -> None:
-    """No per-file progress bars when loading or saving small checkpoints."""
-    from transformers.utils import logging
-
-    logging.disable_progress_bar()
-
-
-def load_model(path: str, dtype: str = "float32", device: str = "cpu"):
-    from transformers import AutoModelForCausalLM
-
-    quiet_transformers()
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
-    return model.to(device)
-
-
-def load_tokenizer(path: str):
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
 
 
 def sample_from_logits(
@@ -100,7 +77,7 @@ class HfBackend:
             raise ValueError(f"rollout.backend.fused_decode: cannot fuse the decode step of {reason}; set rollout.backend.fused_decode=false")
         self.fused_decode = fused_decode  # fused.py: the decode step from the weights, its cache preallocated
         self.policy_version = 0
-        # learner.lora: the adapter it samples with, hashed from its own module (agent_rl/learner/lora.py)
+        # learner.lora: the adapter it samples with, hashed from its own module (agent_rl/models/lora.py)
         self.adapter = lora.held_adapter(model, 0) if lora.is_lora(model) else None
         self._executor: ThreadPoolExecutor | None = None
 

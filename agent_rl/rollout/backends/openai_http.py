@@ -43,7 +43,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from agent_rl.core.errors import InfraError
-from agent_rl.learner import lora
+from agent_rl.models import lora
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 
 log = logging.getLogger(__name__)

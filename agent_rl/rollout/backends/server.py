@@ -12,7 +12,7 @@ logprobs, ``return_token_ids``, ``return_tokens_as_token_ids``, ``skip_special_t
   a ``torch.save``-d state dict on disk;
 - ``GET /v1/policy_version``; every completion also reports the ``policy_version`` that sampled it;
 - ``learner.lora``: a safetensors body of adapter tensors whose header holds the LoRA config
-  (``agent_rl/learner/lora.py``) wraps the model with that adapter once and swaps it in place
+  (``agent_rl/models/lora.py``) wraps the model with that adapter once and swaps it in place
   from then on; every completion then reports ``adapter`` (name, version, sha256 of the adapter
   tensors read back from the model).
 
@@ -48,7 +48,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_rl.learner import lora
+from agent_rl.models import lora
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 from agent_rl.rollout.backends.openai_http import is_loopback
 
@@ -435,7 +435,8 @@ def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
 def build_state(
     model_path: str, dtype: str = "float32", device: str = "cpu", served_name: str | None = None, **batching: Any
 ) -> ServerState:
-    from agent_rl.rollout.backends.hf import HfBackend, load_model, load_tokenizer
+    from agent_rl.rollout.backends.hf import HfBackend
+    from agent_rl.models.loading import load_model, load_tokenizer
 
     tokenizer = load_tokenizer(model_path)
     model = load_model(model_path, dtype, device)

@@ -38,7 +38,7 @@ from typing import Any
 from safetensors.torch import save_file
 
 from agent_rl.core.errors import InfraError
-from agent_rl.learner import lora
+from agent_rl.models import lora
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 
 log = logging.getLogger(__name__)

@@ -15,13 +15,14 @@ import asyncio
 import pytest
 
 from agent_rl.config import load_config
-from agent_rl.families import FAMILIES
+from agent_rl.models.families import FAMILIES
 from agent_rl.rollout.backends import BACKENDS, GenerationRequest
-from agent_rl.rollout.backends.hf import HfBackend, load_model, load_tokenizer
+from agent_rl.rollout.backends.hf import HfBackend
+from agent_rl.models.loading import load_model, load_tokenizer
 from agent_rl.rollout.backends.openai_http import OpenAIBackend
 from agent_rl.rollout.backends.server import build_state, create_app, serve_in_thread
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.tiny import init_tiny
+from agent_rl.run.envloader import init_tiny
 from tools.base import ToolCall
 from tools.formats import detect_format, get_format
 

@@ -13,8 +13,9 @@ import transformers
 
 from agent_rl.rollout.backends import BACKENDS, GenerationRequest, make_hf
 from agent_rl.rollout.backends.fused import unsupported
-from agent_rl.rollout.backends.hf import HfBackend, load_model
-from agent_rl.tiny import build_model
+from agent_rl.rollout.backends.hf import HfBackend
+from agent_rl.models.loading import load_model
+from agent_rl.models.tiny import build_model
 
 VOCAB = 97
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from agent_rl.rollout.backends import BACKENDS, GenerationRequest
-from agent_rl.rollout.backends.hf import HfBackend, load_model
+from agent_rl.rollout.backends.hf import HfBackend
+from agent_rl.models.loading import load_model
 from agent_rl.rollout.backends.kv import PreallocatedLayer, new_cache, prefill
 
 

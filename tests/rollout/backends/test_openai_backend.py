@@ -11,7 +11,8 @@ import torch
 
 from agent_rl.config import ConfigError, load_config
 from agent_rl.rollout.backends import BACKENDS, GenerationRequest
-from agent_rl.rollout.backends.hf import HfBackend, load_model
+from agent_rl.rollout.backends.hf import HfBackend
+from agent_rl.models.loading import load_model
 from agent_rl.rollout.backends.openai_http import OpenAIBackend, ServerUnavailableError
 from agent_rl.rollout.backends.server import bind, serve_in_thread
 from agent_rl.core.errors import InfraError

@@ -32,7 +32,7 @@ def chat_server(tiny_model_dir, tiny_tokenizer):
 def test_eval_scores_a_chat_endpoint_on_an_env(chat_server, tiny_model_dir, tmp_path):
     """The env's calls go out as tool_calls, the python results come back by id, and the
     endpoint's calls reach the env in its own format: every task is solved in two turns."""
-    from agent_rl.eval import run_eval
+    from agent_rl.commands.eval import run_eval
 
     url, service = chat_server
     cfg = load_config(ROOT / "configs" / "quickstart.yaml", [

@@ -18,7 +18,7 @@ from agent_rl.rollout.backends.openai_http import (
     serialize_state_dict,
 )
 from agent_rl.rollout.backends.server import build_state, create_app, serve_in_thread
-from agent_rl.trainer import Trainer
+from agent_rl.train.trainer import Trainer
 
 KEY = "s3cret-key"
 

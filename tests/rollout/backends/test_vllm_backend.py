@@ -19,7 +19,8 @@ import torch
 
 from agent_rl.config import load_config
 from agent_rl.rollout.backends import BACKENDS, GenerationRequest
-from agent_rl.rollout.backends.hf import HfBackend, load_model
+from agent_rl.rollout.backends.hf import HfBackend
+from agent_rl.models.loading import load_model
 
 TEMPERATURE = 0.7
 
@@ -167,7 +168,7 @@ def test_a_cancelled_call_aborts_its_requests(backend, tiny_tokenizer):
 def test_rollout_engine_episodes_with_seeds_on_vllm(backend, tiny_tokenizer):
     """Many seeded multi-turn episodes at once (what made vLLM's CPU sampler fail with chunked
     prefill): every episode ends normally, and the same seeds give the same episodes."""
-    from agent_rl.envloader import env_factory
+    from agent_rl.run.envloader import env_factory
     from agent_rl.rollout.engine import RolloutEngine
     from agent_rl.rollout.episode import EpisodeSpec
     from agent_rl.rollout.render import ChatRenderer
@@ -216,7 +217,7 @@ def test_agent_rl_train_on_vllm_syncs_weights_every_step(tmp_path, tiny_model_di
     cfg = vllm_config(export)
     exported = BACKENDS(cfg.rollout.backend)(cfg.rollout.backend, cfg.model)
     try:
-        from agent_rl.rollout.backends.hf import load_tokenizer
+        from agent_rl.models.loading import load_tokenizer
 
         tok = load_tokenizer(str(export))
         greedy = requests(tok, temperature=0.0)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import importlib
 import random
 from pathlib import Path
 from typing import Any
@@ -18,25 +17,16 @@ from typing import Any
 import torch
 
 from agent_rl.config import Config
-from agent_rl.envloader import bind_tool_format, sft_teacher
-from agent_rl.eval import evaluate
+from agent_rl.run.envloader import bind_tool_format, load_policy, sft_teacher
+from agent_rl.train.evaluation import evaluate
 from agent_rl.learner.logprobs import token_logprobs
 from agent_rl.rollout.backends.scripted import ScriptedBackend
 from agent_rl.rollout.batching import make_batch
 from agent_rl.rollout.episode import EpisodeSpec
-from agent_rl.runtime import Components, make_run_dir, seed_everything
-from agent_rl.progress import RunProgress
-from agent_rl.tracking import Tracker, read_metrics
-from agent_rl.types import TrajectoryGroup
-
-
-def load_policy(path: str) -> Any:
-    """A scripted policy by import path ``module:function``."""
-    module, _, name = path.partition(":")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"config key 'sft.teacher': cannot load '{path}' ({e}); expected module:function") from None
+from agent_rl.run.runtime import Components, make_run_dir, seed_everything
+from agent_rl.run.progress import RunProgress
+from agent_rl.run.tracking import Tracker, read_metrics
+from agent_rl.core.types import TrajectoryGroup
 
 
 def demonstrations(components: Components, teacher: Any, n: int, seed: int) -> list[TrajectoryGroup]:

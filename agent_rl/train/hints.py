@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from agent_rl.types import Trajectory
+from agent_rl.core.types import Trajectory
 
 CAUSES = (
     "usual causes: the model cannot act yet (warm-start it first: agent-rl sft CONFIG, then model.path=<sft_model>); "

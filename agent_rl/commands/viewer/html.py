@@ -17,7 +17,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from agent_rl.viewer.load import Step, TokenTexts
+from agent_rl.run.trajectories import Step, TokenTexts
 
 MASK_COLOURS = {0: "#e8e8e8", 1: "#b7e4b0"}  # prompt / observation, policy
 TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)

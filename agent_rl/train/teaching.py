@@ -23,10 +23,10 @@ from agent_rl.learner.teacher import (
     splice_teacher_context,
     teacher_logprobs,
 )
-from agent_rl.preflight import check_model
-from agent_rl.rollout.backends.hf import load_model, load_tokenizer
-from agent_rl.runtime import Components
-from agent_rl.types import TrajectoryGroup
+from agent_rl.run.preflight import check_model
+from agent_rl.models.loading import load_model, load_tokenizer
+from agent_rl.run.runtime import Components
+from agent_rl.core.types import TrajectoryGroup
 
 
 class Teaching:

@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from agent_rl.progress import LOWER_IS_BETTER
-from agent_rl.tracking import _flatten, read_metrics
+from agent_rl.run.progress import LOWER_IS_BETTER
+from agent_rl.run.tracking import _flatten, read_metrics
 
 DEFAULT_METRICS = ("rollout/reward_mean", "eval/success")
 X_AXES = ("step", "tokens")

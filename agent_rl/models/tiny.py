@@ -5,64 +5,35 @@ them back with ``AutoModelForCausalLM`` / ``AutoTokenizer``, the path a real che
 ``Qwen/Qwen2.5-0.5B-Instruct`` takes. The chat template is ChatML, renders tools, tool calls
 (``<tool_call>{json}</tool_call>``) and tool responses the way Qwen2.5's template does.
 ``--family`` builds the same kind of model with another family's tokens and template
-(``agent_rl/families.py``: qwen3, llama3, mistral, gpt-oss).
+(``agent_rl/models/families.py``: qwen3, llama3, mistral, gpt-oss).
 """
 
 from __future__ import annotations
 
 import json
-import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
+from typing import Any
 from pathlib import Path
 
-from agent_rl.families import ADDED_TOKENS, CHAT_TEMPLATE, SPECIAL_TOKENS  # noqa: F401 - the tiny model's format, re-exported
+from agent_rl.models.families import ADDED_TOKENS, CHAT_TEMPLATE, SPECIAL_TOKENS  # noqa: F401 - the tiny model's format, re-exported
 
 QWEN2_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
 
-def env_corpus(env_id: str) -> Callable | None:
-    """The conversations ``env_id`` offers the tokenizer: its env class's ``tokenizer_corpus``
-    (``module:function``, called as ``f(n, rng)`` and yielding ``(messages, tools)``), or None."""
-    import gymnasium as gym
-
-    from agent_rl.envloader import declared, load_function, load_plugins
-
-    load_plugins([])  # registers the built-in ids
-    if env_id not in gym.registry:
-        raise ValueError(f"unknown environment '{env_id}' for the tokenizer corpus")
-    path = declared(env_id, "tokenizer_corpus")
-    return load_function(path) if path else None
-
-
-def _corpus(num_texts: int, seed: int, env_ids: Sequence[str] = ()) -> Iterator[str]:
-    """Text the tokenizer learns its merges from: chat renders of the built-in tasks plus prose,
-    then the conversations of ``env_ids`` that offer some (none: the Arithmetic-only corpus)."""
-    from agent_rl.envloader import base_tokenizer_corpus
-
-    rng = random.Random(seed)
-    yield from base_tokenizer_corpus()(num_texts, rng)
-    words = "the a of to and in is it you that was for on are with as be at one have this from".split()
-    for _ in range(num_texts // 50):
-        yield " ".join(rng.choice(words) for _ in range(rng.randint(5, 30))) + "."
-    for env_id in env_ids:
-        conversations = env_corpus(env_id)
-        if conversations is not None:
-            yield from conversations(num_texts, rng)
-
-
-def build_tokenizer(vocab_size: int = 1024, seed: int = 0, env_ids: Sequence[str] = (), family: str = "qwen2.5"):
+def build_tokenizer(corpus: Iterable[Any], vocab_size: int = 1024, family: str = "qwen2.5"):
     """Byte-level BPE (``tokenizers``) with single-digit number tokens, wrapped for transformers.
 
-    ``env_ids``: environments whose text joins the corpus (e.g. ``agent_rl/MathTool-v0``).
-    ``family``: whose special tokens and chat template (``agent_rl/families.py``); the corpus is
+    ``corpus``: texts and ``(messages, tools)`` conversations to learn the merges from
+    (``agent_rl/run/envloader.py::tokenizer_corpus``: the built-in tasks, prose, and the envs' own).
+    ``family``: whose special tokens and chat template (``agent_rl/models/families.py``); the corpus is
     rendered with that template, so the merges fit the family's format."""
     from jinja2 import Environment
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from agent_rl.families import get_family, structured
+    from agent_rl.models.families import get_family, structured
 
     fam = get_family(family)
 
@@ -88,7 +59,7 @@ def build_tokenizer(vocab_size: int = 1024, seed: int = 0, env_ids: Sequence[str
     render = env.from_string(fam.chat_template)
 
     def texts() -> Iterator[str]:
-        for i, item in enumerate(_corpus(6000, seed, env_ids)):
+        for i, item in enumerate(corpus):
             if isinstance(item, str):
                 yield item
             else:
@@ -142,23 +113,23 @@ def build_model(vocab_size: int, seed: int = 0, hidden_size: int = 128, layers: 
     return getattr(transformers, model_name)(config)
 
 
-def init_tiny(
-    out: str | Path, seed: int = 0, vocab_size: int = 1024, env_ids: Sequence[str] = (), family: str = "qwen2.5",
+def save_tiny(
+    out: str | Path, corpus: Iterable[Any], seed: int = 0, vocab_size: int = 1024, family: str = "qwen2.5",
     max_position_embeddings: int = 2048,
 ) -> Path:
-    """Build and save the tiny model and tokenizer to ``out``; returns the path. ``env_ids``: see
-    ``build_tokenizer`` (the default corpus is Arithmetic's, so the quickstart is unchanged).
-    ``family``: ``agent_rl/families.py``; its stop tokens go into ``generation_config.json``'s
+    """Build and save the tiny model and tokenizer to ``out``; returns the path. ``corpus``: see
+    ``build_tokenizer`` (``agent_rl.run.envloader.init_tiny`` gathers it from the envs).
+    ``family``: ``agent_rl/models/families.py``; its stop tokens go into ``generation_config.json``'s
     ``eos_token_id`` (a list when there are several, as in real checkpoints).
     ``max_position_embeddings``: the context length (``agent-rl init-model --max-position-embeddings``)."""
-    from agent_rl.families import get_family
-    from agent_rl.rollout.backends.hf import quiet_transformers
+    from agent_rl.models.families import get_family
+    from agent_rl.models.loading import quiet_transformers
 
     quiet_transformers()
     fam = get_family(family)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(vocab_size=vocab_size, seed=seed, env_ids=env_ids, family=family)
+    tokenizer = build_tokenizer(corpus, vocab_size=vocab_size, family=family)
     model = build_model(len(tokenizer), seed=seed, architecture=fam.architecture, max_position_embeddings=max_position_embeddings)
     model.config.eos_token_id = tokenizer.convert_tokens_to_ids(fam.eos_token)
     model.config.pad_token_id = tokenizer.pad_token_id

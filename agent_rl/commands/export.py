@@ -43,7 +43,7 @@ def export(run: Path, out: Path | None = None, merge: bool = False, step: int | 
         return out
     merged = load_policy(src, merge=True)
     merged.save_pretrained(out)
-    from agent_rl.rollout.backends.hf import load_tokenizer
+    from agent_rl.models.loading import load_tokenizer
 
     load_tokenizer(str(src)).save_pretrained(out)
     return out
@@ -54,7 +54,7 @@ def load_policy(path: Path, merge: bool = False, base: str | None = None):
     its config names) with the adapter loaded, and merged into it with ``merge``."""
     import json
 
-    from agent_rl.rollout.backends.hf import load_model
+    from agent_rl.models.loading import load_model
 
     path = Path(path)
     if not is_adapter_dir(path):

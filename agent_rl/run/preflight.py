@@ -21,7 +21,7 @@ def hub_offline() -> bool:
     return any(os.environ.get(k, "").strip().lower() in _TRUE for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
-REPO_CONFIGS = Path(__file__).resolve().parents[1] / "configs"  # the recipes shipped with the repository
+REPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs"  # the recipes shipped with the repository
 
 
 def where(path: str | Path) -> str:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from agent_rl.core.errors import InfraError
 
 if TYPE_CHECKING:  # the command line imports this module to catch its error: no torch at start-up
-    from agent_rl.types import Trajectory
+    from agent_rl.core.types import Trajectory
 
 INFRA_ERROR = "infra_error"  # StopReason.INFRA_ERROR (a StrEnum)
 

@@ -1,4 +1,4 @@
-"""Find a run's saved trajectories and the tokenizer that decodes them, for ``agent-rl view``."""
+"""A run's saved trajectories and the tokenizer that decodes them (``agent-rl view``, the trackers' tables)."""
 
 from __future__ import annotations
 

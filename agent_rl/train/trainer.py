@@ -14,19 +14,20 @@ from agent_rl.algorithms.needs import NEEDS, NeedContext
 from agent_rl.algorithms.plan import make_plan
 from agent_rl.algorithms.registry import AdvantageInputs, FilterMetrics
 from agent_rl.algorithms.run_api import RunFacts
-from agent_rl.breaker import InfraBreaker, InfraErrorRateError
-from agent_rl.components import ComponentContext, build_components, check_provided, need_providers
+from agent_rl.train.breaker import InfraBreaker, InfraErrorRateError
+from agent_rl.train.components import ComponentContext, build_components, check_provided, need_providers
 from agent_rl.config import Config
 from agent_rl.core.seeding import derive_seed
 from agent_rl.distributed import Plan, make_learner, make_rollout_source
 from agent_rl.distributed.weights import WeightSync
-from agent_rl.eval import evaluate
-from agent_rl.hints import LearningHints
+from agent_rl.train.evaluation import evaluate
+from agent_rl.train.hints import LearningHints
 from agent_rl.learner import checkpoint as ckpt
-from agent_rl.learner import fsdp, launch, lora
+from agent_rl.learner import fsdp, launch
+from agent_rl.models import lora
 from agent_rl.learner.learner import Learner
-from agent_rl.progress import RunProgress
-from agent_rl.rollout.backends.hf import load_model
+from agent_rl.run.progress import RunProgress
+from agent_rl.models.loading import load_model
 from agent_rl.rollout.backends.openai_http import check_push_auth
 from agent_rl.rollout.batching import make_batch, per_turn_batch, trainable_groups
 from agent_rl.rollout.episode import EpisodeSpec
@@ -36,16 +37,11 @@ from agent_rl.rollout.groups import (
     rollout_metrics,
     short_groups,
 )
-from agent_rl.run_services import RunServices
-from agent_rl.runtime import (
-    Components,
-    make_policy_backend,
-    make_run_dir,
-    seed_everything,
-)
-from agent_rl.task_sampler import TaskSampler
-from agent_rl.tracking import Tracker, read_metrics
-from agent_rl.types import Trajectory, TrajectoryGroup
+from agent_rl.train.run_services import RunServices
+from agent_rl.run.runtime import Components, make_policy_backend, make_run_dir, seed_everything
+from agent_rl.train.task_sampler import TaskSampler
+from agent_rl.run.tracking import Tracker, read_metrics
+from agent_rl.core.types import Trajectory, TrajectoryGroup
 
 
 class Trainer:
@@ -114,8 +110,8 @@ class Trainer:
             )
             if not resume:
                 self.weight_sync(self.learner.version)  # the samplers start from the adapter the ledger holds
-        self.breaker = InfraBreaker(cfg)  # stops a run whose infrastructure keeps failing (agent_rl/breaker.py)
-        self.hints = LearningHints(cfg.trainer.steps, log=self.log)  # says once when RL cannot learn (agent_rl/hints.py)
+        self.breaker = InfraBreaker(cfg)  # stops a run whose infrastructure keeps failing (agent_rl/train/breaker.py)
+        self.hints = LearningHints(cfg.trainer.steps, log=self.log)  # says once when RL cannot learn (agent_rl/train/hints.py)
         self.start_step = 0
         if resume:
             self._load_checkpoint()
@@ -124,7 +120,7 @@ class Trainer:
     # -- the loop ---------------------------------------------------------------------------------
     def train(self) -> Path:
         cfg = self.cfg
-        progress = self.progress  # phases: rollout, update (step), eval, checkpoint (agent_rl/progress.py)
+        progress = self.progress  # phases: rollout, update (step), eval, checkpoint (agent_rl/run/progress.py)
         with progress:
             for step in range(self.start_step, cfg.trainer.steps):
                 metrics = self._guarded_step(step)
@@ -425,18 +421,18 @@ def train(cfg: Config, resume: str | None = None) -> Path:
     ``learner.world_size > 1`` runs that many learner ranks (learner/launch.py): processes on this
     machine, each running ``main`` below, or Ray actors (``distributed.backend: ray``)."""
     if launch.starts_local_ranks(cfg):
-        return launch.start_ranks(cfg, Path(resume) if resume else make_run_dir(cfg), resume, module="agent_rl.trainer")
+        return launch.start_ranks(cfg, Path(resume) if resume else make_run_dir(cfg), resume, module="agent_rl.train.trainer")
     with launch.process_group(cfg) as rank, launch.rank_guard():  # a failing rank stops the group at once
         return Trainer(cfg, resume=resume, log=print if rank == 0 else (lambda *a: None)).train()
 
 
 def main(argv: list[str] | None = None) -> None:
-    """One learner rank of ``agent-rl train``: ``python -m agent_rl.trainer CONFIG [--resume RUN_DIR]``."""
+    """One learner rank of ``agent-rl train``: ``python -m agent_rl.train.trainer CONFIG [--resume RUN_DIR]``."""
     import argparse
 
     from agent_rl.config import load_config
 
-    p = argparse.ArgumentParser(description="one learner rank of `agent-rl train` (started by agent_rl.trainer.train)")
+    p = argparse.ArgumentParser(description="one learner rank of `agent-rl train` (started by agent_rl.train.trainer.train)")
     p.add_argument("config")
     p.add_argument("--resume", default=None)
     args = p.parse_args(argv)

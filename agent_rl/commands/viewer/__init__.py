@@ -16,9 +16,9 @@ def write_view(run: str | Path, out: str | Path | None = None, tokenizer_path: s
     them all; beyond (or with ``page_size``), the page holds a filterable index and the first
     page of episodes (``page_size``; default up to 25, fewer when they are long), and the rest load a page at a time from ``<out>.d/`` (``viewer/paged.py``).
     """
-    from agent_rl.viewer.html import render_page
-    from agent_rl.viewer.paged import write_paged
-    from agent_rl.viewer.load import (
+    from agent_rl.commands.viewer.html import render_page
+    from agent_rl.commands.viewer.paged import write_paged
+    from agent_rl.run.trajectories import (
         TokenTexts,
         load_decoder,
         read_steps,

@@ -6,7 +6,7 @@ its chat format, the tokens that end an assistant turn (saved, as real checkpoin
 written here from the families' published formats, including their history rewrites:
 
 =========  ==========================================================================================
-qwen2.5    ChatML, ``<tool_call>{json}</tool_call>`` (``agent_rl/tiny.py``'s template, unchanged)
+qwen2.5    ChatML, ``<tool_call>{json}</tool_call>`` (``agent_rl/models/tiny.py``'s template, unchanged)
 qwen3      ChatML with ``<think>``: the reasoning of assistant turns before the last user message is
            dropped (a multi-step tool chain keeps its own)
 llama3     Llama 3.1 headers, a "Cutting Knowledge Date / Today Date" system header on every render,
@@ -30,7 +30,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-# qwen2.5: the project's own tiny model (agent_rl/tiny.py)
+# qwen2.5: the project's own tiny model (agent_rl/models/tiny.py)
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # added (non-special) tokens, as in Qwen2.5: they survive decoding with skip_special_tokens
 ADDED_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<answer>", "</answer>"]

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from agent_rl.core.seeding import derive_seed
-from agent_rl.task_queue import TaskQueue
+from agent_rl.train.task_queue import TaskQueue
 
 
 class TaskSampler:

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 # backends (rollout.backend.name, and for openai its weight_sync) that load adapters and report them
 ADAPTER_BACKENDS = {"hf": None, "openai": ("push",), "vllm": None}
@@ -127,9 +128,7 @@ def _peft_names(model: Any, tensors: dict[str, torch.Tensor]) -> dict[str, torch
 def adapter_state(model: Any) -> dict[str, torch.Tensor] | None:
     """The adapter's tensors under PEFT's names, CPU copies. Sharded (FSDP2): a collective every
     rank joins, complete on rank 0 and None elsewhere (only the adapter is gathered)."""
-    from agent_rl.learner import fsdp
-
-    rank, _ = fsdp.rank_and_world()
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
     own = {}
     for name, p in model.named_parameters():
         if ".lora_" in name:
@@ -176,9 +175,7 @@ class AdapterRecord:
 
 def held_adapter(model: Any, version: int) -> AdapterRecord:
     """The record of the adapter ``model`` holds now: its tensors read back from the module."""
-    from agent_rl.learner.fsdp import local_tensor
-
-    own = {n: local_tensor(p) for n, p in model.named_parameters() if ".lora_" in n}
+    own = {n: p.to_local() if hasattr(p, "to_local") else p for n, p in model.named_parameters() if ".lora_" in n}  # this rank's shard
     return AdapterRecord(model.active_adapter, version, content_hash(_peft_names(model, own)))
 
 

@@ -231,7 +231,7 @@ def _decoder(config: dict | None) -> Callable[[list[int]], str]:
     path = ((config or {}).get("model") or {}).get("path")
     tok = None
     if path and Path(path).is_dir():  # else the tokenizer moved since the run: the ids are shown
-        from agent_rl.viewer.load import load_decoder
+        from agent_rl.run.trajectories import load_decoder
 
         try:
             tok = load_decoder(path)

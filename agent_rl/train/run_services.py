@@ -21,21 +21,23 @@ from peft import get_peft_model_state_dict, set_peft_model_state_dict
 
 from agent_rl.algorithms.run_api import AdapterSpec, Player, RunFacts
 from agent_rl.config import Config, CriticConfig, LoraConfig
-from agent_rl.envloader import bind_tool_format, sft_teacher
-from agent_rl.learner import lora
+from agent_rl.core.types import EpisodeSpec, PassResult, Trajectory, TrajectoryGroup
 from agent_rl.learner.chunk_teacher import make_chunk_teacher
 from agent_rl.learner.critic import Critic, load_value_model
 from agent_rl.learner.logprobs import token_logprobs
 from agent_rl.learner.privileged import PrivilegedCritic
-from agent_rl.preflight import check_model
-from agent_rl.rollout.backends.hf import HfBackend, load_model, load_tokenizer
+from agent_rl.models import lora
+from agent_rl.models.loading import load_model, load_tokenizer
+from agent_rl.rollout.backends.hf import HfBackend
 from agent_rl.rollout.backends.scripted import ScriptedBackend
 from agent_rl.rollout.batching import make_batch
 from agent_rl.rollout.render import ChatRenderer
 from agent_rl.rollout.text_pass import run_text_pass, transcript, verdict_probability
-from agent_rl.runtime import Components
-from agent_rl.task_queue import TaskQueue
-from agent_rl.types import EpisodeSpec, PassResult, Trajectory, TrajectoryGroup
+from agent_rl.run.envloader import bind_tool_format, load_policy, sft_teacher
+from agent_rl.run.preflight import check_model
+from agent_rl.run.runtime import Components
+from agent_rl.train.scorers import TrajectoryScorer
+from agent_rl.train.task_queue import TaskQueue
 
 
 class RunServices:
@@ -57,8 +59,6 @@ class RunServices:
             backend.policy_version = self._version()
             engine = c.engine(backend=backend)
         elif player == "teacher":  # the env's scripted SFT teacher
-            from agent_rl.sft import load_policy  # a command module: moves to the library with the layout change
-
             teacher = bind_tool_format(load_policy(sft_teacher(self.cfg)), c.tool_format)
             engine = c.engine(backend=ScriptedBackend(teacher, c.tokenizer, seed=seed, tool_format=c.tool_format))
         elif player == "policy":
@@ -141,8 +141,6 @@ class RunServices:
     def reward_model(self, path: str) -> Any:
         """sigmoid(r) of finished trajectories under the ``agent-rl train-rm`` model at ``path`` (read
         from the sampled ids, so with the policy's tokenizer)."""
-        from agent_rl.reward_model import TrajectoryScorer  # a command module: moves to the library with the layout change
-
         check_model(path, key="reward model")
         return TrajectoryScorer(path, self.components.tokenizer.pad_token_id, self.cfg.model.device)
 

@@ -19,16 +19,19 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-from collections.abc import Callable
+import random
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 
-from agent_rl.plugins import env_ids as entry_point_env_ids
-from agent_rl.plugins import load_entry_points
+from agent_rl.models.tiny import save_tiny
+from agent_rl.core.plugins import env_ids as entry_point_env_ids
+from agent_rl.core.plugins import load_entry_points
 from tools.formats import detect_format
 
-# the tiny tokenizer's own text: the quickstart environment's conversations (agent_rl/tiny.py)
+# the tiny tokenizer's own text: the quickstart environment's conversations (agent_rl/models/tiny.py)
 BASE_TOKENIZER_CORPUS = "envs.arithmetic.policies:corpus_conversations"
 
 
@@ -160,3 +163,48 @@ def env_card(env_id: str) -> dict:
     import envs
 
     return envs.card(env_id)
+
+
+def load_policy(path: str) -> Any:
+    """A scripted policy by import path ``module:function``."""
+    module, _, name = path.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"config key 'sft.teacher': cannot load '{path}' ({e}); expected module:function") from None
+
+
+# -- the tiny tokenizer's corpus: the built-in tasks' conversations, prose, and what envs offer --------
+def env_corpus(env_id: str) -> Callable | None:
+    """The conversations ``env_id`` offers the tokenizer: its env class's ``tokenizer_corpus``
+    (``module:function``, called as ``f(n, rng)`` and yielding ``(messages, tools)``), or None."""
+    load_plugins([])  # registers the built-in ids
+    if env_id not in gym.registry:
+        raise ValueError(f"unknown environment '{env_id}' for the tokenizer corpus")
+    path = declared(env_id, "tokenizer_corpus")
+    return load_function(path) if path else None
+
+
+def tokenizer_corpus(num_texts: int, seed: int, env_ids: Sequence[str] = ()) -> Iterator[Any]:
+    """Text the tokenizer learns its merges from: chat renders of the built-in tasks plus prose,
+    then the conversations of ``env_ids`` that offer some (none: the Arithmetic-only corpus)."""
+    rng = random.Random(seed)
+    yield from base_tokenizer_corpus()(num_texts, rng)
+    words = "the a of to and in is it you that was for on are with as be at one have this from".split()
+    for _ in range(num_texts // 50):
+        yield " ".join(rng.choice(words) for _ in range(rng.randint(5, 30))) + "."
+    for env_id in env_ids:
+        conversations = env_corpus(env_id)
+        if conversations is not None:
+            yield from conversations(num_texts, rng)
+
+
+def init_tiny(
+    out: str | Path, seed: int = 0, vocab_size: int = 1024, env_ids: Sequence[str] = (), family: str = "qwen2.5",
+    max_position_embeddings: int = 2048,
+) -> Path:
+    """Build and save the tiny model and tokenizer to ``out`` (``agent_rl/models/tiny.py``); its
+    tokenizer learns from ``tokenizer_corpus`` (``env_ids``: envs whose conversations join the
+    default, Arithmetic's, e.g. ``agent_rl/MathTool-v0``)."""
+    corpus = tokenizer_corpus(6000, seed, env_ids)
+    return save_tiny(out, corpus, seed, vocab_size, family, max_position_embeddings)

@@ -13,13 +13,13 @@ from pathlib import Path
 
 from agent_rl.config import Config, load_config
 
-QUICKSTART_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
+QUICKSTART_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"
 
 
 def _eval(cfg: Config, model_path: Path, name: str = "eval"):
-    from agent_rl.eval import evaluate
-    from agent_rl.progress import EpisodeProgress
-    from agent_rl.runtime import Components
+    from agent_rl.train.evaluation import evaluate
+    from agent_rl.run.progress import EpisodeProgress
+    from agent_rl.run.runtime import Components
 
     cfg = cfg.model_copy(deep=True)
     cfg.model.path = str(model_path)
@@ -39,9 +39,9 @@ def quickstart(overrides: list[str] | None = None, root: str | None = None, conf
     from rich.console import Console
     from rich.table import Table
 
-    from agent_rl.sft import sft
-    from agent_rl.tiny import init_tiny
-    from agent_rl.trainer import Trainer
+    from agent_rl.commands.sft import sft
+    from agent_rl.run.envloader import init_tiny
+    from agent_rl.train.trainer import Trainer
 
     console = Console()
     t0 = time.perf_counter()

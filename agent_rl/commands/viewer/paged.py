@@ -15,8 +15,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from agent_rl.viewer.html import CSS, JS_TOOLTIP, adv_scale_of, render_episode
-from agent_rl.viewer.load import Step, TokenTexts
+from agent_rl.commands.viewer.html import CSS, JS_TOOLTIP, adv_scale_of, render_episode
+from agent_rl.run.trajectories import Step, TokenTexts
 
 PAGE_SIZE = 25  # episodes per page and per chunk file, at most
 PAGE_BYTES = 1_000_000  # long episodes: fewer per page, so the first page stays near this size
