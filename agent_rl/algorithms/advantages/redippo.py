@@ -19,7 +19,7 @@ reweights the token-level advantages of PPO. Here:
     each critic: the clipped value loss (``Critic.update``) towards its own returns GAE(V)(critic_lam) + V
 
 The weight function is OURS: the paper's reweighting function is in no text we could read
-(searches listed in ``catalog3.py``). Ours is bounded and has mean one over the batch before
+(searches listed in docs/objectives-backlog.md). Ours is bounded and has mean one over the batch before
 clipping, so it moves weight towards high-discrepancy tokens without changing the advantages' scale;
 ``strength: 0`` is plain PPO with the chosen critic. Both critics start at zero (``Critic``'s zero
 head), so the first step has d = 0 and w = 1.
