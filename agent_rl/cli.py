@@ -317,8 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("action", choices=["list"])
     sp.add_argument("--markdown", action="store_true")
     sp.add_argument("--status", default=None, choices=["reference", "paper", "interpretation"],
-                    help="only the entries of this status: reference (checked against another implementation's numbers), "
-                    "paper (the paper's own formula), interpretation (from an abstract or a third party; choices recorded)")
+                    help="only the entries of this status: reference (checked against another implementation's "
+                    "numbers), paper (the paper's own formula), interpretation (from an abstract or a third party, "
+                    "or with defaults of ours; choices recorded)")
     sp.set_defaults(fn=cmd_objectives)
 
     sp = sub.add_parser("envs", help="the registered environments")

@@ -58,8 +58,8 @@ def _row_sums(loss_BT: torch.Tensor, mask_BT: torch.Tensor) -> tuple[torch.Tenso
 
 @register_aggregation("token_mean", config=ComponentConfig,
                       status="reference",
-                      evidence="tests/algorithms/test_aggregation.py: equals verl 0.9.1 agg_loss token-mean, whole-batch and "
-                               "micro-batched (run outside CI)")
+                      evidence="tests/algorithms/test_aggregation.py: equals verl 0.9.1 agg_loss token-mean, "
+                               "whole-batch and micro-batched (run outside CI)")
 def token_mean(loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: AggregationInputs, cfg: ComponentConfig) -> torch.Tensor:
     """Token-level mean over the whole step (DAPO, Yu et al. 2025).
 
@@ -70,8 +70,8 @@ def token_mean(loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: AggregationInput
 
 @register_aggregation("seq_mean_token_mean", config=ComponentConfig,
                       status="reference",
-                      evidence="tests/algorithms/test_aggregation.py: equals verl 0.9.1 agg_loss seq-mean-token-mean, "
-                               "whole-batch and micro-batched (run outside CI)")
+                      evidence="tests/algorithms/test_aggregation.py: equals verl 0.9.1 agg_loss "
+                               "seq-mean-token-mean, whole-batch and micro-batched (run outside CI)")
 def seq_mean_token_mean(loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: AggregationInputs, cfg: ComponentConfig) -> torch.Tensor:
     """Sequence mean of per-sequence token means (GRPO, Shao et al. 2024).
 
@@ -83,8 +83,8 @@ def seq_mean_token_mean(loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: Aggrega
 
 @register_aggregation("seq_mean_token_sum", config=ComponentConfig,
                       status="reference",
-                      evidence="tests/algorithms/test_aggregation.py: equals verl 0.9.1 agg_loss seq-mean-token-sum, "
-                               "whole-batch and micro-batched (run outside CI)")
+                      evidence="tests/algorithms/test_aggregation.py: equals verl 0.9.1 agg_loss "
+                               "seq-mean-token-sum, whole-batch and micro-batched (run outside CI)")
 def seq_mean_token_sum(loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: AggregationInputs, cfg: ComponentConfig) -> torch.Tensor:
     """Sequence mean of per-sequence token sums (Dr. GRPO, Liu et al. 2025; verl ``seq-mean-token-sum``).
 
@@ -102,8 +102,8 @@ class SeqMeanTokenSumNormConfig(ComponentConfig):
 
 @register_aggregation("seq_mean_token_sum_norm", config=SeqMeanTokenSumNormConfig,
                       status="reference",
-                      evidence="tests/algorithms/test_aggregation.py: equals verl 0.9.1 agg_loss seq-mean-token-sum-norm "
-                               "(horizon 3), micro-batched too (run outside CI)")
+                      evidence="tests/algorithms/test_aggregation.py: equals verl 0.9.1 agg_loss "
+                               "seq-mean-token-sum-norm (horizon 3), micro-batched too (run outside CI)")
 def seq_mean_token_sum_norm(
     loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: AggregationInputs, cfg: SeqMeanTokenSumNormConfig
 ) -> torch.Tensor:
@@ -137,8 +137,8 @@ class LengthPowerConfig(ComponentConfig):
 
 @register_aggregation("length_power", config=LengthPowerConfig,
                       status="interpretation",
-                      evidence="arXiv 2607.23364 (a theory paper) read through summaries only; f_alpha(L) = L^(alpha-1) "
-                               "hand-computed in tests/algorithms/test_aggregation.py")
+                      evidence="arXiv 2607.23364 (a theory paper) read through summaries only; f_alpha(L) = "
+                               "L^(alpha-1) hand-computed in tests/algorithms/test_aggregation.py")
 def length_power(loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: AggregationInputs, cfg: LengthPowerConfig) -> torch.Tensor:
     """Length-weighting family f_alpha(L) = L^(alpha-1) (On the Impossibility of Unbiased and Length-Invariant PO, 2026).
 

@@ -23,8 +23,9 @@ STATUS_MEANING = {
     "reference": "a test in this repository checks its numbers against another implementation's (verl 0.9.1 values "
     "computed outside CI and written into the test, or TRL's in a golden file)",
     "paper": "the formula of the paper's own text (or of the authors' own code), with hand-computed tests",
-    "interpretation": "built from an abstract, a summary or a third party's reimplementation, or with defaults of "
-    "ours that matter; its choices are recorded (the evidence, \"Choices we made\" below, config fields marked \"ours\")",
+    "interpretation": "built from an abstract, a summary or a third party's reimplementation, or with defaults "
+    "of ours that matter; its choices are recorded (the evidence, \"Choices we made\" below, config fields "
+    "marked \"ours\")",
 }
 
 
@@ -65,15 +66,18 @@ def render_catalog(markdown: bool, status: str | None = None) -> str:
     state, evidence); ``status``: only the entries of that status."""
     if status is not None and status not in STATUSES:
         raise ValueError(f"unknown status '{status}'; known: {', '.join(STATUSES)}")
-    chosen = {kind: [e for e in r.entries() if status is None or e.status == status] for kind, r in ALL_REGISTRIES.items()}
+    chosen = {
+        kind: [e for e in r.entries() if status is None or e.status == status] for kind, r in ALL_REGISTRIES.items()
+    }
     every = [e for entries in chosen.values() for e in entries]
     counts = {s: sum(e.status == s for e in every) for s in STATUSES}
     chosen_keys = {c.key for c in CHOICES} if status is None else set()
     lines: list[str] = []
     if markdown:
         lines += ["# Objectives", "", f"Generated from the registries; do not edit. Regenerate with `{REGENERATE}`.", ""]
-        lines += ["Keys not built yet (the Catalog III backlog) are in [objectives-backlog.md](objectives-backlog.md).", ""]
-        lines += ["## How faithful each entry is", "", "Every entry says it when it is registered (`status`, with its `evidence`):", ""]
+        lines += ["Keys not built yet (the Catalog III backlog): [objectives-backlog.md](objectives-backlog.md).", ""]
+        lines += ["## How faithful each entry is", ""]
+        lines += ["Every entry says it when it is registered (`status`, with its `evidence`):", ""]
         lines += ["| status | entries | meaning |", "|---|---|---|"]
         lines += [f"| `{s}` | {counts[s]} | {STATUS_MEANING[s]} |" for s in STATUSES]
         lines += ["", "A run whose objective uses an `interpretation` entry says so in one line at its start.", ""]
@@ -100,9 +104,10 @@ def render_catalog(markdown: bool, status: str | None = None) -> str:
             for e in entries:
                 formula = "<br>".join(_formula_lines(e))
                 state = e.state.__name__ if e.state else ""
-                evidence = e.evidence + (f" ([its recorded choices](#choices-{e.name}))" if e.name in chosen_keys else "")
+                choices = f" ([its recorded choices](#choices-{e.name}))" if e.name in chosen_keys else ""
+                evidence = e.evidence + choices
                 cells = [f"`{e.name}`", e.summary, formula, _defaults(e), ", ".join(sorted(e.needs)), state]
-                status_cell = f'<a id="{anchor(e)}"></a>**{e.status}**'  # the row's anchor (docs/objectives.md#kind-key)
+                status_cell = f'<a id="{anchor(e)}"></a>**{e.status}**'  # the row's anchor: #<kind>-<key>
                 lines.append("| " + " | ".join(_cell(c) for c in cells) + f" | {status_cell} | {_cell(evidence)} |")
             lines.append("")
         else:

@@ -63,8 +63,8 @@ def k1(logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: KlConfig, 
 
 @register_kl("abs", config=KlConfig, needs={"ref_logprobs"},
              status="reference",
-             evidence="tests/algorithms/test_kl.py: reverse values equal verl 0.9.1 kl_penalty abs (run outside CI); "
-                      "forward direction hand-computed only")
+             evidence="tests/algorithms/test_kl.py: reverse values equal verl 0.9.1 kl_penalty abs (run outside "
+                      "CI); forward direction hand-computed only")
 def abs_kl(logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: KlConfig, x: KlInputs | None = None) -> torch.Tensor:
     """Absolute log-ratio (verl ``abs``), a biased non-negative variant of k1.
 
@@ -75,8 +75,8 @@ def abs_kl(logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: KlConf
 
 @register_kl("k2", config=KlConfig, needs={"ref_logprobs"},
              status="reference",
-             evidence="tests/algorithms/test_kl.py: reverse values equal verl 0.9.1 kl_penalty k2 / mse (run outside "
-                      "CI); forward direction hand-computed only")
+             evidence="tests/algorithms/test_kl.py: reverse values equal verl 0.9.1 kl_penalty k2 / mse (run "
+                      "outside CI); forward direction hand-computed only")
 def k2(logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: KlConfig, x: KlInputs | None = None) -> torch.Tensor:
     """Schulman's k2 estimator (Approximating KL Divergence, 2020): half the squared log-ratio.
 
@@ -106,8 +106,8 @@ class LowVarKlConfig(KlConfig):
 
 @register_kl("low_var_kl", config=LowVarKlConfig, needs={"ref_logprobs"},
              status="reference",
-             evidence="tests/algorithms/test_kl.py: reverse values equal verl 0.9.1 kl_penalty low_var_kl (run outside "
-                      "CI); forward hand-computed only")
+             evidence="tests/algorithms/test_kl.py: reverse values equal verl 0.9.1 kl_penalty low_var_kl (run "
+                      "outside CI); forward hand-computed only")
 def low_var_kl(
     logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: LowVarKlConfig, x: KlInputs | None = None
 ) -> torch.Tensor:
@@ -125,8 +125,8 @@ class CoklConfig(KlConfig):
 
 @register_kl("cokl", config=CoklConfig, needs={"ref_logprobs"},
              status="interpretation",
-             evidence="CoKL from its abstract (seed 003, no paper text cited): the group estimators and their per-row "
-                      "split are ours (docstring); tests/algorithms/test_kl.py")
+             evidence="CoKL from its abstract (seed 003, no paper text cited): the group estimators and their "
+                      "per-row split are ours (docstring); tests/algorithms/test_kl.py")
 def cokl(logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: CoklConfig, x: KlInputs | None = None) -> torch.Tensor:
     """CoKL correctness-conditioned KL (2026): a KL between pi and pi_ref restricted to correct responses.
 

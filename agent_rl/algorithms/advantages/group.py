@@ -33,8 +33,8 @@ class GrpoConfig(ComponentConfig):
 
 @register_advantage("grpo", config=GrpoConfig,
                     status="reference",
-                    evidence="tests/algorithms/test_advantages.py: expected values equal verl 0.9.1 core_algos grpo outcome "
-                             "advantage (run outside CI, max diff < 1e-5)")
+                    evidence="tests/algorithms/test_advantages.py: expected values equal verl 0.9.1 core_algos grpo "
+                             "outcome advantage (run outside CI, max diff < 1e-5)")
 def grpo(x: AdvantageInputs, cfg: GrpoConfig) -> AdvantageOutput:
     """GRPO group-normalized advantage (Shao et al. 2024, DeepSeekMath).
 
@@ -76,7 +76,8 @@ class RlooConfig(ComponentConfig):
 
 @register_advantage("rloo", config=RlooConfig,
                     status="reference",
-                    evidence="tests/algorithms/test_advantages.py: expected values equal verl 0.9.1 rloo (run outside CI)")
+                    evidence="tests/algorithms/test_advantages.py: expected values equal verl 0.9.1 rloo (run "
+                             "outside CI)")
 def rloo(x: AdvantageInputs, cfg: RlooConfig) -> AdvantageOutput:
     """RLOO leave-one-out baseline (Ahmadian et al. 2024, Back to Basics).
 
@@ -97,7 +98,8 @@ class KimiAdvantageConfig(ComponentConfig):
 
 @register_advantage("kimi", config=KimiAdvantageConfig,
                     status="paper",
-                    evidence="Kimi k1.5 report's sample-mean baseline; hand-computed in tests/algorithms/test_advantages.py")
+                    evidence="Kimi k1.5 report's sample-mean baseline; hand-computed in "
+                             "tests/algorithms/test_advantages.py")
 def kimi(x: AdvantageInputs, cfg: KimiAdvantageConfig) -> AdvantageOutput:
     """Kimi k1.5 group-mean baseline (Kimi Team 2025), paired with the ``kimi`` policy loss.
 
@@ -116,8 +118,8 @@ class LagunaLooConfig(ComponentConfig):
 
 @register_advantage("laguna_loo", config=LagunaLooConfig,
                     status="paper",
-                    evidence="Laguna (Poolside 2026) length-weighted leave-one-out baseline as the docstring states it; "
-                             "hand-computed in tests/algorithms/test_advantages.py")
+                    evidence="Laguna (Poolside 2026) length-weighted leave-one-out baseline as the docstring states "
+                             "it; hand-computed in tests/algorithms/test_advantages.py")
 def laguna_loo(x: AdvantageInputs, cfg: LagunaLooConfig) -> AdvantageOutput:
     """Laguna (Poolside 2026) length-weighted leave-one-out baseline.
 
@@ -140,8 +142,8 @@ class PasskConfig(ComponentConfig):
 
 @register_advantage("passk", config=PasskConfig,
                     status="reference",
-                    evidence="tests/algorithms/test_advantages.py: expected values equal verl 0.9.1 grpo_passk (run outside "
-                             "CI; verl raises on a group of one, we give 0)")
+                    evidence="tests/algorithms/test_advantages.py: expected values equal verl 0.9.1 grpo_passk (run "
+                             "outside CI; verl raises on a group of one, we give 0)")
 def passk(x: AdvantageInputs, cfg: PasskConfig) -> AdvantageOutput:
     """Pass@k advantage (arXiv 2503.19595; verl's ``grpo_passk``).
 

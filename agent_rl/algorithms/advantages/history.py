@@ -57,8 +57,8 @@ class DcpoSmoothConfig(ComponentConfig):
 
 @register_advantage("dcpo_smooth", config=DcpoSmoothConfig, needs={"task_ids"}, state=RewardHistory,
                     status="paper",
-                    evidence="DCPO's smooth advantage standardization (Yang et al. 2025) as the docstring states it; "
-                             "hand-computed in tests/algorithms/test_advantages.py")
+                    evidence="DCPO's smooth advantage standardization (Yang et al. 2025) as the docstring states "
+                             "it; hand-computed in tests/algorithms/test_advantages.py")
 def dcpo_smooth(x: AdvantageInputs, cfg: DcpoSmoothConfig) -> AdvantageOutput:
     """DCPO Smooth Advantage Standardization (Yang et al. 2025, Dynamic Clipping Policy Optimization).
 

@@ -99,8 +99,8 @@ class RedippoState:
 
 @register_advantage("redippo", config=RedippoConfig, needs={"values"}, state=RedippoState,
                     status="interpretation",
-                    evidence="from the abstract of arXiv 2607.27631 only (text and code cii030/ReDiPPO not available); the "
-                             "reweighting function and its defaults are ours; 4 recorded choices; "
+                    evidence="from the abstract of arXiv 2607.27631 only (text and code cii030/ReDiPPO not "
+                             "available); the reweighting function and its defaults are ours; 4 recorded choices; "
                              "tests/algorithms/test_redippo.py")
 def redippo(x: AdvantageInputs, cfg: RedippoConfig) -> AdvantageOutput:
     """ReDiPPO: reference-guided critic, discrepancy-aware PPO (Zhang et al. 2026, arXiv 2607.27631).

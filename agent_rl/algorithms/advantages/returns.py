@@ -60,8 +60,8 @@ def gae_scan(
 
 @register_advantage("gae", config=GaeConfig, needs={"values"},
                     status="reference",
-                    evidence="tests/algorithms/test_advantages.py: expected values equal verl 0.9.1 gae (run outside CI); "
-                             "VAPO / ORZ options hand-computed only")
+                    evidence="tests/algorithms/test_advantages.py: expected values equal verl 0.9.1 gae (run "
+                             "outside CI); VAPO / ORZ options hand-computed only")
 def gae(x: AdvantageInputs, cfg: GaeConfig) -> AdvantageOutput:
     """GAE with critic values (Schulman et al. 2016; PPO, Schulman et al. 2017), with VAPO/ORZ options.
 
@@ -102,8 +102,8 @@ class ReinforcePpConfig(ComponentConfig):
 
 @register_advantage("reinforce_pp", config=ReinforcePpConfig,
                     status="reference",
-                    evidence="tests/algorithms/test_advantages.py: expected values equal verl 0.9.1 reinforce_plus_plus (run "
-                             "outside CI)")
+                    evidence="tests/algorithms/test_advantages.py: expected values equal verl 0.9.1 "
+                             "reinforce_plus_plus (run outside CI)")
 def reinforce_pp(x: AdvantageInputs, cfg: ReinforcePpConfig) -> AdvantageOutput:
     """REINFORCE++ (Hu et al. 2025): token returns with KL-to-go, normalized over the whole batch.
 
@@ -123,7 +123,8 @@ class RemaxConfig(ComponentConfig):
 
 @register_advantage("remax", config=RemaxConfig, needs={"greedy_rewards"},
                     status="reference",
-                    evidence="tests/algorithms/test_advantages.py: expected values equal verl 0.9.1 remax (run outside CI)")
+                    evidence="tests/algorithms/test_advantages.py: expected values equal verl 0.9.1 remax (run "
+                             "outside CI)")
 def remax(x: AdvantageInputs, cfg: RemaxConfig) -> AdvantageOutput:
     """ReMax (Li et al. 2023): reward minus the reward of a greedy rollout of the same prompt.
 

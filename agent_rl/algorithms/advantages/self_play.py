@@ -56,8 +56,9 @@ class AbsoluteZeroConfig(ComponentConfig):
 
 @register_advantage("absolute_zero", config=AbsoluteZeroConfig,
                     status="interpretation",
-                    evidence="TRR++ read from summaries of arXiv 2505.03335 and the paper's HTML opening, not its appendix "
-                             "(docs/objectives-backlog.md); 11 recorded choices; tests/algorithms/test_absolute_zero.py")
+                    evidence="TRR++ read from summaries of arXiv 2505.03335 and the paper's HTML opening, not its "
+                             "appendix (docs/objectives-backlog.md); 11 recorded choices; "
+                             "tests/algorithms/test_absolute_zero.py")
 def absolute_zero(x: AdvantageInputs, cfg: AbsoluteZeroConfig) -> AdvantageOutput:
     """Task-Relative REINFORCE++ (TRR++) of Absolute Zero (Zhao et al. 2025, arXiv 2505.03335).
 

@@ -40,8 +40,8 @@ class ScrlConfig(ComponentConfig):
 
 @register_advantage("scrl", config=ScrlConfig,
                     status="interpretation",
-                    evidence="arXiv 2605.22074 / seed 000: sub-problems come from the env's verified decomposition, not a "
-                             "model (our choice); 4 recorded choices; tests/algorithms/test_scrl.py")
+                    evidence="arXiv 2605.22074 / seed 000: sub-problems come from the env's verified decomposition, "
+                             "not a model (our choice); 4 recorded choices; tests/algorithms/test_scrl.py")
 def scrl(x: AdvantageInputs, cfg: ScrlConfig) -> AdvantageOutput:
     """SCRL, Subproblem Curriculum RL (Jiang et al. 2026, arXiv 2605.22074; seed 000).
 

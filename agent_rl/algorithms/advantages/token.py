@@ -54,8 +54,9 @@ def _select_extreme(values_BT: torch.Tensor, where_BT: torch.Tensor, fraction: f
 
 @register_advantage("a3po", config=A3poConfig, needs={"old_logprobs"},
                     status="interpretation",
-                    evidence="formula of Rethinking Sample Polarity in RLVR (2025) as the docstring gives it; the batch-wide "
-                             "pool of the token fractions is our reading; hand-computed in tests/algorithms/test_advantages.py")
+                    evidence="formula of Rethinking Sample Polarity in RLVR (2025) as the docstring gives it; the "
+                             "batch-wide pool of the token fractions is our reading; hand-computed in "
+                             "tests/algorithms/test_advantages.py")
 def a3po(x: AdvantageInputs, cfg: A3poConfig) -> AdvantageOutput:
     """A3PO asymmetric token advantages (Rethinking Sample Polarity in RLVR, 2025), on GRPO/DAPO.
 
@@ -94,8 +95,8 @@ def _stage_buckets(mask_BT: torch.Tensor, num_buckets: int) -> torch.Tensor:
 
 @register_advantage("erpo", config=ErpoConfig, needs={"entropy", "ref_logprobs", "old_logprobs"},
                     status="interpretation",
-                    evidence="ERPO's token-level advantage (2026); num_buckets 4 and eta 0.2 are ours (config fields marked "
-                             "'our choice'); tests/algorithms/test_advantages.py")
+                    evidence="ERPO's token-level advantage (2026); num_buckets 4 and eta 0.2 are ours (config "
+                             "fields marked 'our choice'); tests/algorithms/test_advantages.py")
 def erpo(x: AdvantageInputs, cfg: ErpoConfig) -> AdvantageOutput:
     """ERPO entropy-regulated token-level advantage (Token-Level Entropy-Regulated PO, 2026).
 
@@ -151,8 +152,8 @@ def future_kl_multiplier(
 
 @register_advantage("fipo", config=FipoConfig, needs={"old_logprobs", "rollout_logprobs"},
                     status="interpretation",
-                    evidence="FIPO's future-KL multiplier (2026); the discount gamma 0.995 is ours ('our choice' in the "
-                             "config); tests/algorithms/test_advantages.py")
+                    evidence="FIPO's future-KL multiplier (2026); the discount gamma 0.995 is ours ('our choice' in "
+                             "the config); tests/algorithms/test_advantages.py")
 def fipo(x: AdvantageInputs, cfg: FipoConfig) -> AdvantageOutput:
     """FIPO Future-KL Influenced Policy Optimization (2026): future-drift multiplier on the advantage.
 
@@ -208,8 +209,8 @@ class ScGrpoConfig(ComponentConfig):
 
 @register_advantage("sc_grpo", config=ScGrpoConfig, needs={"teacher_logprobs", "old_logprobs"},
                     status="paper",
-                    evidence="SC-GRPO (Learning from Own Solutions, 2026) A_it = f(D_it) A_i as the docstring states it; "
-                             "hand-computed in tests/algorithms/test_advantages.py")
+                    evidence="SC-GRPO (Learning from Own Solutions, 2026) A_it = f(D_it) A_i as the docstring "
+                             "states it; hand-computed in tests/algorithms/test_advantages.py")
 def sc_grpo(x: AdvantageInputs, cfg: ScGrpoConfig) -> AdvantageOutput:
     """SC-GRPO self-conditioned credit (Learning from Own Solutions, 2026): A_it = f(D_it) * A_i.
 

@@ -119,8 +119,8 @@ def _binary(x: AdvantageInputs, threshold: float) -> list[float]:
 
 @register_credit("spo", config=SpoConfig, needs={"task_ids"}, state=PromptValueTracker, sampler=spo_sampling_weights,
                  status="paper",
-                 evidence="SPO (arXiv 2509.13232) tracker, advantage and sampling from the full method and verl-recipe "
-                          "spo; worked example in tests/algorithms/test_credit_spo.py")
+                 evidence="SPO (arXiv 2509.13232) tracker, advantage and sampling from the full method and "
+                          "verl-recipe spo; worked example in tests/algorithms/test_credit_spo.py")
 def spo(x: AdvantageInputs, cfg: SpoConfig) -> AdvantageOutput:
     """SPO, Single-stream Policy Optimization (Xu & Ding 2025, arXiv 2509.13232; verl-recipe spo).
 

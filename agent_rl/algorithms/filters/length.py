@@ -27,7 +27,8 @@ class OverlongFilterConfig(ComponentConfig):
 
 @register_filter("overlong_filter", config=OverlongFilterConfig,
                  status="paper",
-                 evidence="DAPO overlong filtering (Yu et al. 2025); hand-computed in tests/algorithms/test_filters.py")
+                 evidence="DAPO overlong filtering (Yu et al. 2025); hand-computed in "
+                          "tests/algorithms/test_filters.py")
 def overlong_filter(groups: list[TrajectoryGroup], state: object, cfg: OverlongFilterConfig) -> FilterResult:
     """DAPO overlong filtering (Yu et al. 2025): truncated samples contribute no loss.
 
@@ -116,8 +117,8 @@ def _truncate_loss(t: Trajectory, keep_tokens: int) -> Trajectory:
 
 @register_filter("forced_interruption", config=ForcedInterruptionConfig, engine_options=interruption_engine_options,
                  status="paper",
-                 evidence="ScaleRL forced interruption (The Art of Scaling RL Compute, 2025); the answer budget is our "
-                          "choice; tests/algorithms/test_filters.py")
+                 evidence="ScaleRL forced interruption (The Art of Scaling RL Compute, 2025); the answer budget is "
+                          "our choice; tests/algorithms/test_filters.py")
 def forced_interruption(groups: list[TrajectoryGroup], state: object, cfg: ForcedInterruptionConfig) -> FilterResult:
     """ScaleRL forced interruption (The Art of Scaling RL Compute, 2025), instead of an overlong penalty.
 

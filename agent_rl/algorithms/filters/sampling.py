@@ -99,8 +99,8 @@ def replay_correction(
 
 @register_filter("popo_replay", config=PopoReplayConfig, state=ReplayBuffer, loss_options=replay_loss_options,
                  status="interpretation",
-                 evidence="POPO's replay (2026): buffer size, maximum age and the correction cap are ours (config 'our "
-                          "choice'); tests/algorithms/test_filters.py")
+                 evidence="POPO's replay (2026): buffer size, maximum age and the correction cap are ours (config "
+                          "'our choice'); tests/algorithms/test_filters.py")
 def popo_replay(groups: list[TrajectoryGroup], state: ReplayBuffer, cfg: PopoReplayConfig) -> FilterResult:
     """POPO group-prioritized off-policy replay (RLVR without Ineffective Samples, 2026).
 

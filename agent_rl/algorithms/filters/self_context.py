@@ -109,8 +109,8 @@ class SrpoReflectConfig(ComponentConfig):
 
 @register_filter("srpo_reflect", config=SrpoReflectConfig, state=SrpoReflectState,
                  status="interpretation",
-                 evidence="from SRPO's abstract (seed 003): what the reflector sees and its settings are ours (recorded "
-                          "choice); tests/algorithms/test_self_context.py")
+                 evidence="from SRPO's abstract (seed 003): what the reflector sees and its settings are ours "
+                          "(recorded choice); tests/algorithms/test_self_context.py")
 def srpo_reflect(groups: list[TrajectoryGroup], state: SrpoReflectState, cfg: SrpoReflectConfig) -> FilterResult:
     """SRPO, Self-Reflective Policy Optimization (Liu et al., ICML 2026): reflection patches as the teacher's context.
 
@@ -169,8 +169,8 @@ class OpidMinerConfig(ComponentConfig):
 
 @register_filter("opid", config=OpidMinerConfig, state=OpidState,
                  status="interpretation",
-                 evidence="arXiv 2606.26790 read through summaries: episode-level skills only, the miner prompt and its "
-                          "settings are ours; 2 recorded choices; tests/algorithms/test_self_context.py")
+                 evidence="arXiv 2606.26790 read through summaries: episode-level skills only, the miner prompt and "
+                          "its settings are ours; 2 recorded choices; tests/algorithms/test_self_context.py")
 def opid_miner(groups: list[TrajectoryGroup], state: OpidState, cfg: OpidMinerConfig) -> FilterResult:
     """OPID's skill miner (On-Policy Skill Distillation, Yang et al. 2026, arXiv 2606.26790).
 

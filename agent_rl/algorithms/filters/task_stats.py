@@ -120,8 +120,8 @@ def curriculum_weights(state: TaskStats, task_ids: list[str], cfg: CurriculumCon
 
 @register_filter("curriculum", config=CurriculumConfig, state=TaskStats, sampler=curriculum_weights,
                  status="interpretation",
-                 evidence="Kimi k1.5 names the curriculum, not its schedule: the success bar and its linear anneal are "
-                          "ours (config 'our choice'); tests/algorithms/test_filters.py")
+                 evidence="Kimi k1.5 names the curriculum, not its schedule: the success bar and its linear anneal "
+                          "are ours (config 'our choice'); tests/algorithms/test_filters.py")
 def curriculum(groups: list[TrajectoryGroup], state: TaskStats, cfg: CurriculumConfig) -> FilterResult:
     """Kimi k1.5 curriculum sampling (Kimi Team 2025): easy tasks first, then progressively harder.
 

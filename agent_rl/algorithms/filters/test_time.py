@@ -36,8 +36,8 @@ def majority(answers: list[str | None]) -> str | None:
 
 @register_filter("ttpo_vote", config=TtpoVoteConfig,
                  status="interpretation",
-                 evidence="from TTPO's abstract (seed 003): majority vote, tie rule and the teacher context are ours "
-                          "(recorded choice); tests/algorithms/test_ttpo.py")
+                 evidence="from TTPO's abstract (seed 003): majority vote, tie rule and the teacher context are "
+                          "ours (recorded choice); tests/algorithms/test_ttpo.py")
 def ttpo_vote(groups: list[TrajectoryGroup], state: object, cfg: TtpoVoteConfig) -> FilterResult:
     """TTPO's pseudo-labels (Test-Time Policy Optimization, 2026): majority vote within each group.
 

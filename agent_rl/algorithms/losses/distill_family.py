@@ -154,8 +154,8 @@ def box_cox_reward(teacher_BT: torch.Tensor, student_BT: torch.Tensor, alpha: fl
 
 @register_policy_loss("powered_opd", config=PoweredOpdConfig, needs={"teacher_logprobs"}, teacher=self_teacher,
                       status="interpretation",
-                      evidence="from the seed's mechanism (002 PowerOPD): Box-Cox on each probability and alpha 0.5 are ours "
-                               "(recorded choice); tests/algorithms/test_distill_family.py")
+                      evidence="from the seed's mechanism (002 PowerOPD): Box-Cox on each probability and alpha 0.5 "
+                               "are ours (recorded choice); tests/algorithms/test_distill_family.py")
 def powered_opd(x: LossInputs, cfg: PoweredOpdConfig) -> LossOutput:
     """PowerOPD, on-policy distillation with a bounded power transformation (Zhao et al. 2026).
 
@@ -181,8 +181,8 @@ class GOpdConfig(SelfTeacherConfig):
 
 @register_policy_loss("g_opd", config=GOpdConfig, needs={"teacher_logprobs", "ref_logprobs"}, teacher=self_teacher,
                       status="interpretation",
-                      evidence="from the seed's mechanism (002 G-OPD); reward scale lambda 1.25 and the reference are ours (2 "
-                               "recorded choices); tests/algorithms/test_distill_family.py")
+                      evidence="from the seed's mechanism (002 G-OPD); reward scale lambda 1.25 and the reference "
+                               "are ours (2 recorded choices); tests/algorithms/test_distill_family.py")
 def g_opd(x: LossInputs, cfg: GOpdConfig) -> LossOutput:
     """G-OPD / ExOPD, generalized on-policy distillation with reward extrapolation (Yang et al. 2026).
 
@@ -219,8 +219,8 @@ def _anti_sd_teacher(cfg: AntiSdConfig) -> TeacherSpec:
 @register_policy_loss(
     "anti_sd", config=AntiSdConfig, needs={"teacher_topk"}, teacher=_anti_sd_teacher,
     status="interpretation",
-    evidence="from the seed's one-sentence mechanism (002 AntiSD): JSD over the teacher's top-20, the entropy "
-             "gate and coef are ours (recorded choice); tests/algorithms/test_distill_family.py",
+    evidence="from the seed's one-sentence mechanism (002 AntiSD): JSD over the teacher's top-20, the entropy gate "
+             "and coef are ours (recorded choice); tests/algorithms/test_distill_family.py",
 )
 def anti_sd(x: LossInputs, cfg: AntiSdConfig) -> LossOutput:
     """AntiSD, anti-self-distillation via pointwise mutual information (Shen et al. 2026).
@@ -264,8 +264,8 @@ def beta_rewards(teacher_BT: torch.Tensor, ref_BT: torch.Tensor, student_BT: tor
 
 @register_policy_loss("beta_opsd", config=BetaOpsdConfig, needs={"teacher_logprobs", "ref_logprobs"}, teacher=self_teacher,
                       status="interpretation",
-                      evidence="from the abstract (seed 003): a sampled-token estimator that leaves out log Z instead of the "
-                               "paper's mixed-logit distillation, beta 1 ours (recorded); "
+                      evidence="from the abstract (seed 003): a sampled-token estimator that leaves out log Z "
+                               "instead of the paper's mixed-logit distillation, beta 1 ours (recorded); "
                                "tests/algorithms/test_distill_family.py")
 def beta_opsd(x: LossInputs, cfg: BetaOpsdConfig) -> LossOutput:
     """beta-OPSD (Liu et al. 2026): OPSD is the beta = 1 member of max E[log q - log ref] - beta KL(pi || ref).
@@ -307,8 +307,8 @@ class TtpoConfig(SelfTeacherConfig):
 
 @register_policy_loss("ttpo", config=TtpoConfig, needs={"teacher_logprobs", "rewards"}, teacher=self_teacher,
                       status="interpretation",
-                      evidence="from TTPO's abstract (seed 003): both branches' token selections and thresholds are ours "
-                               "(recorded choices); tests/algorithms/test_ttpo.py")
+                      evidence="from TTPO's abstract (seed 003): both branches' token selections and thresholds are "
+                               "ours (recorded choices); tests/algorithms/test_ttpo.py")
 def ttpo(x: LossInputs, cfg: TtpoConfig) -> LossOutput:
     """TTPO, test-time policy optimization without labels (2026): asymmetric OPSD + grouped RL on pseudo-labels.
 

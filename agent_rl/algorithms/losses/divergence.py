@@ -53,8 +53,8 @@ class DppoConfig(ComponentConfig):
 
 @register_policy_loss("dppo", config=DppoConfig,
                       status="reference",
-                      evidence="tests/algorithms/test_losses_divergence.py: loss and gradient equal verl 0.9.1 dppo_tv and "
-                               "dppo_kl (-0.030010, run outside CI)")
+                      evidence="tests/algorithms/test_losses_divergence.py: loss and gradient equal verl 0.9.1 "
+                               "dppo_tv and dppo_kl (-0.030010, run outside CI)")
 def dppo(x: LossInputs, cfg: DppoConfig) -> LossOutput:
     """DPPO, divergence-masked policy optimization (arXiv 2602.04879; DRPO's baseline).
 
@@ -84,8 +84,9 @@ class DrpoConfig(ComponentConfig):
 
 @register_policy_loss("drpo", config=DrpoConfig,
                       status="interpretation",
-                      evidence="from two sentences of seed 002 (paper text not available): the penalty's form, lambda 10 and "
-                               "per-sign deltas are ours (docstring); tests/algorithms/test_losses_divergence.py")
+                      evidence="from two sentences of seed 002 (paper text not available): the penalty's form, "
+                               "lambda 10 and per-sign deltas are ours (docstring); "
+                               "tests/algorithms/test_losses_divergence.py")
 def drpo(x: LossInputs, cfg: DrpoConfig) -> LossOutput:
     """DRPO, divergence-regularized policy optimization (seed 002), a documented interpretation.
 
@@ -173,8 +174,8 @@ class BandpoConfig(ComponentConfig):
 
 @register_policy_loss("bandpo", config=BandpoConfig,
                       status="paper",
-                      evidence="bounds and relaxation from the authors' code (OpenMOSS/BandPO band.py, arXiv 2603.04918); "
-                               "hand-computed bounds in tests/algorithms/test_losses_divergence.py")
+                      evidence="bounds and relaxation from the authors' code (OpenMOSS/BandPO band.py, arXiv "
+                               "2603.04918); hand-computed bounds in tests/algorithms/test_losses_divergence.py")
 def bandpo(x: LossInputs, cfg: BandpoConfig) -> LossOutput:
     """BandPO, band-constrained policy optimization (Li et al. 2026, arXiv 2603.04918; OpenMOSS/BandPO).
 

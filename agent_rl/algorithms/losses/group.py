@@ -68,8 +68,8 @@ class ConspoConfig(ComponentConfig):
 
 @register_policy_loss("conspo", config=ConspoConfig, needs={"rewards", "group_index"},
                       status="paper",
-                      evidence="ConSPO's saturating contrastive objective (2026) as the docstring states it; hand-computed in "
-                               "tests/algorithms/test_losses_group.py")
+                      evidence="ConSPO's saturating contrastive objective (2026) as the docstring states it; "
+                               "hand-computed in tests/algorithms/test_losses_group.py")
 def conspo(x: LossInputs, cfg: ConspoConfig) -> LossOutput:
     """ConSPO ("Revisiting RLVR from a Contrastive Perspective", 2026): saturating contrastive scores.
 
@@ -108,8 +108,8 @@ class DiscoConfig(ComponentConfig):
 
 @register_policy_loss("disco", config=DiscoConfig, needs={"rewards", "group_index"},
                       status="paper",
-                      evidence="DisCO (Li et al. 2025) discriminative objective and squared-hinge constraint; hand-computed in "
-                               "tests/algorithms/test_losses_group.py")
+                      evidence="DisCO (Li et al. 2025) discriminative objective and squared-hinge constraint; "
+                               "hand-computed in tests/algorithms/test_losses_group.py")
 def disco(x: LossInputs, cfg: DiscoConfig) -> LossOutput:
     """DisCO, discriminative constrained optimization (Li et al. 2025), no clipping, no difficulty weight.
 
@@ -152,8 +152,8 @@ class VimpoConfig(ComponentConfig):
 
 @register_policy_loss("vimpo", config=VimpoConfig, needs={"ref_logprobs", "rewards", "group_index"},
                       status="interpretation",
-                      evidence="VIMPO (2026): the k3 stand-in for the full-vocabulary KL and beta are ours (docstring, config "
-                               "'(ours)'); tests/algorithms/test_losses_group.py")
+                      evidence="VIMPO (2026): the k3 stand-in for the full-vocabulary KL and beta are ours "
+                               "(docstring, config '(ours)'); tests/algorithms/test_losses_group.py")
 def vimpo(x: LossInputs, cfg: VimpoConfig) -> LossOutput:
     """VIMPO, value-implicit policy optimization (2026), the policy encodes its own value.
 
@@ -189,8 +189,8 @@ class RecoConfig(ComponentConfig):
 
 @register_policy_loss("reco", config=RecoConfig, needs={"group_index"},
                       status="interpretation",
-                      evidence="built from the abstract in seed 003 only (paper not found): both reweightings' forms are ours "
-                               "(docstring lists them); tests/algorithms/test_losses_group.py")
+                      evidence="built from the abstract in seed 003 only (paper not found): both reweightings' "
+                               "forms are ours (docstring lists them); tests/algorithms/test_losses_group.py")
 def reco(x: LossInputs, cfg: RecoConfig) -> LossOutput:
     """ReCo (2026, abstract in seed 003), a documented interpretation of its two reweightings.
 

@@ -36,8 +36,9 @@ class SisConfig(ComponentConfig):
 
 @register_policy_loss("sis", config=SisConfig, needs={"topk"},
                       status="interpretation",
-                      evidence="arXiv 2607.04728 read through its abstract and summaries plus a third-party reproduction of "
-                               "Algorithm 1; K not found (ours); tests/algorithms/test_losses_mismatch.py")
+                      evidence="arXiv 2607.04728 read through its abstract and summaries plus a third-party "
+                               "reproduction of Algorithm 1; K not found (ours); "
+                               "tests/algorithms/test_losses_mismatch.py")
 def sis(x: LossInputs, cfg: SisConfig) -> LossOutput:
     """SIS, selective importance sampling (Li et al. 2026, arXiv 2607.04728; reproduction of Algorithm 1).
 
@@ -85,8 +86,8 @@ class ScoreCenteringConfig(ComponentConfig):
 
 @register_policy_loss("score_centering", config=ScoreCenteringConfig, needs={"topk", "rollout_logprobs"},
                       status="interpretation",
-                      evidence="from torchtitan's ScoreCenteringLoss (a third-party implementation), the arXiv text was not "
-                               "read; hand-computed in tests/algorithms/test_losses_mismatch.py")
+                      evidence="from torchtitan's ScoreCenteringLoss (a third-party implementation), the arXiv text "
+                               "was not read; hand-computed in tests/algorithms/test_losses_mismatch.py")
 def score_centering(x: LossInputs, cfg: ScoreCenteringConfig) -> LossOutput:
     """Score centering for training/inference mismatch ("Score Centering Stabilizes Off-policy RL", 2026).
 
@@ -131,8 +132,8 @@ class BpoConfig(ComponentConfig):
 
 @register_policy_loss("bpo", config=BpoConfig, needs={"rollout_logprobs"},
                       status="interpretation",
-                      evidence="omega and mask from TRL's experimental BPOTrainer (a third-party implementation) and a reading "
-                               "note, not the paper's text; not compared to TRL by a test; "
+                      evidence="omega and mask from TRL's experimental BPOTrainer (a third-party implementation) "
+                               "and a reading note, not the paper's text; not compared to TRL by a test; "
                                "tests/algorithms/test_losses_mismatch.py")
 def bpo(x: LossInputs, cfg: BpoConfig) -> LossOutput:
     """BPO, Bellman policy optimization (Song et al. 2026, arXiv 2609.15987; TRL's BPOTrainer).

@@ -73,8 +73,8 @@ def chunk_targets(logprobs_BT: torch.Tensor, chunks_BT3: torch.Tensor, alpha: fl
 
 @register_policy_loss("omni_opd", config=OmniOpdConfig, needs={"omni_opd_chunks", "ref_logprobs"}, with_filters=("omni_opd",),
                       status="interpretation",
-                      evidence="formulas from a third-party reimplementation (benyucong/verl omniopd_*.py), the abstract names "
-                               "the parts only; 7 recorded choices; tests/algorithms/test_omni_opd.py")
+                      evidence="formulas from a third-party reimplementation (benyucong/verl omniopd_*.py), the "
+                               "abstract names the parts only; 7 recorded choices; tests/algorithms/test_omni_opd.py")
 def omni_opd(x: LossInputs, cfg: OmniOpdConfig) -> LossOutput:
     """OmniOPD logit-free on-policy distillation (Zhou et al. 2026, arXiv 2606.01476).
 

@@ -31,7 +31,8 @@ class PpoClipConfig(ComponentConfig):
 @register_policy_loss("ppo_clip", config=PpoClipConfig,
                       status="reference",
                       evidence="tests/algorithms/test_losses_ppo.py: loss and gradient equal verl 0.9.1 "
-                               "compute_policy_loss_vanilla (0.08, same gradients; random inputs max diff 0; run outside CI)")
+                               "compute_policy_loss_vanilla (0.08, same gradients; random inputs max diff 0; run "
+                               "outside CI)")
 def ppo_clip(x: LossInputs, cfg: PpoClipConfig) -> LossOutput:
     """PPO clipped surrogate (Schulman et al. 2017) with DAPO's asymmetric clip and dual clip.
 
@@ -71,8 +72,8 @@ class DcpoConfig(ComponentConfig):
 
 @register_policy_loss("dcpo", config=DcpoConfig,
                       status="paper",
-                      evidence="DCPO's dynamic bounds (Yang et al. 2025), defaults from the authors' run_dcpo.sh; hand-computed "
-                               "in tests/algorithms/test_losses_ppo.py")
+                      evidence="DCPO's dynamic bounds (Yang et al. 2025), defaults from the authors' run_dcpo.sh; "
+                               "hand-computed in tests/algorithms/test_losses_ppo.py")
 def dcpo(x: LossInputs, cfg: DcpoConfig) -> LossOutput:
     """DCPO dynamic clipping (Yang et al. 2025, "DCPO: Dynamic Clipping Policy Optimization").
 
@@ -148,8 +149,8 @@ def _bapo_search(
 
 @register_policy_loss("bapo", config=BapoConfig, state=BapoState,
                       status="paper",
-                      evidence="BAPO's adaptive clipping (Xi et al. 2025); ranges from the authors' README, step sizes from "
-                               "their script; hand-computed in tests/algorithms/test_losses_ppo.py")
+                      evidence="BAPO's adaptive clipping (Xi et al. 2025); ranges from the authors' README, step "
+                               "sizes from their script; hand-computed in tests/algorithms/test_losses_ppo.py")
 def bapo(x: LossInputs, cfg: BapoConfig) -> LossOutput:
     """BAPO adaptive clipping (Xi et al. 2025, "BAPO: Balanced Policy Optimization with Adaptive Clipping").
 
@@ -182,8 +183,8 @@ class WapoConfig(ComponentConfig):
 
 @register_policy_loss("wapo", config=WapoConfig,
                       status="paper",
-                      evidence="WAPO (A Gradient Perspective on RLVR Stability, 2026) as the docstring states it; hand-computed "
-                               "in tests/algorithms/test_losses_ppo.py")
+                      evidence="WAPO (A Gradient Perspective on RLVR Stability, 2026) as the docstring states it; "
+                               "hand-computed in tests/algorithms/test_losses_ppo.py")
 def wapo(x: LossInputs, cfg: WapoConfig) -> LossOutput:
     """WAPO, winner-advantage policy optimization ("A Gradient Perspective on RLVR Stability", 2026).
 
@@ -207,8 +208,8 @@ class KimiK3Config(ComponentConfig):
 
 @register_policy_loss("kimi_k3", config=KimiK3Config,
                       status="interpretation",
-                      evidence="the KIMI-K3 objective as summarised in survey 000, not the report's text; clip bounds not "
-                               "published (ours); tests/algorithms/test_losses_ppo.py")
+                      evidence="the KIMI-K3 objective as summarised in survey 000, not the report's text; clip "
+                               "bounds not published (ours); tests/algorithms/test_losses_ppo.py")
 def kimi_k3(x: LossInputs, cfg: KimiK3Config) -> LossOutput:
     """Kimi K2.5 / K3 RL objective (Moonshot AI, KIMI-K3 report, as summarised in survey 000).
 

@@ -47,8 +47,8 @@ class GspoConfig(ComponentConfig):
 
 @register_policy_loss("gspo", config=GspoConfig,
                       status="reference",
-                      evidence="tests/algorithms/test_losses_sequence.py: loss and gradient equal verl 0.9.1 gspo (0.262943; "
-                               "random inputs max diff 0, run outside CI)")
+                      evidence="tests/algorithms/test_losses_sequence.py: loss and gradient equal verl 0.9.1 gspo "
+                               "(0.262943; random inputs max diff 0, run outside CI)")
 def gspo(x: LossInputs, cfg: GspoConfig) -> LossOutput:
     """GSPO, group sequence policy optimization (Zheng et al. 2025).
 
@@ -72,8 +72,8 @@ class GmpoConfig(ComponentConfig):
 
 @register_policy_loss("gmpo", config=GmpoConfig,
                       status="reference",
-                      evidence="tests/algorithms/test_losses_sequence.py: loss and gradient equal verl 0.9.1 geo_mean with "
-                               "equal row lengths (-1.142631; max diff 6e-10, run outside CI)")
+                      evidence="tests/algorithms/test_losses_sequence.py: loss and gradient equal verl 0.9.1 "
+                               "geo_mean with equal row lengths (-1.142631; max diff 6e-10, run outside CI)")
 def gmpo(x: LossInputs, cfg: GmpoConfig) -> LossOutput:
     """GMPO, geometric-mean policy optimization (Zhao et al. 2025).
 
@@ -140,8 +140,8 @@ class CtpoConfig(ComponentConfig):
 
 @register_policy_loss("ctpo", config=CtpoConfig,
                       status="paper",
-                      evidence="ratio, clip and defaults from the authors' code (horizon-llm/CTPO core_algos.py, arXiv "
-                               "2605.07331); hand-computed in tests/algorithms/test_losses_sequence.py")
+                      evidence="ratio, clip and defaults from the authors' code (horizon-llm/CTPO core_algos.py, "
+                               "arXiv 2605.07331); hand-computed in tests/algorithms/test_losses_sequence.py")
 def ctpo(x: LossInputs, cfg: CtpoConfig) -> LossOutput:
     """CTPO, cumulative token policy optimization (Zhang et al. 2026, arXiv 2605.07331; horizon-llm/CTPO).
 
@@ -174,8 +174,9 @@ class PnpoConfig(ComponentConfig):
 
 @register_policy_loss("pnpo", config=PnpoConfig,
                       status="interpretation",
-                      evidence="arXiv 2608.01418 read through summaries: the weight is the paper's, the gradient form and clip "
-                               "bounds are ours (as CTPO's geomean); tests/algorithms/test_losses_sequence.py")
+                      evidence="arXiv 2608.01418 read through summaries: the weight is the paper's, the gradient "
+                               "form and clip bounds are ours (as CTPO's geomean); "
+                               "tests/algorithms/test_losses_sequence.py")
 def pnpo(x: LossInputs, cfg: PnpoConfig) -> LossOutput:
     """PNPO, prefix-normalized policy optimization (Zhang et al. 2026, arXiv 2608.01418).
 
@@ -204,8 +205,8 @@ class DhpoConfig(ComponentConfig):
 
 @register_policy_loss("dhpo", config=DhpoConfig, needs={"entropy"},
                       status="paper",
-                      evidence="DHPO's hybrid ratio with the paper's fixed w = 0.5 (default); the non-default 'entropy' mapping "
-                               "is ours; hand-computed in tests/algorithms/test_losses_sequence.py")
+                      evidence="DHPO's hybrid ratio with the paper's fixed w = 0.5 (default); the non-default "
+                               "'entropy' mapping is ours; hand-computed in tests/algorithms/test_losses_sequence.py")
 def dhpo(x: LossInputs, cfg: DhpoConfig) -> LossOutput:
     """DHPO, dynamic hybrid policy optimization ("Orchestrating Tokens and Sequences", 2026).
 
@@ -246,8 +247,8 @@ class SspoConfig(ComponentConfig):
 
 @register_policy_loss("sspo", config=SspoConfig,
                       status="paper",
-                      evidence="SSPO's exp-arctan gate (Bridging GMPO and SAPO, 2026); one tau per advantage sign is our "
-                               "parametrisation, equal by default; tests/algorithms/test_losses_sequence.py")
+                      evidence="SSPO's exp-arctan gate (Bridging GMPO and SAPO, 2026); one tau per advantage sign "
+                               "is our parametrisation, equal by default; tests/algorithms/test_losses_sequence.py")
 def sspo(x: LossInputs, cfg: SspoConfig) -> LossOutput:
     """SSPO, soft sequence policy optimization ("Bridging GMPO and SAPO", 2026), exp-arctan gate.
 
@@ -271,8 +272,8 @@ class KimiConfig(ComponentConfig):
 
 @register_policy_loss("kimi", config=KimiConfig,
                       status="interpretation",
-                      evidence="Kimi k1.5's surrogate as the report gives it, but tau is not published (ours); hand-computed in "
-                               "tests/algorithms/test_losses_sequence.py")
+                      evidence="Kimi k1.5's surrogate as the report gives it, but tau is not published (ours); "
+                               "hand-computed in tests/algorithms/test_losses_sequence.py")
 def kimi(x: LossInputs, cfg: KimiConfig) -> LossOutput:
     """Kimi k1.5 online mirror descent surrogate (Kimi Team 2025), sequence level.
 

@@ -22,8 +22,8 @@ class CispoConfig(ComponentConfig):
 
 @register_policy_loss("cispo", config=CispoConfig,
                       status="reference",
-                      evidence="tests/algorithms/test_losses_soft.py: loss and gradient equal verl 0.9.1 cispo (0.315561; max "
-                               "diff 0, run outside CI)")
+                      evidence="tests/algorithms/test_losses_soft.py: loss and gradient equal verl 0.9.1 cispo "
+                               "(0.315561; max diff 0, run outside CI)")
 def cispo(x: LossInputs, cfg: CispoConfig) -> LossOutput:
     """CISPO, clipped IS-weight policy optimization (MiniMax-M1, MiniMax 2025).
 
@@ -46,8 +46,8 @@ class SapoConfig(ComponentConfig):
 
 @register_policy_loss("sapo", config=SapoConfig,
                       status="reference",
-                      evidence="tests/algorithms/test_losses_soft.py: loss and gradient equal verl 0.9.1 sapo with equal row "
-                               "lengths (-0.754148; max diff 6e-10, run outside CI)")
+                      evidence="tests/algorithms/test_losses_soft.py: loss and gradient equal verl 0.9.1 sapo with "
+                               "equal row lengths (-0.754148; max diff 6e-10, run outside CI)")
 def sapo(x: LossInputs, cfg: SapoConfig) -> LossOutput:
     """SAPO, soft adaptive policy optimization (Gao et al. 2025, Qwen).
 
@@ -70,8 +70,8 @@ class GipoConfig(ComponentConfig):
 
 @register_policy_loss("gipo", config=GipoConfig,
                       status="interpretation",
-                      evidence="GIPO's Gaussian gate (arXiv 2603.03955); its width sigma is not published, ours; hand-computed "
-                               "in tests/algorithms/test_losses_soft.py")
+                      evidence="GIPO's Gaussian gate (arXiv 2603.03955); its width sigma is not published, ours; "
+                               "hand-computed in tests/algorithms/test_losses_soft.py")
 def gipo(x: LossInputs, cfg: GipoConfig) -> LossOutput:
     """GIPO, Gaussian importance-sampling policy optimization (Lu et al. 2026, arXiv 2603.03955).
 
