@@ -81,6 +81,8 @@ def render_catalog(markdown: bool, status: str | None = None) -> str:
         lines += ["| status | entries | meaning |", "|---|---|---|"]
         lines += [f"| `{s}` | {counts[s]} | {STATUS_MEANING[s]} |" for s in STATUSES]
         lines += ["", "A run whose objective uses an `interpretation` entry says so in one line at its start.", ""]
+        lines += ["\"seed 000 / 002 / 003\" in an evidence are the texts the catalog was drawn from (a survey post, a "
+                  "paper list, abstracts); they are not in this repository.", ""]
         lines += ["| kind | " + " | ".join(STATUSES) + " |", "|---|" + "---|" * len(STATUSES)]
         for kind, entries in chosen.items():
             lines.append(f"| {kind} | " + " | ".join(str(sum(e.status == s for e in entries)) for s in STATUSES) + " |")
