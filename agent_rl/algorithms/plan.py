@@ -140,7 +140,7 @@ class ObjectivePlan:
         verb = "is an interpretation" if len(guessed) == 1 else "are interpretations"
         return [
             f"objective: {named} {verb} (from an abstract, a summary or a third party, or with defaults of ours, "
-            "not the paper's own formula); what it was built from and the choices we made are written there"
+            "not the paper's own formula); what each was built from and the choices we made are written there"
         ]
 
     def say_provenance(self, log: Callable[[str], Any]) -> None:
