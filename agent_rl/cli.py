@@ -118,7 +118,7 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
 def cmd_objectives(args: argparse.Namespace) -> int:
     from agent_rl.algorithms.catalog import render_catalog
 
-    print(render_catalog(markdown=args.markdown))
+    print(render_catalog(markdown=args.markdown, status=args.status))
     return 0
 
 
@@ -316,6 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("objectives", help="the registered objectives")
     sp.add_argument("action", choices=["list"])
     sp.add_argument("--markdown", action="store_true")
+    sp.add_argument("--status", default=None, choices=["reference", "paper", "interpretation"],
+                    help="only the entries of this status: reference (checked against another implementation's "
+                    "numbers), paper (the paper's own formula), interpretation (from an abstract or a third party, "
+                    "or with defaults of ours; choices recorded)")
     sp.set_defaults(fn=cmd_objectives)
 
     sp = sub.add_parser("envs", help="the registered environments")

@@ -45,7 +45,7 @@ def register():
     class EchoAdvantageConfig(ComponentConfig):
         pass
 
-    @register_advantage("echo_advantage", config=EchoAdvantageConfig)
+    @register_advantage("echo_advantage", config=EchoAdvantageConfig, status="interpretation", evidence="a test plugin")
     def echo_advantage(x, cfg):
         """Echo advantage (a test plugin).
 

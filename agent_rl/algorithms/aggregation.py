@@ -56,7 +56,10 @@ def _row_sums(loss_BT: torch.Tensor, mask_BT: torch.Tensor) -> tuple[torch.Tenso
     return (loss_BT * mask).sum(-1), mask.sum(-1)
 
 
-@register_aggregation("token_mean", config=ComponentConfig)
+@register_aggregation("token_mean", config=ComponentConfig,
+                      status="reference",
+                      evidence="tests/algorithms/test_aggregation.py: equals verl 0.9.1 agg_loss token-mean, "
+                               "whole-batch and micro-batched (run outside CI)")
 def token_mean(loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: AggregationInputs, cfg: ComponentConfig) -> torch.Tensor:
     """Token-level mean over the whole step (DAPO, Yu et al. 2025).
 
@@ -65,7 +68,10 @@ def token_mean(loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: AggregationInput
     return (loss_BT * mask_BT.to(loss_BT.dtype)).sum() / max(x.num_tokens, 1.0)
 
 
-@register_aggregation("seq_mean_token_mean", config=ComponentConfig)
+@register_aggregation("seq_mean_token_mean", config=ComponentConfig,
+                      status="reference",
+                      evidence="tests/algorithms/test_aggregation.py: equals verl 0.9.1 agg_loss "
+                               "seq-mean-token-mean, whole-batch and micro-batched (run outside CI)")
 def seq_mean_token_mean(loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: AggregationInputs, cfg: ComponentConfig) -> torch.Tensor:
     """Sequence mean of per-sequence token means (GRPO, Shao et al. 2024).
 
@@ -75,7 +81,10 @@ def seq_mean_token_mean(loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: Aggrega
     return (sums_B / tokens_B.clamp(min=1)).sum() / max(x.num_sequences, 1.0)
 
 
-@register_aggregation("seq_mean_token_sum", config=ComponentConfig)
+@register_aggregation("seq_mean_token_sum", config=ComponentConfig,
+                      status="reference",
+                      evidence="tests/algorithms/test_aggregation.py: equals verl 0.9.1 agg_loss "
+                               "seq-mean-token-sum, whole-batch and micro-batched (run outside CI)")
 def seq_mean_token_sum(loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: AggregationInputs, cfg: ComponentConfig) -> torch.Tensor:
     """Sequence mean of per-sequence token sums (Dr. GRPO, Liu et al. 2025; verl ``seq-mean-token-sum``).
 
@@ -91,7 +100,10 @@ class SeqMeanTokenSumNormConfig(ComponentConfig):
     )
 
 
-@register_aggregation("seq_mean_token_sum_norm", config=SeqMeanTokenSumNormConfig)
+@register_aggregation("seq_mean_token_sum_norm", config=SeqMeanTokenSumNormConfig,
+                      status="reference",
+                      evidence="tests/algorithms/test_aggregation.py: equals verl 0.9.1 agg_loss "
+                               "seq-mean-token-sum-norm (horizon 3), micro-batched too (run outside CI)")
 def seq_mean_token_sum_norm(
     loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: AggregationInputs, cfg: SeqMeanTokenSumNormConfig
 ) -> torch.Tensor:
@@ -104,7 +116,10 @@ def seq_mean_token_sum_norm(
     return sums_B.sum() / (max(x.num_sequences, 1.0) * constant)
 
 
-@register_aggregation("prompt_mean", config=ComponentConfig)
+@register_aggregation("prompt_mean", config=ComponentConfig,
+                      status="paper",
+                      evidence="ScaleRL's prompt-level mean (The Art of Scaling RL Compute, 2025); hand-computed in "
+                               "tests/algorithms/test_aggregation.py")
 def prompt_mean(loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: AggregationInputs, cfg: ComponentConfig) -> torch.Tensor:
     """Prompt-level mean (ScaleRL, The Art of Scaling RL Compute 2025): token mean per prompt, then mean over prompts.
 
@@ -120,7 +135,10 @@ class LengthPowerConfig(ComponentConfig):
     alpha: float = Field(0.5, description="f(L) = L^(alpha-1): 0 ~ GRPO, 1 ~ Dr. GRPO (the paper recommends none)")
 
 
-@register_aggregation("length_power", config=LengthPowerConfig)
+@register_aggregation("length_power", config=LengthPowerConfig,
+                      status="interpretation",
+                      evidence="arXiv 2607.23364 (a theory paper) read through summaries only; f_alpha(L) = "
+                               "L^(alpha-1) hand-computed in tests/algorithms/test_aggregation.py")
 def length_power(loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: AggregationInputs, cfg: LengthPowerConfig) -> torch.Tensor:
     """Length-weighting family f_alpha(L) = L^(alpha-1) (On the Impossibility of Unbiased and Length-Invariant PO, 2026).
 

@@ -48,7 +48,10 @@ def _k3(log_r: torch.Tensor) -> torch.Tensor:
     return torch.exp(log_r) - log_r - 1.0
 
 
-@register_kl("k1", config=KlConfig, needs={"ref_logprobs"})
+@register_kl("k1", config=KlConfig, needs={"ref_logprobs"},
+             status="reference",
+             evidence="tests/algorithms/test_kl.py: reverse values equal verl 0.9.1 kl_penalty k1 (run outside CI); "
+                      "forward direction hand-computed only")
 def k1(logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: KlConfig, x: KlInputs | None = None) -> torch.Tensor:
     """Schulman's k1 estimator (Approximating KL Divergence, 2020): the sampled log-ratio.
 
@@ -58,7 +61,10 @@ def k1(logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: KlConfig, 
     return _directed(logprobs_BT, ref_logprobs_BT, cfg, lambda log_r: -log_r)
 
 
-@register_kl("abs", config=KlConfig, needs={"ref_logprobs"})
+@register_kl("abs", config=KlConfig, needs={"ref_logprobs"},
+             status="reference",
+             evidence="tests/algorithms/test_kl.py: reverse values equal verl 0.9.1 kl_penalty abs (run outside "
+                      "CI); forward direction hand-computed only")
 def abs_kl(logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: KlConfig, x: KlInputs | None = None) -> torch.Tensor:
     """Absolute log-ratio (verl ``abs``), a biased non-negative variant of k1.
 
@@ -67,7 +73,10 @@ def abs_kl(logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: KlConf
     return _directed(logprobs_BT, ref_logprobs_BT, cfg, torch.abs)
 
 
-@register_kl("k2", config=KlConfig, needs={"ref_logprobs"})
+@register_kl("k2", config=KlConfig, needs={"ref_logprobs"},
+             status="reference",
+             evidence="tests/algorithms/test_kl.py: reverse values equal verl 0.9.1 kl_penalty k2 / mse (run "
+                      "outside CI); forward direction hand-computed only")
 def k2(logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: KlConfig, x: KlInputs | None = None) -> torch.Tensor:
     """Schulman's k2 estimator (Approximating KL Divergence, 2020): half the squared log-ratio.
 
@@ -77,7 +86,10 @@ def k2(logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: KlConfig, 
     return _directed(logprobs_BT, ref_logprobs_BT, cfg, lambda log_r: 0.5 * log_r.square())
 
 
-@register_kl("k3", config=KlConfig, needs={"ref_logprobs"})
+@register_kl("k3", config=KlConfig, needs={"ref_logprobs"},
+             status="reference",
+             evidence="tests/algorithms/test_kl.py: reverse values below 10 equal verl 0.9.1 kl_penalty k3 (verl "
+                      "clamps at 10, we do not; run outside CI)")
 def k3(logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: KlConfig, x: KlInputs | None = None) -> torch.Tensor:
     """Schulman's k3 estimator (http://joschu.net/blog/kl-approx.html), as used by GRPO.
 
@@ -92,7 +104,10 @@ class LowVarKlConfig(KlConfig):
     clamp: float = Field(10.0, description="the estimate is clamped to [-clamp, clamp] (verl: 10)")
 
 
-@register_kl("low_var_kl", config=LowVarKlConfig, needs={"ref_logprobs"})
+@register_kl("low_var_kl", config=LowVarKlConfig, needs={"ref_logprobs"},
+             status="reference",
+             evidence="tests/algorithms/test_kl.py: reverse values equal verl 0.9.1 kl_penalty low_var_kl (run "
+                      "outside CI); forward hand-computed only")
 def low_var_kl(
     logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: LowVarKlConfig, x: KlInputs | None = None
 ) -> torch.Tensor:
@@ -108,7 +123,10 @@ class CoklConfig(KlConfig):
     correct_threshold: float = Field(0.5, description="a reward above this counts as correct")
 
 
-@register_kl("cokl", config=CoklConfig, needs={"ref_logprobs"})
+@register_kl("cokl", config=CoklConfig, needs={"ref_logprobs"},
+             status="interpretation",
+             evidence="CoKL from its abstract (seed 003, no paper text cited): the group estimators and their "
+                      "per-row split are ours (docstring); tests/algorithms/test_kl.py")
 def cokl(logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: CoklConfig, x: KlInputs | None = None) -> torch.Tensor:
     """CoKL correctness-conditioned KL (2026): a KL between pi and pi_ref restricted to correct responses.
 

@@ -25,9 +25,11 @@ from agent_rl.algorithms.losses import LossOptions
 from agent_rl.algorithms.needs import NEEDS
 from agent_rl.algorithms.registry import (
     ADVANTAGES,
+    AGGREGATIONS,
     CREDITS,
     FILTERS,
     KLS,
+    OBJECTIVES_DOC,
     POLICY_LOSSES,
     ComponentConfig,
     ObjectiveEntry,
@@ -131,6 +133,32 @@ class ObjectivePlan:
 
     def advantages(self, x: Any) -> Any:
         return self.advantage.fn(x, self.advantage_cfg)
+
+    def entries(self) -> list[ObjectiveEntry]:
+        """Every registry entry the run uses: the advantage (or credit), loss, aggregation, KL, filters."""
+        used = [self.advantage, POLICY_LOSSES.get(self.parts.loss.name), AGGREGATIONS.get(self.parts.aggregation.name)]
+        if self.parts.kl is not None:
+            used.append(KLS.get(self.parts.kl.name))
+        used += [e for e, _ in self.filters]
+        return [e for i, e in enumerate(used) if all(e is not u for u in used[:i])]  # in order, once each
+
+    def provenance_notes(self) -> list[str]:
+        """What a run says at its start about how faithful its objective is: one line when it uses
+        ``interpretation`` entries (which, and where their choices are written), else nothing."""
+        guessed = [e for e in self.entries() if e.status == "interpretation"]
+        if not guessed:
+            return []
+        named = ", ".join(f"{e.kind} '{e.name}' ({OBJECTIVES_DOC}#{e.kind}-{e.name})" for e in guessed)
+        verb = "is an interpretation" if len(guessed) == 1 else "are interpretations"
+        return [
+            f"objective: {named} {verb} (from an abstract, a summary or a third party, or with defaults of ours, "
+            "not the paper's own formula); what each was built from and the choices we made are written there"
+        ]
+
+    def say_provenance(self, log: Callable[[str], Any]) -> None:
+        """``log`` each of ``provenance_notes`` (the trainer calls it once, at start)."""
+        for line in self.provenance_notes():
+            log(line)
 
 
 def make_plan(algorithm: Any, rollout: Any) -> ObjectivePlan:

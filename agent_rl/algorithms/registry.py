@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 from torch import Tensor
 
@@ -37,7 +37,19 @@ from agent_rl.algorithms.needs import NEEDS
 from agent_rl.core.registry import ComponentConfig, Entry, Registry
 from agent_rl.core.types import TrajectoryGroup
 
-__all__ = ["ComponentConfig", "ObjectiveEntry", "Registry"]
+__all__ = ["STATUSES", "ComponentConfig", "ObjectiveEntry", "Registry", "Status"]
+
+# How faithful an entry is to its source (every registration says it, with ``evidence``):
+# reference       its numbers are checked against another implementation's (verl, TRL) by a test;
+#                 evidence: the test file and the implementation it compares against
+# paper           the formula of the paper's own text (or of the authors' own code), with hand-computed
+#                 tests; evidence: where the formula is from and the test
+# interpretation  built from an abstract, a summary or a third party's reimplementation, or with
+#                 defaults of ours that matter; evidence: what it was built from and where its
+#                 choices are written (``record_choice``, config fields marked "(ours)")
+Status = Literal["reference", "paper", "interpretation"]
+STATUSES: tuple[str, ...] = get_args(Status)
+OBJECTIVES_DOC = "docs/objectives.md"  # each entry's row: OBJECTIVES_DOC#<kind>-<key> (status, evidence, choices)
 
 
 class Stateful(Protocol):
@@ -100,6 +112,10 @@ class ObjectiveEntry(Entry):
     # filters whose work it reads (what they write into a row's info): the plan refuses a run
     # that configures it without them, before anything is loaded
     with_filters: tuple[str, ...] = ()
+    # how faithful it is (required: ``STATUSES``), and the evidence for that (required: the test and
+    # the implementation compared against, the paper's section and test, or the sources and choices)
+    status: Status | None = None
+    evidence: str = ""
 
     def needs_for(self, cfg: Any) -> frozenset[str]:
         """``needs`` plus what ``config_needs`` adds for this config."""
@@ -110,6 +126,11 @@ class ObjectiveEntry(Entry):
         unknown = self.needs - set(NEEDS)
         if unknown:
             raise ValueError(f"{self.kind} '{self.name}': unknown needs {sorted(unknown)}; known: {sorted(NEEDS)}")
+        if self.status not in STATUSES or not self.evidence.strip():
+            raise ValueError(
+                f"{self.kind} '{self.name}': say how faithful it is: register it with status= one of "
+                f"{', '.join(map(repr, STATUSES))} and a non-empty evidence= (got status={self.status!r})"
+            )
 
     def make_state(self) -> Any:
         return self.state() if self.state is not None else None

@@ -51,6 +51,7 @@ class Trainer:
         seed_everything(cfg.trainer.seed)
         # fail fast on everything that does not need the model: the objective's plan
         self.plan = make_plan(cfg.algorithm, cfg.rollout)
+        self.plan.say_provenance(self.log)  # one line when an objective entry is an interpretation
         if cfg.rollout.backend.name == "openai":  # pushing weights off this machine needs a token
             check_push_auth(cfg.rollout.backend)
         self.run_dir = Path(resume) if resume else make_run_dir(cfg)

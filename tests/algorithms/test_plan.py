@@ -98,8 +98,8 @@ def response_length_objective():
         return LossOutput(loss_BT=-x.advantages_BT * x.logprobs_BT / x.extras["response_tokens_B"].clamp(min=1)[:, None])
 
     with (
-        ADVANTAGES.registered("test_shorter", shorter_is_better, needs={"response_tokens_B"}),
-        POLICY_LOSSES.registered("test_length_pg", length_weighted_pg, needs={"response_tokens_B"}),
+        ADVANTAGES.registered("test_shorter", shorter_is_better, needs={"response_tokens_B"}, status="paper", evidence="a test objective"),
+        POLICY_LOSSES.registered("test_length_pg", length_weighted_pg, needs={"response_tokens_B"}, status="paper", evidence="a test objective"),
     ):
         yield seen
     unregister_need("response_tokens_B")

@@ -222,7 +222,11 @@ def _contrastive_step(x: AdvantageInputs, cfg: ClipoConfig, hidden_BH: torch.Ten
     return loss_B.detach().double(), num_anchors
 
 
-@register_advantage("clipo", config=ClipoConfig, state=ClipoState, config_needs=_config_needs)
+@register_advantage("clipo", config=ClipoConfig, state=ClipoState, config_needs=_config_needs,
+                    status="paper",
+                    evidence="mechanism and defaults from the authors' code (Qwen-Applications/CLIPO "
+                             "ray_trainer.py, hf_model.yaml); 3 recorded choices; hand-computed in "
+                             "tests/algorithms/test_clipo.py")
 def clipo(x: AdvantageInputs, cfg: ClipoConfig) -> AdvantageOutput:
     """CLIPO contrastive reward shaping (Cui et al. 2026), then the base estimator (default grpo).
 

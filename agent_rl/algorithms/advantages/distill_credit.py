@@ -31,7 +31,11 @@ class RlsdConfig(ComponentConfig):
     )
 
 
-@register_advantage("rlsd", config=RlsdConfig, needs={"teacher_logprobs", "old_logprobs"})
+@register_advantage("rlsd", config=RlsdConfig, needs={"teacher_logprobs", "old_logprobs"},
+                    status="interpretation",
+                    evidence="from the seed's one-sentence mechanism (002): the weight exp(sign(A)(log q - log "
+                             "pi_old)) and its clip [1/2, 2] are ours (recorded choice); "
+                             "tests/algorithms/test_distill_family.py")
 def rlsd(x: AdvantageInputs, cfg: RlsdConfig) -> AdvantageOutput:
     """RLSD, self-distilled RLVR (Yang et al. 2026): RLVR gives the direction, the self-teacher the magnitude.
 
@@ -73,6 +77,9 @@ if "opid_skill" not in NEEDS:
     "opid", config=OpidConfig, needs={"teacher_logprobs", "old_logprobs"},
     config_needs=lambda cfg: {"opid_skill"},
     teacher=lambda cfg: TeacherSpec(ema_decay=0.0, context=True),
+    status="interpretation",
+    evidence="arXiv 2606.26790 read through summaries; lam and clip are ours (config '(ours)'), episode-level "
+             "skills only; 2 recorded choices; tests/algorithms/test_self_context.py",
 )
 def opid(x: AdvantageInputs, cfg: OpidConfig) -> AdvantageOutput:
     """OPID, On-Policy Skill Distillation (Yang et al. 2026, arXiv 2606.26790): a skill's log-prob shift as a token advantage.

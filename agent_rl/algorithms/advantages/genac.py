@@ -94,7 +94,10 @@ class GenacAdvantageConfig(ComponentConfig):
     )
 
 
-@register_advantage("genac", config=GenacAdvantageConfig)
+@register_advantage("genac", config=GenacAdvantageConfig,
+                    status="interpretation",
+                    evidence="arXiv 2604.10701 read through summaries; no code (docs/objectives-backlog.md lists "
+                             "the searches); 8 recorded choices; tests/algorithms/test_genac.py")
 def genac(x: AdvantageInputs, cfg: GenacAdvantageConfig) -> AdvantageOutput:
     """GenAC, Generative Actor-Critic (Shan et al. 2026, arXiv 2604.10701): the critic's values as the baseline.
 

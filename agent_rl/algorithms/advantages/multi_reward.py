@@ -55,7 +55,10 @@ def step_rewards(x: AdvantageInputs) -> list[list[float]]:
     ]
 
 
-@register_advantage("grpo_process", config=GrpoProcessConfig)
+@register_advantage("grpo_process", config=GrpoProcessConfig,
+                    status="paper",
+                    evidence="DeepSeekMath (Shao et al. 2024) process supervision: normalized step rewards summed "
+                             "to go; population std is our one choice; tests/algorithms/test_multi_reward.py")
 def grpo_process(x: AdvantageInputs, cfg: GrpoProcessConfig) -> AdvantageOutput:
     """GRPO with process supervision (Shao et al. 2024, DeepSeekMath): step rewards -> normalized reward-to-go.
 
@@ -115,7 +118,10 @@ class SaMrpoConfig(ComponentConfig):
     floor: float = Field(0.1, ge=0.0, le=1.0, description="smallest weight of a saturated component (ours)")
 
 
-@register_advantage("sa_mrpo", config=SaMrpoConfig, config_needs=lambda cfg: {"reward_components"})
+@register_advantage("sa_mrpo", config=SaMrpoConfig, config_needs=lambda cfg: {"reward_components"},
+                    status="interpretation",
+                    evidence="from SA-MRPO's abstract (seed 003): the linear saturation discount and its floor are "
+                             "ours; 1 recorded choice; tests/algorithms/test_multi_reward.py")
 def sa_mrpo(x: AdvantageInputs, cfg: SaMrpoConfig) -> AdvantageOutput:
     """SA-MRPO, saturation-aware advantage reweighting for multi-reward PO (2026).
 

@@ -105,7 +105,11 @@ def partition(e_NV: torch.Tensor, k: int, size_min: int, iters: int) -> list[int
     return [first.setdefault(lab, len(first)) for lab in labels]
 
 
-@register_advantage("mupo", config=MupoConfig, config_needs=lambda cfg: {"response_embedding"})
+@register_advantage("mupo", config=MupoConfig, config_needs=lambda cfg: {"response_embedding"},
+                    status="interpretation",
+                    evidence="formula from the authors' code (xytian1008/MUPO), but the embeddings that form the "
+                             "partitions are ours (env embedding or bag of token ids, not Qwen3-Embedding); 3 "
+                             "recorded choices; tests/algorithms/test_mupo.py")
 def mupo(x: AdvantageInputs, cfg: MupoConfig) -> AdvantageOutput:
     """MUPO (Tian et al. 2026): per-partition standardization + cross-partition diversity reward.
 

@@ -90,7 +90,11 @@ def leave_one_out(values_B: torch.Tensor, group_index_B: torch.Tensor) -> tuple[
     return torch.where(has_others_B, others_B, torch.zeros_like(others_B)), has_others_B
 
 
-@register_advantage("prime", config=PrimeConfig, needs={"ref_logprobs", "prm_logprobs"})
+@register_advantage("prime", config=PrimeConfig, needs={"ref_logprobs", "prm_logprobs"},
+                    status="paper",
+                    evidence="the paper's text (arXiv 2502.01456 Eq. 5, Algorithm 1) checked against the official "
+                             "code PRIME-RL/PRIME; 4 recorded choices; hand-computed in "
+                             "tests/algorithms/test_prime.py")
 def prime(x: AdvantageInputs, cfg: PrimeConfig) -> AdvantageOutput:
     """PRIME (Cui et al. 2025): leave-one-out outcome reward + leave-one-out implicit process rewards.
 

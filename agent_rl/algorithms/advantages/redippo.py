@@ -19,7 +19,7 @@ reweights the token-level advantages of PPO. Here:
     each critic: the clipped value loss (``Critic.update``) towards its own returns GAE(V)(critic_lam) + V
 
 The weight function is OURS: the paper's reweighting function is in no text we could read
-(searches listed in ``catalog3.py``). Ours is bounded and has mean one over the batch before
+(searches listed in docs/objectives-backlog.md). Ours is bounded and has mean one over the batch before
 clipping, so it moves weight towards high-discrepancy tokens without changing the advantages' scale;
 ``strength: 0`` is plain PPO with the chosen critic. Both critics start at zero (``Critic``'s zero
 head), so the first step has d = 0 and w = 1.
@@ -98,7 +98,11 @@ class RedippoState:
             self.critic.load_state_dict(state["critic"])
 
 
-@register_advantage("redippo", config=RedippoConfig, needs={"values"}, state=RedippoState)
+@register_advantage("redippo", config=RedippoConfig, needs={"values"}, state=RedippoState,
+                    status="interpretation",
+                    evidence="from the abstract of arXiv 2607.27631 only (text and code cii030/ReDiPPO not "
+                             "available); the reweighting function and its defaults are ours; 4 recorded choices; "
+                             "tests/algorithms/test_redippo.py")
 def redippo(x: AdvantageInputs, cfg: RedippoConfig) -> AdvantageOutput:
     """ReDiPPO: reference-guided critic, discrepancy-aware PPO (Zhang et al. 2026, arXiv 2607.27631).
 

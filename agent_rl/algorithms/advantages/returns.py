@@ -58,7 +58,10 @@ def gae_scan(
     return adv_BT
 
 
-@register_advantage("gae", config=GaeConfig, needs={"values"})
+@register_advantage("gae", config=GaeConfig, needs={"values"},
+                    status="reference",
+                    evidence="tests/algorithms/test_advantages.py: expected values equal verl 0.9.1 gae (run "
+                             "outside CI); VAPO / ORZ options hand-computed only")
 def gae(x: AdvantageInputs, cfg: GaeConfig) -> AdvantageOutput:
     """GAE with critic values (Schulman et al. 2016; PPO, Schulman et al. 2017), with VAPO/ORZ options.
 
@@ -97,7 +100,10 @@ class ReinforcePpConfig(ComponentConfig):
     eps: float = Field(1e-8, description="added to the batch variance before the square root")
 
 
-@register_advantage("reinforce_pp", config=ReinforcePpConfig)
+@register_advantage("reinforce_pp", config=ReinforcePpConfig,
+                    status="reference",
+                    evidence="tests/algorithms/test_advantages.py: expected values equal verl 0.9.1 "
+                             "reinforce_plus_plus (run outside CI)")
 def reinforce_pp(x: AdvantageInputs, cfg: ReinforcePpConfig) -> AdvantageOutput:
     """REINFORCE++ (Hu et al. 2025): token returns with KL-to-go, normalized over the whole batch.
 
@@ -115,7 +121,10 @@ class RemaxConfig(ComponentConfig):
     """ReMax has no parameters: the baseline is the greedy rollout's reward."""
 
 
-@register_advantage("remax", config=RemaxConfig, needs={"greedy_rewards"})
+@register_advantage("remax", config=RemaxConfig, needs={"greedy_rewards"},
+                    status="reference",
+                    evidence="tests/algorithms/test_advantages.py: expected values equal verl 0.9.1 remax (run "
+                             "outside CI)")
 def remax(x: AdvantageInputs, cfg: RemaxConfig) -> AdvantageOutput:
     """ReMax (Li et al. 2023): reward minus the reward of a greedy rollout of the same prompt.
 

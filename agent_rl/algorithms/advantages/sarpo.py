@@ -32,7 +32,10 @@ class SarpoAdvantageConfig(ComponentConfig):
     eps: float = Field(1e-6, gt=0.0, description="eps_adv, added to the batch std")
 
 
-@register_advantage("sarpo", config=SarpoAdvantageConfig, config_needs=lambda cfg: {"value_basis"})
+@register_advantage("sarpo", config=SarpoAdvantageConfig, config_needs=lambda cfg: {"value_basis"},
+                    status="interpretation",
+                    evidence="arXiv 2608.19842 read through a summary that gives the recursion, not gamma / lambda "
+                             "(ours: 1.0, 0.95); 3 recorded choices; tests/algorithms/test_sarpo.py")
 def sarpo(x: AdvantageInputs, cfg: SarpoAdvantageConfig) -> AdvantageOutput:
     """SARPO trajectory-level GAE over turns with the policy's own values, batch-normalized (Liang et al. 2026).
 

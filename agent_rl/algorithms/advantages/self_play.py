@@ -54,7 +54,11 @@ class AbsoluteZeroConfig(ComponentConfig):
     norm_by_std: bool = Field(True, description="divide by the (task type, role) std (the paper's TRR++ does)")
 
 
-@register_advantage("absolute_zero", config=AbsoluteZeroConfig)
+@register_advantage("absolute_zero", config=AbsoluteZeroConfig,
+                    status="interpretation",
+                    evidence="TRR++ read from summaries of arXiv 2505.03335 and the paper's HTML opening, not its "
+                             "appendix (docs/objectives-backlog.md); 11 recorded choices; "
+                             "tests/algorithms/test_absolute_zero.py")
 def absolute_zero(x: AdvantageInputs, cfg: AbsoluteZeroConfig) -> AdvantageOutput:
     """Task-Relative REINFORCE++ (TRR++) of Absolute Zero (Zhao et al. 2025, arXiv 2505.03335).
 

@@ -38,7 +38,10 @@ class ScrlConfig(ComponentConfig):
     eps: float = Field(1e-6, description="added to each position's std before dividing (as grpo)")
 
 
-@register_advantage("scrl", config=ScrlConfig)
+@register_advantage("scrl", config=ScrlConfig,
+                    status="interpretation",
+                    evidence="arXiv 2605.22074 / seed 000: sub-problems come from the env's verified decomposition, "
+                             "not a model (our choice); 4 recorded choices; tests/algorithms/test_scrl.py")
 def scrl(x: AdvantageInputs, cfg: ScrlConfig) -> AdvantageOutput:
     """SCRL, Subproblem Curriculum RL (Jiang et al. 2026, arXiv 2605.22074; seed 000).
 

@@ -103,7 +103,10 @@ def hard_attribution(rows: list[tuple[int, Trajectory]], adv_B: list[float], mas
     return sum_BT / count_BT
 
 
-@register_credit("arpo", config=ArpoConfig, needs={"topk"}, branch_planner=plan_arpo)
+@register_credit("arpo", config=ArpoConfig, needs={"topk"}, branch_planner=plan_arpo,
+                 status="paper",
+                 evidence="rollout and attribution from the authors' code (dongguanting/ARPO) with the paper's "
+                          "summaries (arXiv 2507.19849); tests/algorithms/test_credit_branch.py")
 def arpo(x: AdvantageInputs, cfg: ArpoConfig) -> AdvantageOutput:
     """ARPO, Agentic Reinforced Policy Optimization (Dong et al. 2025, arXiv 2507.19849; dongguanting/ARPO code).
 

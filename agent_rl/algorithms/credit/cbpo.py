@@ -152,7 +152,10 @@ def parent_segments(nodes: list[int], shared: list[float], final_parent: list[fl
     return out
 
 
-@register_credit("cbpo", config=CbpoConfig, needs={"topk"}, branch_planner=plan_cbpo)
+@register_credit("cbpo", config=CbpoConfig, needs={"topk"}, branch_planner=plan_cbpo,
+                 status="paper",
+                 evidence="the paper's full text (arXiv 2608.24300); two garbled symbols inferred (w = 20, kappa = "
+                          "0.25); hand-computed in tests/algorithms/test_credit_branch.py")
 def cbpo(x: AdvantageInputs, cfg: CbpoConfig) -> AdvantageOutput:
     """CBPO, Contrastive Branch Policy Optimization (Wang et al. 2026, arXiv 2608.24300).
 

@@ -84,7 +84,10 @@ def g2po_turn_advantages(trajectories: list[Trajectory], cfg: G2poConfig) -> lis
     return out
 
 
-@register_credit("g2po", config=G2poConfig)
+@register_credit("g2po", config=G2poConfig,
+                 status="paper",
+                 evidence="formulas from the authors' code (Nala-YN/G2PO core_g2po.py), the paper's abstract only; "
+                          "hand-computed in tests/algorithms/test_credit_turn.py")
 def g2po(x: AdvantageInputs, cfg: G2poConfig) -> AdvantageOutput:
     """G2PO, Group-Graph Policy Optimization (Wang et al. 2026, arXiv 2606.22995; Nala-YN/G2PO code).
 

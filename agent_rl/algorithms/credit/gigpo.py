@@ -68,7 +68,10 @@ def gigpo_turn_advantages(trajectories: list[Trajectory], cfg: GigpoConfig) -> l
     return out
 
 
-@register_credit("gigpo", config=GigpoConfig)
+@register_credit("gigpo", config=GigpoConfig,
+                 status="paper",
+                 evidence="GiGPO's episode and anchor-state step advantages (arXiv 2505.10978); hand-computed in "
+                          "tests/algorithms/test_credit_turn.py")
 def gigpo(x: AdvantageInputs, cfg: GigpoConfig) -> AdvantageOutput:
     """GiGPO, Group-in-Group Policy Optimization (Feng et al. 2025, arXiv 2505.10978).
 

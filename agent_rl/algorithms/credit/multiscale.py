@@ -112,7 +112,10 @@ def multiscale_turn_advantages(trajectories: list[Trajectory], cfg: MultiscaleCo
     return out
 
 
-@register_credit("multiscale", config=MultiscaleConfig)
+@register_credit("multiscale", config=MultiscaleConfig,
+                 status="interpretation",
+                 evidence="built from a one-sentence abstract (seed 002; no paper or code found): values, scales "
+                          "and weights are ours (module docstring lists them); tests/algorithms/test_credit_turn.py")
 def multiscale(x: AdvantageInputs, cfg: MultiscaleConfig) -> AdvantageOutput:
     """Multiscale Policy Optimization (abstract only; our documented interpretation, see the module docstring).
 
@@ -152,7 +155,10 @@ def turn_mean(values_BT: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
     return ((sums / counts.clamp(min=1))[idx] * m).view(B, T)
 
 
-@register_policy_loss("turn_ppo", config=TurnPpoConfig)
+@register_policy_loss("turn_ppo", config=TurnPpoConfig,
+                      status="interpretation",
+                      evidence="turn ratio of ST-PPO / SORL (arXiv 2511.20718) from a summary and a third-party "
+                               "implementation; PPO's bounds are our choice; tests/algorithms/test_credit_turn.py")
 def turn_ppo(x: LossInputs, cfg: TurnPpoConfig) -> LossOutput:
     """Turn-level importance sampling with the PPO clip (ST-PPO / SORL, arXiv 2511.20718; Multiscale PO's update).
 

@@ -117,7 +117,10 @@ def _binary(x: AdvantageInputs, threshold: float) -> list[float]:
     return [1.0 if r > threshold else 0.0 for r in x.rewards_B.tolist()]
 
 
-@register_credit("spo", config=SpoConfig, needs={"task_ids"}, state=PromptValueTracker, sampler=spo_sampling_weights)
+@register_credit("spo", config=SpoConfig, needs={"task_ids"}, state=PromptValueTracker, sampler=spo_sampling_weights,
+                 status="paper",
+                 evidence="SPO (arXiv 2509.13232) tracker, advantage and sampling from the full method and "
+                          "verl-recipe spo; worked example in tests/algorithms/test_credit_spo.py")
 def spo(x: AdvantageInputs, cfg: SpoConfig) -> AdvantageOutput:
     """SPO, Single-stream Policy Optimization (Xu & Ding 2025, arXiv 2509.13232; verl-recipe spo).
 
@@ -155,7 +158,10 @@ def token_measure_normalize(adv_B: torch.Tensor, length_B: torch.Tensor, eps: fl
     return (adv_B - mu) / (var.sqrt() + eps)
 
 
-@register_credit("spo_pp", config=SpoPpConfig, needs={"task_ids"}, state=PromptValueTracker, sampler=spo_sampling_weights)
+@register_credit("spo_pp", config=SpoPpConfig, needs={"task_ids"}, state=PromptValueTracker, sampler=spo_sampling_weights,
+                 status="paper",
+                 evidence="SPO++ from the paper's text (arXiv 2608.24870): event-time memory and token-measure "
+                          "normalisation; tests/algorithms/test_credit_spo.py")
 def spo_pp(x: AdvantageInputs, cfg: SpoPpConfig) -> AdvantageOutput:
     """SPO++, Stream-Aligned Policy Optimization (Ruan et al. 2026, arXiv 2608.24870).
 

@@ -32,7 +32,10 @@ def turn_gae(rewards_N: list[float], values_N: list[float], gamma: float, lam: f
     return adv, [a + v for a, v in zip(adv, values_N, strict=True)]
 
 
-@register_credit("turn_gae", config=TurnGaeConfig, needs={"values"})
+@register_credit("turn_gae", config=TurnGaeConfig, needs={"values"},
+                 status="paper",
+                 evidence="GAE (Schulman et al. 2016) with turns as the MDP steps; hand-computed in "
+                          "tests/algorithms/test_credit_turn.py")
 def turn_gae_credit(x: AdvantageInputs, cfg: TurnGaeConfig) -> AdvantageOutput:
     """Turn-level GAE with a critic (GAE, Schulman et al. 2016, applied with turns as the MDP steps).
 

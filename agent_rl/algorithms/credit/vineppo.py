@@ -56,7 +56,10 @@ def step_values(main: Trajectory, kids: list[Trajectory]) -> list[tuple[int, flo
     return [(b, sum(r) / len(r)) for b, r in sorted(by_point.items())]
 
 
-@register_credit("vineppo", config=VinePpoConfig, branch_planner=plan_vineppo)
+@register_credit("vineppo", config=VinePpoConfig, branch_planner=plan_vineppo,
+                 status="paper",
+                 evidence="VinePPO (arXiv 2410.01679) Monte Carlo values at turn starts; hand-computed in "
+                          "tests/algorithms/test_credit_branch.py")
 def vineppo(x: AdvantageInputs, cfg: VinePpoConfig) -> AdvantageOutput:
     """VinePPO (Kazemnejad et al. 2024, arXiv 2410.01679): unbiased Monte Carlo values at chosen positions.
 

@@ -209,7 +209,11 @@ def run_refiner(state: ActorRefinerState, cfg: ActorRefinerConfig) -> Refiner:
     return Refiner(judge, trim, regenerate)
 
 
-@register_filter("actor_refiner", config=ActorRefinerConfig, state=ActorRefinerState)
+@register_filter("actor_refiner", config=ActorRefinerConfig, state=ActorRefinerState,
+                 status="interpretation",
+                 evidence="Search-R2 (arXiv 2602.03647) read through its abstract and summaries, no code: tau, the "
+                          "trimmer and the density reward are ours; 7 recorded choices; "
+                          "tests/algorithms/test_actor_refiner.py")
 def actor_refiner(groups: list[TrajectoryGroup], state: ActorRefinerState, cfg: ActorRefinerConfig) -> FilterResult:
     """Search-R2's Meta-Refiner (He et al. 2026, "Search-R2: Enhancing Search-Integrated Reasoning
     via Actor-Refiner Collaboration", arXiv 2602.03647).

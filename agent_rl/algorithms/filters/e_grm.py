@@ -135,7 +135,11 @@ def parse_verdict(text: str | None) -> float | None:
     return None if not found else float(found[-1].lower() == "good")
 
 
-@register_filter("e_grm", config=EgrmConfig, state=EgrmState)
+@register_filter("e_grm", config=EgrmConfig, state=EgrmState,
+                 status="interpretation",
+                 evidence="arXiv 2604.10072 read through its abstract and third-party summaries, no code: the "
+                          "gate's M, the scorer loss and the judge are ours; 3 recorded choices; "
+                          "tests/algorithms/test_e_grm.py")
 def e_grm(groups: list[TrajectoryGroup], state: EgrmState, cfg: EgrmConfig) -> FilterResult:
     """E-GRM (arXiv 2604.10072): the scorer rewards agreeing groups, the reasoning judge disagreeing ones.
 

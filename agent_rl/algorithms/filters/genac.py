@@ -120,7 +120,10 @@ def critic_row(actor: Trajectory, k: int, res: Any, reward: float, meta: dict[st
     )  # fmt: skip
 
 
-@register_filter("genac", config=GenacConfig, state=GenacState)
+@register_filter("genac", config=GenacConfig, state=GenacState,
+                 status="interpretation",
+                 evidence="arXiv 2604.10701 read through summaries, no code: the value format, ICC context and "
+                          "critic reward are ours; 8 recorded choices; tests/algorithms/test_genac.py")
 def genac(groups: list[TrajectoryGroup], state: GenacState, cfg: GenacConfig) -> FilterResult:
     """GenAC, Generative Actor-Critic (Shan et al. 2026, arXiv 2604.10701): the critic reasons, then values.
 

@@ -25,7 +25,10 @@ class OverlongFilterConfig(ComponentConfig):
     )
 
 
-@register_filter("overlong_filter", config=OverlongFilterConfig)
+@register_filter("overlong_filter", config=OverlongFilterConfig,
+                 status="paper",
+                 evidence="DAPO overlong filtering (Yu et al. 2025); hand-computed in "
+                          "tests/algorithms/test_filters.py")
 def overlong_filter(groups: list[TrajectoryGroup], state: object, cfg: OverlongFilterConfig) -> FilterResult:
     """DAPO overlong filtering (Yu et al. 2025): truncated samples contribute no loss.
 
@@ -68,7 +71,10 @@ def overlong_penalty(length: int, cfg: OverlongSoftPenaltyConfig) -> float:
     return -cfg.penalty_factor
 
 
-@register_filter("overlong_soft_penalty", config=OverlongSoftPenaltyConfig)
+@register_filter("overlong_soft_penalty", config=OverlongSoftPenaltyConfig,
+                 status="paper",
+                 evidence="DAPO soft overlong punishment (Yu et al. 2025) R_length; hand-computed in "
+                          "tests/algorithms/test_filters.py")
 def overlong_soft_penalty(groups: list[TrajectoryGroup], state: object, cfg: OverlongSoftPenaltyConfig) -> FilterResult:
     """DAPO soft overlong punishment (Yu et al. 2025): a length-aware penalty added to the reward.
 
@@ -109,7 +115,10 @@ def _truncate_loss(t: Trajectory, keep_tokens: int) -> Trajectory:
     return replace(t, loss_mask_T=mask, info={**t.info, "forced_truncated": True})
 
 
-@register_filter("forced_interruption", config=ForcedInterruptionConfig, engine_options=interruption_engine_options)
+@register_filter("forced_interruption", config=ForcedInterruptionConfig, engine_options=interruption_engine_options,
+                 status="paper",
+                 evidence="ScaleRL forced interruption (The Art of Scaling RL Compute, 2025); the answer budget is "
+                          "our choice; tests/algorithms/test_filters.py")
 def forced_interruption(groups: list[TrajectoryGroup], state: object, cfg: ForcedInterruptionConfig) -> FilterResult:
     """ScaleRL forced interruption (The Art of Scaling RL Compute, 2025), instead of an overlong penalty.
 
@@ -149,7 +158,10 @@ def length_rewards(lengths_G: list[int], correct_G: list[bool]) -> list[float]:
     return [lam if c else min(0.0, lam) for lam, c in zip(lams, correct_G, strict=True)]
 
 
-@register_filter("length_penalty", config=LengthPenaltyConfig)
+@register_filter("length_penalty", config=LengthPenaltyConfig,
+                 status="paper",
+                 evidence="Kimi k1.5 length reward as the report gives it; hand-computed in "
+                          "tests/algorithms/test_filters.py")
 def length_penalty(groups: list[TrajectoryGroup], state: object, cfg: LengthPenaltyConfig) -> FilterResult:
     """Kimi k1.5 length reward (Kimi Team 2025): shorter responses of a group get more reward.
 

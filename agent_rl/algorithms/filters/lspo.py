@@ -95,7 +95,10 @@ def lspo_loss_options(cfg: LspoConfig) -> dict[str, object]:
     return {"rollout_is": {"level": "token", "mode": "truncate", "threshold": cfg.is_cap}}
 
 
-@register_filter("lspo", config=LspoConfig, state=LspoState, loss_options=lspo_loss_options)
+@register_filter("lspo", config=LspoConfig, state=LspoState, loss_options=lspo_loss_options,
+                 status="interpretation",
+                 evidence="paper text not found: built from the seed's abstract (003); rank, alpha, SFT steps, "
+                          "splice share and IS cap are ours; 6 recorded choices; tests/algorithms/test_lspo.py")
 def lspo(groups: list[TrajectoryGroup], state: LspoState, cfg: LspoConfig) -> FilterResult:
     """LSPO, LoRA Scaffolded Policy Optimization (seed 003): all-fail groups get re-rolls by base + a scaffold adapter.
 

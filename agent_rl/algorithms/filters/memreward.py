@@ -255,7 +255,11 @@ def predict(state: MemRewardState, new_queries: dict[str, torch.Tensor], new_row
     return torch.sigmoid(state.model(_graph(state, new_queries, new_rows, cfg)))[len(state.rollouts) :].cpu()
 
 
-@register_filter("memreward", config=MemRewardConfig, state=MemRewardState)
+@register_filter("memreward", config=MemRewardConfig, state=MemRewardState,
+                 status="interpretation",
+                 evidence="graph, GNN and defaults from the authors' code (ulab-uiuc/MemReward), but the memory "
+                          "grows online and the embedder differs; 5 recorded choices; "
+                          "tests/algorithms/test_memreward.py")
 def memreward(groups: list[TrajectoryGroup], state: MemRewardState, cfg: MemRewardConfig) -> FilterResult:
     """MemReward (arXiv 2603.19310): ground-truth rewards on labelled tasks, GNN-predicted ones elsewhere.
 

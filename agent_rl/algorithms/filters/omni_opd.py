@@ -100,7 +100,11 @@ class OmniOpdState:
         self.calls = int(state.get("calls", 0))
 
 
-@register_filter("omni_opd", config=OmniOpdAuditConfig, state=OmniOpdState)
+@register_filter("omni_opd", config=OmniOpdAuditConfig, state=OmniOpdState,
+                 status="interpretation",
+                 evidence="anchors, k_sem and phi from a third-party reimplementation (benyucong/verl), the "
+                          "abstract names the parts only; M, C, N ours; 7 recorded choices; "
+                          "tests/algorithms/test_omni_opd.py")
 def omni_opd(groups: list[TrajectoryGroup], state: OmniOpdState, cfg: OmniOpdAuditConfig) -> FilterResult:
     """OmniOPD's chunk audit (arXiv 2606.01476): anchors at peak student entropy, k_sem from N teacher continuations.
 

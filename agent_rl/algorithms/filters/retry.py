@@ -87,7 +87,10 @@ def retry_options(t: Trajectory, text: str, group_id: str, cfg: CipoRetryConfig)
     return options
 
 
-@register_filter("cipo_retry", config=CipoRetryConfig, state=CipoRetryState)
+@register_filter("cipo_retry", config=CipoRetryConfig, state=CipoRetryState,
+                 status="interpretation",
+                 evidence="CIPO (arXiv 2605.14539): the adaptive replay ratio and the risk-aware shaping are not in "
+                          "the available text (ours); 4 recorded choices; tests/algorithms/test_cipo_retry.py")
 def cipo_retry(groups: list[TrajectoryGroup], state: CipoRetryState, cfg: CipoRetryConfig) -> FilterResult:
     """CIPO, Correction-Oriented Policy Optimization (Ren et al. 2026, arXiv 2605.14539; seed 000).
 

@@ -95,7 +95,10 @@ def _examples(archive: dict[str, list[str]]) -> str:
     return f"\nA good earlier answer:\n{archive['good'][-1]}\nA poor earlier answer:\n{archive['bad'][-1]}\nWrite criteria that tell them apart."
 
 
-@register_filter("serpo", config=SerpoConfig, state=SerpoState)
+@register_filter("serpo", config=SerpoConfig, state=SerpoState,
+                 status="interpretation",
+                 evidence="SERPO (seed 002/003 abstract): criteria counts, archives and margin are ours (config "
+                          "'(ours)', recorded choice); tests/algorithms/test_serpo.py")
 def serpo(groups: list[TrajectoryGroup], state: SerpoState, cfg: SerpoConfig) -> FilterResult:
     """SERPO, Self-Evolving Rubric Policy Optimization (2026): label-free rewards from the policy's own rubrics.
 

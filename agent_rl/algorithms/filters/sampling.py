@@ -18,7 +18,9 @@ class DynamicSamplingConfig(ComponentConfig):
     atol: float = Field(1e-8, description="rewards closer than this count as equal")
 
 
-@register_filter("dynamic_sampling", config=DynamicSamplingConfig)
+@register_filter("dynamic_sampling", config=DynamicSamplingConfig,
+                 status="paper",
+                 evidence="DAPO dynamic sampling (Yu et al. 2025); hand-computed in tests/algorithms/test_filters.py")
 def dynamic_sampling(groups: list[TrajectoryGroup], state: object, cfg: DynamicSamplingConfig) -> FilterResult:
     """DAPO dynamic sampling (Yu et al. 2025): drop groups whose rewards are all equal.
 
@@ -95,7 +97,10 @@ def replay_correction(
     return torch.where(loss_mask_BT > 0, torch.exp(log_w_BT).clamp(max=cap), torch.ones_like(log_w_BT))
 
 
-@register_filter("popo_replay", config=PopoReplayConfig, state=ReplayBuffer, loss_options=replay_loss_options)
+@register_filter("popo_replay", config=PopoReplayConfig, state=ReplayBuffer, loss_options=replay_loss_options,
+                 status="interpretation",
+                 evidence="POPO's replay (2026): buffer size, maximum age and the correction cap are ours (config "
+                          "'our choice'); tests/algorithms/test_filters.py")
 def popo_replay(groups: list[TrajectoryGroup], state: ReplayBuffer, cfg: PopoReplayConfig) -> FilterResult:
     """POPO group-prioritized off-policy replay (RLVR without Ineffective Samples, 2026).
 

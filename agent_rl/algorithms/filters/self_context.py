@@ -107,7 +107,10 @@ class SrpoReflectConfig(ComponentConfig):
     temperature: float = Field(0.0, ge=0.0, description="sampling temperature of the reflection (ours: greedy)")
 
 
-@register_filter("srpo_reflect", config=SrpoReflectConfig, state=SrpoReflectState)
+@register_filter("srpo_reflect", config=SrpoReflectConfig, state=SrpoReflectState,
+                 status="interpretation",
+                 evidence="from SRPO's abstract (seed 003): what the reflector sees and its settings are ours "
+                          "(recorded choice); tests/algorithms/test_self_context.py")
 def srpo_reflect(groups: list[TrajectoryGroup], state: SrpoReflectState, cfg: SrpoReflectConfig) -> FilterResult:
     """SRPO, Self-Reflective Policy Optimization (Liu et al., ICML 2026): reflection patches as the teacher's context.
 
@@ -164,7 +167,10 @@ class OpidMinerConfig(ComponentConfig):
     temperature: float = Field(0.0, ge=0.0, description="miner=policy: sampling temperature of the analyzer (ours: greedy)")
 
 
-@register_filter("opid", config=OpidMinerConfig, state=OpidState)
+@register_filter("opid", config=OpidMinerConfig, state=OpidState,
+                 status="interpretation",
+                 evidence="arXiv 2606.26790 read through summaries: episode-level skills only, the miner prompt and "
+                          "its settings are ours; 2 recorded choices; tests/algorithms/test_self_context.py")
 def opid_miner(groups: list[TrajectoryGroup], state: OpidState, cfg: OpidMinerConfig) -> FilterResult:
     """OPID's skill miner (On-Policy Skill Distillation, Yang et al. 2026, arXiv 2606.26790).
 

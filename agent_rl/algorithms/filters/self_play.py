@@ -132,7 +132,11 @@ def release(held: list[TrajectoryGroup], solved: dict[str, list[float]], cfg: Ab
     return out
 
 
-@register_filter("absolute_zero", config=AbsoluteZeroFilterConfig, state=AbsoluteZeroState, episode_options=issue)
+@register_filter("absolute_zero", config=AbsoluteZeroFilterConfig, state=AbsoluteZeroState, episode_options=issue,
+                 status="interpretation",
+                 evidence="arXiv 2505.03335 read through summaries and the HTML opening, not the appendix: prompts, "
+                          "forbidden modules, batch layout, propose_share ours; 11 recorded choices; "
+                          "tests/algorithms/test_absolute_zero.py")
 def absolute_zero(groups: list[TrajectoryGroup], state: AbsoluteZeroState, cfg: AbsoluteZeroFilterConfig) -> FilterResult:
     """Absolute Zero self-play (Zhao et al. 2025, arXiv 2505.03335): propose, validate, solve.
 

@@ -100,7 +100,10 @@ def scored(t: Trajectory, text: str, ends: list[int | None], threshold: float) -
     return replace(t, info={**t.info, "scrl": {"prefix": prefix_rewards(correct), "ends": ends}})
 
 
-@register_filter("scrl", config=ScrlFilterConfig, state=ScrlState)
+@register_filter("scrl", config=ScrlFilterConfig, state=ScrlState,
+                 status="interpretation",
+                 evidence="arXiv 2605.22074 / seed 000: sub-problems from the env's verified decomposition instead "
+                          "of a model, at most 4 (ours); 4 recorded choices; tests/algorithms/test_scrl.py")
 def scrl(groups: list[TrajectoryGroup], state: ScrlState, cfg: ScrlFilterConfig) -> FilterResult:
     """SCRL, Subproblem Curriculum RL (Jiang et al. 2026, arXiv 2605.22074; seed 000): the curriculum.
 

@@ -62,7 +62,10 @@ def pass_rate_weights(state: TaskStats, task_ids: list[str], cfg: PassRateFilter
     return [0.0 if t in state.retired else 1.0 for t in task_ids]
 
 
-@register_filter("pass_rate_filter", config=PassRateFilterConfig, state=TaskStats, sampler=pass_rate_weights)
+@register_filter("pass_rate_filter", config=PassRateFilterConfig, state=TaskStats, sampler=pass_rate_weights,
+                 status="paper",
+                 evidence="ScaleRL no-positive-resampling (pass rate >= 0.9 retired); hand-computed in "
+                          "tests/algorithms/test_filters.py")
 def pass_rate_filter(groups: list[TrajectoryGroup], state: TaskStats, cfg: PassRateFilterConfig) -> FilterResult:
     """ScaleRL no-positive-resampling (The Art of Scaling RL Compute, 2025): retire easy prompts.
 
@@ -115,7 +118,10 @@ def curriculum_weights(state: TaskStats, task_ids: list[str], cfg: CurriculumCon
     return [1.0 if state.success_rate(t, cfg.init_success_rate) >= bar else 0.0 for t in task_ids]
 
 
-@register_filter("curriculum", config=CurriculumConfig, state=TaskStats, sampler=curriculum_weights)
+@register_filter("curriculum", config=CurriculumConfig, state=TaskStats, sampler=curriculum_weights,
+                 status="interpretation",
+                 evidence="Kimi k1.5 names the curriculum, not its schedule: the success bar and its linear anneal "
+                          "are ours (config 'our choice'); tests/algorithms/test_filters.py")
 def curriculum(groups: list[TrajectoryGroup], state: TaskStats, cfg: CurriculumConfig) -> FilterResult:
     """Kimi k1.5 curriculum sampling (Kimi Team 2025): easy tasks first, then progressively harder.
 
@@ -143,7 +149,10 @@ def prioritized_weights(state: TaskStats, task_ids: list[str], cfg: PrioritizedC
     return [max(1.0 - state.success_rate(t, cfg.init_success_rate), cfg.min_weight) for t in task_ids]
 
 
-@register_filter("prioritized", config=PrioritizedConfig, state=TaskStats, sampler=prioritized_weights)
+@register_filter("prioritized", config=PrioritizedConfig, state=TaskStats, sampler=prioritized_weights,
+                 status="paper",
+                 evidence="Kimi k1.5 prioritized sampling, weight 1 - s_i; hand-computed in "
+                          "tests/algorithms/test_filters.py")
 def prioritized(groups: list[TrajectoryGroup], state: TaskStats, cfg: PrioritizedConfig) -> FilterResult:
     """Kimi k1.5 prioritized sampling (Kimi Team 2025): draw task i with probability proportional to 1 - s_i.
 

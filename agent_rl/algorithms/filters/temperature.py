@@ -72,6 +72,9 @@ def truncated_is(cfg: PosteriorTemperatureConfig) -> dict[str, object]:
     state=TaskPosterior,
     episode_options=task_temperature,
     loss_options=truncated_is,
+    status="interpretation",
+    evidence="from the seed's mechanism (002, Sharpening Tax): the linear map from the posterior to t_min..t_max is "
+             "ours (recorded choice); tests/algorithms/test_posterior_temperature.py",
 )
 def posterior_temperature(groups: list[TrajectoryGroup], state: TaskPosterior, cfg: PosteriorTemperatureConfig) -> FilterResult:
     """Posterior-tempered group sampling (Sharpening Tax, 2026): per-task rollout temperature from a difficulty posterior.

@@ -34,7 +34,10 @@ def majority(answers: list[str | None]) -> str | None:
     return next(a for a in answers if a is not None and votes[a] == top)
 
 
-@register_filter("ttpo_vote", config=TtpoVoteConfig)
+@register_filter("ttpo_vote", config=TtpoVoteConfig,
+                 status="interpretation",
+                 evidence="from TTPO's abstract (seed 003): majority vote, tie rule and the teacher context are "
+                          "ours (recorded choice); tests/algorithms/test_ttpo.py")
 def ttpo_vote(groups: list[TrajectoryGroup], state: object, cfg: TtpoVoteConfig) -> FilterResult:
     """TTPO's pseudo-labels (Test-Time Policy Optimization, 2026): majority vote within each group.
 

@@ -117,6 +117,9 @@ def all_fail_rows(x: LossInputs, threshold: float, entry: str) -> torch.Tensor:
     needs={"teacher_logprobs", "rewards", "group_index"},
     teacher=lambda cfg: dataclasses.replace(self_teacher(cfg), topk=ema_teacher(cfg).topk),
     config_needs=topk_needs,
+    status="interpretation",
+    evidence="from I-SDPO's abstract (seed 003): success threshold and the GRPO branch's settings are ours "
+             "(recorded choice); tests/algorithms/test_distill_family.py",
 )
 def i_sdpo(x: LossInputs, cfg: ISdpoConfig) -> LossOutput:
     """I-SDPO, instance-level adaptive self-distillation PO (2026): all-fail groups distil, the rest do GRPO.
@@ -149,7 +152,10 @@ def box_cox_reward(teacher_BT: torch.Tensor, student_BT: torch.Tensor, alpha: fl
     return (torch.exp(alpha * teacher_BT) - torch.exp(alpha * student_BT)) / alpha
 
 
-@register_policy_loss("powered_opd", config=PoweredOpdConfig, needs={"teacher_logprobs"}, teacher=self_teacher)
+@register_policy_loss("powered_opd", config=PoweredOpdConfig, needs={"teacher_logprobs"}, teacher=self_teacher,
+                      status="interpretation",
+                      evidence="from the seed's mechanism (002 PowerOPD): Box-Cox on each probability and alpha 0.5 "
+                               "are ours (recorded choice); tests/algorithms/test_distill_family.py")
 def powered_opd(x: LossInputs, cfg: PoweredOpdConfig) -> LossOutput:
     """PowerOPD, on-policy distillation with a bounded power transformation (Zhao et al. 2026).
 
@@ -173,7 +179,10 @@ class GOpdConfig(SelfTeacherConfig):
     coef: float = Field(1.0, ge=0.0, description="weight of the distillation term")
 
 
-@register_policy_loss("g_opd", config=GOpdConfig, needs={"teacher_logprobs", "ref_logprobs"}, teacher=self_teacher)
+@register_policy_loss("g_opd", config=GOpdConfig, needs={"teacher_logprobs", "ref_logprobs"}, teacher=self_teacher,
+                      status="interpretation",
+                      evidence="from the seed's mechanism (002 G-OPD); reward scale lambda 1.25 and the reference "
+                               "are ours (2 recorded choices); tests/algorithms/test_distill_family.py")
 def g_opd(x: LossInputs, cfg: GOpdConfig) -> LossOutput:
     """G-OPD / ExOPD, generalized on-policy distillation with reward extrapolation (Yang et al. 2026).
 
@@ -208,7 +217,10 @@ def _anti_sd_teacher(cfg: AntiSdConfig) -> TeacherSpec:
 
 
 @register_policy_loss(
-    "anti_sd", config=AntiSdConfig, needs={"teacher_topk"}, teacher=_anti_sd_teacher
+    "anti_sd", config=AntiSdConfig, needs={"teacher_topk"}, teacher=_anti_sd_teacher,
+    status="interpretation",
+    evidence="from the seed's one-sentence mechanism (002 AntiSD): JSD over the teacher's top-20, the entropy gate "
+             "and coef are ours (recorded choice); tests/algorithms/test_distill_family.py",
 )
 def anti_sd(x: LossInputs, cfg: AntiSdConfig) -> LossOutput:
     """AntiSD, anti-self-distillation via pointwise mutual information (Shen et al. 2026).
@@ -250,7 +262,11 @@ def beta_rewards(teacher_BT: torch.Tensor, ref_BT: torch.Tensor, student_BT: tor
     return (teacher_BT - ref_BT) / beta - (student_BT - ref_BT)
 
 
-@register_policy_loss("beta_opsd", config=BetaOpsdConfig, needs={"teacher_logprobs", "ref_logprobs"}, teacher=self_teacher)
+@register_policy_loss("beta_opsd", config=BetaOpsdConfig, needs={"teacher_logprobs", "ref_logprobs"}, teacher=self_teacher,
+                      status="interpretation",
+                      evidence="from the abstract (seed 003): a sampled-token estimator that leaves out log Z "
+                               "instead of the paper's mixed-logit distillation, beta 1 ours (recorded); "
+                               "tests/algorithms/test_distill_family.py")
 def beta_opsd(x: LossInputs, cfg: BetaOpsdConfig) -> LossOutput:
     """beta-OPSD (Liu et al. 2026): OPSD is the beta = 1 member of max E[log q - log ref] - beta KL(pi || ref).
 
@@ -289,7 +305,10 @@ class TtpoConfig(SelfTeacherConfig):
     confidence: float = Field(0.5, ge=0.0, le=1.0, description="penalize only tokens with pi(y_t) > this (confident errors; ours)")
 
 
-@register_policy_loss("ttpo", config=TtpoConfig, needs={"teacher_logprobs", "rewards"}, teacher=self_teacher)
+@register_policy_loss("ttpo", config=TtpoConfig, needs={"teacher_logprobs", "rewards"}, teacher=self_teacher,
+                      status="interpretation",
+                      evidence="from TTPO's abstract (seed 003): both branches' token selections and thresholds are "
+                               "ours (recorded choices); tests/algorithms/test_ttpo.py")
 def ttpo(x: LossInputs, cfg: TtpoConfig) -> LossOutput:
     """TTPO, test-time policy optimization without labels (2026): asymmetric OPSD + grouped RL on pseudo-labels.
 

@@ -71,7 +71,10 @@ def chunk_targets(logprobs_BT: torch.Tensor, chunks_BT3: torch.Tensor, alpha: fl
     return pi_hat_BT.to(logprobs_BT.dtype), audited_BT
 
 
-@register_policy_loss("omni_opd", config=OmniOpdConfig, needs={"omni_opd_chunks", "ref_logprobs"}, with_filters=("omni_opd",))
+@register_policy_loss("omni_opd", config=OmniOpdConfig, needs={"omni_opd_chunks", "ref_logprobs"}, with_filters=("omni_opd",),
+                      status="interpretation",
+                      evidence="formulas from a third-party reimplementation (benyucong/verl omniopd_*.py), the "
+                               "abstract names the parts only; 7 recorded choices; tests/algorithms/test_omni_opd.py")
 def omni_opd(x: LossInputs, cfg: OmniOpdConfig) -> LossOutput:
     """OmniOPD logit-free on-policy distillation (Zhou et al. 2026, arXiv 2606.01476).
 

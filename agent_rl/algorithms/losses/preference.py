@@ -121,7 +121,12 @@ class DpoConfig(ComponentConfig):
     pairing: Pairing = Field("best_worst", description="pairs of a rollout group: best_worst (one per group) or pos_neg (all above-mean x below-mean rows)")
 
 
-@register_policy_loss("dpo", config=DpoConfig, needs={"ref_logprobs", "rewards", "group_index"}, aggregation="seq_mean_token_mean")
+@register_policy_loss("dpo", config=DpoConfig, needs={"ref_logprobs", "rewards", "group_index"}, aggregation="seq_mean_token_mean",
+                      status="reference",
+                      evidence="tests/algorithms/test_losses_preference_trl.py vs TRL 1.16.0 "
+                               "DPOTrainer._compute_loss, sigmoid (golden file "
+                               "tests/algorithms/data/trl_preference_golden.json); label_smoothing hand-computed "
+                               "only")
 def dpo(x: LossInputs, cfg: DpoConfig) -> LossOutput:
     """DPO, Direct Preference Optimization (Rafailov et al. 2023, arXiv 2305.18290).
 
@@ -145,7 +150,11 @@ class RpoConfig(DpoConfig):
     )
 
 
-@register_policy_loss("rpo", config=RpoConfig, needs={"ref_logprobs", "rewards", "group_index"}, aggregation="seq_mean_token_mean")
+@register_policy_loss("rpo", config=RpoConfig, needs={"ref_logprobs", "rewards", "group_index"}, aggregation="seq_mean_token_mean",
+                      status="reference",
+                      evidence="tests/algorithms/test_losses_preference_trl.py vs TRL 1.16.0 "
+                               "DPOTrainer._compute_loss, [sigmoid, sft] (golden file "
+                               "tests/algorithms/data/trl_preference_golden.json)")
 def rpo(x: LossInputs, cfg: RpoConfig) -> LossOutput:
     """RPO, DPO plus an SFT loss on the preferred response (Liu et al. 2024, arXiv 2405.16436; Pang et al. 2024, IRPO).
 
@@ -191,7 +200,10 @@ class KtoConfig(ComponentConfig):
     desirable_threshold: float = Field(0.5, description="a row is desirable when its reward > this (binary verifier: 0.5)")
 
 
-@register_policy_loss("kto", config=KtoConfig, needs={"ref_logprobs", "rewards", "kto_z0"}, aggregation="seq_mean_token_mean")
+@register_policy_loss("kto", config=KtoConfig, needs={"ref_logprobs", "rewards", "kto_z0"}, aggregation="seq_mean_token_mean",
+                      status="reference",
+                      evidence="tests/algorithms/test_losses_preference_trl.py vs TRL 1.16.0 "
+                               "KTOTrainer._compute_loss (golden file); online z0 is our choice (recorded)")
 def kto(x: LossInputs, cfg: KtoConfig) -> LossOutput:
     """KTO, Kahneman-Tversky Optimization (Ethayarajh et al. 2024, arXiv 2402.01306).
 

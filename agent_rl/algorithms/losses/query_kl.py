@@ -37,7 +37,10 @@ def query_kl(logprobs_BT: torch.Tensor, ref_BT: torch.Tensor, qmask_BT: torch.Te
     return (k3_BT * qmask_BT.to(k3_BT.dtype)).sum(-1)
 
 
-@register_policy_loss("qkl", config=QklConfig, needs={"ref_logprobs"})
+@register_policy_loss("qkl", config=QklConfig, needs={"ref_logprobs"},
+                      status="interpretation",
+                      evidence="from ERPO's Query-KL abstract (seed 003): estimator, per-query weight and coef 0.01 "
+                               "are ours (recorded choice); tests/algorithms/test_qkl.py")
 def qkl(x: LossInputs, cfg: QklConfig) -> LossOutput:
     """ERPO's Query-KL (2026): ppo_clip on the response + a KL on the query likelihood, per-query weighted.
 

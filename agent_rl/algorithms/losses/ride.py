@@ -79,6 +79,9 @@ def to_predicted_tokens(d_BT: torch.Tensor) -> torch.Tensor:
     config=RideConfig,
     needs={"policy_layers", "teacher_layers", "ref_layers"},
     teacher=ride_teacher,
+    status="interpretation",
+    evidence="from one sentence of seed 002 (no RIDE text found): alpha 1.25, layers, distance and base are ours (5 "
+             "recorded choices); tests/algorithms/test_ride.py",
 )
 def ride(x: LossInputs, cfg: RideConfig) -> LossOutput:
     """RIDE, on-policy distillation by representation extrapolation (seed 002; OPRD, arXiv 2606.06021, for alpha = 1).

@@ -43,7 +43,11 @@ def clipped_value_loss(pred: torch.Tensor, old: torch.Tensor, target: torch.Tens
     return 0.5 * torch.maximum(err, (old + (pred - old).clamp(-clip, clip) - target) ** 2)
 
 
-@register_policy_loss("sarpo", config=SarpoLossConfig, config_needs=lambda cfg: {"value_basis", "policy_hidden", "rewards"})
+@register_policy_loss("sarpo", config=SarpoLossConfig, config_needs=lambda cfg: {"value_basis", "policy_hidden", "rewards"},
+                      status="interpretation",
+                      evidence="arXiv 2608.19842 read through a summary: c_V, c_Q, value clip and the value basis "
+                               "are ours (3 recorded choices here, 3 on the advantage); "
+                               "tests/algorithms/test_sarpo.py")
 def sarpo_loss(x: LossInputs, cfg: SarpoLossConfig) -> LossOutput:
     """SARPO: PPO + state-value and SARSA action-value losses on the shared backbone (Liang et al. 2026).
 

@@ -80,7 +80,10 @@ def install_projection(cfg: GcpoConfig, model: torch.nn.Module, optimizer: torch
     return SubspaceProjection(model, optimizer, cfg)
 
 
-@register_policy_loss("gcpo", config=GcpoConfig, optimizer_hook=install_projection)
+@register_policy_loss("gcpo", config=GcpoConfig, optimizer_hook=install_projection,
+                      status="interpretation",
+                      evidence="from GCPO's abstract (seed 003): k = ceil(0.05 min(m, n)), which matrices and "
+                               "projecting the update are ours (recorded choice); tests/algorithms/test_gcpo.py")
 def gcpo(x: LossInputs, cfg: GcpoConfig) -> LossOutput:
     """GCPO, geometrically constrained PO (2026): GRPO's loss; every update projected off the pretrained top-k subspaces.
 
