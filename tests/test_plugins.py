@@ -45,7 +45,7 @@ def register():
     class EchoAdvantageConfig(ComponentConfig):
         pass
 
-    @register_advantage("echo_advantage", config=EchoAdvantageConfig, status="interpretation", evidence="a test plugin")
+    @register_advantage("echo_advantage", config=EchoAdvantageConfig)  # no status: counted as an interpretation
     def echo_advantage(x, cfg):
         """Echo advantage (a test plugin).
 

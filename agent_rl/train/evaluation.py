@@ -23,7 +23,7 @@ import numpy as np
 
 from agent_rl.rollout.engine import RolloutEngine
 from agent_rl.rollout.episode import EpisodeSpec
-from agent_rl.types import Trajectory
+from agent_rl.core.types import Trajectory
 
 CI_METHOD = "95% percentile bootstrap over tasks"
 

@@ -35,17 +35,31 @@ def test_every_entry_of_every_registry_has_a_status_and_evidence():
     assert {e.status for e in ENTRIES} == set(STATUSES)
 
 
+def built_in(x, cfg):
+    """Stands for an entry of the package itself."""
+
+
+built_in.__module__ = "agent_rl.algorithms.advantages.test_entry"
+
+
 @pytest.mark.parametrize(
     "declarations",
     [{}, {"status": "guess", "evidence": "x"}, {"status": "paper"}, {"status": "paper", "evidence": "  "}],
 )
 def test_registering_without_a_status_and_evidence_fails_in_one_line(declarations):
     with pytest.raises(ValueError) as raised:
-        ADVANTAGES.register("test_no_status", **declarations)(lambda x, cfg: None)
+        ADVANTAGES.register("test_no_status", **declarations)(built_in)
     message = str(raised.value)
     assert "\n" not in message and "advantage 'test_no_status'" in message
     assert "status=" in message and "'reference', 'paper', 'interpretation'" in message and "evidence=" in message
     assert "test_no_status" not in ADVANTAGES
+
+
+def test_a_plugins_entry_without_a_status_is_an_interpretation_that_says_so():
+    with ADVANTAGES.registered("test_plugin_entry", lambda x, cfg: None) as entry:
+        assert entry.status == "interpretation" and entry.evidence == f"registered by {__name__} without a status (plugin)"
+    with pytest.raises(ValueError, match="say how faithful"):  # a plugin that gives one must give a valid one
+        ADVANTAGES.register("test_plugin_entry", status="guess", evidence="x")(lambda x, cfg: None)
 
 
 def test_a_reference_entry_names_an_existing_test_that_holds_the_other_implementations_numbers():
