@@ -116,7 +116,7 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
 
 
 def cmd_objectives(args: argparse.Namespace) -> int:
-    from agent_rl.algorithms.catalog import render_catalog
+    from agent_rl.commands.catalog import render_catalog
 
     print(render_catalog(markdown=args.markdown, status=args.status))
     return 0

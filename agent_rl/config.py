@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator
 
+import agent_rl.methods  # noqa: F401  (registers the methods that act on the run)
 from agent_rl.algorithms import ADVANTAGES, AGGREGATIONS, CREDITS, FILTERS, KLS, POLICY_LOSSES
 from agent_rl.algorithms.losses import LossOptions
 from agent_rl.algorithms.preference_data import PreferenceDataConfig

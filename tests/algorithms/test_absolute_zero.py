@@ -9,16 +9,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from agent_rl.algorithms.advantages.self_play import (
-    AbsoluteZeroConfig,
-    absolute_zero,
-    propose_reward,
-)
-from agent_rl.algorithms.filters.self_play import (
-    AbsoluteZeroFilterConfig,
-    AbsoluteZeroState,
-)
-from agent_rl.algorithms.filters.self_play import absolute_zero as az_filter
+from agent_rl.methods.absolute_zero import AbsoluteZeroConfig, absolute_zero, propose_reward
+from agent_rl.methods.absolute_zero import AbsoluteZeroFilterConfig, AbsoluteZeroState
+from agent_rl.methods.absolute_zero import absolute_zero_filter as az_filter
 from agent_rl.algorithms.registry import AdvantageInputs
 from agent_rl.train.task_queue import TaskQueue
 from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup

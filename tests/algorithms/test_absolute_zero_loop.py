@@ -10,13 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from agent_rl.algorithms.advantages.self_play import propose_reward
-from agent_rl.algorithms.filters.self_play import (
-    AbsoluteZeroFilterConfig,
-    AbsoluteZeroState,
-    issue,
-)
-from agent_rl.algorithms.filters.self_play import absolute_zero as az_filter
+from agent_rl.methods.absolute_zero import propose_reward
+from agent_rl.methods.absolute_zero import AbsoluteZeroFilterConfig, AbsoluteZeroState, issue
+from agent_rl.methods.absolute_zero import absolute_zero_filter as az_filter
 from agent_rl.train.task_queue import TaskQueue
 from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
 

@@ -3,14 +3,7 @@ refined row = the parent's exact prefix + a newly sampled suffix (rollout engine
 
 from __future__ import annotations
 
-from agent_rl.algorithms.filters.actor_refiner import (
-    ActorRefinerConfig,
-    Refiner,
-    cut_token,
-    parse_step,
-    refine,
-    run_refiner,
-)
+from agent_rl.methods.actor_refiner import ActorRefinerConfig, Refiner, cut_token, parse_step, refine, run_refiner
 from agent_rl.core.types import StopReason, Trajectory, Turn
 
 R2 = ["env.id=agent_rl/SearchQA-R2-v0", "env.options={max_turns: 2}", "trainer.prompts_per_step=1", "rollout.max_total_tokens=1024"]
@@ -71,7 +64,7 @@ def test_max_refinements_judges_the_continuation_again_and_zero_turns_it_off():
 
 
 def test_the_refined_row_is_the_exact_prefix_plus_a_newly_sampled_suffix(tmp_path, tiny_model_dir):
-    from agent_rl.algorithms.filters.actor_refiner import ActorRefinerState
+    from agent_rl.methods.actor_refiner import ActorRefinerState
     from tests.test_trainer import trainer
 
     t = trainer(tmp_path, tiny_model_dir, *R2, "trainer.steps=1")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from agent_rl.algorithms import ALL_REGISTRIES
-from agent_rl.algorithms.catalog import REGENERATE, render_catalog
+from agent_rl.commands.catalog import REGENERATE, render_catalog
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "objectives.md"
 

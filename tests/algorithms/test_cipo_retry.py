@@ -5,12 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from agent_rl.algorithms.filters.retry import (
-    CipoRetryConfig,
-    CipoRetryState,
-    cipo_retry,
-    pick_attempts,
-)
+from agent_rl.methods.cipo_retry import CipoRetryConfig, CipoRetryState, cipo_retry, pick_attempts
 from agent_rl.rollout.episode import env_options
 from agent_rl.train.task_queue import TaskQueue
 from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup

@@ -11,14 +11,7 @@ import math
 import pytest
 import torch
 
-from agent_rl.algorithms.filters.e_grm import (
-    EgrmConfig,
-    EgrmState,
-    consensus,
-    e_grm,
-    extract_answer,
-    parse_verdict,
-)
+from agent_rl.methods.e_grm import EgrmConfig, EgrmState, consensus, e_grm, extract_answer, parse_verdict
 from agent_rl.commands.train_rm import egrm_loss
 from agent_rl.rollout.text_pass import PassResult
 from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup

@@ -9,14 +9,8 @@ import pytest
 import torch
 
 from agent_rl.algorithms import ADVANTAGES, FILTERS
-from agent_rl.algorithms.advantages.genac import (
-    ACTOR_KEY,
-    CRITIC_KEY,
-    boundaries,
-    critic_reward,
-    parse_value,
-)
-from agent_rl.algorithms.filters.genac import GenacState, icc_examples
+from agent_rl.methods.genac import ACTOR_KEY, CRITIC_KEY, boundaries, critic_reward, parse_value
+from agent_rl.methods.genac import GenacState, icc_examples
 from agent_rl.algorithms.registry import AdvantageInputs
 from agent_rl.rollout.batching import make_batch
 from agent_rl.rollout.text_pass import PassResult

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from agent_rl.algorithms.filters.lspo import LspoConfig, LspoState, is_cliff, lspo_loss_options, splice
+from agent_rl.methods.lspo import LspoConfig, LspoState, is_cliff, lspo_loss_options, splice
 from agent_rl.algorithms.losses.common import LossOptions, rollout_is_weights
 from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
 
@@ -69,6 +69,6 @@ def test_lspo_refuses_a_lora_policy(tmp_path, tiny_model_dir):
         trainer(tmp_path, tiny_model_dir, "algorithm.filters=[{name: lspo}]", "learner.lora={rank: 2}")
     state = LspoState()
     with pytest.raises(ValueError, match=r"bind\(run, cfg\)"):
-        from agent_rl.algorithms.filters.lspo import lspo
+        from agent_rl.methods.lspo import lspo
 
         lspo([TrajectoryGroup("task", "g", [traj("a", 0.0)])], state, LspoConfig())

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from agent_rl.algorithms.filters.memreward import (
+from agent_rl.methods.memreward import (
     MemRewardConfig,
     MemRewardState,
     answer_features,
@@ -17,7 +17,7 @@ from agent_rl.algorithms.filters.memreward import (
     memreward,
     split_response,
 )
-from agent_rl.algorithms.filters.memreward_graph import GATv2, HeteroLayer, build_graph
+from agent_rl.methods.memreward import GATv2, HeteroLayer, build_graph
 from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
 
 

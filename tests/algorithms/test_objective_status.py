@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agent_rl.algorithms import ADVANTAGES, ALL_REGISTRIES
-from agent_rl.algorithms.catalog import anchor, render_catalog, where_documented
+from agent_rl.commands.catalog import anchor, render_catalog, where_documented
 from agent_rl.algorithms.plan import make_plan
 from agent_rl.algorithms.registry import STATUSES
 from agent_rl.cli import cmd_objectives

@@ -8,8 +8,9 @@ import math
 import pytest
 import torch
 
-from agent_rl.algorithms.filters.omni_opd import select_anchors, similarity
-from agent_rl.algorithms.losses.omni_opd import OmniOpdConfig, omni_opd
+from agent_rl.methods.omni_opd import select_anchors, similarity
+from agent_rl.methods.omni_opd import OmniOpdConfig
+from agent_rl.methods.omni_opd import omni_opd_loss as omni_opd
 from agent_rl.algorithms.registry import LossInputs
 
 
@@ -96,7 +97,7 @@ def test_one_step_with_a_local_teacher(tmp_path, tiny_model_dir):
 
 def test_teacher_path_is_checked_with_the_config(tmp_path):
     """A missing or wrong teacher is refused when the config is read, before any model loads."""
-    from agent_rl.algorithms.filters.omni_opd import OmniOpdAuditConfig
+    from agent_rl.methods.omni_opd import OmniOpdAuditConfig
 
     with pytest.raises(ValueError, match="teacher_path"):
         OmniOpdAuditConfig()

@@ -9,11 +9,7 @@ import pytest
 import torch
 
 from agent_rl.algorithms.advantages.common import masked_whiten
-from agent_rl.algorithms.advantages.redippo import (
-    RedippoConfig,
-    discrepancy_weights,
-    redippo,
-)
+from agent_rl.methods.redippo import RedippoConfig, discrepancy_weights, redippo
 from agent_rl.algorithms.advantages.returns import gae_scan
 from agent_rl.algorithms.registry import AdvantageInputs
 from agent_rl.learner.privileged import from_spliced, spliced_batch, to_spliced

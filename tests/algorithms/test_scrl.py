@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from agent_rl.algorithms.advantages.subproblems import ScrlConfig, prefix_rewards
-from agent_rl.algorithms.advantages.subproblems import scrl as scrl_advantage
-from agent_rl.algorithms.filters.subproblems import ScrlFilterConfig, ScrlState, pick_subproblems, scored
-from agent_rl.algorithms.filters.subproblems import scrl as scrl_filter
+from agent_rl.methods.scrl import ScrlConfig, prefix_rewards
+from agent_rl.methods.scrl import scrl as scrl_advantage
+from agent_rl.methods.scrl import ScrlFilterConfig, ScrlState, pick_subproblems, scored
+from agent_rl.methods.scrl import scrl_filter
 from agent_rl.algorithms.registry import AdvantageInputs
 from agent_rl.train.task_queue import TaskQueue
 from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup

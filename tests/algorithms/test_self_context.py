@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from agent_rl.algorithms.advantages.distill_credit import OpidConfig, opid
-from agent_rl.algorithms.filters.self_context import (
+from agent_rl.methods.self_context import OpidConfig, opid
+from agent_rl.methods.self_context import (
     OpidMinerConfig,
     OpidState,
     SrpoReflectConfig,

@@ -10,12 +10,7 @@ import re
 import gymnasium as gym
 import pytest
 
-from agent_rl.algorithms.filters.rubrics import (
-    SerpoConfig,
-    SerpoState,
-    parse_criteria,
-    serpo,
-)
+from agent_rl.methods.serpo import SerpoConfig, SerpoState, parse_criteria, serpo
 from agent_rl.algorithms.filters.test_time import PENDING_CONTEXT
 from agent_rl.rollout.text_pass import PassResult, verdict_probability
 from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup

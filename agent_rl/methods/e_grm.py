@@ -39,7 +39,6 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from agent_rl.algorithms.filters.self_context import TextPassState, bound_services
 from agent_rl.algorithms.registry import (
     ComponentConfig,
     FilterResult,
@@ -48,6 +47,7 @@ from agent_rl.algorithms.registry import (
 )
 from agent_rl.algorithms.run_api import RunAPI
 from agent_rl.core.types import Trajectory, TrajectoryGroup
+from agent_rl.methods.self_context import TextPassState, bound_services
 
 VERDICT = re.compile(r"<answer>\s*(good|bad)\s*</answer>", re.IGNORECASE)
 

@@ -2,7 +2,7 @@
 faithful it is (``status`` and ``evidence``).
 
 ``agent-rl objectives list [--markdown] [--status S]`` prints ``render_catalog``; ``docs/objectives.md``
-is its markdown form, regenerated with ``python -m agent_rl.algorithms.catalog > docs/objectives.md``.
+is its markdown form, regenerated with ``python -m agent_rl.commands.catalog > docs/objectives.md``.
 The Catalog III backlog (keys not built yet) is docs/objectives-backlog.md.
 """
 
@@ -14,10 +14,11 @@ import sys
 
 from pydantic_core import to_jsonable_python
 
+import agent_rl.methods  # noqa: F401  (registers the methods that act on the run)
 from agent_rl.algorithms import ALL_REGISTRIES
 from agent_rl.algorithms.registry import CHOICES, OBJECTIVES_DOC, STATUSES, Entry, ObjectiveEntry
 
-REGENERATE = "python -m agent_rl.algorithms.catalog > docs/objectives.md"
+REGENERATE = "python -m agent_rl.commands.catalog > docs/objectives.md"
 
 STATUS_MEANING = {
     "reference": "a test in this repository checks its numbers against another implementation's (verl 0.9.1 values "

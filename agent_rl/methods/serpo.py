@@ -23,7 +23,6 @@ from typing import Any
 
 from pydantic import Field
 
-from agent_rl.algorithms.filters.self_context import TextPassState, bound_services
 from agent_rl.algorithms.filters.test_time import PENDING_CONTEXT
 from agent_rl.algorithms.registry import (
     ComponentConfig,
@@ -32,6 +31,7 @@ from agent_rl.algorithms.registry import (
     register_filter,
 )
 from agent_rl.core.types import Trajectory, TrajectoryGroup
+from agent_rl.methods.self_context import TextPassState, bound_services
 
 
 class SerpoState(TextPassState):
