@@ -13,6 +13,7 @@ from agent_rl.train.evaluation import bootstrap_ci, pass_at_k, score
 from agent_rl.commands.eval import run_eval
 from agent_rl.core.types import StopReason, Trajectory
 from tests.conftest import ROOT, cli_env
+from tests.builders import trajectory
 
 CODE = str(ROOT / "configs" / "code_exec.yaml")
 
@@ -38,11 +39,8 @@ def _traj(group: str, reward: float | None, turns: int = 1) -> Trajectory:
     from agent_rl.core.types import Turn
 
     stop = StopReason.DONE if reward is not None else StopReason.INFRA_ERROR
-    return Trajectory(
-        task_id=f"task-{group}", group_id=group, episode_id=f"{group}-{id(object())}", token_ids_T=[1, 2],
-        loss_mask_T=[0, 1], rollout_logprobs_T=[0.0, 0.0], turns_N=[Turn(1, 2, 2, 2)] * turns, reward=reward,
-        stop_reason=stop,
-    )
+    return trajectory(f"{group}-{id(object())}", reward, ids=[1, 2], mask=[0, 1], turns=[Turn(1, 2, 2, 2)] * turns,
+                      task=f"task-{group}", group=group, stop=stop)  # fmt: skip
 
 
 def test_score_per_task_errors_excluded_and_counted():

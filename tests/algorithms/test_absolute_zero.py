@@ -15,12 +15,14 @@ from agent_rl.methods.absolute_zero import absolute_zero_filter as az_filter
 from agent_rl.algorithms.registry import AdvantageInputs
 from agent_rl.train.task_queue import TaskQueue
 from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
+from tests.builders import trajectory
 
 
 def row(name: str, reward: float, role: str | None = None, kind: str = "deduction", **info) -> Trajectory:
     origin = {"method": "absolute_zero", "role": role, "type": kind} if role else None
     options = {"split": "train", **({"origin": origin} if origin else {})}
-    return Trajectory("task", "g", name, [1, 2, 3], [0, 1, 1], [0.0, -0.5, -0.5], [], reward, StopReason.DONE, info={"seed": 3, "options": options, **info})
+    return trajectory(name, reward, ids=[1, 2, 3], mask=[0, 1, 1], logprobs=[0.0, -0.5, -0.5], stop=StopReason.DONE,
+                      info={"seed": 3, "options": options, **info})  # fmt: skip
 
 
 def test_propose_reward_by_hand():

@@ -15,6 +15,7 @@ from agent_rl.methods.absolute_zero import AbsoluteZeroFilterConfig, AbsoluteZer
 from agent_rl.methods.absolute_zero import absolute_zero_filter as az_filter
 from agent_rl.train.task_queue import TaskQueue
 from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
+from tests.builders import trajectory
 
 AZ = ["env.id=agent_rl/CodeReason-v0", "env.options={}", "sandbox.backend=bwrap", "algorithm.advantage.name=absolute_zero",
       "algorithm.filters=[{name: absolute_zero, n_solve: 4, references: 1}]", "rollout.max_total_tokens=4096",
@@ -44,7 +45,8 @@ def adder(messages: list[dict], rng: random.Random) -> str:
 
 def row(name: str, reward: float, role: str, **info) -> Trajectory:
     options = {"split": "train", "origin": {"method": "absolute_zero", "role": role, "type": "deduction"}}
-    return Trajectory("task", "g", name, [1, 2, 3], [0, 1, 1], [0.0, -0.5, -0.5], [], reward, StopReason.DONE, info={"seed": 3, "options": options, **info})
+    return trajectory(name, reward, ids=[1, 2, 3], mask=[0, 1, 1], logprobs=[0.0, -0.5, -0.5], stop=StopReason.DONE,
+                      info={"seed": 3, "options": options, **info})  # fmt: skip
 
 
 def test_the_sampler_issues_proposers_then_buffered_solvers():

@@ -4,7 +4,8 @@ refined row = the parent's exact prefix + a newly sampled suffix (rollout engine
 from __future__ import annotations
 
 from agent_rl.methods.actor_refiner import ActorRefinerConfig, Refiner, cut_token, parse_step, refine, run_refiner
-from agent_rl.core.types import StopReason, Trajectory, Turn
+from agent_rl.core.types import Trajectory, Turn
+from tests.builders import trajectory
 
 R2 = ["env.id=agent_rl/SearchQA-R2-v0", "env.options={max_turns: 2}", "trainer.prompts_per_step=1", "rollout.max_total_tokens=1024"]
 
@@ -17,8 +18,7 @@ def traj(name: str, reward: float | None, n_turns: int) -> Trajectory:
         ids += [10 + k, 20 + k, 30 + k]
         mask += [1, 1, 0]
         turns.append(Turn(start, start + 2, start + 2, start + 3))
-    stop = StopReason.DONE if reward is not None else StopReason.ENV_ERROR
-    return Trajectory("task", "g", name, ids, mask, [0.0] * len(ids), turns, reward, stop, info={})
+    return trajectory(name, reward, ids=ids, mask=mask, turns=turns)  # no reward: an env error
 
 
 def scripted(scores: dict[str, float], steps: dict[str, int | None], calls: list, fail: set[str] = frozenset()) -> Refiner:

@@ -8,13 +8,13 @@ from types import SimpleNamespace
 from agent_rl.methods.cipo_retry import CipoRetryConfig, CipoRetryState, cipo_retry, pick_attempts
 from agent_rl.rollout.episode import env_options
 from agent_rl.train.task_queue import TaskQueue
-from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.core.types import Trajectory, TrajectoryGroup
+from tests.builders import trajectory
 
 
 def traj(name: str, reward: float | None, options: dict | None = None) -> Trajectory:
-    stop = StopReason.DONE if reward is not None else StopReason.ENV_ERROR
     info = {"seed": 7, "options": options if options is not None else {"split": "train"}}
-    return Trajectory("task", "g", name, [1, 2], [0, 1], [0.0, -0.5], [], reward, stop, info=info)
+    return trajectory(name, reward, ids=[1, 2], mask=[0, 1], logprobs=[0.0, -0.5], info=info)  # no reward: an env error
 
 
 def bound_state(queue: TaskQueue) -> CipoRetryState:

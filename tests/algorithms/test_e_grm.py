@@ -16,6 +16,7 @@ from agent_rl.commands.train_rm import egrm_loss
 from agent_rl.rollout.text_pass import PassResult
 from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
 from run_helpers import bound
+from tests.builders import trajectory
 
 
 def sig(x: float) -> float:
@@ -42,7 +43,7 @@ def test_egrm_loss_and_its_gradient_by_hand():
 
 
 def row(text: str, reward: float = 1.0, **info) -> Trajectory:
-    return Trajectory("task", "g", text, [1, 2], [0, 1], [0.0, 0.0], [], reward, StopReason.DONE,
+    return trajectory(text, reward, ids=[1, 2], mask=[0, 1], stop=StopReason.DONE,
                       info={"prompt_messages": [{"role": "user", "content": "2 + 3 = ?"}], **info})  # fmt: skip
 
 

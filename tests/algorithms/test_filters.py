@@ -12,15 +12,12 @@ from agent_rl.algorithms.filters.length import interruption_engine_options
 from agent_rl.algorithms.filters.sampling import replay_correction
 from agent_rl.algorithms.filters.task_stats import curriculum_weights, prioritized_weights
 from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
+from tests.builders import trajectory
 
 
 def traj(reward: float | None, generated: int = 2, stop: StopReason = StopReason.DONE, task: str = "t", **info) -> Trajectory:
     """A trajectory with a 2-token prompt followed by ``generated`` policy tokens."""
-    n = 2 + generated
-    return Trajectory(
-        task_id=task, group_id=f"{task}-g", episode_id=f"{task}-{reward}-{generated}", token_ids_T=list(range(n)),
-        loss_mask_T=[0, 0] + [1] * generated, rollout_logprobs_T=[0.0] * n, turns_N=[], reward=reward, stop_reason=stop, info=info,
-    )  # fmt: skip
+    return trajectory(f"{task}-{reward}-{generated}", reward, mask=[0, 0] + [1] * generated, task=task, group=f"{task}-g", stop=stop, info=info)
 
 
 def group(task: str, rewards: list[float | None], lengths: list[int] | None = None, stops: list[StopReason] | None = None) -> TrajectoryGroup:

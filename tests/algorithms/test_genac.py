@@ -16,13 +16,11 @@ from agent_rl.rollout.batching import make_batch
 from agent_rl.rollout.text_pass import PassResult
 from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup, Turn
 from run_helpers import bound
+from tests.builders import trajectory, turn_mask
 
 
 def row(T: int, turns: list[tuple[int, int]], reward: float, info: dict | None = None, ep: str = "e", group: str = "g") -> Trajectory:
-    mask = [0] * T
-    for s, e in turns:
-        mask[s:e] = [1] * (e - s)
-    return Trajectory("task", group, ep, list(range(T)), mask, [0.0] * T, [Turn(s, e, e, e) for s, e in turns], reward, StopReason.DONE,
+    return trajectory(ep, reward, mask=turn_mask(T, turns), turns=[Turn(s, e, e, e) for s, e in turns], group=group, stop=StopReason.DONE,
                       info={"prompt_messages": [{"role": "user", "content": "q"}], **(info or {})})  # fmt: skip
 
 

@@ -11,12 +11,12 @@ import torch
 
 from agent_rl.methods.lspo import LspoConfig, LspoState, is_cliff, lspo_loss_options, splice
 from agent_rl.algorithms.losses.common import LossOptions, rollout_is_weights
-from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.core.types import Trajectory, TrajectoryGroup
+from tests.builders import trajectory
 
 
 def traj(name: str, reward: float | None, gid: str = "g") -> Trajectory:
-    stop = StopReason.DONE if reward is not None else StopReason.ENV_ERROR
-    return Trajectory("task", gid, name, [1, 2], [0, 1], [0.0, -0.5], [], reward, stop)
+    return trajectory(name, reward, ids=[1, 2], mask=[0, 1], logprobs=[0.0, -0.5], group=gid)  # no reward: an env error
 
 
 def test_cliffs_splicing_and_the_is_weights_by_hand():

@@ -11,8 +11,9 @@ from agent_rl.algorithms import ADVANTAGES
 from agent_rl.algorithms.advantages.mupo import MupoConfig, bag_of_tokens, mupo, partition
 from agent_rl.algorithms.needs import NEEDS, NeedContext
 from agent_rl.algorithms.registry import AdvantageInputs
-from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup, Turn
+from agent_rl.core.types import Trajectory, TrajectoryGroup, Turn
 from tests.test_trainer import trainer  # the quickstart config with a small budget
+from tests.builders import trajectory
 
 
 def inputs(rewards: list[float], emb: list[list[float]] | None) -> AdvantageInputs:
@@ -60,7 +61,7 @@ def test_without_embeddings_it_is_grpo():
 
 def episode(tokens: list[int], mask: list[int], info: dict | None = None) -> Trajectory:
     n = len(tokens)
-    return Trajectory("t", "g", "e", tokens, mask, [0.0] * n, [Turn(1, n, n, n)], 1.0, StopReason.DONE, info=info or {})
+    return trajectory("e", 1.0, ids=tokens, mask=mask, turns=[Turn(1, n, n, n)], task="t", info=info)
 
 
 def test_the_need_reads_the_env_embedding_else_the_generated_tokens():

@@ -17,6 +17,7 @@ from agent_rl.algorithms.registry import AdvantageInputs
 from agent_rl.train.task_queue import TaskQueue
 from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
 from envs.arithmetic.env import ArithmeticEnv
+from tests.builders import trajectory
 
 
 def test_arithmetic_sub_problems_are_its_operations_in_evaluation_order():
@@ -28,7 +29,7 @@ def test_arithmetic_sub_problems_are_its_operations_in_evaluation_order():
 
 
 def row(name: str, reward: float, n: int = 8, **info) -> Trajectory:
-    return Trajectory("task", "g", name, list(range(n)), [0, 0] + [1] * (n - 2), [0.0] * n, [], reward, StopReason.DONE, info=info)
+    return trajectory(name, reward, mask=[0, 0] + [1] * (n - 2), stop=StopReason.DONE, info=info)
 
 
 def test_scoring_parses_the_sub_answers_and_the_env_verdict():

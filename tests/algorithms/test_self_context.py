@@ -24,12 +24,13 @@ from agent_rl.algorithms.registry import AdvantageInputs
 from agent_rl.rollout.text_pass import PassResult, verdict_probability
 from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
 from run_helpers import bound as with_facts
+from tests.builders import trajectory
 
 PROMPT = [{"role": "user", "content": "What is 2 + 3?"}]
 
 
 def traj(name: str, reward: float, gid: str = "g") -> Trajectory:
-    return Trajectory("task", gid, name, [1, 2, 3], [0, 1, 1], [0.0, -1.0, -1.0], [], reward, StopReason.DONE,
+    return trajectory(name, reward, ids=[1, 2, 3], mask=[0, 1, 1], logprobs=[0.0, -1.0, -1.0], group=gid, stop=StopReason.DONE,
                       info={"prompt_messages": PROMPT, "tools": None, "teacher_context": "Verified solution: 5"})  # fmt: skip
 
 

@@ -13,8 +13,9 @@ import pytest
 from agent_rl.methods.serpo import SerpoConfig, SerpoState, parse_criteria, serpo
 from agent_rl.algorithms.filters.test_time import PENDING_CONTEXT
 from agent_rl.rollout.text_pass import PassResult, verdict_probability
-from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.core.types import Trajectory, TrajectoryGroup
 from run_helpers import bound
+from tests.builders import trajectory
 
 # the fake judge's P(yes) for (response, criterion)
 P_YES = {("five", "says five"): 0.9, ("six", "says five"): 0.1, ("five", "is polite"): 0.5, ("six", "is polite"): 0.7,
@@ -47,7 +48,7 @@ class FakeJudge:
 
 def episode(answer: str, context: str = PENDING_CONTEXT) -> Trajectory:
     # the label-free env's episode: reward 0, no verdict keys, the pending context
-    return Trajectory("task", "g", answer, [1, 2], [0, 1], [0.0, 0.0], [], 0.0, StopReason.DONE,
+    return trajectory(answer, 0.0, ids=[1, 2], mask=[0, 1],
                       info={"prompt_messages": [{"role": "user", "content": "2 + 3 = ?"}], "teacher_context": context})  # fmt: skip
 
 

@@ -9,12 +9,12 @@ import pytest
 from agent_rl.distributed import staleness
 from agent_rl.distributed.weights import cpu_state_dict
 from agent_rl.distributed.worker import RolloutWorker
-from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.train.trainer import Trainer
-from agent_rl.core.types import StopReason, Trajectory, Turn
+from agent_rl.core.types import Trajectory, Turn
 from tests.distributed.conftest import small_config
 from tests.distributed.helpers import record_rollouts
+from tests.builders import trajectory
 
 LATENCY_ENV = [
     "env.id=agent_rl/ToolLatency-v0",
@@ -26,7 +26,7 @@ LATENCY_ENV = [
 def _traj(versions: list[int]) -> Trajectory:
     turns = [Turn(start=i, end=i + 1, obs_start=i + 1, obs_end=i + 1, policy_version=v) for i, v in enumerate(versions)]
     n = len(versions) + 1
-    return Trajectory("t", "g", "e", [0] * n, [0] * n, [0.0] * n, turns, 1.0, StopReason.DONE)
+    return trajectory("e", 1.0, ids=[0] * n, mask=[0] * n, turns=turns, task="t")
 
 
 def test_staleness_counts_from_the_oldest_turn():
