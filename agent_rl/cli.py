@@ -63,8 +63,8 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 
 def cmd_train_rm(args: argparse.Namespace) -> int:
-    from agent_rl.run.preflight import check_model
     from agent_rl.commands.train_rm import RewardModelConfig, train_reward_model
+    from agent_rl.run.preflight import check_model
 
     check_model(args.model, key="--model")  # a missing directory: one line, not the hub's repo-id error
     keys = ("data", "model", "out", "steps", "batch_pairs", "lr", "heldout_frac", "seed", "loss", "rank_weight")
@@ -81,7 +81,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.resume and args.config is None:
         args.config = str(Path(args.resume) / "config.yaml")
     from agent_rl.learner.launch import RankFailedError
-
     from agent_rl.run.preflight import check_resume, checkpoint_step
 
     done = checkpoint_step(args.resume) if args.resume else 0  # a run directory with a checkpoint
@@ -343,8 +342,8 @@ def _quiet_warnings() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from agent_rl.train.breaker import InfraErrorRateError
     from agent_rl.core.plugins import load_entry_points
+    from agent_rl.train.breaker import InfraErrorRateError
 
     _quiet_warnings()
 

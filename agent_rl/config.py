@@ -19,8 +19,8 @@ import agent_rl.methods  # noqa: F401  (registers the methods that act on the ru
 from agent_rl.algorithms import ADVANTAGES, AGGREGATIONS, CREDITS, FILTERS, KLS, POLICY_LOSSES
 from agent_rl.algorithms.losses import LossOptions
 from agent_rl.algorithms.preference_data import PreferenceDataConfig
-from agent_rl.core.registry import ComponentConfig, Registry
 from agent_rl.core.plugins import load_entry_points
+from agent_rl.core.registry import ComponentConfig, Registry
 from agent_rl.proxy.config import AgentConfig
 from agent_rl.rollout.config import RolloutConfig
 

@@ -5,18 +5,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pkgutil
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from agent_rl.rollout.engine import RolloutEngine, select_layout
-from agent_rl.train.evaluation import EvalResult, evaluate, score
 from agent_rl.core.types import Trajectory
+from agent_rl.models.loading import load_tokenizer
+from agent_rl.rollout.backends import make_backend
+from agent_rl.rollout.backends.scripted import ScriptedBackend
+from agent_rl.rollout.engine import RolloutEngine, select_layout
+from agent_rl.rollout.render import ChatRenderer
+from agent_rl.run.envloader import bind_tool_format, declared, env_factory, load_function, sandbox_kwargs, tool_format
+from agent_rl.run.progress import EpisodeProgress
+from agent_rl.run.runtime import make_run_dir
+from agent_rl.train.evaluation import EvalResult, evaluate, score
 
 
 def _load_policy(path: str) -> Any:
-    import pkgutil
 
     try:
         policy = pkgutil.resolve_name(path)
@@ -29,11 +36,6 @@ def _load_policy(path: str) -> Any:
 
 def _engine(cfg: Any) -> RolloutEngine:
     """The model's backend (any registered rollout backend), or a scripted policy (``eval.policy``)."""
-    from agent_rl.run.envloader import bind_tool_format, env_factory, sandbox_kwargs, tool_format
-    from agent_rl.rollout.backends import make_backend
-    from agent_rl.models.loading import load_tokenizer
-    from agent_rl.rollout.backends.scripted import ScriptedBackend
-    from agent_rl.rollout.render import ChatRenderer
 
     make_env = env_factory(cfg.env, **sandbox_kwargs(cfg))
     env = make_env()
@@ -68,7 +70,6 @@ def _engine(cfg: Any) -> RolloutEngine:
 def per_category(cfg: Any, trajectories: list[Trajectory], resamples: int = 1000) -> dict[str, EvalResult]:
     """Scores per task category, for envs that declare ``task_category`` (a ``module:function`` of
     the task id, e.g. BFCL's category names); empty for the others."""
-    from agent_rl.run.envloader import declared, load_function
 
     path = declared(cfg.env.id, "task_category")
     if path is None:
@@ -82,9 +83,7 @@ def per_category(cfg: Any, trajectories: list[Trajectory], resamples: int = 1000
 
 def run_eval(cfg: Any, log: Any = print) -> tuple[EvalResult, Path]:
     """``agent-rl eval``: score, print, and write ``eval.json`` + ``trajectories/eval.jsonl``."""
-    from agent_rl.run.runtime import make_run_dir
 
-    from agent_rl.run.progress import EpisodeProgress
 
     engine = _engine(cfg)
     t0 = time.perf_counter()

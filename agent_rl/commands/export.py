@@ -10,15 +10,18 @@ plain Hugging Face model (``AutoModelForCausalLM.from_pretrained(DIR)``). A full
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
+
+from agent_rl.learner import checkpoint as ckpt
+from agent_rl.models.loading import load_model, load_tokenizer
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
 
 def checkpoint_model(run: Path, step: int | None = None) -> Path:
     """``model/`` of checkpoint ``step`` of ``run`` (None: the newest complete one)."""
-    from agent_rl.learner import checkpoint as ckpt
 
     root = Path(run) / "checkpoints"
     path = ckpt.latest(root) if step is None else root / f"step_{step:06d}"
@@ -43,7 +46,6 @@ def export(run: Path, out: Path | None = None, merge: bool = False, step: int | 
         return out
     merged = load_policy(src, merge=True)
     merged.save_pretrained(out)
-    from agent_rl.models.loading import load_tokenizer
 
     load_tokenizer(str(src)).save_pretrained(out)
     return out
@@ -52,9 +54,7 @@ def export(run: Path, out: Path | None = None, merge: bool = False, step: int | 
 def load_policy(path: Path, merge: bool = False, base: str | None = None):
     """The policy stored at ``path``: a plain model, or the base of an adapter (``base``, else the one
     its config names) with the adapter loaded, and merged into it with ``merge``."""
-    import json
 
-    from agent_rl.models.loading import load_model
 
     path = Path(path)
     if not is_adapter_dir(path):

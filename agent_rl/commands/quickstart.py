@@ -11,15 +11,21 @@ import json
 import time
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
+from agent_rl.commands.sft import sft
 from agent_rl.config import Config, load_config
+from agent_rl.run.envloader import init_tiny
+from agent_rl.run.progress import EpisodeProgress
+from agent_rl.run.runtime import Components
+from agent_rl.train.evaluation import evaluate
+from agent_rl.train.trainer import Trainer
 
 QUICKSTART_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"
 
 
 def _eval(cfg: Config, model_path: Path, name: str = "eval"):
-    from agent_rl.train.evaluation import evaluate
-    from agent_rl.run.progress import EpisodeProgress
-    from agent_rl.run.runtime import Components
 
     cfg = cfg.model_copy(deep=True)
     cfg.model.path = str(model_path)
@@ -36,12 +42,7 @@ def _eval(cfg: Config, model_path: Path, name: str = "eval"):
 def quickstart(overrides: list[str] | None = None, root: str | None = None, config: str | Path | None = None) -> int:
     """``config``: a recipe (default ``configs/quickstart.yaml``); ``root``: default ``runs/<its stem>``.
     The tiny tokenizer also learns the text of ``env.id`` when that env offers a corpus."""
-    from rich.console import Console
-    from rich.table import Table
 
-    from agent_rl.commands.sft import sft
-    from agent_rl.run.envloader import init_tiny
-    from agent_rl.train.trainer import Trainer
 
     console = Console()
     t0 = time.perf_counter()

@@ -17,16 +17,16 @@ from typing import Any
 import torch
 
 from agent_rl.config import Config
-from agent_rl.run.envloader import bind_tool_format, load_policy, sft_teacher
-from agent_rl.train.evaluation import evaluate
+from agent_rl.core.types import TrajectoryGroup
 from agent_rl.learner.logprobs import token_logprobs
 from agent_rl.rollout.backends.scripted import ScriptedBackend
 from agent_rl.rollout.batching import make_batch
 from agent_rl.rollout.episode import EpisodeSpec
-from agent_rl.run.runtime import Components, make_run_dir, seed_everything
+from agent_rl.run.envloader import bind_tool_format, load_policy, sft_teacher
 from agent_rl.run.progress import RunProgress
+from agent_rl.run.runtime import Components, make_run_dir, seed_everything
 from agent_rl.run.tracking import Tracker, read_metrics
-from agent_rl.core.types import TrajectoryGroup
+from agent_rl.train.evaluation import evaluate
 
 
 def demonstrations(components: Components, teacher: Any, n: int, seed: int) -> list[TrajectoryGroup]:

@@ -29,11 +29,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent_rl.algorithms.preference_data import load_records, record_trajectories
 from agent_rl.core.seeding import derive_seed
+from agent_rl.core.types import TrajectoryGroup
 from agent_rl.learner.critic import load_value_model
 from agent_rl.models.loading import load_tokenizer
 from agent_rl.rollout.batching import make_batch
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.core.types import TrajectoryGroup
 from agent_rl.train.scorers import sequence_rewards
 
 

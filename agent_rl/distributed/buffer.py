@@ -44,11 +44,12 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
-from agent_rl.rollout.episode import EpisodeSpec
+from agent_rl.core.seeding import derive_seed
 from agent_rl.core.types import Trajectory
+from agent_rl.rollout.episode import EpisodeSpec
 
 
 @dataclass
@@ -120,9 +121,7 @@ def staleness(trajectory: Trajectory, version: int) -> int:
 def with_sample_seeds(specs: list[EpisodeSpec], seed: int) -> list[EpisodeSpec]:
     """Fix each episode's sampling seed as ``RolloutEngine.run(specs, seed)`` would derive it, so the
     plan samples the same tokens however its groups are split over workers."""
-    from dataclasses import replace
 
-    from agent_rl.core.seeding import derive_seed
 
     return [s if s.sample_seed is not None else replace(s, sample_seed=derive_seed(seed, "episode", i)) for i, s in enumerate(specs)]
 

@@ -38,8 +38,13 @@ import torch
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from agent_rl.config import Config
+from agent_rl.core.plugins import load_entry_points
 from agent_rl.learner import checkpoint as ckpt
+from agent_rl.learner import fsdp
+from agent_rl.learner.fsdp import free_port
 from agent_rl.learner.learner import Learner
+from agent_rl.models.loading import load_model
 
 
 class LearnerGroupError(RuntimeError):
@@ -50,8 +55,6 @@ class LearnerRank:
     """One FSDP2 rank of the learner (a Ray actor)."""
 
     def __init__(self, rank: int, world: int, cfg_json: dict, threads: int, learner_kwargs: dict):
-        from agent_rl.config import Config
-        from agent_rl.core.plugins import load_entry_points
 
         self.rank, self.world = rank, world
         load_entry_points()  # this actor's process: the installed plugins the config may name
@@ -62,15 +65,12 @@ class LearnerRank:
 
     def address(self) -> tuple[str, int]:
         """Rank 0's rendezvous: this node's IP and a free port on it."""
-        from agent_rl.learner.fsdp import free_port
 
         return ray.util.get_node_ip_address(), free_port()
 
     def setup(self, rendezvous: tuple[str, int]) -> int:
         """Join the process group at rank 0's (address, port) (blocks until every rank has), then
         build the sharded learner."""
-        from agent_rl.learner import fsdp
-        from agent_rl.models.loading import load_model
 
         master_addr, master_port = rendezvous
         os.environ.update(
@@ -100,7 +100,6 @@ class LearnerRank:
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Complete weights on rank 0, empty elsewhere (every rank must call it: a collective)."""
-        from agent_rl.learner import fsdp
 
         return fsdp.full_state_dict(self.learner.model)
 
@@ -237,7 +236,6 @@ class RayLearnerGroup:
             self._call("load_shards", str(directory))
             self._pull_weights()
             return
-        from agent_rl.models.loading import load_model
 
         warnings.warn(f"{directory} was written after a learner rank died: it has the weights, not AdamW's moments, which restart from zero")
         weights = load_model(str(Path(directory) / "model"), self.model_cfg.dtype, "cpu").state_dict()

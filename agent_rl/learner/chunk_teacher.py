@@ -15,16 +15,17 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import torch
 
 from agent_rl.learner.remote_teacher import SCHEME, parse_remote
+from agent_rl.learner.teacher import check_same_tokenizer
 
 
 class HfChunkTeacher:
     """``load(path) -> (model, tokenizer)``: the run's loader of a checkpoint."""
 
     def __init__(self, path: str, student_tokenizer: Any, load: Callable[[str], tuple[Any, Any]]):
-        from agent_rl.learner.teacher import check_same_tokenizer
 
         model, tokenizer = load(path)
         check_same_tokenizer(student_tokenizer, tokenizer, path)
@@ -45,7 +46,6 @@ class HfChunkTeacher:
 
 class ServedChunkTeacher:
     def __init__(self, path: str, student_tokenizer: Any, timeout_s: float = 300.0):
-        import httpx
 
         self.path, self.tokenizer = path, student_tokenizer
         self.url, self.model = parse_remote(path)
@@ -53,7 +53,6 @@ class ServedChunkTeacher:
         self.client = httpx.Client(timeout=timeout_s, headers={"Authorization": f"Bearer {key}"} if key else {})
 
     def continuations(self, prefix_ids: list[int], n: int, max_tokens: int, temperature: float, seed: int) -> list[str]:
-        import httpx
 
         body = {"prompt": self.tokenizer.decode(prefix_ids, skip_special_tokens=False), "n": n, "max_tokens": max_tokens,
                 "temperature": temperature, "seed": seed}

@@ -23,10 +23,10 @@ from typing import Any
 
 import torch
 
+from agent_rl.core.types import TrainBatch
 from agent_rl.learner import fsdp, packing
 from agent_rl.learner.learner import Optimizer, global_aggregation_inputs
 from agent_rl.learner.logprobs import batch_logits
-from agent_rl.core.types import TrainBatch
 
 
 def load_value_model(path: str, dtype: str = "float32", device: str = "cpu") -> torch.nn.Module:

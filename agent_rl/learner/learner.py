@@ -21,9 +21,9 @@ from agent_rl.algorithms.losses import apply_cross_cutting
 from agent_rl.algorithms.needs import NEEDS
 from agent_rl.algorithms.plan import ObjectiveParts
 from agent_rl.algorithms.registry import AggregationInputs, LossInputs
+from agent_rl.core.types import TrainBatch
 from agent_rl.learner import fsdp, hidden, packing
 from agent_rl.learner.logprobs import token_logprobs
-from agent_rl.core.types import TrainBatch
 
 
 def lr_lambda(warmup_steps: int, schedule: str, total_steps: int | None, min_lr_ratio: float) -> Callable[[int], float]:

@@ -25,8 +25,8 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 
-from agent_rl.learner import packing, prefix
 from agent_rl.core.types import TrainBatch
+from agent_rl.learner import packing, prefix
 
 
 def _chunk_logprobs(

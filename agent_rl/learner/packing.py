@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from agent_rl.learner import fsdp, varlen
 from agent_rl.core.types import TrainBatch
+from agent_rl.learner import fsdp, varlen
 
 
 @dataclass

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import torch
 
-from agent_rl.learner.packing import Pack, pack
 from agent_rl.core.types import TrainBatch
+from agent_rl.learner.packing import Pack, pack
 
 MIN_SHARED_TOKENS = 8  # shorter common prefixes are not worth a segment of their own (a chat header)
 

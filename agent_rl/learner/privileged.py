@@ -22,9 +22,9 @@ from typing import Any
 
 import torch
 
+from agent_rl.core.types import TrainBatch
 from agent_rl.learner.critic import Critic
 from agent_rl.learner.teacher import splice_teacher_context
-from agent_rl.core.types import TrainBatch
 
 
 def to_spliced(x_BT: torch.Tensor, positions_BT: torch.Tensor, S: int, fill: float = 0) -> torch.Tensor:

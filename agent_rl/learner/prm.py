@@ -21,9 +21,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from agent_rl.core.types import TrainBatch
 from agent_rl.learner import packing
 from agent_rl.learner.learner import Optimizer
-from agent_rl.core.types import TrainBatch
 
 
 def prm_loss(prm_logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, loss_mask_BT: torch.Tensor, labels_B: torch.Tensor, beta: float, num_rows: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import httpx
 import torch
 
 SCHEME = "openai:"
@@ -39,7 +40,6 @@ class RemoteTeacher:
     minus the model."""
 
     def __init__(self, path: str, student_tokenizer: Any, rows_per_request: int = 32, timeout_s: float = 300.0):
-        import httpx
 
         self.path = path
         self.url, model = parse_remote(path)
@@ -52,7 +52,6 @@ class RemoteTeacher:
 
     # -- start-up checks -------------------------------------------------------------------------
     def _post(self, url: str, body: dict) -> Any:
-        import httpx
 
         try:
             return self.client.post(url, json=body)
@@ -60,7 +59,6 @@ class RemoteTeacher:
             raise ValueError(f"teacher {self.path}: cannot reach {url}: {e}") from None
 
     def _only_model(self) -> str:
-        import httpx
 
         try:
             r = self.client.get(f"{self.url}/models")

@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from agent_rl.learner.logprobs import scoring_logits
+
 
 class EmaTeacher:
     """A frozen copy of the policy whose weights follow it slowly: theta_T <- d theta_T + (1 - d) theta.
@@ -111,7 +113,6 @@ def compute_teacher_logprobs(
     predicts each student token t and their logprobs (``ids_BTK``, ``logprobs_BTK``; ids 0 and
     logprobs 0 where the token has no teacher position): the support of top-K distillation.
     """
-    from agent_rl.learner.logprobs import scoring_logits
 
     logits_BSV = scoring_logits(model, input_ids_BS, attention_mask_BS)  # packed under learner.packing (Teaching)
     has_BT = positions_BT >= 1

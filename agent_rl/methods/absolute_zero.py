@@ -32,6 +32,7 @@ the proposers whose solvers it finds in the (checkpointed) task queue.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -194,7 +195,6 @@ def solver_specs(t: Trajectory, group_id: str, kind: str, cfg: AbsoluteZeroFilte
 def release(held: list[TrajectoryGroup], solved: dict[str, list[float]], cfg: AbsoluteZeroFilterConfig) -> list[TrajectoryGroup]:
     """The held proposer groups with each row's reward r_propose of its solvers' rewards (rows
     without a valid proposal keep the env's reward)."""
-    from dataclasses import replace
 
     out = []
     for g in held:

@@ -21,6 +21,7 @@ import hashlib
 import json
 import sys
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -222,7 +223,6 @@ def save_adapter(model: Any, out: Any, state_dict: dict[str, torch.Tensor] | Non
 
 def write_adapter(model: Any, out: Any, tensors: dict[str, torch.Tensor]) -> Any:
     """``tensors`` (PEFT's names) and ``model``'s adapter config as a PEFT adapter directory."""
-    from pathlib import Path
 
     from safetensors.torch import save_file
 

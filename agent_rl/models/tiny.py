@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from typing import Any
 from pathlib import Path
+from typing import Any
 
-from agent_rl.models.families import ADDED_TOKENS, CHAT_TEMPLATE, SPECIAL_TOKENS  # noqa: F401 - the tiny model's format, re-exported
+from agent_rl.models.families import ADDED_TOKENS, CHAT_TEMPLATE, SPECIAL_TOKENS, get_family, structured  # noqa: F401 - the tiny model's format, re-exported
+from agent_rl.models.loading import quiet_transformers
 
 QWEN2_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -33,7 +34,6 @@ def build_tokenizer(corpus: Iterable[Any], vocab_size: int = 1024, family: str =
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from agent_rl.models.families import get_family, structured
 
     fam = get_family(family)
 
@@ -122,8 +122,6 @@ def save_tiny(
     ``family``: ``agent_rl/models/families.py``; its stop tokens go into ``generation_config.json``'s
     ``eos_token_id`` (a list when there are several, as in real checkpoints).
     ``max_position_embeddings``: the context length (``agent-rl init-model --max-position-embeddings``)."""
-    from agent_rl.models.families import get_family
-    from agent_rl.models.loading import quiet_transformers
 
     quiet_transformers()
     fam = get_family(family)

@@ -28,10 +28,26 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from agent_rl.proxy.protocol import ChatRequest, Message, ProxyError, completion_body, error_response, stream_events, tool_call_out
+from agent_rl.proxy.protocol import (
+    ChatRequest,
+    Message,
+    ProxyError,
+    completion_body,
+    error_response,
+    stream_events,
+    tool_call_out,
+)
 from agent_rl.proxy.recorder import Context, EpisodeRecorder
-from agent_rl.proxy.responses import (LOGPROBS, ResponsesRequest, check_conversation, input_messages, output_items, reply_message,
-                                      response_body, response_events)
+from agent_rl.proxy.responses import (
+    LOGPROBS,
+    ResponsesRequest,
+    check_conversation,
+    input_messages,
+    output_items,
+    reply_message,
+    response_body,
+    response_events,
+)
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 
 log = logging.getLogger(__name__)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import importlib.util
 import inspect
 import sys
 import threading
@@ -50,7 +51,6 @@ from tools.formats import detect_format, get_format
 
 def load_callable(path: str, key: str) -> Any:
     """``module:function``, or ``path/to/file.py:function`` (a script that is not on ``sys.path``)."""
-    import importlib.util
 
     try:
         file, _, name = path.rpartition(":")

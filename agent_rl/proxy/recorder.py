@@ -20,12 +20,12 @@ from __future__ import annotations
 import copy
 import json
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from agent_rl.core.types import Turn
 from agent_rl.proxy.protocol import Message, ProxyError
 from agent_rl.rollout.backends.base import GenerationResult
-from agent_rl.core.types import Turn
 from tools.base import ToolCall
 
 KEPT_RESPONSES = 64  # per episode: the responses a later request may name as previous_response_id

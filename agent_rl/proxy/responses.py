@@ -31,7 +31,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from agent_rl.proxy.protocol import FunctionCallIn, FunctionSpec, Message, ProxyError, Seed, ToolCallIn, ToolSpec, check_unicode
+from agent_rl.proxy.protocol import (
+    FunctionCallIn,
+    FunctionSpec,
+    Message,
+    ProxyError,
+    Seed,
+    ToolCallIn,
+    ToolSpec,
+    check_unicode,
+)
 from agent_rl.proxy.recorder import arguments
 
 LOGPROBS = "message.output_text.logprobs"  # the ``include`` entry that asks for the sampled tokens' logprobs

@@ -7,11 +7,15 @@ A program points the official client at ``http://HOST:PORT/v1``; what it sampled
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
 
+from agent_rl.models.loading import load_model, load_tokenizer
 from agent_rl.proxy.app import DEFAULT_SESSION, ProxyService, create_proxy_app
+from agent_rl.rollout.render import ChatRenderer
 from agent_rl.rollout.scheduler import GenerationScheduler
+from tools.formats import detect_format, get_format
 
 
 def build_service(
@@ -27,9 +31,6 @@ def build_service(
 ) -> ProxyService:
     """A proxy over ``model_path`` (hf backend unless ``backend`` is given) with one default session."""
     from agent_rl.rollout.backends.hf import HfBackend
-    from agent_rl.models.loading import load_model, load_tokenizer
-    from agent_rl.rollout.render import ChatRenderer
-    from tools.formats import detect_format, get_format
 
     tokenizer = load_tokenizer(model_path)
     fmt = get_format(detect_format(tokenizer) if tool_format == "auto" else tool_format)
@@ -38,7 +39,6 @@ def build_service(
     scheduler = GenerationScheduler(backend, Counter())
 
     async def sample(requests: list) -> list:
-        import asyncio
 
         return list(await asyncio.gather(*(scheduler.generate(r) for r in requests), return_exceptions=True))
 

@@ -16,9 +16,9 @@ from collections import Counter
 from typing import Any, Protocol
 
 from agent_rl.core.errors import InfraError
+from agent_rl.core.types import StopReason, Trajectory
 from agent_rl.rollout.episode import Episode, env_options
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.core.types import StopReason, Trajectory
 
 
 class ForkHost(Protocol):

@@ -48,6 +48,7 @@ import gymnasium as gym
 
 from agent_rl.core.errors import InfraError
 from agent_rl.core.seeding import derive_seed
+from agent_rl.core.types import StopReason, Trajectory, Turn
 from agent_rl.rollout.backends.base import (
     GenerationRequest,
     GenerationResult,
@@ -58,7 +59,6 @@ from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.episode import Episode, EpisodeSpec, env_options
 from agent_rl.rollout.render import ChatRenderer
 from agent_rl.rollout.scheduler import GenerationScheduler
-from agent_rl.core.types import StopReason, Trajectory, Turn
 from tools.formats import ToolFormat, get_format
 
 log = logging.getLogger(__name__)

@@ -18,8 +18,8 @@ import math
 from typing import Any
 
 from agent_rl.core.seeding import derive_seed
-from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 from agent_rl.core.types import PassResult, Trajectory
+from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 
 __all__ = ["PassResult", "run_text_pass", "transcript", "verdict_probability"]
 

@@ -26,9 +26,9 @@ from typing import Any
 
 import gymnasium as gym
 
-from agent_rl.models.tiny import save_tiny
 from agent_rl.core.plugins import env_ids as entry_point_env_ids
 from agent_rl.core.plugins import load_entry_points
+from agent_rl.models.tiny import save_tiny
 from tools.formats import detect_format
 
 # the tiny tokenizer's own text: the quickstart environment's conversations (agent_rl/models/tiny.py)

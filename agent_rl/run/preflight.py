@@ -10,6 +10,8 @@ import os
 import re
 from pathlib import Path
 
+from agent_rl.learner.checkpoint import latest
+
 # a hub id: "name" or "org/name" (letters, digits, - _ .), never a path that starts with / . or ~
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _TRUE = {"1", "on", "yes", "true"}
@@ -94,7 +96,6 @@ def check_model(path: str, key: str = "model.path", weights: bool = True, env_id
 
 def checkpoint_step(run_dir: str | Path) -> int:
     """The step of the newest complete checkpoint of ``run_dir`` (for ``--resume``)."""
-    from agent_rl.learner.checkpoint import latest
 
     run = Path(run_dir)
     if not (run / "config.yaml").is_file():

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
+import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TextIO
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 # (metric, short name, format); shown when the step logged it
 KEY_METRICS = (
@@ -48,8 +52,6 @@ class RunProgress:
     def __enter__(self) -> RunProgress:
         self.t0 = self.t_step = self.now()
         if self.live:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
             self._bar = Progress(
                 TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -267,7 +269,6 @@ def quiet_warnings() -> None:
     checkpoint runs without torch.distributed (every save and load) is dropped, and the process
     sandbox's isolation warning, which its logger already printed, is not said twice. The CLI's and
     the benches' (``script_progress``) output."""
-    import warnings
 
     warnings.formatwarning = lambda message, category, *_a, **_k: f"warning: {message}\n"
     warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")

@@ -12,11 +12,11 @@ import numpy as np
 import torch
 
 from agent_rl.config import Config
-from agent_rl.run.envloader import env_factory, sandbox_kwargs, tool_format
-from agent_rl.rollout.backends import BACKENDS
 from agent_rl.models.loading import load_model, load_tokenizer
+from agent_rl.rollout.backends import BACKENDS
 from agent_rl.rollout.engine import RolloutEngine, select_layout
 from agent_rl.rollout.render import ChatRenderer
+from agent_rl.run.envloader import env_factory, sandbox_kwargs, tool_format
 
 
 def seed_everything(seed: int) -> None:

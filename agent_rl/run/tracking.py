@@ -7,19 +7,25 @@ gets them as a markdown text). A tracker's package is imported only when it is l
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import yaml
+
+from agent_rl.run.trajectories import load_decoder
 
 TABLE_COLUMNS = ["step", "episode_id", "task_id", "reward", "stop_reason", "turns", "generated_tokens", "text"]
 TEXT_CHARS = 4000  # per episode in the table
 
 
 def _need(package: str) -> Any:
-    import importlib
 
     try:
         return importlib.import_module(package)
@@ -42,7 +48,6 @@ class TensorBoardLogger:
             self.writer.add_scalar(k, v, step)
 
     def image(self, step: int, key: str, path: Path) -> None:
-        import numpy as np
         from PIL import Image
 
         self.writer.add_image(key, np.asarray(Image.open(path).convert("RGB")), step, dataformats="HWC")
@@ -110,7 +115,6 @@ class MlflowLogger:
             self.client.log_dict(self.run_id, config, "config.yaml")
 
     def metrics(self, step: int, values: dict[str, float]) -> None:
-        import time
 
         from mlflow.entities import Metric
 
@@ -201,7 +205,6 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
 
 
 def _yaml(d: dict) -> str:
-    import yaml
 
     return yaml.safe_dump(d, sort_keys=False)
 
@@ -231,7 +234,6 @@ def _decoder(config: dict | None) -> Callable[[list[int]], str]:
     path = ((config or {}).get("model") or {}).get("path")
     tok = None
     if path and Path(path).is_dir():  # else the tokenizer moved since the run: the ids are shown
-        from agent_rl.run.trajectories import load_decoder
 
         try:
             tok = load_decoder(path)

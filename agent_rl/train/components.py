@@ -28,15 +28,15 @@ import torch
 
 from agent_rl.algorithms.needs import NEEDS, NeedContext
 from agent_rl.config import Config, CriticConfig
+from agent_rl.core.types import EpisodeSpec, TrainBatch, TrajectoryGroup
 from agent_rl.learner import fsdp, hidden
-from agent_rl.models import lora
 from agent_rl.learner.checkpoint import ModelAndOptimizer
 from agent_rl.learner.critic import Critic, load_value_model
 from agent_rl.learner.prm import ImplicitPRM
+from agent_rl.models import lora
 from agent_rl.models.loading import load_model
 from agent_rl.run.runtime import Components
 from agent_rl.train.teaching import Teaching
-from agent_rl.core.types import EpisodeSpec, TrainBatch, TrajectoryGroup
 
 
 @dataclass

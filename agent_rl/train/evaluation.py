@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from agent_rl.core.types import Trajectory
 from agent_rl.rollout.engine import RolloutEngine
 from agent_rl.rollout.episode import EpisodeSpec
-from agent_rl.core.types import Trajectory
 
 CI_METHOD = "95% percentile bootstrap over tasks"
 

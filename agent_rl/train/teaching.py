@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from agent_rl.config import Config
+from agent_rl.core.types import TrajectoryGroup
 from agent_rl.learner import hidden
 from agent_rl.learner.logprobs import packed_scoring
 from agent_rl.learner.remote_teacher import SCHEME, RemoteTeacher
@@ -23,10 +24,9 @@ from agent_rl.learner.teacher import (
     splice_teacher_context,
     teacher_logprobs,
 )
-from agent_rl.run.preflight import check_model
 from agent_rl.models.loading import load_model, load_tokenizer
+from agent_rl.run.preflight import check_model
 from agent_rl.run.runtime import Components
-from agent_rl.core.types import TrajectoryGroup
 
 
 class Teaching:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import copy
 import json
@@ -14,19 +15,15 @@ from agent_rl.algorithms.needs import NEEDS, NeedContext
 from agent_rl.algorithms.plan import make_plan
 from agent_rl.algorithms.registry import AdvantageInputs, FilterMetrics
 from agent_rl.algorithms.run_api import RunFacts
-from agent_rl.train.breaker import InfraBreaker, InfraErrorRateError
-from agent_rl.train.components import ComponentContext, build_components, check_provided, need_providers
-from agent_rl.config import Config
+from agent_rl.config import Config, load_config
 from agent_rl.core.seeding import derive_seed
+from agent_rl.core.types import Trajectory, TrajectoryGroup
 from agent_rl.distributed import Plan, make_learner, make_rollout_source
 from agent_rl.distributed.weights import WeightSync
-from agent_rl.train.evaluation import evaluate
-from agent_rl.train.hints import LearningHints
 from agent_rl.learner import checkpoint as ckpt
 from agent_rl.learner import fsdp, launch
-from agent_rl.models import lora
 from agent_rl.learner.learner import Learner
-from agent_rl.run.progress import RunProgress
+from agent_rl.models import lora
 from agent_rl.models.loading import load_model
 from agent_rl.rollout.backends.openai_http import check_push_auth
 from agent_rl.rollout.batching import make_batch, per_turn_batch, trainable_groups
@@ -37,11 +34,15 @@ from agent_rl.rollout.groups import (
     rollout_metrics,
     short_groups,
 )
-from agent_rl.train.run_services import RunServices
+from agent_rl.run.progress import RunProgress
 from agent_rl.run.runtime import Components, make_policy_backend, make_run_dir, seed_everything
-from agent_rl.train.task_sampler import TaskSampler
 from agent_rl.run.tracking import Tracker, read_metrics
-from agent_rl.core.types import Trajectory, TrajectoryGroup
+from agent_rl.train.breaker import InfraBreaker, InfraErrorRateError
+from agent_rl.train.components import ComponentContext, build_components, check_provided, need_providers
+from agent_rl.train.evaluation import evaluate
+from agent_rl.train.hints import LearningHints
+from agent_rl.train.run_services import RunServices
+from agent_rl.train.task_sampler import TaskSampler
 
 
 class Trainer:
@@ -429,9 +430,7 @@ def train(cfg: Config, resume: str | None = None) -> Path:
 
 def main(argv: list[str] | None = None) -> None:
     """One learner rank of ``agent-rl train``: ``python -m agent_rl.train.trainer CONFIG [--resume RUN_DIR]``."""
-    import argparse
 
-    from agent_rl.config import load_config
 
     p = argparse.ArgumentParser(description="one learner rank of `agent-rl train` (started by agent_rl.train.trainer.train)")
     p.add_argument("config")

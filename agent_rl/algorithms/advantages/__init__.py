@@ -17,7 +17,19 @@ them; one module per family:
     sarpo.py     sarpo (turn-level GAE with the policy's own value read, batch-normalized)
 """
 
-from agent_rl.algorithms.advantages import clipo, distill_credit, group, history, multi_reward, mupo, prime, returns, reweight, sarpo, token  # noqa: F401  (registration)
+from agent_rl.algorithms.advantages import (  # noqa: F401  (registration)
+    clipo,
+    distill_credit,
+    group,
+    history,
+    multi_reward,
+    mupo,
+    prime,
+    returns,
+    reweight,
+    sarpo,
+    token,
+)
 from agent_rl.algorithms.advantages.common import broadcast_to_tokens, group_stats
 from agent_rl.algorithms.advantages.group import GrpoConfig, grpo
 

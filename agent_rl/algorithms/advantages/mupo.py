@@ -27,7 +27,13 @@ from pydantic import Field
 
 from agent_rl.algorithms.advantages.common import broadcast_to_tokens, group_rows
 from agent_rl.algorithms.needs import NEEDS, NeedContext, register_need
-from agent_rl.algorithms.registry import AdvantageInputs, AdvantageOutput, ComponentConfig, record_choice, register_advantage
+from agent_rl.algorithms.registry import (
+    AdvantageInputs,
+    AdvantageOutput,
+    ComponentConfig,
+    record_choice,
+    register_advantage,
+)
 
 
 class MupoConfig(ComponentConfig):

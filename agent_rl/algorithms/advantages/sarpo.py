@@ -21,7 +21,13 @@ import torch
 from pydantic import Field
 
 from agent_rl.algorithms import value_basis as vb
-from agent_rl.algorithms.registry import AdvantageInputs, AdvantageOutput, ComponentConfig, record_choice, register_advantage
+from agent_rl.algorithms.registry import (
+    AdvantageInputs,
+    AdvantageOutput,
+    ComponentConfig,
+    record_choice,
+    register_advantage,
+)
 
 
 class SarpoAdvantageConfig(ComponentConfig):

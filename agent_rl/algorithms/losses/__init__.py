@@ -22,6 +22,7 @@ Importing this package registers every built-in loss. Modules by family:
 ``apply_cross_cutting``, ``compute_policy_loss``).
 """
 
+from agent_rl.algorithms.losses import distill_family, query_kl, ride, sarpo, subspace  # noqa: F401  (registration)
 from agent_rl.algorithms.losses.common import (
     LOG_RATIO_CLAMP,
     LossOptions,
@@ -38,7 +39,6 @@ from agent_rl.algorithms.losses.covariance import (
     kl_cov,
 )
 from agent_rl.algorithms.losses.distill import OpsdConfig, SdpoConfig, opsd, sdpo
-from agent_rl.algorithms.losses import distill_family, query_kl, ride, sarpo, subspace  # noqa: F401  (registration)
 from agent_rl.algorithms.losses.divergence import (
     BandpoConfig,
     DppoConfig,

@@ -14,9 +14,9 @@ student never sampled.
 
 from __future__ import annotations
 
-import torch
 from typing import Literal
 
+import torch
 from pydantic import Field
 
 from agent_rl.algorithms.losses.common import log_ratio, ratio_metrics

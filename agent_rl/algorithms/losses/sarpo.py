@@ -22,7 +22,14 @@ import torch
 from pydantic import Field
 
 from agent_rl.algorithms import value_basis as vb
-from agent_rl.algorithms.registry import POLICY_LOSSES, ComponentConfig, LossInputs, LossOutput, record_choice, register_policy_loss
+from agent_rl.algorithms.registry import (
+    POLICY_LOSSES,
+    ComponentConfig,
+    LossInputs,
+    LossOutput,
+    record_choice,
+    register_policy_loss,
+)
 
 
 class SarpoLossConfig(ComponentConfig):

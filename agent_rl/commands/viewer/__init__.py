@@ -4,6 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
+
+from agent_rl.commands.viewer.html import render_page
+from agent_rl.commands.viewer.paged import write_paged
+from agent_rl.run.trajectories import (
+    TokenTexts,
+    load_decoder,
+    read_steps,
+    tokenizer_path_of,
+)
 
 INLINE_MAX = 200  # episodes on one self-contained page; more: an index page and chunks loaded per page
 
@@ -16,14 +26,6 @@ def write_view(run: str | Path, out: str | Path | None = None, tokenizer_path: s
     them all; beyond (or with ``page_size``), the page holds a filterable index and the first
     page of episodes (``page_size``; default up to 25, fewer when they are long), and the rest load a page at a time from ``<out>.d/`` (``viewer/paged.py``).
     """
-    from agent_rl.commands.viewer.html import render_page
-    from agent_rl.commands.viewer.paged import write_paged
-    from agent_rl.run.trajectories import (
-        TokenTexts,
-        load_decoder,
-        read_steps,
-        tokenizer_path_of,
-    )
 
     if last < 0:
         raise ValueError(f"--last {last}: must be >= 0 (0: every step)")
@@ -48,7 +50,6 @@ def write_view(run: str | Path, out: str | Path | None = None, tokenizer_path: s
 
 def _env_id(run: Path) -> str:
     """``env.id`` of the run's config.yaml, for episodes that do not name their env."""
-    import yaml
 
     config = (run if run.is_dir() else run.parent.parent) / "config.yaml"
     if config.is_file():

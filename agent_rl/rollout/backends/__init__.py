@@ -11,11 +11,13 @@ from typing import Any, Literal
 from pydantic import Field
 
 from agent_rl.core.registry import ComponentConfig, Registry
+from agent_rl.models.loading import load_tokenizer
 from agent_rl.rollout.backends.base import (
     GenerationRequest,
     GenerationResult,
     InferenceBackend,
 )
+from tools.formats import detect_format, get_format
 
 BACKENDS = Registry("rollout_backend")
 
@@ -34,7 +36,6 @@ def make_hf(cfg: HfBackendConfig, model_cfg: Any, model: Any = None, tokenizer: 
     Colocated with the learner when given its ``model``: the same module, no weight copy.
     """
     from agent_rl.rollout.backends.hf import HfBackend
-    from agent_rl.models.loading import load_tokenizer
 
     if model is None:
         return HfBackend.from_config(cfg, model_cfg)
@@ -118,9 +119,7 @@ def make_openai_chat(cfg: OpenAIChatBackendConfig, model_cfg: Any, model: Any = 
     if model is not None:
         raise ValueError("rollout.backend.name=openai_chat is evaluation-only (agent-rl eval): a chat endpoint "
                          "returns text, not the token ids and logprobs training needs; train with hf, vllm or openai")
-    from agent_rl.models.loading import load_tokenizer
     from agent_rl.rollout.backends.openai_chat import OpenAIChatBackend
-    from tools.formats import detect_format, get_format
 
     tokenizer = tokenizer or load_tokenizer(model_cfg.path)
     fmt = get_format(detect_format(tokenizer) if cfg.tool_format == "auto" else cfg.tool_format)

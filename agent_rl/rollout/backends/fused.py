@@ -24,13 +24,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from agent_rl.models import lora
+from agent_rl.rollout.backends.kv import PreallocatedLayer
+
 ARCHITECTURES = ("qwen2", "llama", "mistral", "qwen3")
 LENGTH_DEPENDENT_ROPE = ("dynamic", "longrope")  # their tables change with the sequence length
 
 
 def unsupported(model: Any) -> str | None:
     """Why the fused step cannot compute ``model`` exactly, or None when it can."""
-    from agent_rl.models import lora
 
     model_type = getattr(model.config, "model_type", "?")
     if model_type not in ARCHITECTURES:
@@ -51,7 +53,6 @@ def unsupported(model: Any) -> str | None:
 def usable(cache: Any) -> bool:
     """Every layer of this call's cache is preallocated (``kv.new_cache``): a Mistral window
     narrower than the call's sequence is not, and that call decodes through transformers."""
-    from agent_rl.rollout.backends.kv import PreallocatedLayer
 
     return all(isinstance(layer, PreallocatedLayer) for layer in cache.layers)
 

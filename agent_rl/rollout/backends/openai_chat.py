@@ -16,6 +16,8 @@ import json
 import os
 from typing import Any
 
+import httpx
+
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 from tools.base import ToolCall
 
@@ -50,7 +52,6 @@ class OpenAIChatBackend:
     """``generate`` over ``POST {base_url}/chat/completions``, one request per episode turn."""
 
     def __init__(self, cfg: Any, tokenizer: Any, fmt: Any):
-        import httpx
 
         self.cfg, self.tokenizer, self.format = cfg, tokenizer, fmt
         key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None

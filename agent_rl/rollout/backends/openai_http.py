@@ -43,6 +43,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from agent_rl.core.errors import InfraError
+from agent_rl.core.seeding import derive_seed
 from agent_rl.models import lora
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 
@@ -114,7 +115,6 @@ class OpenAIBackend:
         self, requests: list[GenerationRequest], seed: int | None = None
     ) -> list[GenerationResult | BaseException]:
         """One HTTP request per request; one that fails (after its retries) fails only its own slot."""
-        from agent_rl.core.seeding import derive_seed
 
         limit = asyncio.Semaphore(self.cfg.max_concurrent_requests)
         timeout = httpx.Timeout(self.cfg.timeout_s)

@@ -49,6 +49,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_rl.models import lora
+from agent_rl.models.loading import load_model, load_tokenizer
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 from agent_rl.rollout.backends.openai_http import is_loopback
 
@@ -436,7 +437,6 @@ def build_state(
     model_path: str, dtype: str = "float32", device: str = "cpu", served_name: str | None = None, **batching: Any
 ) -> ServerState:
     from agent_rl.rollout.backends.hf import HfBackend
-    from agent_rl.models.loading import load_model, load_tokenizer
 
     tokenizer = load_tokenizer(model_path)
     model = load_model(model_path, dtype, device)

@@ -38,6 +38,7 @@ from typing import Any
 from safetensors.torch import save_file
 
 from agent_rl.core.errors import InfraError
+from agent_rl.core.seeding import derive_seed
 from agent_rl.models import lora
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 
@@ -144,7 +145,6 @@ class VllmBackend:
 
     # ------------------------------------------------------------------------------------------
     async def generate(self, requests: list[GenerationRequest], seed: int | None = None) -> list[GenerationResult | BaseException]:
-        from agent_rl.core.seeding import derive_seed
 
         seeds = [r.seed if r.seed is not None else (None if seed is None else derive_seed(seed, i)) for i, r in enumerate(requests)]
         ids = [uuid.uuid4().hex for _ in requests]
