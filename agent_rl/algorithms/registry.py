@@ -180,6 +180,9 @@ class AdvantageOutput:
     # mask to train with; None keeps the batch's loss mask
     loss_mask_BT: Tensor | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    # training targets a component reads in its update, by component name (redippo: the returns
+    # of its privileged critic, ``privileged_critic``)
+    targets: dict[str, Tensor] = field(default_factory=dict)
 
 
 @dataclass

@@ -135,10 +135,6 @@ class RunAPI(Protocol):
         """A teacher that continues text: a local checkpoint, or an ``openai:URL`` completions server."""
         ...
 
-    def privileged_critic(self) -> Any:
-        """A second critic that reads each row with the env's teacher_context in its prompt."""
-        ...
-
 
 def unbound(key: str) -> ValueError:
     """The error of a run-acting method's state used before ``bind``."""

@@ -10,7 +10,7 @@ reweights the token-level advantages of PPO. Here:
     V_std(s_t)  the run's critic (``learner.critic``, need ``values``), on the policy's own rows
     V_ref(s_t)  a second critic, same settings, own weights, on the rows with the env's
                 ``teacher_context`` (the reference answer) spliced in as one more user message
-                (``learner/privileged.py``)
+                (need ``privileged_values``: the ``privileged_critic`` component, ``learner/privileged.py``)
     A_t         GAE(V_ref) by default (``advantage_critic: reference``; ``standard``: GAE(V_std)),
                 whitened as ``gae`` does
     d_t = |V_ref(s_t) - V_std(s_t)|
@@ -28,12 +28,13 @@ head), so the first step has d = 0 and w = 1.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from pydantic import Field
 
 from agent_rl.algorithms.advantages.returns import GaeConfig, gae
+from agent_rl.algorithms.needs import register_need
 from agent_rl.algorithms.registry import (
     AdvantageInputs,
     AdvantageOutput,
@@ -41,7 +42,6 @@ from agent_rl.algorithms.registry import (
     register_advantage,
     require,
 )
-from agent_rl.algorithms.run_api import RunAPI
 
 
 class RedippoConfig(GaeConfig):
@@ -70,35 +70,15 @@ def discrepancy_weights(
     return w_BT * m, d_BT
 
 
-class RedippoState:
-    """The reference-guided critic (made at ``bind`` through ``RunAPI.privileged_critic``),
-    checkpointed with the run."""
-
-    def __init__(self) -> None:
-        self.critic: Any = None
-        self._pending: dict[str, Any] | None = None
-
-    def bind(self, run: RunAPI, cfg: Any = None) -> None:
-        if not run.facts.local_policy:
-            raise ValueError("algorithm.advantage.name=redippo: its reference-guided critic runs in this process (learner.world_size=1, no Ray learner group)")
-        self.critic = run.privileged_critic()
-        if self._pending is not None:
-            self.critic.load_state_dict(self._pending)
-            self._pending = None
-
-    def state_dict(self) -> dict[str, Any]:
-        return {} if self.critic is None else {"critic": self.critic.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if not state:
-            return
-        if self.critic is None:  # loaded before bind: applied when the critic is made
-            self._pending = state["critic"]
-        else:
-            self.critic.load_state_dict(state["critic"])
+register_need(
+    "privileged_values",
+    "the privileged critic's value of each token: a second critic that reads each row with the env's teacher_context",
+    builds="privileged_critic",
+    to_batch=False,
+)
 
 
-@register_advantage("redippo", config=RedippoConfig, needs={"values"}, state=RedippoState,
+@register_advantage("redippo", config=RedippoConfig, needs={"values", "privileged_values"},
                     status="interpretation",
                     evidence="from the abstract of arXiv 2607.27631 only (text and code cii030/ReDiPPO not "
                              "available); the reweighting function and its defaults are ours; 4 recorded choices; "
@@ -110,35 +90,28 @@ def redippo(x: AdvantageInputs, cfg: RedippoConfig) -> AdvantageOutput:
     A'_t = w_t * whiten(GAE(V_ref))_t; V_ref reads the env's teacher_context; both critics trained.
     """
     v_std_BT = require(x, "values_BT", "redippo")
-    state = x.state
-    if state is None or state.critic is None or x.groups is None:
-        raise ValueError("'redippo' needs the run bound to its RedippoState and the step's groups (the trainer provides both)")
+    if "privileged_values" not in x.extras:
+        raise ValueError("'redippo' needs the privileged critic's values (need privileged_values), which the caller did not provide")
     mask_BT = x.loss_mask_BT
-    spliced, positions_BT = state.critic.batch(x.groups)
-    from_rows = torch.zeros_like(mask_BT)
-    keep = positions_BT >= 0
-    from_rows[keep] = spliced.loss_mask_BT.gather(1, positions_BT.clamp(min=0))[keep].to(mask_BT.dtype)
-    if from_rows.shape != mask_BT.shape or not torch.equal(from_rows, mask_BT):
-        raise ValueError("redippo: the reference-guided critic's rows do not match the step's batch")
-    v_ref_BT = state.critic.values(spliced, positions_BT).to(v_std_BT.dtype) * mask_BT.to(v_std_BT.dtype)
+    v_ref_BT = x.extras["privileged_values"].to(v_std_BT.dtype) * mask_BT.to(v_std_BT.dtype)
     gcfg = cfg.gae_config()
     std = gae(dataclasses.replace(x, values_BT=v_std_BT), gcfg)
     ref = gae(dataclasses.replace(x, values_BT=v_ref_BT), gcfg)
     base = ref if cfg.advantage_critic == "reference" else std
     w_BT, d_BT = discrepancy_weights(v_ref_BT, v_std_BT, mask_BT, cfg.strength, cfg.w_min, cfg.w_max)
-    metrics = state.critic.update(spliced, positions_BT, ref.returns_BT, v_ref_BT)
     m = mask_BT.bool()
     n = int(m.sum())
-    metrics.update({
+    metrics = {
         "adv/redippo_discrepancy_mean": float(d_BT[m].mean()) if n else 0.0,
         "adv/redippo_weight_min": float(w_BT[m].min()) if n else 1.0,
         "adv/redippo_weight_max": float(w_BT[m].max()) if n else 1.0,
         "adv/redippo_v_ref_mean": float(v_ref_BT[m].mean()) if n else 0.0,
-    })
+    }
     return AdvantageOutput(
         advantages_BT=(base.advantages_BT.double() * w_BT).to(torch.float32),
         returns_BT=std.returns_BT,  # the trainer trains the standard critic on these
         metrics={**base.metrics, **metrics},
+        targets={"privileged_critic": ref.returns_BT},  # and the privileged critic on its own returns
     )
 
 

@@ -14,7 +14,8 @@ have no per-component case. A new one is a class and one ``register_component`` 
         ...
 
 Built-in, in registration order (the order their updates run): the policy's own scores (always
-built), the reference, the critic, PRIME's implicit PRM, the teacher, greedy rollouts (ReMax).
+built), the reference, the critic, PRIME's implicit PRM, a privileged critic (redippo), the teacher,
+greedy rollouts (ReMax).
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ from agent_rl.core.types import EpisodeSpec, TrainBatch, TrajectoryGroup
 from agent_rl.learner import fsdp, hidden
 from agent_rl.learner.checkpoint import ModelAndOptimizer
 from agent_rl.learner.critic import Critic, load_value_model
+from agent_rl.learner.privileged import PrivilegedCritic
 from agent_rl.learner.prm import ImplicitPRM
 from agent_rl.models import lora
 from agent_rl.models.loading import load_model
+from agent_rl.rollout.batching import make_batch
 from agent_rl.run.runtime import Components
 from agent_rl.train.teaching import Teaching
 
@@ -238,6 +241,61 @@ class PrmComponent(ModelComponent):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.prm.scheduler.load_state_dict(state["scheduler"])
+
+
+@register_component("privileged_critic")
+class PrivilegedCriticComponent(ModelComponent):
+    """A second critic (``learner.critic``'s settings, its own weights and optimizer) that reads each
+    row with the env's ``teacher_context`` in its prompt (``learner/privileged.py``); trained towards
+    the returns the advantage gives it (``AdvantageOutput.targets["privileged_critic"]``)."""
+
+    provides = frozenset({"privileged_values"})
+
+    def __init__(self, ctx: ComponentContext):
+        cfg = ctx.cfg
+        if not ctx.local_learner or ctx.world > 1:
+            raise ValueError(
+                "a privileged critic (need privileged_values, e.g. advantage redippo) runs in this process: "
+                "learner.world_size=1, no Ray learner group"
+            )
+        ccfg = cfg.learner.critic or CriticConfig()
+        body = load_value_model(ccfg.path or cfg.model.path, cfg.model.dtype, cfg.model.device)
+        if cfg.learner.lora is not None:
+            body = lora.apply_lora(body, cfg.learner.lora, task_type="TOKEN_CLS")
+        pad_id = ctx.components.tokenizer.pad_token_id
+        self.critic = PrivilegedCritic(
+            Critic(body, ccfg, cfg.learner, total_steps=cfg.trainer.steps), ctx.components.renderer, pad_id,
+            lambda groups: make_batch(groups, pad_id, cfg.model.device), env_id=cfg.env.id,
+        )
+        self._last: tuple[TrainBatch, torch.Tensor, torch.Tensor] | None = None
+
+    def provide(self, ctx: NeedContext, wanted: frozenset[str]) -> dict[str, Any]:
+        spliced, positions_BT = self.critic.batch(ctx.groups)
+        mask_BT = ctx.batch.loss_mask_BT
+        from_rows = torch.zeros_like(mask_BT)
+        keep = positions_BT >= 0
+        from_rows[keep] = spliced.loss_mask_BT.gather(1, positions_BT.clamp(min=0))[keep].to(mask_BT.dtype)
+        if from_rows.shape != mask_BT.shape or not torch.equal(from_rows, mask_BT):
+            raise ValueError("the privileged critic's rows do not match the step's batch")
+        values_BT = self.critic.values(spliced, positions_BT) * mask_BT.to(torch.float32)
+        self._last = (spliced, positions_BT, values_BT)
+        return {"privileged_values": values_BT}
+
+    def before_update(self, batch: TrainBatch, advantages: Any, step: int) -> UpdateResult:
+        returns_BT = advantages.targets.get("privileged_critic")
+        if returns_BT is None or self._last is None:
+            raise ValueError("the privileged critic needs its returns from the advantage (AdvantageOutput.targets['privileged_critic'])")
+        spliced, positions_BT, values_BT = self._last
+        return UpdateResult(self.critic.update(spliced, positions_BT, returns_BT, values_BT.to(returns_BT.dtype)))
+
+    def sharded(self) -> dict[str, ModelAndOptimizer]:
+        return {"privileged_critic": ModelAndOptimizer(self.critic.critic.model, self.critic.critic.optimizer)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"scheduler": self.critic.critic.scheduler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.critic.critic.scheduler.load_state_dict(state["scheduler"])
 
 
 @register_component("teacher")

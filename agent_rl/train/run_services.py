@@ -20,12 +20,10 @@ import torch
 from peft import get_peft_model_state_dict, set_peft_model_state_dict
 
 from agent_rl.algorithms.run_api import AdapterSpec, Player, RunFacts
-from agent_rl.config import Config, CriticConfig, LoraConfig
+from agent_rl.config import Config, LoraConfig
 from agent_rl.core.types import EpisodeSpec, PassResult, Trajectory, TrajectoryGroup
 from agent_rl.learner.chunk_teacher import make_chunk_teacher
-from agent_rl.learner.critic import Critic, load_value_model
 from agent_rl.learner.logprobs import token_logprobs
-from agent_rl.learner.privileged import PrivilegedCritic
 from agent_rl.models import lora
 from agent_rl.models.loading import load_model, load_tokenizer
 from agent_rl.rollout.backends.hf import HfBackend
@@ -161,17 +159,3 @@ class RunServices:
             return load_model(p, cfg.model.dtype, cfg.model.device), load_tokenizer(p)
 
         return make_chunk_teacher(path, self.components.tokenizer, load)
-
-    def privileged_critic(self) -> Any:
-        """``learner.critic``'s settings, its own weights and optimizer, reading each row with the env's
-        ``teacher_context`` in its prompt (``learner/privileged.py``; redippo)."""
-        cfg = self.cfg
-        ccfg = cfg.learner.critic or CriticConfig()
-        body = load_value_model(ccfg.path or cfg.model.path, cfg.model.dtype, cfg.model.device)
-        if cfg.learner.lora is not None:
-            body = lora.apply_lora(body, cfg.learner.lora, task_type="TOKEN_CLS")
-        pad_id = self.components.tokenizer.pad_token_id
-        return PrivilegedCritic(
-            Critic(body, ccfg, cfg.learner, total_steps=cfg.trainer.steps), self.components.renderer, pad_id,
-            lambda groups: make_batch(groups, pad_id, cfg.model.device), env_id=cfg.env.id,
-        )

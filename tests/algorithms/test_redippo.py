@@ -3,8 +3,6 @@ and one training step that trains both critics."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 
@@ -57,31 +55,13 @@ def test_spliced_rows_exactly():
     torch.testing.assert_close(from_spliced(to_spliced(x, pos, 8), pos), x)
 
 
-class _Critic:
-    """Stands in for PrivilegedCritic: fixed V_ref, records the update."""
-
-    def __init__(self, batch, v_ref):
-        self.b, self.v_ref, self.updated = batch, v_ref, None
-
-    def batch(self, groups):
-        return spliced_batch(self.b, [0] * self.b.batch_size, [[] for _ in range(self.b.batch_size)], 0)
-
-    def values(self, spliced, positions):
-        return self.v_ref
-
-    def update(self, spliced, positions, returns, old):
-        self.updated = (returns, old)
-        return {"critic_ref/loss": 0.0}
-
-
 def test_advantage_is_weighted_gae_of_the_reference_critic():
     batch, _ = step_batch(50)
     mask = batch.loss_mask_BT
     g = torch.Generator().manual_seed(1)
     v_std, v_ref = torch.rand(6, 12, generator=g) * mask, torch.rand(6, 12, generator=g) * mask
-    critic = _Critic(batch, v_ref)
     x = AdvantageInputs(rewards_B=batch.rewards_B, loss_mask_BT=mask, group_index_B=batch.group_index_B, values_BT=v_std,
-                        state=SimpleNamespace(critic=critic), groups=[])
+                        extras={"privileged_values": v_ref})  # fmt: skip
     cfg = RedippoConfig(lam=0.9)
     out = redippo(x, cfg)
     rewards = torch.zeros(6, 12, dtype=torch.float64)
@@ -93,7 +73,7 @@ def test_advantage_is_weighted_gae_of_the_reference_critic():
     torch.testing.assert_close(out.advantages_BT, (masked_whiten(a_ref, mask) * w).float())
     # the trainer trains the standard critic on GAE(V_std) + V_std; the reference critic got its own
     torch.testing.assert_close(out.returns_BT, ((gae_scan(rewards, v_std, mask, 1.0, lam) + v_std.double()) * mask).float())
-    torch.testing.assert_close(critic.updated[0], ((a_ref + v_ref.double()) * mask).float())
+    torch.testing.assert_close(out.targets["privileged_critic"], ((a_ref + v_ref.double()) * mask).float())
     std = redippo(x, RedippoConfig(lam=0.9, advantage_critic="standard", strength=0.0))
     torch.testing.assert_close(std.advantages_BT, masked_whiten(gae_scan(rewards, v_std, mask, 1.0, lam), mask).float())
 
@@ -104,7 +84,7 @@ def test_one_step_trains_both_critics(tmp_path, tiny_model_dir):
     from tests.test_trainer import trainer
 
     t = trainer(tmp_path, tiny_model_dir, "algorithm.advantage.name=redippo", "learner.critic={lr: 1e-2}")
-    ref = t.states["advantage"].critic
+    ref = t.models["privileged_critic"].critic  # the privileged critic is a component of the run
     assert t.models["critic"].critic is not None and ref is not None and ref.critic.model is not t.models["critic"].critic.model
     # the reference-guided critic's row 0: the prompt, the verified solution as a user message, the response
     groups = group_trajectories(t._rollout(0, 0, 1))
@@ -134,11 +114,13 @@ def test_one_step_trains_both_critics(tmp_path, tiny_model_dir):
     assert any(not torch.equal(a, b) for a, b in zip(before_ref, ref.critic.model.parameters(), strict=True))
     m = t.step(1)  # the critics now read different rows: they disagree
     assert m["adv/redippo_discrepancy_mean"] > 0.0 and 0.5 <= m["adv/redippo_weight_min"] <= 1.0 <= m["adv/redippo_weight_max"] <= 2.0
-    # the reference-guided critic is checkpointed with the run (trainer.pt, torch.save) and restored
-    torch.save(t.states["advantage"].state_dict(), tmp_path / "state.pt")
+    # the reference-guided critic is checkpointed with the run (the DCP checkpoint's sharded state) and restored
     saved = [p.detach().clone() for p in ref.critic.model.parameters()]
+    checkpoint = t.save_checkpoint(2)
     with torch.no_grad():
         for p in ref.critic.model.parameters():
             p.add_(1.0)
-    t.states["advantage"].load_state_dict(torch.load(tmp_path / "state.pt", weights_only=False))
+    from agent_rl.learner import checkpoint as ckpt
+
+    ckpt.load(checkpoint, t._sharded_state())
     assert all(torch.equal(a, b) for a, b in zip(saved, ref.critic.model.parameters(), strict=True))
