@@ -38,6 +38,7 @@ does not apply its irrelevance checker; calls made there still change the state 
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import json
 from typing import Any, ClassVar
@@ -97,13 +98,18 @@ class BfclMultiTurnEnv(ToolEnv):
         partial_credit: bool = False,
         max_action_chars: int = 16384,
         tool_format: str = "hermes",
+        call_timeout_s: float = 5.0,
     ):
         super().__init__(split=split, max_turns=max_turns, max_action_chars=max_action_chars, tool_format=tool_format)
+        if not call_timeout_s > 0:
+            raise ValueError(f"call_timeout_s must be > 0, got {call_timeout_s!r}")
+        self.call_timeout_s = call_timeout_s
         self.categories = check_categories(categories, MULTI_TURN_CATEGORIES)
         self.max_steps_per_turn = max_steps_per_turn
         self.partial_credit = partial_credit
         self._task: MultiTurnTask | None = None
         self._forced_quit = False
+        self._timeout_failure = ""
 
     # -- the task -------------------------------------------------------------------------------
     async def new_task(self, seed: int | None, split: str, options: dict[str, Any]) -> TaskStart:
@@ -128,6 +134,7 @@ class BfclMultiTurnEnv(ToolEnv):
         self._called = False  # a call was made in this user turn
         self._results: list[str] = []  # every call result of the episode (BFCL's response check)
         self._forced_quit = False
+        self._timeout_failure = ""
         messages = [{"role": "system", "content": SYSTEM_PROMPT.format(session=session_of(task.task_id))}]
         messages += self._turn_messages(0)
         return TaskStart(messages, task.task_id, task.to_dict(),
@@ -154,10 +161,18 @@ class BfclMultiTurnEnv(ToolEnv):
         if call.name not in self._offered:
             offered = ", ".join(self._offered)
             return f"error: unknown function '{call.name}'; available: {offered}", False
+        # in a thread, so a slow call holds no other episode back; every argument that controls work
+        # is bounded (apis.BOUNDS), and one that still runs past call_timeout_s ends the episode
+        # unsolved (its thread may go on changing this episode's instances: they are not judged again)
+        work = asyncio.to_thread(self._model.call, call.name, call.arguments)
         try:
-            return self._model.call(call.name, call.arguments), True
+            return await asyncio.wait_for(work, self.call_timeout_s), True
         except CallError as e:
             return f"error: {e}", False
+        except asyncio.TimeoutError:
+            self._forced_quit = True
+            self._timeout_failure = f"turn {self._user_turn}: '{call.name}' ran longer than {self.call_timeout_s} s"
+            return f"error: '{call.name}' ran longer than {self.call_timeout_s} s; stopped", False
 
     # -- a turn ---------------------------------------------------------------------------------
     @property
@@ -188,7 +203,9 @@ class BfclMultiTurnEnv(ToolEnv):
             return self._end_user_turn()
         else:
             turn = self.invalid_action(parsed)
-        if self._steps >= self.max_steps_per_turn:  # BFCL force-quits: the task counts as failed
+        if self._timeout_failure:
+            turn.info["failure"] = self._timeout_failure
+        elif self._steps >= self.max_steps_per_turn:  # BFCL force-quits: the task counts as failed
             self._forced_quit = True
             turn.info["failure"] = f"turn {self._user_turn}: {self.max_steps_per_turn} actions without a reply"
         return turn
