@@ -21,6 +21,14 @@ Turn protocol (also in the system prompt):
 * malformed calls and actions with neither a call nor an answer are error observations
   (``action_valid=False``) and count towards the turn's steps.
 
+``scoring="official"`` (the default) plays by BFCL's harness where the project's rules were
+stricter: an action from which no call decodes (plain text without ``<answer>``, or a message
+holding a malformed call, which BFCL drops whole) ends the user turn, as any ``<answer>`` does; and a
+held-out function of ``multi_turn_miss_func`` runs when called before its turn (BFCL hides its doc
+but executes it). ``scoring="project"`` keeps the rules before: a turn ends only at ``<answer>``,
+other actions without a call are error observations, the well-formed calls of a message that also
+holds a malformed one run, and a function not offered yet is refused.
+
 Reward (BFCL's multi-turn check, written here from its definition): after every user turn whose
 ground truth has calls, the ground truth's calls run on a second fresh set of instances, and
 
@@ -44,6 +52,7 @@ import json
 from typing import Any, ClassVar
 
 from envs.bfcl.apis import ApiSession, CallError, state_differences
+from envs.bfcl.ast_match import RULES
 from envs.bfcl.data import (
     MULTI_TURN_CATEGORIES,
     SPLITS,
@@ -99,8 +108,12 @@ class BfclMultiTurnEnv(ToolEnv):
         max_action_chars: int = 16384,
         tool_format: str = "hermes",
         call_timeout_s: float = 5.0,
+        scoring: str = "official",
     ):
         super().__init__(split=split, max_turns=max_turns, max_action_chars=max_action_chars, tool_format=tool_format)
+        if scoring not in RULES:
+            raise ValueError(f"scoring: unknown {scoring!r}; known: {', '.join(RULES)}")
+        self.scoring = scoring
         if not call_timeout_s > 0:
             raise ValueError(f"call_timeout_s must be > 0, got {call_timeout_s!r}")
         self.call_timeout_s = call_timeout_s
@@ -158,7 +171,8 @@ class BfclMultiTurnEnv(ToolEnv):
         return [tool_schema(self._docs[n]) for n in self._offered] if self._task is not None else []
 
     async def call_tool(self, call: ToolCall) -> tuple[str, bool]:
-        if call.name not in self._offered:
+        callable_now = self._docs if self.scoring == "official" else self._offered  # official: held-out ones too
+        if call.name not in callable_now:
             offered = ", ".join(self._offered)
             return f"error: unknown function '{call.name}'; available: {offered}", False
         # in a thread, so a slow call holds no other episode back; every argument that controls work
@@ -185,6 +199,8 @@ class BfclMultiTurnEnv(ToolEnv):
 
     async def take_turn(self, text: str, parsed: ParsedAction) -> TurnResult:
         self._steps += 1
+        if self.scoring == "official" and (not parsed.tool_calls or parsed.errors):
+            return self._end_user_turn()  # BFCL: a message that decodes to no call is the reply
         if parsed.tool_calls:
             self._called = True
             turn = TurnResult()
