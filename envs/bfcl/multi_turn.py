@@ -18,8 +18,9 @@ Turn protocol (also in the system prompt):
   not offered yet, or to no function at all, is an error observation;
 * ``multi_turn_miss_param``: a turn lacks a parameter; the ground truth has no call there, so the
   agent should ask (the next user turn gives the value);
-* malformed calls and actions with neither a call nor an answer are error observations
-  (``action_valid=False``) and count towards the turn's steps.
+* calls to unknown functions are error observations (``action_valid=False``) and count towards
+  the turn's steps; so are malformed calls and actions with neither a call nor an answer under
+  ``scoring="project"`` (under ``"official"``, the default, such an action ends the user turn).
 
 ``scoring="official"`` (the default) plays by BFCL's harness where the project's rules were
 stricter: an action from which no call decodes (plain text without ``<answer>``, or a message
