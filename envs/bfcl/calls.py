@@ -103,8 +103,8 @@ class BfclCallsEnv(ToolEnv):
         decodes = bool(parsed.tool_calls) and not parsed.errors
         if self.scoring == "official" and task.category in IRRELEVANCE and not decodes:
             # BFCL: "no function call means either the AST decoding fails or it finds no call"
-            return TurnResult(reward=1.0, done=True, info={"answered": parsed.answer is not None, "passed": True,
-                                                           "failure": None})
+            return TurnResult(reward=1.0, done=True, valid=parsed.answer is not None and not parsed.errors,
+                              info={"answered": parsed.answer is not None, "passed": True, "failure": None})
         if decodes:
             unknown = [c.name for c in parsed.tool_calls if c.name not in self.tool_names]
             if unknown:

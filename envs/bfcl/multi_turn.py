@@ -201,7 +201,9 @@ class BfclMultiTurnEnv(ToolEnv):
     async def take_turn(self, text: str, parsed: ParsedAction) -> TurnResult:
         self._steps += 1
         if self.scoring == "official" and (not parsed.tool_calls or parsed.errors):
-            return self._end_user_turn()  # BFCL: a message that decodes to no call is the reply
+            turn = self._end_user_turn()  # BFCL: a message that decodes to no call is the reply
+            turn.valid = parsed.answer is not None and not parsed.errors  # not the env's own protocol
+            return turn
         if parsed.tool_calls:
             self._called = True
             turn = TurnResult()
