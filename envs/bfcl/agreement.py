@@ -31,7 +31,12 @@ from typing import Any
 
 from envs.bfcl.apis import keyword_args
 from envs.bfcl.calls import BfclCallsEnv
-from envs.bfcl.data import IRRELEVANCE, MULTI_TURN_CATEGORIES, call_tasks, multi_turn_tasks, parse_call
+from envs.bfcl.data import (
+    IRRELEVANCE,
+    call_tasks,
+    multi_turn_tasks,
+    parse_call,
+)
 from envs.bfcl.multi_turn import BfclMultiTurnEnv
 from envs.bfcl.policies import _truth_calls
 from tools.base import ToolCall

@@ -27,7 +27,17 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from envs.bfcl.ast_match import RULES, match
-from envs.bfcl.data import CALL_CATEGORIES, IRRELEVANCE, SPLITS, CallTask, call_tasks, check_categories, select, session_of, tool_schema
+from envs.bfcl.data import (
+    CALL_CATEGORIES,
+    IRRELEVANCE,
+    SPLITS,
+    CallTask,
+    call_tasks,
+    check_categories,
+    select,
+    session_of,
+    tool_schema,
+)
 from envs.tool_env import TaskStart, ToolEnv, TurnResult
 from tools.parsers import ParsedAction
 

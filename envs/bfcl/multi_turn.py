@@ -184,7 +184,7 @@ class BfclMultiTurnEnv(ToolEnv):
             return await asyncio.wait_for(work, self.call_timeout_s), True
         except CallError as e:
             return f"error: {e}", False
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._forced_quit = True
             self._timeout_failure = f"turn {self._user_turn}: '{call.name}' ran longer than {self.call_timeout_s} s"
             return f"error: '{call.name}' ran longer than {self.call_timeout_s} s; stopped", False

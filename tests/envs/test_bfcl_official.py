@@ -9,12 +9,17 @@ import pytest
 
 pytest.importorskip("bfcl_eval")
 
-from envs.bfcl import agreement, policies  # noqa: E402
-from envs.bfcl.calls import BfclCallsEnv  # noqa: E402
-from envs.bfcl.data import CALL_CATEGORIES, MULTI_TURN_CATEGORIES, call_tasks, multi_turn_tasks  # noqa: E402
-from envs.bfcl.multi_turn import BfclMultiTurnEnv  # noqa: E402
-from tools.base import ToolCall  # noqa: E402
-from tools.formats import get_format  # noqa: E402
+from envs.bfcl import agreement, policies
+from envs.bfcl.calls import BfclCallsEnv
+from envs.bfcl.data import (
+    CALL_CATEGORIES,
+    MULTI_TURN_CATEGORIES,
+    call_tasks,
+    multi_turn_tasks,
+)
+from envs.bfcl.multi_turn import BfclMultiTurnEnv
+from tools.base import ToolCall
+from tools.formats import get_format
 
 #: Tasks where the project's rules and BFCL's differed (found by `python -m envs.bfcl.agreement`).
 INTS_FOR_FLOATS = ("simple_python_13", "simple_python_82", "simple_python_87", "simple_python_103",
@@ -71,7 +76,7 @@ def test_ints_in_a_list_of_floats_fail_as_in_bfcl(task_id):
 def test_miss_func_runs_a_held_out_function_called_early_as_bfcl_does():
     """multi_turn_miss_func_49's ground truth calls `tail` in turn 1, two turns before it is
     offered: BFCL runs it, so under official scoring the ground truth passes."""
-    play = lambda env: _replay(env, "multi_turn_miss_func_49")  # noqa: E731
+    play = lambda env: _replay(env, "multi_turn_miss_func_49")
     assert play(BfclMultiTurnEnv(split="all")) == 1.0
     assert play(BfclMultiTurnEnv(split="all", scoring="project")) == 0.0
 
