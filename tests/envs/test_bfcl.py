@@ -22,9 +22,8 @@ from tools.formats import get_format  # noqa: E402
 
 # tasks the ground truth cannot pass, each explained in docs/bfcl.md. multi_turn_miss_func_49 (turn 1's
 # truth calls `tail`, held out until turn 3) passes under scoring="official" (BFCL runs it), the
-# default; it stays unsolvable under scoring="project"
+# default; under scoring="project" it cannot (test_bfcl_official.py checks both)
 MULTI_TURN_UNSOLVABLE: set[str] = set()
-MULTI_TURN_UNSOLVABLE_PROJECT = {"multi_turn_miss_func_49"}
 CALLS_UNSOLVABLE = {
     "live_simple_106-63-0",  # the answer lacks a parameter the doc requires
     "live_simple_112-68-0",  # empty allowed-value lists and a required parameter missing
