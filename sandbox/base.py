@@ -24,7 +24,7 @@ class ExecStatus(StrEnum):
     OK = "ok"                              # exit code 0, output complete
     NONZERO_EXIT = "nonzero_exit"          # the program failed (exit code != 0)
     TIMEOUT = "timeout"                    # wall-clock limit hit; the program was killed
-    MEMORY_EXCEEDED = "memory_exceeded"    # memory limit hit (MemoryError or OOM kill)
+    MEMORY_EXCEEDED = "memory_exceeded"    # memory limit hit (OOM kill, or the allocation limit reached)
     OUTPUT_TRUNCATED = "output_truncated"  # exit 0 but output was capped, or killed for flooding
     KILLED = "killed"                      # ended by a signal (other than our timeout / OOM)
     INFRA_ERROR = "infra_error"            # the sandbox failed, not the program: never a reward
@@ -207,12 +207,14 @@ def classify(
     oom_killed: bool = False,
     flooded: bool = False,
     truncated: bool = False,
-    stderr_tail: bytes = b"",
+    memory_limit_hit: bool = False,
 ) -> ExecStatus:
-    """The status of a finished call, from the facts the runner observed."""
+    """The status of a finished call, from facts the kernel and the runner's clock gave, never from
+    the program's text: ``timed_out`` (the runner's clock), ``oom_killed`` (the cgroup's OOM-kill
+    counter went up), ``memory_limit_hit`` (see ``executor.run_child``), the exit status."""
     if timed_out:
         return ExecStatus.TIMEOUT
-    if oom_killed or (exit_code not in (0, None) and b"MemoryError" in stderr_tail[-2048:]):
+    if oom_killed or (memory_limit_hit and exit_code not in (0, None)):
         return ExecStatus.MEMORY_EXCEEDED
     if flooded:
         return ExecStatus.OUTPUT_TRUNCATED
@@ -243,18 +245,17 @@ def result_from_report(report: Mapping, wall_s: float | None = None) -> ExecResu
     """An :class:`ExecResult` from the runner's report (see ``executor.run_child``)."""
     out, err = report["stdout"], report["stderr"]
     truncated = out["total"] > len(out["head"]) + len(out["tail"]) or err["total"] > len(err["head"]) + len(err["tail"])
-    stderr_tail = (err["head"] + err["tail"])[-2048:]
     status = classify(
         report["exit_code"],
         timed_out=report["timed_out"],
         oom_killed=report["oom_killed"],
         flooded=report["flooded"],
         truncated=truncated,
-        stderr_tail=stderr_tail,
+        memory_limit_hit=report.get("memory_limit_hit", False),
     )
     stderr = cap_output(err["head"], err["tail"], err["total"])
-    for note in report.get("notes", ()):
-        stderr += f"\n[sandbox] {note}"
+    for note in report.get("notes", ()):  # a note may quote a file name that is not UTF-8
+        stderr += "\n[sandbox] " + note.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     return ExecResult(
         status=status,
         exit_code=report["exit_code"],

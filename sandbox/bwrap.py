@@ -35,7 +35,7 @@ import threading
 
 from sandbox import cgroups, executor
 from sandbox.base import SandboxLimits, scratch_mounts, worker_memory_mb
-from sandbox.pool import PooledSandbox, Worker, WorkerPool
+from sandbox.pool import PooledSandbox, Worker, WorkerPool, in_thread
 
 log = logging.getLogger("sandbox.bwrap")
 
@@ -210,7 +210,7 @@ async def launch_worker(limits: SandboxLimits) -> Worker:
         except ProcessLookupError:
             pass
         await proc.wait()
-        await asyncio.to_thread(cg.remove)
+        await in_thread(cg.remove)
         _free_slot(slot)
 
     async def log_stderr() -> None:

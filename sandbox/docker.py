@@ -29,7 +29,7 @@ from typing import Any
 from sandbox import executor
 from sandbox.base import SandboxLimits, scratch_mounts, worker_memory_mb
 from sandbox.image import DEFAULT_IMAGE
-from sandbox.pool import PooledSandbox, Worker, WorkerPool
+from sandbox.pool import PooledSandbox, Worker, WorkerPool, in_thread
 
 log = logging.getLogger("sandbox.docker")
 
@@ -247,7 +247,7 @@ async def launch_worker(cli, image: str, limits: SandboxLimits, cgroup_parent: s
         except OSError:
             pass
 
-        await loop.run_in_executor(_THREADS, _remove, cli, cid)
+        await in_thread(_remove, cli, cid, executor=_THREADS)
 
     worker = Worker(name, out, write, destroy)
     worker.container_id, worker.attach = cid, sock

@@ -82,6 +82,16 @@ async def on_io(coro: Coroutine) -> Any:
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
 
 
+async def in_thread(fn: Callable, *args: Any, executor: Any = None) -> Any:
+    """``fn(*args)`` in a thread, or right here once the interpreter is shutting down: then no
+    executor takes new work (``threading._register_atexit`` runs before ``atexit``), and a clean exit
+    would otherwise skip the cleanup it asked for (a worker's cgroups, a container's removal)."""
+    try:
+        return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
+    except RuntimeError:  # "cannot schedule new futures after (interpreter) shutdown"
+        return fn(*args)
+
+
 # ---------------------------------------------------------------- workers
 
 
@@ -379,8 +389,10 @@ class WorkerPool:
             return len(self._idle)
         return await on_io(_wait())
 
-    async def close(self) -> None:
-        """Destroy every worker (idle now, busy ones when their call ends)."""
+    async def close(self, wait_s: float = 15.0) -> None:
+        """Destroy every worker (idle now, busy ones when their call ends), and wait up to ``wait_s``
+        for what is in flight (workers being retired or started): a clean shutdown leaves no
+        container, worker or cgroup behind, even when the process exits right after."""
         async def _close():
             async with self._c:
                 self.closed = True
@@ -388,6 +400,9 @@ class WorkerPool:
                 self.workers.difference_update(idle)
                 self._c.notify_all()
             await asyncio.gather(*(w.destroy() for w in idle), return_exceptions=True)
+            end = time.monotonic() + wait_s
+            while self._tasks and time.monotonic() < end:  # retirements, starts (destroyed when done)
+                await asyncio.wait(list(self._tasks), timeout=max(0.0, end - time.monotonic()))
         await on_io(_close())
 
 

@@ -32,7 +32,7 @@ def test_capture_short_stream_is_whole():
         (-9, {}, ExecStatus.KILLED),
         (-9, {"timed_out": True}, ExecStatus.TIMEOUT),
         (-9, {"oom_killed": True}, ExecStatus.MEMORY_EXCEEDED),
-        (1, {"stderr_tail": b"Traceback ...\nMemoryError\n"}, ExecStatus.MEMORY_EXCEEDED),
+        (1, {"memory_limit_hit": True}, ExecStatus.MEMORY_EXCEEDED),
         (-9, {"flooded": True}, ExecStatus.OUTPUT_TRUNCATED),
         (None, {}, ExecStatus.INFRA_ERROR),
     ],
