@@ -8,7 +8,7 @@ token ids, loss mask and logprobs up to the cut verbatim, its env is replayed to
 the cut step, and it samples the rest as a normal episode that the env scores. The refined row
 replaces the original in its group, so the advantage and loss train on prefix + new suffix with the
 loss mask on the policy's tokens only. A pure ``fn(groups, state, cfg)`` does not see the run: the
-state is handed the trainer once (``bind_run``), as for the other text-pass filters.
+state is bound once to the run's ``RunAPI`` (``bind``), as for the other text-pass methods.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def refine(rows: list[Trajectory], refiner: Refiner, cfg: ActorRefinerConfig) ->
 
 
 class ActorRefinerState:
-    """The run the refiner acts on (``bind_run``) and its pass counter (checkpointed: the passes'
+    """The run the refiner acts on (``bind``) and its pass counter (checkpointed: the passes'
     and the regenerations' seeds go on after a resume)."""
 
     def __init__(self) -> None:

@@ -2,7 +2,7 @@
 back as correction tasks (the problem with the attempt in context), a group of their own.
 
 The filter keeps every group and queues the correction groups in the run's task queue
-(``agent_rl/train/task_queue.py``, through ``trainer.services``); the rollout engine shows the attempt as
+(``agent_rl/train/task_queue.py``, through ``RunAPI.enqueue``); the rollout engine shows the attempt as
 an extra user message after the env's own prompt (``EpisodeSpec.options["extra_messages"]``), so
 every env works unchanged and scores the corrected answer as usual.
 """

@@ -2,7 +2,7 @@
 REINFORCE on the critic's own rows (Shan, Zhong, Wang, Zhao 2026, "Bringing Value Models Back:
 Generative Critics for Value Modeling in LLM Reinforcement Learning", arXiv 2604.10701).
 
-The filter ``genac`` (``filters/genac.py``) asks the critic for a value at chosen boundaries of each
+The filter ``genac`` (below) asks the critic for a value at chosen boundaries of each
 actor row (it reasons, then writes ``<value>v</value>``) and appends its answers as critic rows to
 the row's group. This module holds the pure parts, computed by hand in the tests:
 
@@ -22,7 +22,7 @@ For each actor row and each boundary (``advantages/genac.py``: turn starts, opti
 ``segment_tokens`` inside a turn) the critic reads the task's prompt, In-Context Conditioning
 examples and the actor's response up to the boundary, reasons, and answers ``<value>v</value>``.
 The critic is the policy itself (one set of weights acts and judges), sampled through the run's
-own backend (``RunServices.text_pass``) at the weights the step's episodes sampled with.
+own backend (``RunAPI.text_pass``) at the weights the step's episodes sampled with.
 
 - In-Context Conditioning: the state keeps the actor's recent finished episodes and their returns
   (a FIFO of ``icc_buffer``); each critic prompt shows the ``icc_examples`` most recent ones, those

@@ -1,4 +1,4 @@
-"""MemReward's heterogeneous rollout graph and its GNN (arXiv 2603.19310; the filter: ``memreward.py``).
+"""MemReward's heterogeneous rollout graph and its GNN (arXiv 2603.19310; the filter that uses it is below).
 
 Nodes, three types: one ``query`` per task, one ``think`` and one ``answer`` per rollout (R rollouts,
 rollout r belongs to query ``query_of_R[r]``). Edges (src -> dst; a node aggregates what reaches it):

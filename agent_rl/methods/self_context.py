@@ -1,7 +1,7 @@
 """Teacher contexts the policy writes itself, after the rollout: ``srpo_reflect`` (a reflection patch
 on each finished attempt) and ``opid`` (a skill mined from the group's finished attempts).
 
-Each is a filter that runs a text pass (``RunServices.text_pass``: the run's own inference backend,
+Each is a filter that runs a text pass (``RunAPI.text_pass``: the run's own inference backend,
 whatever it is, at the weights the step's episodes sampled with) and writes the text into each
 row's ``info["teacher_context"]``, replacing whatever the env put there (a verified solution never
 reaches the teacher). The run's teacher (``teacher_logprobs``: the policy with that context spliced

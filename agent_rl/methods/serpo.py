@@ -4,7 +4,7 @@ the policy's own verdict-token likelihoods.
 The env runs label-free (``envs.rewards.LabelFreeEnv``: reward 0, no verdict keys; or an open-ended
 env that has no label at all). This filter replaces each row's reward with the policy's rubric
 score, so the reward never comes from the hidden label. Two text passes through the run's backend
-(``RunServices.text_pass``; never trained on):
+(``RunAPI.text_pass``; never trained on):
 
 - rubric pass: the policy, shown the task (and, once the task has an archive, a good and a bad
   earlier response), writes yes/no criteria, one per line;

@@ -2,7 +2,7 @@
 
 A filter that makes new tasks (``cipo_retry``: a failed attempt in context; ``scrl``: sub-problems;
 ``absolute_zero``: a proposed program to solve) puts whole groups of ``EpisodeSpec`` here
-(``RunServices.enqueue``). The task sampler owns the queue: each rollout round takes queued groups
+(``RunAPI.enqueue``). The task sampler owns the queue: each rollout round takes queued groups
 first, oldest first, and draws fresh tasks for the rest of its prompts, so the batch size stays
 ``prompts_per_step``. A filter that returns ``num_more`` = the groups it queued gets them rolled out in
 the same step's next refill round (``trainer.refill_rounds`` >= 1); otherwise they open the next step.
