@@ -46,8 +46,10 @@ from typing import Any, ClassVar
 import gymnasium as gym
 
 from agent_rl.core.preference_records import load_records, parse_record
+from envs.arithmetic.env import question_text
+from envs.arithmetic.tasks import LEVELS, sample_problem
 from envs.spaces import AnyText, Messages
-from envs.splits import check_split, split_of
+from envs.splits import check_difficulties, check_split, split_of
 
 SYSTEM_PROMPT = "You are a judge. Read the conversation and the responses, then give your verdict as <answer>V</answer>."
 VERDICTS = {"pairwise": ("A", "B"), "pointwise": ("good", "bad")}
@@ -110,8 +112,6 @@ def _file_records(path: str) -> tuple[dict, ...]:
 
 def arithmetic_pair(seed: int, split: str, difficulties: tuple[int, ...]) -> dict:
     """A verifier-labelled pair of Arithmetic-v0's question of ``seed``: right vs off by 1-3."""
-    from envs.arithmetic.env import question_text
-    from envs.arithmetic.tasks import sample_problem
 
     problem = sample_problem(seed, split, difficulties)
     off = random.Random(f"judge-off:{seed}").choice([-3, -2, -1, 1, 2, 3])
@@ -148,8 +148,6 @@ class PreferenceJudgeEnv(gym.Env):
                     continue
                 self._by_split[split_of(_key([rec["prompt"], rec["rows"], rec["tools"]]))].append(rec)
         else:
-            from envs.arithmetic.tasks import LEVELS
-            from envs.splits import check_difficulties
 
             check_difficulties(self.difficulties, LEVELS)
         self.action_space = AnyText(max_length=max_action_chars)

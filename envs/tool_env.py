@@ -43,6 +43,7 @@ from agent_rl.core.errors import InfraError
 from envs.async_env import AsyncTextEnv
 from envs.spaces import AnyText, Messages
 from envs.splits import SPLITS, check_split
+from sandbox import ExecStatus, make_sandbox
 from tools.base import Tool, ToolCall, ToolError, tool_schema
 from tools.formats import ToolFormat, get_format
 from tools.parsers import ParsedAction
@@ -250,7 +251,6 @@ class ToolEnv(AsyncTextEnv):
     def sandbox(self) -> Any:
         """This episode's sandbox (and its tools), started on first use."""
         if self._sandbox is None:
-            from sandbox import make_sandbox
 
             try:
                 sandbox = make_sandbox(backend=self.sandbox_backend, timeout_s=self.tool_timeout_s, **self.sandbox_options)
@@ -263,7 +263,6 @@ class ToolEnv(AsyncTextEnv):
     async def sandbox_exec(self, **kwargs: Any) -> Any:
         """``exec`` in this episode's sandbox (an ``ExecResult``); a failure of the sandbox itself
         raises ``InfraError``."""
-        from sandbox import ExecStatus
 
         res = await self.sandbox().exec(**kwargs)
         if res.status == ExecStatus.INFRA_ERROR:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import random
 import re
 
+from envs.arithmetic.env import SYSTEM_PROMPT, question_text
 from envs.arithmetic.tasks import sample_problem
-from tools.base import ToolCall
+from tools.base import ToolCall, tool_schema
 from tools.formats import get_format
+from tools.python import PythonTool
 
 _QUESTION = re.compile(r"What is ([0-9+\-*]+)\?")
 
@@ -71,9 +73,6 @@ def weak_teacher(messages: list[dict], rng: random.Random, p_direct: float = 0.5
 
 def corpus_conversations(n: int, rng: random.Random):
     """Conversations for training the tiny tokenizer: (messages, tools) pairs of both policies."""
-    from envs.arithmetic.env import SYSTEM_PROMPT, question_text
-    from tools.base import tool_schema
-    from tools.python import PythonTool
 
     tools = [tool_schema(PythonTool)]
     for i in range(n):

@@ -29,7 +29,7 @@ import sys
 import types
 from typing import Any
 
-from envs.bfcl.apis import keyword_args
+from envs.bfcl.apis import _PACKAGE, keyword_args
 from envs.bfcl.calls import BfclCallsEnv
 from envs.bfcl.data import (
     IRRELEVANCE,
@@ -209,7 +209,6 @@ _ids = itertools.count()
 def _restore_bfcl_modules() -> None:
     """BFCL's harness keeps API instances in module globals and its long-context scenarios share
     module-level dicts that calls change in place: restore them so candidates do not see each other."""
-    from envs.bfcl.apis import _PACKAGE
 
     for name in ("long_context",):
         module = importlib.import_module(f"{_PACKAGE}.{name}")

@@ -19,6 +19,7 @@ import ast
 import functools
 import hashlib
 import importlib.metadata
+import importlib.resources
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -65,7 +66,6 @@ def check_installed() -> None:
 
 def _data_dir():
     check_installed()
-    import importlib.resources
 
     return importlib.resources.files("bfcl_eval") / "data"
 

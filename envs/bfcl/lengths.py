@@ -15,6 +15,11 @@ import collections
 import json
 import statistics
 
+from envs.bfcl import policies
+from envs.bfcl.calls import BfclCallsEnv
+from envs.bfcl.data import call_tasks, multi_turn_tasks
+from envs.bfcl.multi_turn import BfclMultiTurnEnv
+
 
 def _measure(tokenizer, messages: list[dict], tools: list[dict]) -> int:
     if tokenizer is None:
@@ -25,10 +30,6 @@ def _measure(tokenizer, messages: list[dict], tools: list[dict]) -> int:
 
 def lengths(tokenizer=None):
     """Yield (category, task_id, prompt length, episode length) for every task."""
-    from envs.bfcl import policies
-    from envs.bfcl.calls import BfclCallsEnv
-    from envs.bfcl.data import call_tasks, multi_turn_tasks
-    from envs.bfcl.multi_turn import BfclMultiTurnEnv
 
     env = BfclMultiTurnEnv(split="all")
     for task in multi_turn_tasks():

@@ -19,7 +19,9 @@ import re
 from typing import Any
 
 from envs.bfcl.apis import keyword_args
+from envs.bfcl.calls import BfclCallsEnv
 from envs.bfcl.data import call_tasks, function_docs, multi_turn_tasks, parse_call, session_of, tool_schema
+from envs.bfcl.multi_turn import BfclMultiTurnEnv
 from tools.base import ToolCall
 from tools.formats import get_format
 
@@ -148,7 +150,6 @@ def call_everything(messages: list[dict], rng: random.Random | None = None, *, t
 def call_conversations(n: int, rng: random.Random):
     """Single-turn train tasks answered by the ground truth, for the tiny tokenizer
     (``init-model --env agent_rl/BFCL-Calls-v0``)."""
-    from envs.bfcl.calls import BfclCallsEnv
 
     tasks = [t for t in call_tasks() if t.split == "train"]
     env = BfclCallsEnv(split="train")
@@ -159,7 +160,6 @@ def call_conversations(n: int, rng: random.Random):
 
 def corpus_conversations(n: int, rng: random.Random):
     """Ground-truth conversations of train tasks, for the tiny tokenizer (``init-model --env``)."""
-    from envs.bfcl.multi_turn import BfclMultiTurnEnv
 
     env = BfclMultiTurnEnv(split="train")
     try:

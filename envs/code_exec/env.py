@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field
 from envs.code_exec.harness import Grade, grade
 from envs.code_exec.tasks import SPLITS, CodeTask, by_id, task_for_seed
 from envs.tool_env import TaskStart, ToolEnv, TurnResult
+from sandbox import make_sandbox
 from tools.base import Tool
 from tools.parsers import ParsedAction
 from tools.python import PythonTool
@@ -117,7 +118,6 @@ class CodeExecEnv(ToolEnv):
 
     async def _grade(self, code: str) -> Grade:
         # a sandbox of its own: files the agent wrote with the python tool do not reach the grader
-        from sandbox import make_sandbox
 
         sandbox = make_sandbox(backend=self.sandbox_backend, timeout_s=self.tool_timeout_s, memory_mb=self.memory_mb)
         try:

@@ -14,7 +14,9 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent_rl.core.errors import InfraError
 from envs.code_exec.tasks import CodeTask
+from sandbox import ExecStatus
 
 RUNNER = (Path(__file__).parent / "runner.py").read_text()
 
@@ -72,8 +74,6 @@ class Grade:
 async def grade(sandbox, task: CodeTask, code: str, timeout_s: float = 10.0) -> Grade:
     """Run ``task``'s hidden test on ``code`` in ``sandbox``. Infrastructure failures raise
     ``InfraError`` (the episode becomes INFRA_ERROR, never a reward of 0)."""
-    from agent_rl.core.errors import InfraError
-    from sandbox import ExecStatus
 
     test, total = instrument(task.test)
     nonce = secrets.token_hex(16)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import re
 
+from envs.math_tool.env import SYSTEM_PROMPT
 from envs.math_tool.tasks import (
     DIFFICULTIES,
     GENERATORS,
@@ -21,8 +22,9 @@ from envs.math_tool.tasks import (
     solution_code,
     solve,
 )
-from tools.base import ToolCall
+from tools.base import ToolCall, tool_schema
 from tools.formats import get_format
+from tools.python import PythonTool
 
 
 def tool_call_text(code: str, tool_format: str = "hermes") -> str:
@@ -78,9 +80,6 @@ def weak_teacher(messages: list[dict], rng: random.Random, p_direct: float = 0.5
 
 def corpus_conversations(n: int, rng: random.Random):
     """Conversations for training the tiny tokenizer: (messages, tools) of both policies' kinds."""
-    from envs.math_tool.env import SYSTEM_PROMPT
-    from tools.base import tool_schema
-    from tools.python import PythonTool
 
     tools = [tool_schema(PythonTool)]
     generators = tuple(GENERATORS)

@@ -19,7 +19,9 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
 
+from envs.rewards import ShapedEnv
 from envs.search_qa.kb import Doc, knowledge_base, normalize
+from envs.search_qa.rewards import InformationDensity
 from envs.splits import check_split
 from envs.tool_env import TaskStart, ToolEnv, TurnResult
 from tools.base import Tool, ToolCall, ToolError
@@ -109,8 +111,6 @@ class SearchQAEnv(ToolEnv):
 def search_r2(**kwargs: Any) -> Any:
     """``agent_rl/SearchQA-R2-v0``: SearchQA-v0 (same keywords) with Search-R2's hybrid reward,
     exact match + ``InformationDensity`` (``envs/search_qa/rewards.py``, its defaults)."""
-    from envs.rewards import ShapedEnv
-    from envs.search_qa.rewards import InformationDensity
 
     return ShapedEnv(SearchQAEnv(**kwargs), [InformationDensity()])
 
