@@ -45,8 +45,13 @@ def cmd_init_model(args: argparse.Namespace) -> int:
 
     if args.kind != "tiny":
         raise ValueError(f"unknown model kind '{args.kind}'; known: tiny")
-    path = init_tiny(args.out, seed=args.seed, env_ids=args.env, family=args.family,
-                     max_position_embeddings=args.max_position_embeddings)
+    path = init_tiny(
+        args.out,
+        seed=args.seed,
+        env_ids=args.env,
+        family=args.family,
+        max_position_embeddings=args.max_position_embeddings,
+    )
     print(f"tiny {args.family} model and tokenizer saved to {path}")
     return 0
 
@@ -153,7 +158,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not Path(args.model).exists():
         raise ValueError(f"--model {args.model}: no such directory (a from_pretrained checkpoint)")
     state = build_state(
-        args.model, args.dtype, args.device, args.served_model_name, batch_wait_ms=args.batch_wait_ms, max_batch_size=args.max_batch_size
+        args.model,
+        args.dtype,
+        args.device,
+        args.served_model_name,
+        batch_wait_ms=args.batch_wait_ms,
+        max_batch_size=args.max_batch_size,
     )
     serve(state, args.host, args.port, api_key=api_key)
     return 0
@@ -169,8 +179,15 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     check_exposure(args.host, api_key)  # before the model loads
     if not Path(args.model).exists():
         raise ValueError(f"--model {args.model}: no such directory (a from_pretrained checkpoint)")
-    service = build_service(args.model, served_name=args.served_model_name, tool_format=args.tool_format, dtype=args.dtype,
-                            device=args.device, max_new_tokens=args.max_new_tokens, max_total_tokens=args.max_total_tokens)
+    service = build_service(
+        args.model,
+        served_name=args.served_model_name,
+        tool_format=args.tool_format,
+        dtype=args.dtype,
+        device=args.device,
+        max_new_tokens=args.max_new_tokens,
+        max_total_tokens=args.max_total_tokens,
+    )
     serve_proxy(service, args.host, args.port, api_key=api_key)
     return 0
 
@@ -206,16 +223,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agent-rl", description="Train tool-using LLM agents with RL.")
     sub = p.add_subparsers(dest="command", required=True)
 
-    p.add_argument("--debug", action="store_true", help="full tracebacks instead of one-line errors (also after the command)")
+    p.add_argument(
+        "--debug", action="store_true", help="full tracebacks instead of one-line errors (also after the command)"
+    )
 
     def with_config(sp: argparse.ArgumentParser, required: bool = True) -> None:
         sp.add_argument("config", nargs=None if required else "?", help="YAML config")
         sp.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.steps=10")
-        sp.add_argument("--print-config", action="store_true", help="print the resolved config (every default filled in) and exit")
+        sp.add_argument(
+            "--print-config", action="store_true", help="print the resolved config (every default filled in) and exit"
+        )
 
     sp = sub.add_parser("quickstart", help="init-model + sft + train + eval, with a before/after table")
     sp.add_argument("overrides", nargs="*", help="dotted overrides applied to the recipe")
-    sp.add_argument("--config", default=None, help="recipe YAML (default configs/quickstart.yaml), e.g. configs/math_tool.yaml")
+    sp.add_argument(
+        "--config", default=None, help="recipe YAML (default configs/quickstart.yaml), e.g. configs/math_tool.yaml"
+    )
     sp.add_argument("--root", default=None, help="where models and runs go (default runs/<recipe name>)")
     sp.set_defaults(fn=cmd_quickstart)
 
@@ -223,12 +246,21 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("kind", choices=["tiny"])
     sp.add_argument("--out", required=True)
     sp.add_argument("--seed", type=int, default=0)
-    sp.add_argument("--env", action="append", default=[], help="env id whose text the tokenizer also learns (repeatable)")
     sp.add_argument(
-        "--family", default="qwen2.5", choices=list(FAMILIES), help="special tokens, stop tokens and chat template of this model family"
+        "--env", action="append", default=[], help="env id whose text the tokenizer also learns (repeatable)"
     )
-    sp.add_argument("--max-position-embeddings", type=int, default=2048,
-                    help="context length in tokens (BFCL's multi-turn prompts need up to ~25k: python -m envs.bfcl.lengths)")
+    sp.add_argument(
+        "--family",
+        default="qwen2.5",
+        choices=list(FAMILIES),
+        help="special tokens, stop tokens and chat template of this model family",
+    )
+    sp.add_argument(
+        "--max-position-embeddings",
+        type=int,
+        default=2048,
+        help="context length in tokens (BFCL's multi-turn prompts need up to ~25k: python -m envs.bfcl.lengths)",
+    )
     sp.set_defaults(fn=cmd_init_model)
 
     sp = sub.add_parser("sft", help="supervised warm start on demonstrations")
@@ -240,7 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--resume", help="run directory to continue from its last checkpoint")
     sp.set_defaults(fn=cmd_train)
 
-    sp = sub.add_parser("train-rm", help="a Bradley-Terry reward model on preference pairs, with its held-out pair accuracy")
+    sp = sub.add_parser(
+        "train-rm", help="a Bradley-Terry reward model on preference pairs, with its held-out pair accuracy"
+    )
     sp.add_argument("--data", required=True, help="JSONL of pairs {prompt, chosen, rejected} (messages or strings)")
     sp.add_argument("--model", required=True, help="base model path; its tokenizer renders the pairs")
     sp.add_argument("--out", required=True, help="output directory (model, tokenizer, metrics.json)")
@@ -249,7 +283,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--lr", type=float, help="AdamW learning rate (1e-4)")
     sp.add_argument("--heldout-frac", type=float, help="share of pairs held out for the accuracy (0.1)")
     sp.add_argument("--seed", type=int, help="split and batch order (0)")
-    sp.add_argument("--loss", choices=("bradley_terry", "egrm"), help="bradley_terry (default) or egrm: E-GRM's regression + ranking loss")
+    sp.add_argument(
+        "--loss",
+        choices=("bradley_terry", "egrm"),
+        help="bradley_terry (default) or egrm: E-GRM's regression + ranking loss",
+    )
     sp.add_argument("--rank-weight", type=float, help="egrm: weight of the ranking term (1.0)")
     sp.set_defaults(fn=cmd_train_rm)
 
@@ -264,7 +302,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     sp.add_argument("--device", default="cpu")
     sp.add_argument("--served-model-name", default=None, help="name in /v1/models (default: --model)")
-    sp.add_argument("--batch-wait-ms", type=float, default=5.0, help="one batch gathers requests arriving less than this apart (up to 10 gaps)")
+    sp.add_argument(
+        "--batch-wait-ms",
+        type=float,
+        default=5.0,
+        help="one batch gathers requests arriving less than this apart (up to 10 gaps)",
+    )
     sp.add_argument("--max-batch-size", type=int, default=64)
     sp.add_argument(
         "--api-key",
@@ -274,7 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.set_defaults(fn=cmd_serve)
 
-    sp = sub.add_parser("proxy", help="OpenAI chat-completions capture proxy over a checkpoint (docs/agent-programs.md)")
+    sp = sub.add_parser(
+        "proxy", help="OpenAI chat-completions capture proxy over a checkpoint (docs/agent-programs.md)"
+    )
     sp.add_argument("--model", required=True, help="from_pretrained checkpoint directory")
     sp.add_argument("--host", default="127.0.0.1")
     sp.add_argument("--port", type=int, default=8001, help="0: a free port (printed)")
@@ -284,7 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--device", default="cpu")
     sp.add_argument("--max-new-tokens", type=int, default=512, help="cap of one completion")
     sp.add_argument("--max-total-tokens", type=int, default=4096, help="prompt + completion")
-    sp.add_argument("--api-key", default=None, help="bearer token required (default: $OPENAI_API_KEY); required off loopback")
+    sp.add_argument(
+        "--api-key", default=None, help="bearer token required (default: $OPENAI_API_KEY); required off loopback"
+    )
     sp.set_defaults(fn=cmd_proxy)
 
     sp = sub.add_parser("view", help="static HTML page of a run's trajectories")
@@ -292,33 +339,55 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", default=None, help="HTML file (default: RUN/trajectories.html)")
     sp.add_argument("--tokenizer", default=None, help="tokenizer path (default: model.path of RUN/config.yaml)")
     sp.add_argument("--last", type=int, default=0, help="only the last N training steps (0: all)")
-    sp.add_argument("--page-size", type=int, default=None,
-                    help="episodes per page, loaded as you page (default: one page up to 200 episodes; beyond, pages of up to 25 that stay near 1 MB)")
+    sp.add_argument(
+        "--page-size",
+        type=int,
+        default=None,
+        help="episodes per page, loaded as you page (default: one page up to 200 episodes; beyond, pages of up to 25 that stay near 1 MB)",
+    )
     sp.set_defaults(fn=cmd_view)
 
-    sp = sub.add_parser("export", help="a run's policy: a LoRA adapter in PEFT's format, or --merge'd into a Hugging Face model")
+    sp = sub.add_parser(
+        "export", help="a run's policy: a LoRA adapter in PEFT's format, or --merge'd into a Hugging Face model"
+    )
     sp.add_argument("run", help="run directory (its newest checkpoint)")
-    sp.add_argument("--merge", action="store_true", help="fold a LoRA adapter into the base: a plain Hugging Face model")
+    sp.add_argument(
+        "--merge", action="store_true", help="fold a LoRA adapter into the base: a plain Hugging Face model"
+    )
     sp.add_argument("--out", default=None, help="output directory (default: RUN/export, RUN/export_merged)")
     sp.add_argument("--step", type=int, default=None, help="the checkpoint of this step (default: the newest)")
     sp.set_defaults(fn=cmd_export)
 
     sp = sub.add_parser("compare", help="curves (PNG) and a table of metrics across runs, and their config differences")
     sp.add_argument("runs", nargs="+", help="run directories (their metrics.jsonl and config.yaml)")
-    sp.add_argument("--metrics", default=None, help="comma-separated metric names of metrics.jsonl (default: rollout/reward_mean, and eval/success when logged)")
-    sp.add_argument("--x", default="step", choices=["step", "tokens"], help="align by training step or by sampled tokens")
+    sp.add_argument(
+        "--metrics",
+        default=None,
+        help="comma-separated metric names of metrics.jsonl (default: rollout/reward_mean, and eval/success when logged)",
+    )
+    sp.add_argument(
+        "--x", default="step", choices=["step", "tokens"], help="align by training step or by sampled tokens"
+    )
     sp.add_argument("--out", default="compare.png", help="PNG to write")
-    sp.add_argument("--labels", default=None, help="comma-separated names of the runs (default: directory names); "
-                    "runs given one name are a group (the seeds of a method): a mean curve, mean ± std in the table")
+    sp.add_argument(
+        "--labels",
+        default=None,
+        help="comma-separated names of the runs (default: directory names); "
+        "runs given one name are a group (the seeds of a method): a mean curve, mean ± std in the table",
+    )
     sp.set_defaults(fn=cmd_compare)
 
     sp = sub.add_parser("objectives", help="the registered objectives")
     sp.add_argument("action", choices=["list"])
     sp.add_argument("--markdown", action="store_true")
-    sp.add_argument("--status", default=None, choices=["reference", "paper", "interpretation"],
-                    help="only the entries of this status: reference (checked against another implementation's "
-                    "numbers), paper (the paper's own formula), interpretation (from an abstract or a third party, "
-                    "or with defaults of ours; choices recorded)")
+    sp.add_argument(
+        "--status",
+        default=None,
+        choices=["reference", "paper", "interpretation"],
+        help="only the entries of this status: reference (checked against another implementation's "
+        "numbers), paper (the paper's own formula), interpretation (from an abstract or a third party, "
+        "or with defaults of ours; choices recorded)",
+    )
     sp.set_defaults(fn=cmd_objectives)
 
     sp = sub.add_parser("envs", help="the registered environments")
@@ -362,7 +431,9 @@ def main(argv: list[str] | None = None) -> int:
             print("interrupted", file=sys.stderr)
             return 130
         print(f"error: {e}", file=sys.stderr)  # user mistakes: one clear line, no traceback
-        return 3 if isinstance(e, InfraErrorRateError) else 2  # 3: the run stopped itself, its infrastructure kept failing
+        return (
+            3 if isinstance(e, InfraErrorRateError) else 2
+        )  # 3: the run stopped itself, its infrastructure kept failing
 
 
 if __name__ == "__main__":

@@ -30,9 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from agent_rl.commands.quickstart import QUICKSTART_CONFIG, _eval  # noqa: E402
 from agent_rl.config import load_config  # noqa: E402
 from agent_rl.run.progress import PartProgress, TaskProgress, script_progress  # noqa: E402
-from agent_rl.commands.quickstart import QUICKSTART_CONFIG, _eval  # noqa: E402
 
 
 @contextmanager
@@ -80,7 +80,9 @@ def backend_overrides(name: str, sft_dir: Path, url: str | None) -> list[str]:
     ]  # fmt: skip
 
 
-def train_and_eval(name: str, root: Path, sft_dir: Path, overrides: list[str], url: str | None, progress: TaskProgress, label: str) -> dict:
+def train_and_eval(
+    name: str, root: Path, sft_dir: Path, overrides: list[str], url: str | None, progress: TaskProgress, label: str
+) -> dict:
     from agent_rl.train.trainer import Trainer
 
     cfg = load_config(QUICKSTART_CONFIG, [
@@ -130,7 +132,9 @@ def main() -> int:
         cfg.model.path, cfg.sft.out = str(model_dir), str(sft_dir)
         sft(cfg, log=print)
     progress.phase("held-out eval of the SFT start (hf)")
-    before = _eval(load_config(QUICKSTART_CONFIG, [f"run.root={root}", *args.overrides, "rollout.backend.name=hf"]), sft_dir)
+    before = _eval(
+        load_config(QUICKSTART_CONFIG, [f"run.root={root}", *args.overrides, "rollout.backend.name=hf"]), sft_dir
+    )
     rows = []
     for i, name in enumerate(names):
         label = f"run {i + 1}/{len(names)} {name}"

@@ -276,6 +276,7 @@ def run_trl(model_dir: str, steps: int, out_dir: str, after_step) -> tuple[Timin
         def f(wall: float, cpu: float) -> None:
             if not (only_no_grad and torch.is_grad_enabled()):
                 t.add(phase, wall, cpu)
+
         return f
 
     # the phases inside TRL's generate-and-score (wrappers on the instance; TRL's code is unchanged)
@@ -308,7 +309,9 @@ def main() -> None:
     p.add_argument("--model", default=None, help="tiny checkpoint dir (default: built into a temp dir)")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads for both sides (default: torch's)")
     p.add_argument("--ours-defaults", action="store_true", help="our side without OURS_FAST (our config defaults)")
-    p.add_argument("--turn-steps", type=int, default=3, help="part 2: timed updates per env on multi-turn rows (0: skip)")
+    p.add_argument(
+        "--turn-steps", type=int, default=3, help="part 2: timed updates per env on multi-turn rows (0: skip)"
+    )
     a = p.parse_args()
     if a.steps < 1:
         raise SystemExit("--steps must be >= 1")
@@ -401,12 +404,15 @@ def report(trl_t: Timings, ours_t: Timings, steps: int) -> None:
     print(f"trl_s_per_step = {trl_s:.3f}, ours_s_per_step = {ours_s:.3f} (ratio of medians {median_ratio:.2f})")
     print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     trl_cpu, ours_cpu = mean(trl_t.cpu_s), mean(o.cpu_s)
-    print(f"cpu speedup = {trl_cpu / ours_cpu:.2f} (process CPU seconds per step; less sensitive to the machine's load)")
+    print(
+        f"cpu speedup = {trl_cpu / ours_cpu:.2f} (process CPU seconds per step; less sensitive to the machine's load)"
+    )
     print(f"speedup = {trl_s / ours_s:.2f}")
 
 
 def print_phases(res: dict[str, Timings]) -> None:
     """Mean wall and CPU seconds per timed step of each phase, per side, and TRL's over ours."""
+
     def means(rows: list[dict[str, float]]) -> dict[str, float]:
         m = {ph: statistics.mean(p[ph] for p in rows[1:]) for ph in PHASES}
         return {**m, "total": sum(m.values())}
@@ -417,7 +423,9 @@ def print_phases(res: dict[str, Timings]) -> None:
     def ratio(a: float, b: float) -> str:
         return f"{a / b:8.2f}" if b > 1e-4 else f"{'-':>8}"
 
-    print(f"{'phase (s/step)':<18} {'trl wall':>8} {'ours':>7} {'trl/ours':>8}   {'trl cpu':>7} {'ours':>7} {'trl/ours':>8}")
+    print(
+        f"{'phase (s/step)':<18} {'trl wall':>8} {'ours':>7} {'trl/ours':>8}   {'trl cpu':>7} {'ours':>7} {'trl/ours':>8}"
+    )
     for ph in (*PHASES, "total"):
         tw, ow, tc, oc = wall["trl"][ph], wall["ours"][ph], cpu["trl"][ph], cpu["ours"][ph]
         print(f"{ph:<18} {tw:>8.3f} {ow:>7.3f} {ratio(tw, ow)}   {tc:>7.3f} {oc:>7.3f} {ratio(tc, oc)}")

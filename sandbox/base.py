@@ -21,13 +21,13 @@ from typing import Mapping, Protocol, Sequence, runtime_checkable
 class ExecStatus(StrEnum):
     """Why an ``exec`` call ended, most specific first (see :func:`classify`)."""
 
-    OK = "ok"                              # exit code 0, output complete
-    NONZERO_EXIT = "nonzero_exit"          # the program failed (exit code != 0)
-    TIMEOUT = "timeout"                    # wall-clock limit hit; the program was killed
-    MEMORY_EXCEEDED = "memory_exceeded"    # memory limit hit (OOM kill, or the allocation limit reached)
+    OK = "ok"  # exit code 0, output complete
+    NONZERO_EXIT = "nonzero_exit"  # the program failed (exit code != 0)
+    TIMEOUT = "timeout"  # wall-clock limit hit; the program was killed
+    MEMORY_EXCEEDED = "memory_exceeded"  # memory limit hit (OOM kill, or the allocation limit reached)
     OUTPUT_TRUNCATED = "output_truncated"  # exit 0 but output was capped, or killed for flooding
-    KILLED = "killed"                      # ended by a signal (other than our timeout / OOM)
-    INFRA_ERROR = "infra_error"            # the sandbox failed, not the program: never a reward
+    KILLED = "killed"  # ended by a signal (other than our timeout / OOM)
+    INFRA_ERROR = "infra_error"  # the sandbox failed, not the program: never a reward
 
 
 @dataclass(frozen=True)
@@ -56,20 +56,28 @@ class ExecResult:
 class SandboxLimits:
     """Per-call limits. Hashable: the docker / bwrap pools are shared per (backend, image, limits)."""
 
-    timeout_s: float = 5.0           # default wall-clock limit of one call (``exec`` may override)
-    memory_mb: int = 512             # memory of one call (cgroup where available, else RLIMIT_AS)
-    max_output_bytes: int = 65536    # kept per stream: the first and last halves, with a marker
-    flood_bytes: int = 8 << 20       # a stream producing more than this is killed (OUTPUT_TRUNCATED)
-    nproc: int = 64                  # processes + threads of one call (pids cgroup / RLIMIT_NPROC)
-    disk_mb: int = 64                # size of the work directory (tmpfs) and largest file
-    max_files: int = 4096            # inodes of the work directory (0 would mean unbounded: refused)
-    cpus: float = 1.0                # CPU share of one container (docker)
-    persist_mb: int = 16             # work-directory changes kept between calls of one sandbox
-    kill_grace_s: float = 2.0        # the caller waits this long past the timeout before giving up
+    timeout_s: float = 5.0  # default wall-clock limit of one call (``exec`` may override)
+    memory_mb: int = 512  # memory of one call (cgroup where available, else RLIMIT_AS)
+    max_output_bytes: int = 65536  # kept per stream: the first and last halves, with a marker
+    flood_bytes: int = 8 << 20  # a stream producing more than this is killed (OUTPUT_TRUNCATED)
+    nproc: int = 64  # processes + threads of one call (pids cgroup / RLIMIT_NPROC)
+    disk_mb: int = 64  # size of the work directory (tmpfs) and largest file
+    max_files: int = 4096  # inodes of the work directory (0 would mean unbounded: refused)
+    cpus: float = 1.0  # CPU share of one container (docker)
+    persist_mb: int = 16  # work-directory changes kept between calls of one sandbox
+    kill_grace_s: float = 2.0  # the caller waits this long past the timeout before giving up
 
     def __post_init__(self):
-        for name in ("timeout_s", "memory_mb", "max_output_bytes", "flood_bytes", "nproc", "disk_mb", "max_files",
-                     "cpus"):
+        for name in (
+            "timeout_s",
+            "memory_mb",
+            "max_output_bytes",
+            "flood_bytes",
+            "nproc",
+            "disk_mb",
+            "max_files",
+            "cpus",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"sandbox limit {name} must be > 0, got {getattr(self, name)!r}")
 
@@ -236,9 +244,20 @@ def oom_report(wall_s: float) -> dict:
     """
     empty = {"head": b"", "tail": b"", "total": 0}
     note = "the program exhausted the worker's memory and the executor was killed with it; worker replaced"
-    return {"op": "result", "exit_code": -9, "timed_out": False, "oom_killed": True, "flooded": False,
-            "stdout": empty, "stderr": empty, "wall_s": wall_s, "cpu_s": 0.0, "notes": [note],
-            "changed": [], "deleted": []}
+    return {
+        "op": "result",
+        "exit_code": -9,
+        "timed_out": False,
+        "oom_killed": True,
+        "flooded": False,
+        "stdout": empty,
+        "stderr": empty,
+        "wall_s": wall_s,
+        "cpu_s": 0.0,
+        "notes": [note],
+        "changed": [],
+        "deleted": [],
+    }
 
 
 def result_from_report(report: Mapping, wall_s: float | None = None) -> ExecResult:
@@ -276,7 +295,7 @@ def check_relpath(path: str) -> str:
         raise ValueError(f"invalid sandbox path {path!r}")
     if path.startswith("/"):
         if path == "/work" or path.startswith("/work/"):
-            path = path[len("/work/"):]
+            path = path[len("/work/") :]
         else:
             raise ValueError(f"sandbox paths are relative to the work directory, got {path!r}")
     norm = posixpath.normpath(path)

@@ -86,7 +86,7 @@ class _Capture:
                 del self.tail[: -self.half]
 
     def report(self):
-        return {"head": bytes(self.head), "tail": bytes(self.tail[-self.half:]), "total": self.total}
+        return {"head": bytes(self.head), "tail": bytes(self.tail[-self.half :]), "total": self.total}
 
 
 def _oom_count(path):
@@ -106,9 +106,17 @@ def _spawn_error_report(exc, t0):
     code = 127 if exc.errno in (errno.ENOENT, errno.ENOTDIR) else 126
     msg = f"cannot run program: {exc.strerror}: {exc.filename or ''}\n".encode("utf-8", "backslashreplace")
     empty = {"head": b"", "tail": b"", "total": 0}
-    return {"exit_code": code, "timed_out": False, "oom_killed": False, "flooded": False,
-            "stdout": empty, "stderr": {"head": msg, "tail": b"", "total": len(msg)},
-            "wall_s": time.monotonic() - t0, "cpu_s": 0.0, "notes": []}
+    return {
+        "exit_code": code,
+        "timed_out": False,
+        "oom_killed": False,
+        "flooded": False,
+        "stdout": empty,
+        "stderr": {"head": msg, "tail": b"", "total": len(msg)},
+        "wall_s": time.monotonic() - t0,
+        "cpu_s": 0.0,
+        "notes": [],
+    }
 
 
 def _kill(pid, kill_all):
@@ -157,6 +165,7 @@ def run_child(req, kill_all=False, on_spawn=None):
     if kill_all and _limit_self(rlimits):
         rlimits = {}
     if rlimits:
+
         def preexec():  # in the child, after setsid and the uid drop, before exec
             for name, value in rlimits.items():
                 resource.setrlimit(getattr(resource, "RLIMIT_" + name.upper()), (value, value))
@@ -167,9 +176,18 @@ def run_child(req, kill_all=False, on_spawn=None):
     stdin_data = req.get("stdin")
     try:
         proc = subprocess.Popen(
-            req["argv"], stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=req["cwd"], env=req["env"],
-            start_new_session=True, preexec_fn=preexec, close_fds=True, umask=0o022, **drop)
+            req["argv"],
+            stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=req["cwd"],
+            env=req["env"],
+            start_new_session=True,
+            preexec_fn=preexec,
+            close_fds=True,
+            umask=0o022,
+            **drop,
+        )
     except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
         return _spawn_error_report(exc, t0)
     except OSError as exc:
@@ -236,7 +254,7 @@ def run_child(req, kill_all=False, on_spawn=None):
                     _kill(proc.pid, kill_all)
             elif fd == stdin_fd:
                 try:
-                    n = os.write(fd, pending[:1 << 16])
+                    n = os.write(fd, pending[: 1 << 16])
                     pending = pending[n:]
                 except BlockingIOError:
                     continue
@@ -283,10 +301,19 @@ def run_child(req, kill_all=False, on_spawn=None):
     # beyond the limit, refused at once, is its plain failure (nonzero_exit).
     said = b"MemoryError" in (err.head + err.tail)[-2048:]
     limit_hit = bool(code and as_limit and said and rusage.ru_maxrss * 1024 >= as_limit // 2)
-    return {"exit_code": code, "timed_out": timed_out, "oom_killed": oom, "flooded": flooded,
-            "memory_limit_hit": limit_hit,
-            "stdout": out.report(), "stderr": err.report(), "wall_s": wall,
-            "cpu_s": rusage.ru_utime + rusage.ru_stime, "maxrss_kb": rusage.ru_maxrss, "notes": []}
+    return {
+        "exit_code": code,
+        "timed_out": timed_out,
+        "oom_killed": oom,
+        "flooded": flooded,
+        "memory_limit_hit": limit_hit,
+        "stdout": out.report(),
+        "stderr": err.report(),
+        "wall_s": wall,
+        "cpu_s": rusage.ru_utime + rusage.ru_stime,
+        "maxrss_kb": rusage.ru_maxrss,
+        "notes": [],
+    }
 
 
 # ---------------------------------------------------------------- the work directory
@@ -468,14 +495,16 @@ def _no_dump():
 # caller itself (pid 0) is allowed; ``add_key`` / ``keyctl`` / ``request_key`` fail always (keys
 # outlive a call; docker's default profile refuses them too).
 _GUARDED = [
-    ("prlimit64", [(0, 0)], 2),           # (pid, resource, new_limit, old): reading another's is fine
-    ("setpriority", [(0, 0), (1, 0)]),    # (which=PRIO_PROCESS, who=0) only
-    ("ioprio_set", [(0, 1), (1, 0)]),     # (which=IOPRIO_WHO_PROCESS, who=0) only
+    ("prlimit64", [(0, 0)], 2),  # (pid, resource, new_limit, old): reading another's is fine
+    ("setpriority", [(0, 0), (1, 0)]),  # (which=PRIO_PROCESS, who=0) only
+    ("ioprio_set", [(0, 1), (1, 0)]),  # (which=IOPRIO_WHO_PROCESS, who=0) only
     ("sched_setaffinity", [(0, 0)]),
     ("sched_setscheduler", [(0, 0)]),
     ("sched_setparam", [(0, 0)]),
     ("sched_setattr", [(0, 0)]),
-    ("add_key", None), ("keyctl", None), ("request_key", None),
+    ("add_key", None),
+    ("keyctl", None),
+    ("request_key", None),
 ]
 
 
@@ -496,8 +525,13 @@ def guard_executor():
 
     ne, allow, eperm = 1, 0x7FFF0000, 0x00050000 | errno.EPERM  # SCMP_CMP_NE, SCMP_ACT_ALLOW, SCMP_ACT_ERRNO
     lib.seccomp_init.restype = ctypes.c_void_p
-    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
-                                           ctypes.POINTER(Cmp)]
+    lib.seccomp_rule_add_array.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_uint32,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.POINTER(Cmp),
+    ]
     lib.seccomp_load.argtypes = lib.seccomp_release.argtypes = [ctypes.c_void_p]
     ctx = lib.seccomp_init(allow)
     if not ctx:
@@ -587,6 +621,7 @@ def _ioprio():
 
 def fingerprint(sysctls):
     """What a program could change that outlives it in this worker (see above)."""
+
     def read(path):
         with open(path, "rb") as f:
             return f.read()
@@ -618,12 +653,26 @@ def changed_since(baseline, sysctls):
 def _program_broke_executor(exc, what, t0):
     """The report of a call whose program changed the executor's settings so that the executor
     failed (``exc``): the program's failure (status ``killed``), never the sandbox's."""
-    note = (f"the program changed the sandbox's own settings ({', '.join(what)}) and the executor "
-            f"failed ({type(exc).__name__}); the program was killed and the worker is replaced")
+    note = (
+        f"the program changed the sandbox's own settings ({', '.join(what)}) and the executor "
+        f"failed ({type(exc).__name__}); the program was killed and the worker is replaced"
+    )
     empty = {"head": b"", "tail": b"", "total": 0}
-    return {"op": "result", "exit_code": -signal.SIGKILL, "timed_out": False, "oom_killed": False,
-            "flooded": False, "stdout": empty, "stderr": empty, "wall_s": time.monotonic() - t0,
-            "cpu_s": 0.0, "maxrss_kb": 0, "notes": [note], "changed": [], "deleted": []}
+    return {
+        "op": "result",
+        "exit_code": -signal.SIGKILL,
+        "timed_out": False,
+        "oom_killed": False,
+        "flooded": False,
+        "stdout": empty,
+        "stderr": empty,
+        "wall_s": time.monotonic() - t0,
+        "cpu_s": 0.0,
+        "maxrss_kb": 0,
+        "notes": [note],
+        "changed": [],
+        "deleted": [],
+    }
 
 
 def execute(req, workdir, kill_all, oom_file=None, on_spawn=None):
@@ -637,8 +686,9 @@ def execute(req, workdir, kill_all, oom_file=None, on_spawn=None):
     report = run_child(req, kill_all=kill_all, on_spawn=on_spawn)
     report["op"] = "result"
     try:  # the program shaped the directory: whatever fails here is its failure, not ours
-        changed, deleted = collect_changes(workdir, before, req.get("persist_bytes", 16 << 20),
-                                           req.get("persist_files", 4096))
+        changed, deleted = collect_changes(
+            workdir, before, req.get("persist_bytes", 16 << 20), req.get("persist_files", 4096)
+        )
     except Exception as exc:  # noqa: BLE001
         changed = None
         report["notes"].append(f"cannot read the work directory back: {type(exc).__name__} {exc!r}")
@@ -702,8 +752,15 @@ def serve(cfg):
     born = time.monotonic()
     ttl, idle_ttl = cfg.get("ttl_s", 3600), cfg.get("idle_ttl_s", 900)
     state = {}
-    _send({"op": "hello", "version": PROTOCOL_VERSION, "uid": os.getuid(), "python": sys.version.split()[0],
-           "guarded": guarded})
+    _send(
+        {
+            "op": "hello",
+            "version": PROTOCOL_VERSION,
+            "uid": os.getuid(),
+            "python": sys.version.split()[0],
+            "guarded": guarded,
+        }
+    )
     while True:
         now = time.monotonic()
         remaining = min(ttl - (now - born), idle_ttl)

@@ -54,8 +54,10 @@ def _warn_once() -> None:
     global _warned
     if not _warned:
         _warned = True
-        msg = ("sandbox backend 'process' is NOT isolated: programs can read host files and use the "
-               "network. Install bubblewrap or Docker (see `agent-rl sandbox doctor`).")
+        msg = (
+            "sandbox backend 'process' is NOT isolated: programs can read host files and use the "
+            "network. Install bubblewrap or Docker (see `agent-rl sandbox doctor`)."
+        )
         log.warning(msg)
         warnings.warn(msg, SandboxIsolationWarning, stacklevel=3)
 
@@ -141,9 +143,17 @@ class ProcessSandbox(FileBackedSandbox):
         send after the program started was killed by the program (only it and root can): the
         program's process group is killed and the call is the program's failure (``killed``)."""
         helper = subprocess.Popen(
-            [self.python, "-I", "-S", "-c", _EXECUTOR_SRC, "--once", work], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=work, start_new_session=True,
-            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, user=self.uid, group=self.uid, extra_groups=[])
+            [self.python, "-I", "-S", "-c", _EXECUTOR_SRC, "--once", work],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=work,
+            start_new_session=True,
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            user=self.uid,
+            group=self.uid,
+            extra_groups=[],
+        )
         t0 = time.monotonic()
         try:
             wait_s = req["timeout_s"] + self.limits.kill_grace_s + 10
@@ -180,10 +190,10 @@ def _frames(out: bytes) -> list[dict]:
     """The helper's frames (``started``, then ``result``), as far as they arrived whole."""
     frames, i = [], 0
     while i + 4 <= len(out):
-        n = int.from_bytes(out[i:i + 4], "big")
+        n = int.from_bytes(out[i : i + 4], "big")
         if i + 4 + n > len(out):
             break
-        frames.append(executor.decode(out[i + 4:i + 4 + n]))
+        frames.append(executor.decode(out[i + 4 : i + 4 + n]))
         i += 4 + n
     return frames
 
@@ -191,9 +201,20 @@ def _frames(out: bytes) -> list[dict]:
 def _helper_killed_report(sig: int, wall_s: float) -> dict:
     empty = {"head": b"", "tail": b"", "total": 0}
     note = f"the program killed its sandbox helper (signal {sig}); the program was killed"
-    return {"op": "result", "exit_code": -9, "timed_out": False, "oom_killed": False, "flooded": False,
-            "stdout": empty, "stderr": empty, "wall_s": wall_s, "cpu_s": 0.0, "notes": [note],
-            "changed": [], "deleted": []}
+    return {
+        "op": "result",
+        "exit_code": -9,
+        "timed_out": False,
+        "oom_killed": False,
+        "flooded": False,
+        "stdout": empty,
+        "stderr": empty,
+        "wall_s": wall_s,
+        "cpu_s": 0.0,
+        "notes": [note],
+        "changed": [],
+        "deleted": [],
+    }
 
 
 def probe() -> tuple[bool, str]:

@@ -36,7 +36,12 @@ def test_every_file_and_member_it_names_exists():
 
 def test_every_class_it_names_exists():
     classes = set()
-    for path in [*ROOT.glob("agent_rl/**/*.py"), *ROOT.glob("envs/**/*.py"), *ROOT.glob("tools/*.py"), *ROOT.glob("sandbox/*.py")]:
+    for path in [
+        *ROOT.glob("agent_rl/**/*.py"),
+        *ROOT.glob("envs/**/*.py"),
+        *ROOT.glob("tools/*.py"),
+        *ROOT.glob("sandbox/*.py"),
+    ]:
         classes |= {n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ClassDef)}
     named = set(re.findall(r"`([A-Z][a-z]+(?:[A-Z][a-z0-9]*)+)`", DOC)) - set(dir(builtins))
     assert len(named) > 15
@@ -75,7 +80,9 @@ def test_the_layer_table_matches_the_imports_and_the_contracts():
     table = layer_table()
     children = {p.stem if p.is_file() else p.name for p in (ROOT / "agent_rl").iterdir() if not p.name.startswith("__")}
     children = {c for c in children if (ROOT / "agent_rl" / c).is_dir() or (ROOT / "agent_rl" / f"{c}.py").is_file()}
-    assert set(table) == {f"agent_rl.{c}" for c in children} - {"agent_rl.types"}, "every package of agent_rl has one row"
+    assert set(table) == {f"agent_rl.{c}" for c in children} - {"agent_rl.types"}, (
+        "every package of agent_rl has one row"
+    )
     # the imports the code has are the ones the table allows
     graph = grimp.build_graph("agent_rl", "envs", "tools", "sandbox")
     found: dict[str, set[str]] = {}
@@ -88,7 +95,9 @@ def test_the_layer_table_matches_the_imports_and_the_contracts():
     assert extra == {}, f"imports the layer table does not allow: {extra}"
     # every forbidden contract between agent_rl's packages agrees with the table
     contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
-    forbidden = [c for c in contracts if c["type"] == "forbidden" and all(s.startswith("agent_rl.") for s in c["source_modules"])]
+    forbidden = [
+        c for c in contracts if c["type"] == "forbidden" and all(s.startswith("agent_rl.") for s in c["source_modules"])
+    ]
     assert len(contracts) >= 8 and len(forbidden) >= 7
     for c in forbidden:
         for source in c["source_modules"]:
@@ -108,7 +117,12 @@ def test_nothing_outside_the_trainer_holds_the_trainer():
             where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', '?')}"
             if isinstance(node, ast.arg) and node.arg in ("trainer", "run_trainer"):
                 offenders.append(f"{where} parameter {node.arg}")
-            elif isinstance(node, ast.Attribute) and node.attr == "trainer" and isinstance(node.value, ast.Name) and node.value.id == "self":
+            elif (
+                isinstance(node, ast.Attribute)
+                and node.attr == "trainer"
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "self"
+            ):
                 offenders.append(f"{where} self.trainer")
             elif isinstance(node, ast.Name) and node.id == "Trainer" and path not in allowed:
                 offenders.append(f"{where} Trainer")

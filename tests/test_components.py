@@ -10,6 +10,9 @@ import torch
 from agent_rl.algorithms.advantages.group import grpo
 from agent_rl.algorithms.needs import NeedContext, register_need, unregister_need
 from agent_rl.algorithms.registry import ADVANTAGES
+from agent_rl.config import load_config
+from agent_rl.core.types import TrainBatch
+from agent_rl.learner.checkpoint import ModelAndOptimizer
 from agent_rl.train.components import (
     ComponentContext,
     ModelComponent,
@@ -17,10 +20,7 @@ from agent_rl.train.components import (
     register_component,
     unregister_component,
 )
-from agent_rl.config import load_config
-from agent_rl.learner.checkpoint import ModelAndOptimizer
 from agent_rl.train.trainer import Trainer
-from agent_rl.core.types import TrainBatch
 from tests.conftest import ROOT
 from tests.test_trainer import SMALL
 
@@ -74,7 +74,9 @@ def cfg(run_dir, tiny_model_dir, steps: int):
 
 def test_a_component_defined_in_a_test_trains_checkpoints_and_resumes_exactly(tmp_path, tiny_model_dir):
     register_component("length_probe")(LengthProbe)
-    register_need("probe_B", "the length probe's prediction of each row's reward", builds="length_probe", to_batch=False)
+    register_need(
+        "probe_B", "the length probe's prediction of each row's reward", builds="length_probe", to_batch=False
+    )
     try:
         with ADVANTAGES.registered("test_probed", probed_grpo, config=ADVANTAGES.get("grpo").config, needs={"probe_B"}):
             ref, resumed = tmp_path / "ref", tmp_path / "resumed"

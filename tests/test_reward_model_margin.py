@@ -55,7 +55,11 @@ def verified_pairs(n: int, seed: int = 0, check_tool: int = 2) -> list[dict]:
         if (await env.astep(direct))[1] != 0.0:
             return None  # mental arithmetic got it right: no pair
         assert right == 1.0
-        chosen = [{"role": "assistant", "content": call}, *result, {"role": "assistant", "content": answer_text(task["answer"])}]
+        chosen = [
+            {"role": "assistant", "content": call},
+            *result,
+            {"role": "assistant", "content": answer_text(task["answer"])},
+        ]
         return {"prompt": prompt, "chosen": chosen, "rejected": [{"role": "assistant", "content": direct}]}
 
     out, task_seed = [], 0

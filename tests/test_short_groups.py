@@ -7,11 +7,11 @@ from typing import Any, ClassVar
 import gymnasium as gym
 
 from agent_rl.core.errors import InfraError
-from agent_rl.rollout.groups import short_groups
 from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.rollout.groups import short_groups
 from envs.spaces import AnyText, Messages
-from tests.test_trainer import trainer
 from tests.builders import trajectory
+from tests.test_trainer import trainer
 
 ENV_ID = "test/FlakyOneTurn-v0"
 

@@ -26,7 +26,8 @@ SMALL = [
 
 def trainer(tmp_path, tiny_model_dir, *overrides: str) -> Trainer:
     cfg = load_config(
-        ROOT / "configs" / "quickstart.yaml", [f"model.path={tiny_model_dir}", f"run.root={tmp_path}", *SMALL, *overrides]
+        ROOT / "configs" / "quickstart.yaml",
+        [f"model.path={tiny_model_dir}", f"run.root={tmp_path}", *SMALL, *overrides],
     )
     return Trainer(cfg, log=lambda *a: None)
 
@@ -61,7 +62,9 @@ def test_sdpo_teacher_sees_the_verified_solution(tmp_path, tiny_model_dir):
 
 def test_kl_in_loss_uses_a_frozen_reference(tmp_path, tiny_model_dir):
     # an entropy bonus moves the policy even when every reward is 0 (the untrained model)
-    t = trainer(tmp_path, tiny_model_dir, "algorithm.kl.coef=0.1", "algorithm.loss_options.entropy_coef=0.1", "learner.lr=0.01")
+    t = trainer(
+        tmp_path, tiny_model_dir, "algorithm.kl.coef=0.1", "algorithm.loss_options.entropy_coef=0.1", "learner.lr=0.01"
+    )
     assert t.models["reference"].model is not None
     before = {k: v.clone() for k, v in t.models["reference"].model.state_dict().items()}
     metrics = [t.step(step) for step in range(2)]
@@ -100,7 +103,9 @@ def test_popo_replay_switches_on_its_importance_correction(tmp_path, tiny_model_
     assert (ris.level, ris.mode, ris.threshold) == ("token", "truncate", 3.0)
     # a user's own rollout_is wins
     t = trainer(
-        tmp_path, tiny_model_dir, "algorithm.filters=[{name: popo_replay}]",
+        tmp_path,
+        tiny_model_dir,
+        "algorithm.filters=[{name: popo_replay}]",
         "algorithm.loss_options.rollout_is={level: sequence, threshold: 5.0}",
     )
     assert t.parts.loss_options().rollout_is.level == "sequence"

@@ -47,7 +47,9 @@ def kl_in_reward(kl: ComponentConfig | None) -> bool:
     return kl is not None and kl.coef > 0 and kl.placement == "in_reward"
 
 
-def kl_reward_penalty(kl: ComponentConfig, rollout_logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, loss_mask_BT: torch.Tensor) -> torch.Tensor:
+def kl_reward_penalty(
+    kl: ComponentConfig, rollout_logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, loss_mask_BT: torch.Tensor
+) -> torch.Tensor:
     """coef * per-token KL(sampler || reference); the sampler's logprobs stand for the policy that
     produced the tokens."""
     return kl.coef * KLS(kl)(rollout_logprobs_BT, ref_logprobs_BT, kl) * loss_mask_BT
@@ -66,7 +68,9 @@ class ObjectiveParts:
     def loss_options(self) -> LossOptions:
         """``options`` with the KL term of ``algorithm.kl`` when it is placed in the loss."""
         opts = self.options or LossOptions()
-        return opts.model_copy(update={"kl_coef": self.kl.coef if kl_in_loss(self.kl) else 0.0, "kl": self.kl or opts.kl})
+        return opts.model_copy(
+            update={"kl_coef": self.kl.coef if kl_in_loss(self.kl) else 0.0, "kl": self.kl or opts.kl}
+        )
 
     def needs(self) -> set[str]:
         return set(POLICY_LOSSES.get(self.loss.name).needs_for(self.loss)) | self.loss_options().needs()
@@ -183,7 +187,9 @@ def make_plan(algorithm: Any, rollout: Any) -> ObjectivePlan:
         missing = [f for f in entry.with_filters if f not in configured]
         if missing:
             listed = ", ".join(f"{{name: {f}}}" for f in missing)
-            raise ValueError(f"{entry.kind} '{entry.name}' reads the work of the filter {', '.join(missing)}: add {listed} to algorithm.filters")
+            raise ValueError(
+                f"{entry.kind} '{entry.name}' reads the work of the filter {', '.join(missing)}: add {listed} to algorithm.filters"
+            )
     if loss.aggregation is not None and algorithm.aggregation.name != loss.aggregation:
         raise ValueError(
             f"policy_loss '{loss.name}' needs algorithm.aggregation={loss.aggregation} (got '{algorithm.aggregation.name}')"
@@ -205,23 +211,35 @@ def make_plan(algorithm: Any, rollout: Any) -> ObjectivePlan:
                 raise ValueError(f"{entry.kind} '{entry.name}' needs {NEEDS[name].doc}: {problem}")
 
     precompute = tuple(
-        n for n in NEEDS if NEEDS[n].when != "batch" and (n in advantage_needs or (n in loss_needs and NEEDS[n].when == "before_update"))
+        n
+        for n in NEEDS
+        if NEEDS[n].when != "batch" and (n in advantage_needs or (n in loss_needs and NEEDS[n].when == "before_update"))
     )
     for_loss = frozenset(n for n in precompute if NEEDS[n].to_batch)
     builds = frozenset(NEEDS[n].builds for n in needs if NEEDS[n].builds is not None)
 
     teacher = None
     if "teacher" in builds:
-        teachers = [e.teacher(c) for e, c in ((loss, algorithm.loss), (advantage, advantage_cfg)) if e.teacher is not None]
+        teachers = [
+            e.teacher(c) for e, c in ((loss, algorithm.loss), (advantage, advantage_cfg)) if e.teacher is not None
+        ]
         teacher = teachers[0] if teachers else TeacherSpec()
 
     state_entries = {"advantage": ADVANTAGES.get(algorithm.advantage.name), "loss": loss}
     if credit is not None:
         state_entries["credit"] = advantage
     state_entries.update({f"filter{i}": e for i, (e, _) in enumerate(filters)})
-    state_configs = {"advantage": algorithm.advantage, "loss": algorithm.loss, **({"credit": credit} if credit is not None else {})}
+    state_configs = {
+        "advantage": algorithm.advantage,
+        "loss": algorithm.loss,
+        **({"credit": credit} if credit is not None else {}),
+    }
     state_configs.update({f"filter{i}": c for i, (_, c) in enumerate(filters)})
-    steering = [Steering(e, c, f"filter{i}") for i, (e, c) in enumerate(filters) if e.sampler is not None or e.episode_options is not None]
+    steering = [
+        Steering(e, c, f"filter{i}")
+        for i, (e, c) in enumerate(filters)
+        if e.sampler is not None or e.episode_options is not None
+    ]
     if credit is not None and advantage.sampler is not None:  # SPO's prioritised prompts
         steering.append(Steering(advantage, credit, "credit"))
     return ObjectivePlan(

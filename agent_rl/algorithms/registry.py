@@ -119,7 +119,9 @@ class ObjectiveEntry(Entry):
 
     def needs_for(self, cfg: Any) -> frozenset[str]:
         """``needs`` plus what ``config_needs`` adds for this config."""
-        return self.needs | frozenset(self.config_needs(cfg) if self.config_needs is not None and cfg is not None else ())
+        return self.needs | frozenset(
+            self.config_needs(cfg) if self.config_needs is not None and cfg is not None else ()
+        )
 
     def check(self) -> None:
         self.needs = frozenset(self.needs)
@@ -128,7 +130,10 @@ class ObjectiveEntry(Entry):
             raise ValueError(f"{self.kind} '{self.name}': unknown needs {sorted(unknown)}; known: {sorted(NEEDS)}")
         if self.status is None and not getattr(self.fn, "__module__", "").startswith("agent_rl."):
             # a plugin's entry that predates the status: counted as an interpretation, and it says so
-            self.status, self.evidence = "interpretation", f"registered by {self.fn.__module__} without a status (plugin)"
+            self.status, self.evidence = (
+                "interpretation",
+                f"registered by {self.fn.__module__} without a status (plugin)",
+            )
         if self.status not in STATUSES or not self.evidence.strip():
             raise ValueError(
                 f"{self.kind} '{self.name}': say how faithful it is: register it with status= one of "
@@ -208,7 +213,9 @@ class LossInputs:
     topk_mask_BTK: Tensor | None = None  # 1 on real candidates, 0 on padding (None: all real)
     step: int = 0
     state: Any = None
-    extras: dict[str, Any] = field(default_factory=dict)  # needs declared with ``register_need``, this micro-batch's rows
+    extras: dict[str, Any] = field(
+        default_factory=dict
+    )  # needs declared with ``register_need``, this micro-batch's rows
 
 
 @dataclass

@@ -74,7 +74,9 @@ class RunAPI(Protocol):
         """``specs`` played to the end by ``player``; one trajectory each (errors included)."""
         ...
 
-    async def fork(self, t: Trajectory, at_token: int, n: int, *, seed: int, group_id: str | None = None) -> list[Trajectory]:
+    async def fork(
+        self, t: Trajectory, at_token: int, n: int, *, seed: int, group_id: str | None = None
+    ) -> list[Trajectory]:
         """``n`` continuations of ``t`` from its exact first ``at_token`` ids (env replayed to that point)."""
         ...
 
@@ -88,7 +90,13 @@ class RunAPI(Protocol):
 
     # -- text -----------------------------------------------------------------------------------
     def text_pass(
-        self, conversations: list[list[dict]], *, max_new_tokens: int, temperature: float, seed: int, topk: int = 0,
+        self,
+        conversations: list[list[dict]],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        seed: int,
+        topk: int = 0,
         tools: list[list[dict] | None] | None = None,
     ) -> list[PassResult]:
         """The policy's answer to each conversation, from the run's own inference backend; never

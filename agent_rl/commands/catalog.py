@@ -25,8 +25,8 @@ STATUS_MEANING = {
     "computed outside CI and written into the test, or TRL's in a golden file)",
     "paper": "the formula of the paper's own text (or of the authors' own code), with hand-computed tests",
     "interpretation": "built from an abstract, a summary or a third party's reimplementation, or with defaults "
-    "of ours that matter; its choices are recorded (the evidence, \"Choices we made\" below, config fields "
-    "marked \"ours\")",
+    'of ours that matter; its choices are recorded (the evidence, "Choices we made" below, config fields '
+    'marked "ours")',
 }
 
 
@@ -75,15 +75,23 @@ def render_catalog(markdown: bool, status: str | None = None) -> str:
     chosen_keys = {c.key for c in CHOICES} if status is None else set()
     lines: list[str] = []
     if markdown:
-        lines += ["# Objectives", "", f"Generated from the registries; do not edit. Regenerate with `{REGENERATE}`.", ""]
+        lines += [
+            "# Objectives",
+            "",
+            f"Generated from the registries; do not edit. Regenerate with `{REGENERATE}`.",
+            "",
+        ]
         lines += ["Keys not built yet (the Catalog III backlog): [objectives-backlog.md](objectives-backlog.md).", ""]
         lines += ["## How faithful each entry is", ""]
         lines += ["Every entry says it when it is registered (`status`, with its `evidence`):", ""]
         lines += ["| status | entries | meaning |", "|---|---|---|"]
         lines += [f"| `{s}` | {counts[s]} | {STATUS_MEANING[s]} |" for s in STATUSES]
         lines += ["", "A run whose objective uses an `interpretation` entry says so in one line at its start.", ""]
-        lines += ["\"seed 000 / 002 / 003\" in an evidence are the texts the catalog was drawn from (a survey post, a "
-                  "paper list, abstracts); they are not in this repository.", ""]
+        lines += [
+            '"seed 000 / 002 / 003" in an evidence are the texts the catalog was drawn from (a survey post, a '
+            "paper list, abstracts); they are not in this repository.",
+            "",
+        ]
         lines += ["| kind | " + " | ".join(STATUSES) + " |", "|---|" + "---|" * len(STATUSES)]
         for kind, entries in chosen.items():
             lines.append(f"| {kind} | " + " | ".join(str(sum(e.status == s for e in entries)) for s in STATUSES) + " |")

@@ -63,8 +63,13 @@ def summarize_points(pts: list[tuple[float, float]], metric: str) -> dict[str, A
         return None
     pick = min if metric.endswith(LOWER_IS_BETTER) else max
     best = pick(pts, key=lambda p: p[1])
-    return {"final": pts[-1][1], "best": best[1], "best_step": int(best[0]), "mean": sum(y for _, y in pts) / len(pts),
-            "steps": int(pts[-1][0])}
+    return {
+        "final": pts[-1][1],
+        "best": best[1],
+        "best_step": int(best[0]),
+        "mean": sum(y for _, y in pts) / len(pts),
+        "steps": int(pts[-1][0]),
+    }
 
 
 def mean_curve(curves: list[list[tuple[float, float]]]) -> list[tuple[float, float]]:
@@ -94,12 +99,19 @@ def table(groups: dict[str, list[list[dict[str, Any]]]], metrics: tuple[str, ...
             if whole is None:
                 continue
             final, mean = spread([s["final"] for s in each]), spread([s["mean"] for s in each])
-            lines.append(f"| {name} | {metric} | {final} | {whole['best']:.4f} | {whole['best_step']} | {mean} | {max(s['steps'] for s in each)} |")
+            lines.append(
+                f"| {name} | {metric} | {final} | {whole['best']:.4f} | {whole['best_step']} | {mean} | {max(s['steps'] for s in each)} |"
+            )
     return lines
 
 
-def compare(runs: list[str], metrics: tuple[str, ...] | None = None, x: str = "step", out: str | Path = "compare.png",
-            labels: list[str] | None = None) -> tuple[Path, str]:
+def compare(
+    runs: list[str],
+    metrics: tuple[str, ...] | None = None,
+    x: str = "step",
+    out: str | Path = "compare.png",
+    labels: list[str] | None = None,
+) -> tuple[Path, str]:
     """Write the PNG; return it and the text report (table + config differences). ``metrics`` None:
     those of ``DEFAULT_METRICS`` that some run logged."""
     import matplotlib
@@ -117,7 +129,9 @@ def compare(runs: list[str], metrics: tuple[str, ...] | None = None, x: str = "s
     metrics = metrics or tuple(m for m in DEFAULT_METRICS if m in logged) or DEFAULT_METRICS[:1]
     missing = [m for m in metrics if m not in logged]
     if missing:
-        raise ValueError(f"--metrics: {', '.join(missing)} logged by none of the runs; logged: {', '.join(sorted(logged))}")
+        raise ValueError(
+            f"--metrics: {', '.join(missing)} logged by none of the runs; logged: {', '.join(sorted(logged))}"
+        )
 
     groups: dict[str, list[int]] = {}
     for i, label in enumerate(labels):
@@ -132,8 +146,13 @@ def compare(runs: list[str], metrics: tuple[str, ...] | None = None, x: str = "s
                     ax.plot(*zip(*c, strict=True), color=f"C{color}", alpha=0.25, lw=1)
                 label = f"{label} (mean of {len(members)})"
             if pts:
-                ax.plot(*zip(*pts, strict=True), color=f"C{color}", lw=2 if len(members) > 1 else 1.5,
-                        marker="." if len(pts) < 40 else None, label=label)
+                ax.plot(
+                    *zip(*pts, strict=True),
+                    color=f"C{color}",
+                    lw=2 if len(members) > 1 else 1.5,
+                    marker="." if len(pts) < 40 else None,
+                    label=label,
+                )
         ax.set_title(metric)
         ax.set_xlabel("step" if x == "step" else "sampled tokens")
         ax.grid(alpha=0.3)
@@ -148,7 +167,10 @@ def compare(runs: list[str], metrics: tuple[str, ...] | None = None, x: str = "s
     diffs = config_differences([c for _, c in loaded])
     if diffs:
         # a column per group: the values of its runs, each once, in run order (a group's seeds: "0, 1, 2")
-        cells = {k: [", ".join(dict.fromkeys(str(vals[i]) for i in members)) for members in groups.values()] for k, vals in diffs.items()}
+        cells = {
+            k: [", ".join(dict.fromkeys(str(vals[i]) for i in members)) for members in groups.values()]
+            for k, vals in diffs.items()
+        }
         lines += ["", "config differences:", "| key | " + " | ".join(groups) + " |", "|---|" + "---|" * len(groups)]
         lines += [f"| {k} | " + " | ".join(row) + " |" for k, row in cells.items()]
     else:

@@ -48,8 +48,14 @@ def _engine(cfg: Any) -> RolloutEngine:
     try:
         tokenizer = load_tokenizer(cfg.model.path)
     except OSError as e:
-        hint = "; a scripted policy still needs a tokenizer (agent-rl init-model tiny --out DIR)" if cfg.eval.policy else ""
-        raise ValueError(f"config key 'model.path': cannot load a tokenizer from '{cfg.model.path}' ({e}){hint}") from None
+        hint = (
+            "; a scripted policy still needs a tokenizer (agent-rl init-model tiny --out DIR)"
+            if cfg.eval.policy
+            else ""
+        )
+        raise ValueError(
+            f"config key 'model.path': cannot load a tokenizer from '{cfg.model.path}' ({e}){hint}"
+        ) from None
     fmt = tool_format(cfg, tokenizer)
     if fmt is not None and "tool_format" not in cfg.env.options:  # envs in the model's tool-call format
         make_env = env_factory(cfg.env, **sandbox_kwargs(cfg), tool_format=fmt)
@@ -63,8 +69,12 @@ def _engine(cfg: Any) -> RolloutEngine:
     if cfg.agent.program is not None:  # episodes are runs of an agent program (agent_rl/proxy/programs.py)
         from agent_rl.proxy.programs import make_program_engine
 
-        return make_program_engine(cfg, backend, renderer, make_env, tokenizer, fmt, cfg.rollout.with_options(temperature=cfg.eval.temperature))
-    return RolloutEngine(backend, renderer, make_env, cfg.rollout.with_options(temperature=cfg.eval.temperature), tool_format=fmt)
+        return make_program_engine(
+            cfg, backend, renderer, make_env, tokenizer, fmt, cfg.rollout.with_options(temperature=cfg.eval.temperature)
+        )
+    return RolloutEngine(
+        backend, renderer, make_env, cfg.rollout.with_options(temperature=cfg.eval.temperature), tool_format=fmt
+    )
 
 
 def per_category(cfg: Any, trajectories: list[Trajectory], resamples: int = 1000) -> dict[str, EvalResult]:
@@ -84,7 +94,6 @@ def per_category(cfg: Any, trajectories: list[Trajectory], resamples: int = 1000
 def run_eval(cfg: Any, log: Any = print) -> tuple[EvalResult, Path]:
     """``agent-rl eval``: score, print, and write ``eval.json`` + ``trajectories/eval.jsonl``."""
 
-
     engine = _engine(cfg)
     t0 = time.perf_counter()
     progress = EpisodeProgress("eval", cfg.eval.episodes * cfg.eval.k, enabled=cfg.tracking.progress)
@@ -100,9 +109,14 @@ def run_eval(cfg: Any, log: Any = print) -> tuple[EvalResult, Path]:
     wall_s = time.perf_counter() - t0
     run_dir = make_run_dir(cfg, suffix="-eval")
     by_category = per_category(cfg, trajectories, resamples=cfg.eval.bootstrap)
-    summary = {**result.to_json(), "wall_s": wall_s, "env": cfg.env.id, "split": cfg.eval.split,
-               "policy": cfg.eval.policy or cfg.model.path,
-               "per_category": {c: {k: v for k, v in r.to_json().items() if k != "per_task"} for c, r in by_category.items()}}
+    summary = {
+        **result.to_json(),
+        "wall_s": wall_s,
+        "env": cfg.env.id,
+        "split": cfg.eval.split,
+        "policy": cfg.eval.policy or cfg.model.path,
+        "per_category": {c: {k: v for k, v in r.to_json().items() if k != "per_task"} for c, r in by_category.items()},
+    }
     (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
     (run_dir / "trajectories").mkdir(exist_ok=True)
     with open(run_dir / "trajectories" / "eval.jsonl", "w") as f:
@@ -111,8 +125,10 @@ def run_eval(cfg: Any, log: Any = print) -> tuple[EvalResult, Path]:
     log(f"{cfg.env.id} [{cfg.eval.split}] {result.row()}")
     for category, r in by_category.items():
         log(f"  {category:<24} {r.row()}")
-    log(f"  intervals: {result.ci_method}; {distinct} distinct tasks; "
-        f"{cfg.eval.episodes} x {cfg.eval.k} episodes in {wall_s:.1f} s")
+    log(
+        f"  intervals: {result.ci_method}; {distinct} distinct tasks; "
+        f"{cfg.eval.episodes} x {cfg.eval.k} episodes in {wall_s:.1f} s"
+    )
     failed = [r.task_id for r in result.per_task if r.samples and r.correct < r.samples]
     if failed:
         log(f"  tasks not always solved ({len(failed)}): {', '.join(failed[:10])}{' ...' if len(failed) > 10 else ''}")

@@ -27,7 +27,9 @@ def checkpoint_model(run: Path, step: int | None = None) -> Path:
     path = ckpt.latest(root) if step is None else root / f"step_{step:06d}"
     if path is None or not (path / "model").is_dir():
         have = ", ".join(p.name for p in sorted(root.glob("step_*"))) or "none"
-        raise ValueError(f"{run}: no checkpoint {'' if step is None else f'step {step} '}with a model/ (checkpoints: {have})")
+        raise ValueError(
+            f"{run}: no checkpoint {'' if step is None else f'step {step} '}with a model/ (checkpoints: {have})"
+        )
     return path / "model"
 
 
@@ -54,7 +56,6 @@ def export(run: Path, out: Path | None = None, merge: bool = False, step: int | 
 def load_policy(path: Path, merge: bool = False, base: str | None = None):
     """The policy stored at ``path``: a plain model, or the base of an adapter (``base``, else the one
     its config names) with the adapter loaded, and merged into it with ``merge``."""
-
 
     path = Path(path)
     if not is_adapter_dir(path):

@@ -31,7 +31,9 @@ def _eval(cfg: Config, model_path: Path, name: str = "eval"):
     cfg.model.path = str(model_path)
     components = Components(cfg)
     engine = components.engine(temperature=cfg.eval.temperature)
-    progress = EpisodeProgress(name, cfg.eval.episodes * cfg.eval.k, enabled=cfg.tracking.progress)  # episodes done, ETA
+    progress = EpisodeProgress(
+        name, cfg.eval.episodes * cfg.eval.k, enabled=cfg.tracking.progress
+    )  # episodes done, ETA
     engine.on_episode_done = progress.episode_done
     with progress:
         result, _ = asyncio.run(evaluate(engine, cfg.eval.episodes, cfg.eval.k, split=cfg.eval.split))
@@ -42,7 +44,6 @@ def _eval(cfg: Config, model_path: Path, name: str = "eval"):
 def quickstart(overrides: list[str] | None = None, root: str | None = None, config: str | Path | None = None) -> int:
     """``config``: a recipe (default ``configs/quickstart.yaml``); ``root``: default ``runs/<its stem>``.
     The tiny tokenizer also learns the text of ``env.id`` when that env offers a corpus."""
-
 
     console = Console()
     t0 = time.perf_counter()
@@ -69,16 +70,26 @@ def quickstart(overrides: list[str] | None = None, root: str | None = None, conf
     console.rule(f"4/4 held-out evaluation ({cfg.eval.episodes} tasks of split '{cfg.eval.split}', same seeds)")
     before = _eval(cfg, sft_dir, "eval SFT")
     after = _eval(cfg, rl_dir, "eval SFT + RL")
-    table = Table(title=f"{cfg.env.id}: held-out success (temperature {cfg.eval.temperature or cfg.rollout.temperature})")
+    table = Table(
+        title=f"{cfg.env.id}: held-out success (temperature {cfg.eval.temperature or cfg.rollout.temperature})"
+    )
     for col in ("policy", "success", "95% CI", "multi-turn (tool use)", "episodes"):
         table.add_column(col)
     for name, r in (("SFT (weak teacher)", before), ("SFT + RL", after)):
-        table.add_row(name, f"{r.success:.3f}", f"[{r.success_ci[0]:.3f}, {r.success_ci[1]:.3f}]", f"{r.multi_turn:.3f}", str(r.episodes))
+        table.add_row(
+            name,
+            f"{r.success:.3f}",
+            f"[{r.success_ci[0]:.3f}, {r.success_ci[1]:.3f}]",
+            f"{r.multi_turn:.3f}",
+            str(r.episodes),
+        )
     console.print(table)
     gain = 100 * (after.success - before.success)
     minutes = (time.perf_counter() - t0) / 60
     console.print(f"RL gain over SFT: {gain:+.1f} points; total time {minutes:.1f} min; run: {run_dir}")
     summary = {"sft": vars(before), "rl": vars(after), "gain_points": gain, "minutes": minutes, "run_dir": str(run_dir)}
     (rootp / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    console.print(f"files: {rootp / 'summary.json'} (this table), {sft_dir} (SFT model), {rl_dir} (RL model), {run_dir}/metrics.jsonl")
+    console.print(
+        f"files: {rootp / 'summary.json'} (this table), {sft_dir} (SFT model), {rl_dir} (RL model), {run_dir}/metrics.jsonl"
+    )
     return 0

@@ -45,7 +45,9 @@ def sft(cfg: Config, log: Any = print) -> tuple[Path, float]:
     run_dir = make_run_dir(cfg, suffix="-sft")
     out_dir = Path(cfg.sft.out) if cfg.sft.out else run_dir / "sft_model"
     tracker = Tracker(run_dir, cfg.tracking, cfg.model_dump(mode="json"), plot_keys=("sft/val_success",))
-    progress = RunProgress("sft", cfg.sft.max_steps, enabled=cfg.tracking.progress, line_every=max(1, cfg.sft.max_steps // 50))
+    progress = RunProgress(
+        "sft", cfg.sft.max_steps, enabled=cfg.tracking.progress, line_every=max(1, cfg.sft.max_steps // 50)
+    )
     progress.phase("demonstrations")
     teacher_path = sft_teacher(cfg)
     teacher = bind_tool_format(load_policy(teacher_path), components.tool_format)  # demonstrations in the env's format

@@ -50,9 +50,12 @@ class RewardModelConfig(BaseModel):
     heldout_frac: float = Field(0.1, ge=0.0, lt=1.0, description="share of the pairs held out for the pair accuracy")
     seed: int = Field(0, description="the held-out split and the batch order")
     loss: Literal["bradley_terry", "egrm"] = Field(
-        "bradley_terry", description="bradley_terry: -log sigmoid(r_w - r_l); egrm: E-GRM's regression + ranking loss (egrm_loss)"
+        "bradley_terry",
+        description="bradley_terry: -log sigmoid(r_w - r_l); egrm: E-GRM's regression + ranking loss (egrm_loss)",
     )
-    rank_weight: float = Field(1.0, ge=0.0, description="egrm: weight of the ranking term against the regression term (ours: 1)")
+    rank_weight: float = Field(
+        1.0, ge=0.0, description="egrm: weight of the ranking term against the regression term (ours: 1)"
+    )
 
 
 def pair_accuracy(chosen_P: torch.Tensor, rejected_P: torch.Tensor) -> float:
@@ -82,7 +85,10 @@ class _Pairs:
         records = load_records(cfg.data)
         if any(len(rec["rows"]) != 2 for rec in records):
             raise ValueError(f"train-rm needs pairs {{prompt, chosen, rejected}}; {cfg.data} has labelled samples")
-        self.groups = [TrajectoryGroup(f"pair-{i}", f"pair-{i}", record_trajectories(renderer, rec, f"pair-{i}", f"pair-{i}")) for i, rec in enumerate(records)]
+        self.groups = [
+            TrajectoryGroup(f"pair-{i}", f"pair-{i}", record_trajectories(renderer, rec, f"pair-{i}", f"pair-{i}"))
+            for i, rec in enumerate(records)
+        ]
         self.pad_id, self.device = pad_id, device
 
     def rewards(self, model: torch.nn.Module, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -122,8 +122,10 @@ def with_sample_seeds(specs: list[EpisodeSpec], seed: int) -> list[EpisodeSpec]:
     """Fix each episode's sampling seed as ``RolloutEngine.run(specs, seed)`` would derive it, so the
     plan samples the same tokens however its groups are split over workers."""
 
-
-    return [s if s.sample_seed is not None else replace(s, sample_seed=derive_seed(seed, "episode", i)) for i, s in enumerate(specs)]
+    return [
+        s if s.sample_seed is not None else replace(s, sample_seed=derive_seed(seed, "episode", i))
+        for i, s in enumerate(specs)
+    ]
 
 
 class LoopThread:
@@ -295,7 +297,9 @@ class AsyncRolloutSource:
         out = [t for j in plan.jobs for t in self._done.pop(j.group_id)]
         values = [staleness(t, self.version) for t in out if t.turns_N]
         if values:
-            self.metrics_acc["distributed/staleness_max"] = max(self.metrics_acc["distributed/staleness_max"], max(values))
+            self.metrics_acc["distributed/staleness_max"] = max(
+                self.metrics_acc["distributed/staleness_max"], max(values)
+            )
             self.metrics_acc["distributed/staleness_mean"] = sum(values) / len(values)
         self.metrics_acc["distributed/version"] = self.version
         self.metrics_acc["distributed/rollout_wait_s"] += time.perf_counter() - t0

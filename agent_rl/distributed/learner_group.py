@@ -74,7 +74,11 @@ class LearnerRank:
 
         master_addr, master_port = rendezvous
         os.environ.update(
-            RANK=str(self.rank), WORLD_SIZE=str(self.world), LOCAL_RANK="0", MASTER_ADDR=master_addr, MASTER_PORT=str(master_port)
+            RANK=str(self.rank),
+            WORLD_SIZE=str(self.world),
+            LOCAL_RANK="0",
+            MASTER_ADDR=master_addr,
+            MASTER_PORT=str(master_port),
         )
         m = self.cfg.model
         device = "cuda" if torch.cuda.is_available() and m.device.startswith("cuda") else "cpu"
@@ -183,7 +187,9 @@ class RayLearnerGroup:
         # weights run while the driver goes on (starts the rollout workers); the first call waits
         rendezvous = self.ranks[0].address.remote()
         weights = ray.put({k: v.detach().cpu() for k, v in replica.state_dict().items()})
-        self._starting = [r.setup.remote(rendezvous) for r in self.ranks] + [r.load_weights.remote(weights) for r in self.ranks]
+        self._starting = [r.setup.remote(rendezvous) for r in self.ranks] + [
+            r.load_weights.remote(weights) for r in self.ranks
+        ]
         self.startup_timeout_s = rc.startup_timeout_s
         self.scheduler = _RankSchedulers(self)
 
@@ -213,7 +219,9 @@ class RayLearnerGroup:
 
     def update(self, batch: Any, advantages_BT: torch.Tensor, parts: Any, step: int = 0) -> dict[str, float]:
         """One optimizer step on every rank, then the driver's replica takes the new weights."""
-        metrics, loss_state, self.scheduler.state = self._call("update", (batch, advantages_BT, parts, step, self.version))[0]
+        metrics, loss_state, self.scheduler.state = self._call(
+            "update", (batch, advantages_BT, parts, step, self.version)
+        )[0]
         if loss_state is not None:  # rank 0's, as under local learner ranks
             parts.loss_state.load_state_dict(loss_state)
         self._pull_weights()
@@ -237,7 +245,9 @@ class RayLearnerGroup:
             self._pull_weights()
             return
 
-        warnings.warn(f"{directory} was written after a learner rank died: it has the weights, not AdamW's moments, which restart from zero")
+        warnings.warn(
+            f"{directory} was written after a learner rank died: it has the weights, not AdamW's moments, which restart from zero"
+        )
         weights = load_model(str(Path(directory) / "model"), self.model_cfg.dtype, "cpu").state_dict()
         self.replica.load_state_dict(weights)
         self._call("load_weights", weights)

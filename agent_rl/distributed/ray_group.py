@@ -50,7 +50,6 @@ class RolloutActor:
     def __init__(self, cfg_json: dict, engine_options: dict, threads: int):
         import torch
 
-
         torch.set_num_threads(max(1, threads))
         load_entry_points()  # this actor's process: the installed plugins the config may name
         cfg = Config.model_validate(cfg_json)
@@ -151,7 +150,11 @@ class RayWorkerGroup:
             "max_concurrency": 1000,
             "scheduling_strategy": PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle),
         }
-        actor = ray.remote(RolloutActor).options(**options).remote(self.cfg_json, self.engine_options, math.ceil(rc.cpus_per_worker))
+        actor = (
+            ray.remote(RolloutActor)
+            .options(**options)
+            .remote(self.cfg_json, self.engine_options, math.ceil(rc.cpus_per_worker))
+        )
         ref, version = self._latest
         if ref is not None:
             actor.update_weights.remote(ref, version)

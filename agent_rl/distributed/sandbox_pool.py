@@ -96,7 +96,14 @@ class NodeSandbox:
             self._session = await self._pool.open.remote(self.limits)
         return self._pool, self._session
 
-    async def exec(self, code: str | None = None, argv: Any = None, stdin: Any = None, timeout_s: float | None = None, env: Any = None) -> ExecResult:
+    async def exec(
+        self,
+        code: str | None = None,
+        argv: Any = None,
+        stdin: Any = None,
+        timeout_s: float | None = None,
+        env: Any = None,
+    ) -> ExecResult:
         import ray
 
         kwargs = {"code": code, "argv": argv, "stdin": stdin, "timeout_s": timeout_s, "env": env}

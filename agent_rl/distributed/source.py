@@ -176,16 +176,22 @@ def make_learner(cfg: Any, model: Any, **kwargs: Any) -> Any:
 
 
 def make_rollout_source(
-    cfg: Any, components: Any, engine: RolloutEngine, plan: Callable[[int, int, int], Plan], engine_options: dict[str, Any], version: int
+    cfg: Any,
+    components: Any,
+    engine: RolloutEngine,
+    plan: Callable[[int, int, int], Plan],
+    engine_options: dict[str, Any],
+    version: int,
 ) -> RolloutSource:
     """The source ``distributed.*`` asks for (see docs/distributed.md)."""
 
     d = cfg.distributed
-    synchronous_local = d.backend == "local" and d.max_staleness == 0 and d.lookahead_steps in (None, 0) and not d.overprovision_groups
+    synchronous_local = (
+        d.backend == "local" and d.max_staleness == 0 and d.lookahead_steps in (None, 0) and not d.overprovision_groups
+    )
     if fsdp.rank_and_world()[0] > 0:
         return FollowerSource()
     if cfg.trainer.preference_data is not None:  # offline preference data instead of rollouts
-
         return PreferenceDataSource(cfg.trainer.preference_data, components.renderer, cfg.trainer.seed)
     if synchronous_local:
         return LocalRolloutSource(engine, plan)

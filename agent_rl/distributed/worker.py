@@ -145,7 +145,12 @@ class RolloutWorker:
     """Runs batches of episodes concurrently on one backend; takes weight updates at any time."""
 
     def __init__(
-        self, backend: InferenceBackend, renderer: Any, make_env: Any, engine_cfg: RolloutConfig, partial_rollouts: bool = True,
+        self,
+        backend: InferenceBackend,
+        renderer: Any,
+        make_env: Any,
+        engine_cfg: RolloutConfig,
+        partial_rollouts: bool = True,
         tool_format: str | None = None,
     ):
         self.shared = SharedBackend(backend, partial_rollouts)

@@ -37,9 +37,17 @@ class HfChunkTeacher:
         torch.manual_seed(seed)
         ids = torch.tensor([prefix_ids], device=self.model.device)
         out = self.model.generate(
-            ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
-            max_new_tokens=max_tokens, min_new_tokens=max_tokens, num_return_sequences=n,
-            pad_token_id=self.tokenizer.pad_token_id, eos_token_id=None,
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=True,
+            temperature=temperature,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=max_tokens,
+            min_new_tokens=max_tokens,
+            num_return_sequences=n,
+            pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=None,
         )
         return [self.tokenizer.decode(row[len(prefix_ids) :].tolist(), skip_special_tokens=True) for row in out]
 
@@ -54,15 +62,22 @@ class ServedChunkTeacher:
 
     def continuations(self, prefix_ids: list[int], n: int, max_tokens: int, temperature: float, seed: int) -> list[str]:
 
-        body = {"prompt": self.tokenizer.decode(prefix_ids, skip_special_tokens=False), "n": n, "max_tokens": max_tokens,
-                "temperature": temperature, "seed": seed}
+        body = {
+            "prompt": self.tokenizer.decode(prefix_ids, skip_special_tokens=False),
+            "n": n,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "seed": seed,
+        }
         if self.model:
             body["model"] = self.model
         try:
             r = self.client.post(f"{self.url}/completions", json=body)
             texts = [c["text"] for c in r.json()["choices"]]
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"omni_opd teacher {self.path}: no continuations from {self.url}/completions: {e}") from None
+            raise ValueError(
+                f"omni_opd teacher {self.path}: no continuations from {self.url}/completions: {e}"
+            ) from None
         if len(texts) != n:
             raise ValueError(f"omni_opd teacher {self.path}: asked for n={n} continuations, got {len(texts)}")
         return texts

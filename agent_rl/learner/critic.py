@@ -95,5 +95,7 @@ class Critic:
         loss_sum, sq_err_sum, clipped_sum = fsdp.all_reduce([loss_sum, sq_err_sum, clipped_sum])
         metrics = self.optim.step(self.cfg.grad_clip)
         n = max(num_tokens, 1.0)
-        metrics.update({"critic/loss": loss_sum, "critic/value_mse": sq_err_sum / n, "critic/clip_frac": clipped_sum / n})
+        metrics.update(
+            {"critic/loss": loss_sum, "critic/value_mse": sq_err_sum / n, "critic/clip_frac": clipped_sum / n}
+        )
         return metrics

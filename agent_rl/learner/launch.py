@@ -96,7 +96,9 @@ def rank_guard() -> Iterator[None]:
         if isinstance(e, SystemExit) and e.code in (0, None):
             raise
         traceback.print_exc()
-        message = f"learner rank {rank} of {world} failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        message = (
+            f"learner rank {rank} of {world} failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        )
         errors = os.environ.get(ERRORS_ENV)
         if errors:
             record = {"rank": rank, "time_ns": time.time_ns(), "message": message}

@@ -83,11 +83,14 @@ class AbsoluteZeroConfig(ComponentConfig):
     norm_by_std: bool = Field(True, description="divide by the (task type, role) std (the paper's TRR++ does)")
 
 
-@register_advantage("absolute_zero", config=AbsoluteZeroConfig,
-                    status="interpretation",
-                    evidence="TRR++ read from summaries of arXiv 2505.03335 and the paper's HTML opening, not its "
-                             "appendix (docs/objectives-backlog.md); 11 recorded choices; "
-                             "tests/algorithms/test_absolute_zero.py")
+@register_advantage(
+    "absolute_zero",
+    config=AbsoluteZeroConfig,
+    status="interpretation",
+    evidence="TRR++ read from summaries of arXiv 2505.03335 and the paper's HTML opening, not its "
+    "appendix (docs/objectives-backlog.md); 11 recorded choices; "
+    "tests/algorithms/test_absolute_zero.py",
+)
 def absolute_zero(x: AdvantageInputs, cfg: AbsoluteZeroConfig) -> AdvantageOutput:
     """Task-Relative REINFORCE++ (TRR++) of Absolute Zero (Zhao et al. 2025, arXiv 2505.03335).
 
@@ -114,14 +117,29 @@ def absolute_zero(x: AdvantageInputs, cfg: AbsoluteZeroConfig) -> AdvantageOutpu
     return AdvantageOutput(advantages_BT=broadcast_to_tokens(adv_B, x.loss_mask_BT), metrics=metrics)
 
 
-record_choice("absolute_zero", "std in TRR++", "Bessel-corrected std plus eps 1e-6, as our grpo (a (type, role) bucket of one row keeps A = r)")
-record_choice("absolute_zero", "rows without a role", "an ordinary env task is a solver row of its own type 'task', normalised on its own")
+record_choice(
+    "absolute_zero",
+    "std in TRR++",
+    "Bessel-corrected std plus eps 1e-6, as our grpo (a (type, role) bucket of one row keeps A = r)",
+)
+record_choice(
+    "absolute_zero",
+    "rows without a role",
+    "an ordinary env task is a solver row of its own type 'task', normalised on its own",
+)
 
 
 class AbsoluteZeroFilterConfig(ComponentConfig):
-    n_solve: int = Field(8, ge=1, description="solver rollouts per proposed task, to estimate its solve rate (paper: 8)")
+    n_solve: int = Field(
+        8, ge=1, description="solver rollouts per proposed task, to estimate its solve rate (paper: 8)"
+    )
     success_threshold: float = Field(0.5, description="a solver rollout succeeded when its reward > this")
-    propose_share: float = Field(0.5, ge=0.0, le=1.0, description="share of drawn prompts issued as proposers (ours; the rest solve buffered tasks)")
+    propose_share: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="share of drawn prompts issued as proposers (ours; the rest solve buffered tasks)",
+    )
     references: int = Field(6, ge=0, description="K: buffered triplets shown to a proposer (paper: 6)")
     buffer_size: int = Field(4096, ge=1, description="validated proposals kept per task type, oldest dropped (ours)")
 
@@ -151,12 +169,18 @@ class AbsoluteZeroState:
             env.close()
 
     def state_dict(self) -> dict[str, Any]:
-        held = [{"task_id": g.task_id, "group_id": g.group_id, "trajectories": [t.to_json() for t in g.trajectories_G]} for g in self.held]
+        held = [
+            {"task_id": g.task_id, "group_id": g.group_id, "trajectories": [t.to_json() for t in g.trajectories_G]}
+            for g in self.held
+        ]
         return {"proposals": self.proposals, "held": held, "buffer": self.buffer}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.proposals = int(state["proposals"])
-        self.held = [TrajectoryGroup(g["task_id"], g["group_id"], [Trajectory.from_json(t) for t in g["trajectories"]]) for g in state.get("held", [])]
+        self.held = [
+            TrajectoryGroup(g["task_id"], g["group_id"], [Trajectory.from_json(t) for t in g["trajectories"]])
+            for g in state.get("held", [])
+        ]
         self.buffer = {k: list(state.get("buffer", {}).get(k, [])) for k in TASK_TYPES}
 
 
@@ -173,7 +197,11 @@ def issue(state: AbsoluteZeroState, task_id: str, cfg: AbsoluteZeroFilterConfig)
     propose = rng.random() < cfg.propose_share or not state.buffer[kind]
     if propose:
         triplets = state.buffer[kind] if kind != "induction" else state.buffer["deduction"] + state.buffer["abduction"]
-        task: dict[str, Any] = {"role": "propose", "type": kind, "references": rng.sample(triplets, min(cfg.references, len(triplets)))}
+        task: dict[str, Any] = {
+            "role": "propose",
+            "type": kind,
+            "references": rng.sample(triplets, min(cfg.references, len(triplets))),
+        }
         if kind == "induction" and triplets:
             task["program"] = rng.choice(triplets)["program"]
     else:
@@ -192,26 +220,37 @@ def solver_specs(t: Trajectory, group_id: str, kind: str, cfg: AbsoluteZeroFilte
     return [spec] * cfg.n_solve
 
 
-def release(held: list[TrajectoryGroup], solved: dict[str, list[float]], cfg: AbsoluteZeroFilterConfig) -> list[TrajectoryGroup]:
+def release(
+    held: list[TrajectoryGroup], solved: dict[str, list[float]], cfg: AbsoluteZeroFilterConfig
+) -> list[TrajectoryGroup]:
     """The held proposer groups with each row's reward r_propose of its solvers' rewards (rows
     without a valid proposal keep the env's reward)."""
 
     out = []
     for g in held:
         rows = [
-            replace(t, reward=propose_reward(solved.get(t.episode_id, []), cfg.success_threshold)) if "proposed_task" in t.info and t.trainable else t
+            replace(t, reward=propose_reward(solved.get(t.episode_id, []), cfg.success_threshold))
+            if "proposed_task" in t.info and t.trainable
+            else t
             for t in g.trajectories_G
         ]
         out.append(with_trajectories(g, rows))
     return out
 
 
-@register_filter("absolute_zero", config=AbsoluteZeroFilterConfig, state=AbsoluteZeroState, episode_options=issue,
-                 status="interpretation",
-                 evidence="arXiv 2505.03335 read through summaries and the HTML opening, not the appendix: prompts, "
-                          "forbidden modules, batch layout, propose_share ours; 11 recorded choices; "
-                          "tests/algorithms/test_absolute_zero.py")
-def absolute_zero_filter(groups: list[TrajectoryGroup], state: AbsoluteZeroState, cfg: AbsoluteZeroFilterConfig) -> FilterResult:
+@register_filter(
+    "absolute_zero",
+    config=AbsoluteZeroFilterConfig,
+    state=AbsoluteZeroState,
+    episode_options=issue,
+    status="interpretation",
+    evidence="arXiv 2505.03335 read through summaries and the HTML opening, not the appendix: prompts, "
+    "forbidden modules, batch layout, propose_share ours; 11 recorded choices; "
+    "tests/algorithms/test_absolute_zero.py",
+)
+def absolute_zero_filter(
+    groups: list[TrajectoryGroup], state: AbsoluteZeroState, cfg: AbsoluteZeroFilterConfig
+) -> FilterResult:
     """Absolute Zero self-play (Zhao et al. 2025, arXiv 2505.03335): propose, validate, solve.
 
     Proposer rows with a validated task (``info["proposed_task"]``) each queue ``n_solve`` = 8
@@ -234,7 +273,11 @@ def absolute_zero_filter(groups: list[TrajectoryGroup], state: AbsoluteZeroState
     out = release(state.held, solved, cfg)
     state.held, queued, kept = [], [], []
     for g in groups:
-        proposers = [t for t in g.trajectories_G if role_and_type(t)[0] == "propose" and "proposed_task" in t.info and t.trainable]
+        proposers = [
+            t
+            for t in g.trajectories_G
+            if role_and_type(t)[0] == "propose" and "proposed_task" in t.info and t.trainable
+        ]
         if not proposers:
             kept.append(g)
             continue
@@ -249,20 +292,78 @@ def absolute_zero_filter(groups: list[TrajectoryGroup], state: AbsoluteZeroState
     n = state.run.enqueue(queued) if queued else 0
     state.proposals += n
     rates = [propose_reward(v, cfg.success_threshold) for v in solved.values()]
-    metrics = {"az/proposals": float(n), "az/held_groups": float(len(state.held)), "az/released_groups": float(len(out))}
+    metrics = {
+        "az/proposals": float(n),
+        "az/held_groups": float(len(state.held)),
+        "az/released_groups": float(len(out)),
+    }
     if rates:
         metrics["az/propose_reward_mean"] = sum(rates) / len(rates)
     return FilterResult(
-        out + kept, num_more=n, metrics=metrics, means=frozenset({"az/propose_reward_mean"}), levels=frozenset({"az/held_groups"})
+        out + kept,
+        num_more=n,
+        metrics=metrics,
+        means=frozenset({"az/propose_reward_mean"}),
+        levels=frozenset({"az/held_groups"}),
     )
 
 
-record_choice("absolute_zero", "when proposals are solved", "in the same step's refill round (trainer.refill_rounds >= 1); the proposer rows are held until then and trained with their solvers")
-record_choice("absolute_zero", "propose / solve mix", "each drawn prompt proposes with probability propose_share = 0.5 (type uniform), else solves a task drawn from the buffer of its type (the paper runs B of each per type per step)")
-record_choice("absolute_zero", "task buffer", "validated proposals only, per type, the newest buffer_size = 4096 kept; empty at the start (the env's seed triplets stand in), checkpointed")
-record_choice("absolute_zero", "solver groups", "one group of n_solve = 8 solvers per proposal, so r_solve_bar is that group's success rate")
-record_choice("absolute_zero", "env turns", "CodeReason-v0 gives max_turns = 2: an action without <answer> is an error observation (reward 0, the env contract), a second one ends the episode with -1 (the paper's single response: max_turns=1)")
-record_choice("absolute_zero", "format error vs wrong", "-1 when the answer's blocks are missing or an input / deduction answer is not a Python literal (induction: a program that does not parse); -0.5 for an invalid proposal (syntax error, forbidden module, a failing or nondeterministic run) and a wrong solution")
-record_choice("absolute_zero", "forbidden code", "imports of os, sys, subprocess, random, time, datetime, threading, ... (envs/code_reason/execution.py FORBIDDEN_MODULES), calls of open / exec / eval / __import__ ..., dunder attributes; checked on the AST before running")
-record_choice("absolute_zero", "induction check", "the answered program must reproduce every held-out pair (the last floor(n/2) of the proposer's n inputs); n <= 10 distinct inputs, at least 2")
-record_choice("absolute_zero", "seed triplets", "six small programs (the paper's identity f(x) = x on 'Hello World' and five more) stand in for the buffer until it holds proposals of the type")
+record_choice(
+    "absolute_zero",
+    "when proposals are solved",
+    "in the same step's refill round (trainer.refill_rounds >= 1); the proposer rows are held until then and trained with their solvers",
+)
+record_choice(
+    "absolute_zero",
+    "propose / solve mix",
+    (
+        "each drawn prompt proposes with probability propose_share = 0.5 (type uniform), else solves a task drawn "
+        "from the buffer of its type (the paper runs B of each per type per step)"
+    ),
+)
+record_choice(
+    "absolute_zero",
+    "task buffer",
+    "validated proposals only, per type, the newest buffer_size = 4096 kept; empty at the start (the env's seed triplets stand in), checkpointed",
+)
+record_choice(
+    "absolute_zero",
+    "solver groups",
+    "one group of n_solve = 8 solvers per proposal, so r_solve_bar is that group's success rate",
+)
+record_choice(
+    "absolute_zero",
+    "env turns",
+    (
+        "CodeReason-v0 gives max_turns = 2: an action without <answer> is an error observation (reward 0, the env "
+        "contract), a second one ends the episode with -1 (the paper's single response: max_turns=1)"
+    ),
+)
+record_choice(
+    "absolute_zero",
+    "format error vs wrong",
+    (
+        "-1 when the answer's blocks are missing or an input / deduction answer is not a Python literal "
+        "(induction: a program that does not parse); -0.5 for an invalid proposal (syntax error, forbidden module, "
+        "a failing or nondeterministic run) and a wrong solution"
+    ),
+)
+record_choice(
+    "absolute_zero",
+    "forbidden code",
+    (
+        "imports of os, sys, subprocess, random, time, datetime, threading, ... (envs/code_reason/execution.py "
+        "FORBIDDEN_MODULES), calls of open / exec / eval / __import__ ..., dunder attributes; checked on the AST "
+        "before running"
+    ),
+)
+record_choice(
+    "absolute_zero",
+    "induction check",
+    "the answered program must reproduce every held-out pair (the last floor(n/2) of the proposer's n inputs); n <= 10 distinct inputs, at least 2",
+)
+record_choice(
+    "absolute_zero",
+    "seed triplets",
+    "six small programs (the paper's identity f(x) = x on 'Hello World' and five more) stand in for the buffer until it holds proposals of the type",
+)

@@ -41,16 +41,29 @@ TRIMMER_PROMPT = (
 
 
 class ActorRefinerConfig(ComponentConfig):
-    threshold: float = Field(0.5, ge=0.0, le=1.0, description="accept an episode when its coherence P(yes) >= this (ours: the paper's value is not in the available text)")
-    max_refinements: int = Field(1, ge=0, description="cut-and-regenerate rounds per episode (the paper: one revision captures most of the gain)")
-    judge_prompt: str = Field(JUDGE_PROMPT, description="the Discriminator's request after the task's prompt; {steps}: the numbered steps")
-    trimmer_prompt: str = Field(TRIMMER_PROMPT, description="the Trimmer's request after the task's prompt; {steps}: the numbered steps")
+    threshold: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="accept an episode when its coherence P(yes) >= this (ours: the paper's value is not in the available text)",
+    )
+    max_refinements: int = Field(
+        1, ge=0, description="cut-and-regenerate rounds per episode (the paper: one revision captures most of the gain)"
+    )
+    judge_prompt: str = Field(
+        JUDGE_PROMPT, description="the Discriminator's request after the task's prompt; {steps}: the numbered steps"
+    )
+    trimmer_prompt: str = Field(
+        TRIMMER_PROMPT, description="the Trimmer's request after the task's prompt; {steps}: the numbered steps"
+    )
     verdict_topk: int = Field(20, ge=1, description="top-k logprobs read at the verdict position")
     yes: list[str] = Field(default_factory=lambda: ["yes", "Yes"], description="spellings of the accepting verdict")
     no: list[str] = Field(default_factory=lambda: ["no", "No"], description="spellings of the rejecting verdict")
     trimmer_max_new_tokens: int = Field(8, ge=1, description="length cap of the Trimmer's answer (a step number)")
     trimmer_temperature: float = Field(0.0, ge=0.0, description="sampling temperature of the Trimmer (ours: greedy)")
-    max_observation_chars: int = Field(600, ge=0, description="each step's observation is cut to this many characters in the judge's view")
+    max_observation_chars: int = Field(
+        600, ge=0, description="each step's observation is cut to this many characters in the judge's view"
+    )
 
 
 @dataclass
@@ -81,7 +94,9 @@ def refinable(t: Trajectory) -> bool:
     return t.trainable and t.reward is not None and bool(t.turns_N)
 
 
-def refine(rows: list[Trajectory], refiner: Refiner, cfg: ActorRefinerConfig) -> tuple[list[Trajectory], dict[str, float]]:
+def refine(
+    rows: list[Trajectory], refiner: Refiner, cfg: ActorRefinerConfig
+) -> tuple[list[Trajectory], dict[str, float]]:
     """The rows after at most ``max_refinements`` rounds of judge -> (reject: trim -> cut -> regenerate).
 
     A round judges every row still open; a row whose coherence >= ``threshold`` is accepted and
@@ -91,8 +106,16 @@ def refine(rows: list[Trajectory], refiner: Refiner, cfg: ActorRefinerConfig) ->
     reward) is dropped and the row it came from kept."""
     out = list(rows)
     open_ = [i for i, t in enumerate(out) if refinable(t)]
-    m = {"judged": 0.0, "accepted": 0.0, "refined": 0.0, "cut_step_sum": 0.0, "trimmer_unparsed": 0.0, "regen_failed": 0.0,
-         "reward_before": 0.0, "reward_after": 0.0}
+    m = {
+        "judged": 0.0,
+        "accepted": 0.0,
+        "refined": 0.0,
+        "cut_step_sum": 0.0,
+        "trimmer_unparsed": 0.0,
+        "regen_failed": 0.0,
+        "reward_before": 0.0,
+        "reward_after": 0.0,
+    }
     for round_ in range(cfg.max_refinements):
         if not open_:
             break
@@ -117,8 +140,11 @@ def refine(rows: list[Trajectory], refiner: Refiner, cfg: ActorRefinerConfig) ->
                 continue
             parent = out[i]
             child.info["actor_refiner"] = {
-                "coherence": list(parent.info["actor_refiner"]["coherence"]), "round": round_ + 1, "cut_step": step,
-                "refined_from": parent.episode_id, "parent_reward": parent.reward,
+                "coherence": list(parent.info["actor_refiner"]["coherence"]),
+                "round": round_ + 1,
+                "cut_step": step,
+                "refined_from": parent.episode_id,
+                "parent_reward": parent.reward,
             }
             m["refined"] += 1
             m["cut_step_sum"] += step
@@ -128,8 +154,11 @@ def refine(rows: list[Trajectory], refiner: Refiner, cfg: ActorRefinerConfig) ->
             open_.append(i)
     n, r = max(m["judged"], 1.0), max(m["refined"], 1.0)
     metrics = {
-        "actor_refiner/judged": m["judged"], "actor_refiner/accept_frac": m["accepted"] / n, "actor_refiner/refined": m["refined"],
-        "actor_refiner/cut_step_mean": m["cut_step_sum"] / r, "actor_refiner/trimmer_unparsed": m["trimmer_unparsed"],
+        "actor_refiner/judged": m["judged"],
+        "actor_refiner/accept_frac": m["accepted"] / n,
+        "actor_refiner/refined": m["refined"],
+        "actor_refiner/cut_step_mean": m["cut_step_sum"] / r,
+        "actor_refiner/trimmer_unparsed": m["trimmer_unparsed"],
         "actor_refiner/regen_failed": m["regen_failed"],
         "actor_refiner/refined_reward_gain": (m["reward_after"] - m["reward_before"]) / r,
     }
@@ -185,7 +214,8 @@ def run_refiner(state: ActorRefinerState, cfg: ActorRefinerConfig) -> Refiner:
 
     def ask(rows: list[Trajectory], prompt: str, **kwargs: Any) -> list[Any]:
         conversations = [
-            t.info["prompt_messages"] + [{"role": "user", "content": prompt.format(steps=numbered_steps(t, run, cfg.max_observation_chars))}]
+            t.info["prompt_messages"]
+            + [{"role": "user", "content": prompt.format(steps=numbered_steps(t, run, cfg.max_observation_chars))}]
             for t in rows
         ]
         return services.text_pass(conversations, seed=state.next_seed(), **kwargs)
@@ -195,7 +225,9 @@ def run_refiner(state: ActorRefinerState, cfg: ActorRefinerConfig) -> Refiner:
         return [services.verdict_probability(v.first_topk, cfg.yes, cfg.no) for v in verdicts]
 
     def trim(rows: list[Trajectory]) -> list[int | None]:
-        answers = ask(rows, cfg.trimmer_prompt, max_new_tokens=cfg.trimmer_max_new_tokens, temperature=cfg.trimmer_temperature)
+        answers = ask(
+            rows, cfg.trimmer_prompt, max_new_tokens=cfg.trimmer_max_new_tokens, temperature=cfg.trimmer_temperature
+        )
         return [parse_step(a.text, len(t.turns_N)) for a, t in zip(answers, rows, strict=True)]
 
     def regenerate(cuts: list[tuple[Trajectory, int]]) -> list[Trajectory]:
@@ -209,11 +241,15 @@ def run_refiner(state: ActorRefinerState, cfg: ActorRefinerConfig) -> Refiner:
     return Refiner(judge, trim, regenerate)
 
 
-@register_filter("actor_refiner", config=ActorRefinerConfig, state=ActorRefinerState,
-                 status="interpretation",
-                 evidence="Search-R2 (arXiv 2602.03647) read through its abstract and summaries, no code: tau, the "
-                          "trimmer and the density reward are ours; 7 recorded choices; "
-                          "tests/algorithms/test_actor_refiner.py")
+@register_filter(
+    "actor_refiner",
+    config=ActorRefinerConfig,
+    state=ActorRefinerState,
+    status="interpretation",
+    evidence="Search-R2 (arXiv 2602.03647) read through its abstract and summaries, no code: tau, the "
+    "trimmer and the density reward are ours; 7 recorded choices; "
+    "tests/algorithms/test_actor_refiner.py",
+)
 def actor_refiner(groups: list[TrajectoryGroup], state: ActorRefinerState, cfg: ActorRefinerConfig) -> FilterResult:
     """Search-R2's Meta-Refiner (He et al. 2026, "Search-R2: Enhancing Search-Integrated Reasoning
     via Actor-Refiner Collaboration", arXiv 2602.03647).
@@ -236,7 +272,9 @@ def actor_refiner(groups: list[TrajectoryGroup], state: ActorRefinerState, cfg: 
     rows = [t for g in groups for t in g.trajectories_G]
     for t in rows:
         if refinable(t) and "prompt_messages" not in t.info:
-            raise ValueError("actor_refiner: the judge needs each episode's prompt (info['prompt_messages']), which this rollout did not record")
+            raise ValueError(
+                "actor_refiner: the judge needs each episode's prompt (info['prompt_messages']), which this rollout did not record"
+            )
     refined, metrics = refine(rows, run_refiner(state, cfg), cfg)
     it = iter(refined)
     out = [TrajectoryGroup(g.task_id, g.group_id, [next(it) for _ in g.trajectories_G]) for g in groups]
@@ -245,17 +283,48 @@ def actor_refiner(groups: list[TrajectoryGroup], state: ActorRefinerState, cfg: 
 
 
 for _question, _choice in (
-    ("the acceptance threshold", ("tau = 0.5 on P(yes) / (P(yes) + P(no)) of the policy's one-token verdict (the paper's threshold value is not in the available "
-      "text); a verdict with neither word in the backend's top-20 counts as 0.5, so an uninformative judge accepts (no intervention)")),
-    ("revisions per episode", "max_refinements = 1 (the paper: one revision captures most of the gain; more help a little)"),
-    ("how the cut point is chosen", ("the policy, prompted as the Trimmer over the numbered steps (greedy, <= 8 tokens), names the first flawed step; "
-     "its first integer in 1..N is the step; any other answer cuts at step 1 (a full regeneration, counted in actor_refiner/trimmer_unparsed)")),
-    ("where the cut falls", ("at the first sampled token of the flawed step, so that step and all after it are resampled (rollout engine fork: exact prefix ids, "
-     "mask and logprobs kept, env replayed to that step)")),
-    ("how the refiner is trained", ("not trained on its own tokens: judge and trimmer are text passes of the shared weights; the paper optimizes the "
-     "Meta-Refiner jointly with the actor, but the available text does not give its training signal")),
-    ("the hybrid reward", ("r = EM + 1[EM > 0] * rho, rho = (first retrievals of evidence documents) / (documents retrieved) "
-     "(envs/search_qa/rewards.py; the paper's formula is not in the available text)")),
-    ("a failed regeneration", "an env / infra error in the continuation keeps the original row (counted in actor_refiner/regen_failed)"),
+    (
+        "the acceptance threshold",
+        (
+            "tau = 0.5 on P(yes) / (P(yes) + P(no)) of the policy's one-token verdict (the paper's threshold value is not in the available "
+            "text); a verdict with neither word in the backend's top-20 counts as 0.5, so an uninformative judge accepts (no intervention)"
+        ),
+    ),
+    (
+        "revisions per episode",
+        "max_refinements = 1 (the paper: one revision captures most of the gain; more help a little)",
+    ),
+    (
+        "how the cut point is chosen",
+        (
+            "the policy, prompted as the Trimmer over the numbered steps (greedy, <= 8 tokens), names the first flawed step; "
+            "its first integer in 1..N is the step; any other answer cuts at step 1 (a full regeneration, counted in actor_refiner/trimmer_unparsed)"
+        ),
+    ),
+    (
+        "where the cut falls",
+        (
+            "at the first sampled token of the flawed step, so that step and all after it are resampled (rollout engine fork: exact prefix ids, "
+            "mask and logprobs kept, env replayed to that step)"
+        ),
+    ),
+    (
+        "how the refiner is trained",
+        (
+            "not trained on its own tokens: judge and trimmer are text passes of the shared weights; the paper optimizes the "
+            "Meta-Refiner jointly with the actor, but the available text does not give its training signal"
+        ),
+    ),
+    (
+        "the hybrid reward",
+        (
+            "r = EM + 1[EM > 0] * rho, rho = (first retrievals of evidence documents) / (documents retrieved) "
+            "(envs/search_qa/rewards.py; the paper's formula is not in the available text)"
+        ),
+    ),
+    (
+        "a failed regeneration",
+        "an env / infra error in the continuation keeps the original row (counted in actor_refiner/regen_failed)",
+    ),
 ):
     record_choice("actor_refiner", _question, _choice)

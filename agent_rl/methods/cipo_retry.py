@@ -32,12 +32,19 @@ RETRY_PROMPT = (
 
 class CipoRetryConfig(ComponentConfig):
     correct_share: float = Field(
-        0.3, ge=0.0, le=1.0, description="share of a correction group built on correct attempts (seed 000: 30% correct, 70% incorrect)"
+        0.3,
+        ge=0.0,
+        le=1.0,
+        description="share of a correction group built on correct attempts (seed 000: 30% correct, 70% incorrect)",
     )
-    retries_per_group: int | None = Field(None, ge=1, description="rows of a correction group (None: the original group's size, the paper's G)")
+    retries_per_group: int | None = Field(
+        None, ge=1, description="rows of a correction group (None: the original group's size, the paper's G)"
+    )
     success_threshold: float = Field(0.5, description="an attempt succeeded when its reward > this")
     prompt: str = Field(RETRY_PROMPT, description="the extra user message; {attempt} is the attempt's text")
-    max_groups_per_step: int | None = Field(None, ge=1, description="at most this many correction groups queued per filter call (None: all)")
+    max_groups_per_step: int | None = Field(
+        None, ge=1, description="at most this many correction groups queued per filter call (None: all)"
+    )
 
 
 class CipoRetryState:
@@ -82,15 +89,27 @@ def retry_options(t: Trajectory, text: str, group_id: str, cfg: CipoRetryConfig)
     """The correction episode's reset options: the attempt's own options, its text as an extra user
     message, and ``origin`` (method, attempt, whether it was correct, the original group)."""
     options = dict(t.info.get("options") or {})
-    options["extra_messages"] = [*options.get("extra_messages", []), {"role": "user", "content": cfg.prompt.format(attempt=text)}]
-    options["origin"] = {"method": "cipo_retry", "of": t.episode_id, "group": group_id, "attempt_correct": t.reward > cfg.success_threshold}
+    options["extra_messages"] = [
+        *options.get("extra_messages", []),
+        {"role": "user", "content": cfg.prompt.format(attempt=text)},
+    ]
+    options["origin"] = {
+        "method": "cipo_retry",
+        "of": t.episode_id,
+        "group": group_id,
+        "attempt_correct": t.reward > cfg.success_threshold,
+    }
     return options
 
 
-@register_filter("cipo_retry", config=CipoRetryConfig, state=CipoRetryState,
-                 status="interpretation",
-                 evidence="CIPO (arXiv 2605.14539): the adaptive replay ratio and the risk-aware shaping are not in "
-                          "the available text (ours); 4 recorded choices; tests/algorithms/test_cipo_retry.py")
+@register_filter(
+    "cipo_retry",
+    config=CipoRetryConfig,
+    state=CipoRetryState,
+    status="interpretation",
+    evidence="CIPO (arXiv 2605.14539): the adaptive replay ratio and the risk-aware shaping are not in "
+    "the available text (ours); 4 recorded choices; tests/algorithms/test_cipo_retry.py",
+)
 def cipo_retry(groups: list[TrajectoryGroup], state: CipoRetryState, cfg: CipoRetryConfig) -> FilterResult:
     """CIPO, Correction-Oriented Policy Optimization (Ren et al. 2026, arXiv 2605.14539; seed 000).
 
@@ -134,7 +153,29 @@ def cipo_retry(groups: list[TrajectoryGroup], state: CipoRetryState, cfg: CipoRe
     return FilterResult(list(groups), num_more=n, metrics=metrics, means=frozenset({"cipo/correction_success"}))
 
 
-record_choice("cipo_retry", "the correction prompt", "the problem as the env renders it, then one user message with the attempt's decoded text (turns and observations) and an instruction to check it and solve again")
-record_choice("cipo_retry", "which attempts", "groups with at least one failure; floor(0.3 n + 1/2) correct attempts when any exist, the rest incorrect, each kind cycled in group order (the paper's adaptive replay ratio is not in the available text)")
-record_choice("cipo_retry", "correction reward", "the env's verifier on the corrected episode, unshaped (the paper's risk-aware shaping is not in the available text)")
-record_choice("cipo_retry", "when corrections roll out", "in the same step's refill round when trainer.refill_rounds >= 1 (the joint objective), else first in the next step")
+record_choice(
+    "cipo_retry",
+    "the correction prompt",
+    (
+        "the problem as the env renders it, then one user message with the attempt's decoded text (turns and "
+        "observations) and an instruction to check it and solve again"
+    ),
+)
+record_choice(
+    "cipo_retry",
+    "which attempts",
+    (
+        "groups with at least one failure; floor(0.3 n + 1/2) correct attempts when any exist, the rest incorrect, "
+        "each kind cycled in group order (the paper's adaptive replay ratio is not in the available text)"
+    ),
+)
+record_choice(
+    "cipo_retry",
+    "correction reward",
+    "the env's verifier on the corrected episode, unshaped (the paper's risk-aware shaping is not in the available text)",
+)
+record_choice(
+    "cipo_retry",
+    "when corrections roll out",
+    "in the same step's refill round when trainer.refill_rounds >= 1 (the joint objective), else first in the next step",
+)

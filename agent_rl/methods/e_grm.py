@@ -53,24 +53,39 @@ VERDICT = re.compile(r"<answer>\s*(good|bad)\s*</answer>", re.IGNORECASE)
 
 
 class EgrmConfig(ComponentConfig):
-    scorer_path: str = Field(description="the discriminative scorer (required): a directory of agent-rl train-rm (--loss egrm), the policy's tokenizer")
-    judge: str = Field("policy", description="the generative judge: 'policy' (the run's backend) or a checkpoint path (generated in process)")
-    tau: float = Field(0.8, ge=0.0, le=1.0, description="consensus threshold: consensus >= tau takes the short path (paper: 0.8)")
-    answer_key: str = Field("final_answer", description="the env's info key holding a row's final answer, when it records one")
-    answer_pattern: str = Field(r"<answer>(.*?)</answer>", description="regex whose last match (group 1) in the episode's text is its answer")
+    scorer_path: str = Field(
+        description="the discriminative scorer (required): a directory of agent-rl train-rm (--loss egrm), the policy's tokenizer"
+    )
+    judge: str = Field(
+        "policy",
+        description="the generative judge: 'policy' (the run's backend) or a checkpoint path (generated in process)",
+    )
+    tau: float = Field(
+        0.8, ge=0.0, le=1.0, description="consensus threshold: consensus >= tau takes the short path (paper: 0.8)"
+    )
+    answer_key: str = Field(
+        "final_answer", description="the env's info key holding a row's final answer, when it records one"
+    )
+    answer_pattern: str = Field(
+        r"<answer>(.*?)</answer>", description="regex whose last match (group 1) in the episode's text is its answer"
+    )
     judge_prompt: str = Field(
         "Here is a response to the task above:\n{response}\n\nThink step by step about whether the response is correct, "
         "then end with your verdict: <answer>good</answer> or <answer>bad</answer>.",
         description="the judge's request after the task's prompt; {response}: the row's episode as text",
     )
     judge_max_new_tokens: int = Field(256, ge=1, description="length cap of the judge's reasoning and verdict (ours)")
-    judge_temperature: float = Field(0.0, ge=0.0, description="sampling temperature of the judge (ours: greedy, one verdict per row)")
+    judge_temperature: float = Field(
+        0.0, ge=0.0, description="sampling temperature of the judge (ours: greedy, one verdict per row)"
+    )
 
     @field_validator("scorer_path", "judge")
     @classmethod
     def _exists(cls, v: str, info: Any) -> str:
         if not (info.field_name == "judge" and v == "policy") and not Path(v).is_dir():
-            raise ValueError(f"{info.field_name} {v!r} is no directory (train one: agent-rl train-rm --loss egrm --out DIR)")
+            raise ValueError(
+                f"{info.field_name} {v!r} is no directory (train one: agent-rl train-rm --loss egrm --out DIR)"
+            )
         return v
 
     @field_validator("answer_pattern")
@@ -135,11 +150,15 @@ def parse_verdict(text: str | None) -> float | None:
     return None if not found else float(found[-1].lower() == "good")
 
 
-@register_filter("e_grm", config=EgrmConfig, state=EgrmState,
-                 status="interpretation",
-                 evidence="arXiv 2604.10072 read through its abstract and third-party summaries, no code: the "
-                          "gate's M, the scorer loss and the judge are ours; 3 recorded choices; "
-                          "tests/algorithms/test_e_grm.py")
+@register_filter(
+    "e_grm",
+    config=EgrmConfig,
+    state=EgrmState,
+    status="interpretation",
+    evidence="arXiv 2604.10072 read through its abstract and third-party summaries, no code: the "
+    "gate's M, the scorer loss and the judge are ours; 3 recorded choices; "
+    "tests/algorithms/test_e_grm.py",
+)
 def e_grm(groups: list[TrajectoryGroup], state: EgrmState, cfg: EgrmConfig) -> FilterResult:
     """E-GRM (arXiv 2604.10072): the scorer rewards agreeing groups, the reasoning judge disagreeing ones.
 
@@ -153,11 +172,19 @@ def e_grm(groups: list[TrajectoryGroup], state: EgrmState, cfg: EgrmConfig) -> F
     state.load(cfg)
     scored = [[t for t in g.trajectories_G if t.reward is not None] for g in groups]
     texts = [[services.transcript(t, special_tokens=False) for t in rows] for rows in scored]
-    shares = [consensus([extract_answer(t, x, cfg) for t, x in zip(rows, xs, strict=True)]) for rows, xs in zip(scored, texts, strict=True)]
+    shares = [
+        consensus([extract_answer(t, x, cfg) for t, x in zip(rows, xs, strict=True)])
+        for rows, xs in zip(scored, texts, strict=True)
+    ]
     long_path = [bool(rows) and share < cfg.tau for rows, share in zip(scored, shares, strict=True)]
     flat = [t for rows in scored for t in rows]
     scores = dict(zip(map(id, flat), state.scorer(flat), strict=True))
-    queries = [(t, x) for rows, xs, judged in zip(scored, texts, long_path, strict=True) if judged for t, x in zip(rows, xs, strict=True)]
+    queries = [
+        (t, x)
+        for rows, xs, judged in zip(scored, texts, long_path, strict=True)
+        if judged
+        for t, x in zip(rows, xs, strict=True)
+    ]
     results = state.judge([t.info["prompt_messages"] + [{"role": "user", "content": cfg.judge_prompt.format(response=x)}] for t, x in queries],
                           state.next_seed()) if queries else []  # fmt: skip
     verdicts = {id(t): (parse_verdict(r.text), r) for (t, _), r in zip(queries, results, strict=True)}
@@ -185,12 +212,15 @@ def e_grm(groups: list[TrajectoryGroup], state: EgrmState, cfg: EgrmConfig) -> F
         "e_grm/reward_scorer_mean": sum(short_rewards) / len(short_rewards) if short_rewards else 0.0,
         "e_grm/reward_judge_mean": sum(long_rewards) / len(long_rewards) if long_rewards else 0.0,
     }
-    means = frozenset({"e_grm/judged_frac", "e_grm/consensus_mean", "e_grm/reward_scorer_mean", "e_grm/reward_judge_mean"})
+    means = frozenset(
+        {"e_grm/judged_frac", "e_grm/consensus_mean", "e_grm/reward_scorer_mean", "e_grm/reward_judge_mean"}
+    )
     return FilterResult(groups=groups, metrics=metrics, means=means)
 
 
 record_choice(
-    "e_grm", "where the gate and the two paths sit in an RL run",
+    "e_grm",
+    "where the gate and the two paths sit in an RL run",
     "the parallel generations are the step's group of the task (M = group size, not the paper's 5); consensus = c/M over the "
     "extracted answers (info['final_answer'], else the last <answer>...</answer>, else the whole episode text), tau 0.8; an "
     "agreeing group is rewarded by the scorer, sigmoid(r), per row; a disagreeing group by the judge's reasoned verdict per row "
@@ -198,12 +228,14 @@ record_choice(
     "scorer: here the scorer's score stays in info['e_grm_score'] and is the fallback",
 )
 record_choice(
-    "e_grm", "the scorer's hybrid regression + ranking loss",
+    "e_grm",
+    "the scorer's hybrid regression + ranking loss",
     "per pair: 1/2 [(sigmoid(r_w) - 1)^2 + sigmoid(r_l)^2] - rank_weight log sigmoid(r_w - r_l), rank_weight 1 (the summaries "
     "name the two terms, not their forms or weight); agent-rl train-rm --loss egrm",
 )
 record_choice(
-    "e_grm", "the judge",
+    "e_grm",
+    "the judge",
     "the policy itself through the run's backend (judge: policy, greedy, 256 new tokens), or a checkpoint path generated in "
     "process; it reads the task's prompt and the row's episode as text, reasons, and ends with <answer>good|bad</answer>",
 )

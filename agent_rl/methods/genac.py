@@ -113,16 +113,22 @@ def actor_token_advantages(T: int, bounds: list[int], values: list[float], ret: 
 
 
 class GenacAdvantageConfig(ComponentConfig):
-    train_actor: bool = Field(True, description="False: the actor's advantages are 0 (the critic's REINFORCE pretraining stage alone)")
+    train_actor: bool = Field(
+        True, description="False: the actor's advantages are 0 (the critic's REINFORCE pretraining stage alone)"
+    )
     critic_baseline: Literal["group_mean", "none"] = Field(
-        "group_mean", description="baseline of the critic rows' REINFORCE: the mean reward of the group's critic rows (ours), or none"
+        "group_mean",
+        description="baseline of the critic rows' REINFORCE: the mean reward of the group's critic rows (ours), or none",
     )
 
 
-@register_advantage("genac", config=GenacAdvantageConfig,
-                    status="interpretation",
-                    evidence="arXiv 2604.10701 read through summaries; no code (docs/objectives-backlog.md lists "
-                             "the searches); 8 recorded choices; tests/algorithms/test_genac.py")
+@register_advantage(
+    "genac",
+    config=GenacAdvantageConfig,
+    status="interpretation",
+    evidence="arXiv 2604.10701 read through summaries; no code (docs/objectives-backlog.md lists "
+    "the searches); 8 recorded choices; tests/algorithms/test_genac.py",
+)
 def genac(x: AdvantageInputs, cfg: GenacAdvantageConfig) -> AdvantageOutput:
     """GenAC, Generative Actor-Critic (Shan et al. 2026, arXiv 2604.10701): the critic's values as the baseline.
 
@@ -151,7 +157,9 @@ def genac(x: AdvantageInputs, cfg: GenacAdvantageConfig) -> AdvantageOutput:
             continue
         info = t.info.get(ACTOR_KEY) if t is not None else {"boundaries": [0], "values": [None]}
         if info is None:
-            raise ValueError("advantage 'genac' needs the critic's values: add the filter, algorithm.filters=[..., {name: genac}] (last)")
+            raise ValueError(
+                "advantage 'genac' needs the critic's values: add the filter, algorithm.filters=[..., {name: genac}] (last)"
+            )
         ret = float(rewards[i])
         for v in info["values"]:
             n_missing += v is None
@@ -168,15 +176,48 @@ def genac(x: AdvantageInputs, cfg: GenacAdvantageConfig) -> AdvantageOutput:
             sel = critic & (group_of == g)
             base = rewards[sel].mean() if cfg.critic_baseline == "group_mean" else 0.0
             adv[sel] = (rewards[sel] - base)[:, None].expand(-1, T)
-        metrics.update({"genac/critic_rows": float(critic.sum()), "genac/critic_reward_mean": float(rewards[critic].mean())})
-    return AdvantageOutput(advantages_BT=(adv * x.loss_mask_BT.double().cpu()).to(torch.float32).to(x.loss_mask_BT.device), metrics=metrics)
+        metrics.update(
+            {"genac/critic_rows": float(critic.sum()), "genac/critic_reward_mean": float(rewards[critic].mean())}
+        )
+    return AdvantageOutput(
+        advantages_BT=(adv * x.loss_mask_BT.double().cpu()).to(torch.float32).to(x.loss_mask_BT.device), metrics=metrics
+    )
 
 
-record_choice("genac", "how the value is read from the critic's text", "the number in the last <value>...</value> tag, clipped to [value_min, value_max] = [0, 1]; none or not finite: no value (counted in genac/values_unparsed, never an error)")
-record_choice("genac", "the critic's REINFORCE reward", "-(V - R)^2 (its expected maximizer is E[R], the value; -|V - R| would target the median): 'absolute' selectable; an unparseable answer gets the worst in-range reward")
-record_choice("genac", "where the critic is asked", "at each assistant turn's first token (segment_tokens > 0: also every that many tokens inside a turn), the first max_boundaries = 4")
-record_choice("genac", "the advantage from the values", "A_t = R - V_k on the tokens from boundary k to the next (GAE with gamma = lambda = 1 on the boundaries); an unparseable boundary takes the row's previous value, else the group's mean reward")
-record_choice("genac", "REINFORCE baseline of the critic rows", "the mean critic reward of the group's critic rows; in the joint stage they are trained by the run's loss (ppo_clip) with that advantage, like the actor")
+record_choice(
+    "genac",
+    "how the value is read from the critic's text",
+    (
+        "the number in the last <value>...</value> tag, clipped to [value_min, value_max] = [0, 1]; none or not "
+        "finite: no value (counted in genac/values_unparsed, never an error)"
+    ),
+)
+record_choice(
+    "genac",
+    "the critic's REINFORCE reward",
+    (
+        "-(V - R)^2 (its expected maximizer is E[R], the value; -|V - R| would target the median): 'absolute' "
+        "selectable; an unparseable answer gets the worst in-range reward"
+    ),
+)
+record_choice(
+    "genac",
+    "where the critic is asked",
+    "at each assistant turn's first token (segment_tokens > 0: also every that many tokens inside a turn), the first max_boundaries = 4",
+)
+record_choice(
+    "genac",
+    "the advantage from the values",
+    (
+        "A_t = R - V_k on the tokens from boundary k to the next (GAE with gamma = lambda = 1 on the boundaries); "
+        "an unparseable boundary takes the row's previous value, else the group's mean reward"
+    ),
+)
+record_choice(
+    "genac",
+    "REINFORCE baseline of the critic rows",
+    "the mean critic reward of the group's critic rows; in the joint stage they are trained by the run's loss (ppo_clip) with that advantage, like the actor",
+)
 
 
 class GenacState(TextPassState):
@@ -192,7 +233,9 @@ class GenacState(TextPassState):
 
     def bind(self, run: RunAPI, cfg: Any = None) -> None:
         if run.facts.advantage != "genac":
-            raise ValueError("algorithm.filters genac: its critic rows need the advantage genac (algorithm.advantage.name=genac)")
+            raise ValueError(
+                "algorithm.filters genac: its critic rows need the advantage genac (algorithm.advantage.name=genac)"
+            )
         super().bind(run, cfg)
 
     def state_dict(self) -> dict[str, Any]:
@@ -209,18 +252,28 @@ class GenacConfig(ComponentConfig):
         "Reason step by step, then write your estimate as <value>number</value>.",
         description="the critic's request after the task's prompt; {examples}: the ICC examples, {partial}: the response up to the boundary",
     )
-    example_template: str = Field("An earlier attempt of the policy (reward {ret:g}):\n{text}", description="one ICC example; {ret}: its return")
+    example_template: str = Field(
+        "An earlier attempt of the policy (reward {ret:g}):\n{text}", description="one ICC example; {ret}: its return"
+    )
     no_examples: str = Field("No earlier attempt of the policy yet.", description="{examples} when the buffer is empty")
-    value_min: float = Field(0.0, description="lowest value the critic may answer (answers are clipped); keep to the env's reward range")
+    value_min: float = Field(
+        0.0, description="lowest value the critic may answer (answers are clipped); keep to the env's reward range"
+    )
     value_max: float = Field(1.0, description="highest value the critic may answer (answers are clipped)")
     critic_reward: Literal["squared", "absolute"] = Field("squared", description="r^c = -(V - R)^2 (ours) or -|V - R|")
-    segment_tokens: int = Field(0, ge=0, description="0: boundaries at turn starts only; n > 0: also every n tokens inside a turn (ours)")
+    segment_tokens: int = Field(
+        0, ge=0, description="0: boundaries at turn starts only; n > 0: also every n tokens inside a turn (ours)"
+    )
     max_boundaries: int = Field(4, ge=1, description="critic calls per actor row, the first boundaries (ours)")
     icc_examples: int = Field(2, ge=0, description="In-Context Conditioning examples per critic prompt (ours)")
     icc_buffer: int = Field(64, ge=1, description="the actor's recent episodes kept for In-Context Conditioning (ours)")
-    icc_chars: int = Field(400, ge=1, description="an ICC example keeps the last this many characters of its episode (ours)")
+    icc_chars: int = Field(
+        400, ge=1, description="an ICC example keeps the last this many characters of its episode (ours)"
+    )
     max_new_tokens: int = Field(128, ge=1, description="length cap of the critic's reasoning and value (ours)")
-    temperature: float = Field(1.0, ge=0.0, description="sampling temperature of the critic (ours: 1, so REINFORCE explores)")
+    temperature: float = Field(
+        1.0, ge=0.0, description="sampling temperature of the critic (ours: 1, so REINFORCE explores)"
+    )
     train_critic: bool = Field(True, description="append the critic's answers as trained rows (False: a frozen critic)")
 
     @model_validator(mode="after")
@@ -237,7 +290,13 @@ def icc_examples(buffer: list[dict[str, Any]], task_id: str, n: int) -> list[dic
 
 
 def _prefix(t: Trajectory, end: int) -> Trajectory:
-    return replace(t, token_ids_T=t.token_ids_T[:end], loss_mask_T=t.loss_mask_T[:end], rollout_logprobs_T=t.rollout_logprobs_T[:end], turns_N=[])
+    return replace(
+        t,
+        token_ids_T=t.token_ids_T[:end],
+        loss_mask_T=t.loss_mask_T[:end],
+        rollout_logprobs_T=t.rollout_logprobs_T[:end],
+        turns_N=[],
+    )
 
 
 def critic_row(actor: Trajectory, k: int, res: Any, reward: float, meta: dict[str, Any]) -> Trajectory:
@@ -251,10 +310,14 @@ def critic_row(actor: Trajectory, k: int, res: Any, reward: float, meta: dict[st
     )  # fmt: skip
 
 
-@register_filter("genac", config=GenacConfig, state=GenacState,
-                 status="interpretation",
-                 evidence="arXiv 2604.10701 read through summaries, no code: the value format, ICC context and "
-                          "critic reward are ours; 8 recorded choices; tests/algorithms/test_genac.py")
+@register_filter(
+    "genac",
+    config=GenacConfig,
+    state=GenacState,
+    status="interpretation",
+    evidence="arXiv 2604.10701 read through summaries, no code: the value format, ICC context and "
+    "critic reward are ours; 8 recorded choices; tests/algorithms/test_genac.py",
+)
 def genac_filter(groups: list[TrajectoryGroup], state: GenacState, cfg: GenacConfig) -> FilterResult:
     """GenAC, Generative Actor-Critic (Shan et al. 2026, arXiv 2604.10701): the critic reasons, then values.
 
@@ -266,15 +329,25 @@ def genac_filter(groups: list[TrajectoryGroup], state: GenacState, cfg: GenacCon
         return FilterResult(groups=[])
     services = bound_services(state, "genac")
     rows = [t for t in _rows(groups) if t.trainable and CRITIC_KEY not in t.info]
-    asks: list[tuple[Trajectory, int]] = [(t, b) for t in rows for b in boundaries(t, cfg.segment_tokens, cfg.max_boundaries)]
+    asks: list[tuple[Trajectory, int]] = [
+        (t, b) for t in rows for b in boundaries(t, cfg.segment_tokens, cfg.max_boundaries)
+    ]
     conversations = []
     for t, b in asks:
         shown = icc_examples(state.buffer, t.task_id, cfg.icc_examples)
-        examples = "\n\n".join(cfg.example_template.format(ret=e["return"], text=e["text"]) for e in shown) or cfg.no_examples
+        examples = (
+            "\n\n".join(cfg.example_template.format(ret=e["return"], text=e["text"]) for e in shown) or cfg.no_examples
+        )
         partial = services.transcript(_prefix(t, b), special_tokens=False) or "(nothing yet)"
         request = cfg.prompt.format(examples=examples, partial=partial, v_min=cfg.value_min, v_max=cfg.value_max)
         conversations.append(t.info["prompt_messages"] + [{"role": "user", "content": request}])
-    results = services.text_pass(conversations, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=state.next_seed()) if asks else []
+    results = (
+        services.text_pass(
+            conversations, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=state.next_seed()
+        )
+        if asks
+        else []
+    )
     extra: dict[str, list[Trajectory]] = {}
     for t in rows:
         t.info[ACTOR_KEY] = {"boundaries": [], "values": [], "texts": []}  # saved with the trajectories (agent-rl view)
@@ -290,7 +363,13 @@ def genac_filter(groups: list[TrajectoryGroup], state: GenacState, cfg: GenacCon
             extra.setdefault(t.group_id, []).append(critic_row(t, k, res, r, meta))
             rewards.append(r)
     for t in rows:  # the step's episodes condition the next steps' critic
-        state.buffer.append({"task_id": t.task_id, "text": services.transcript(t, special_tokens=False)[-cfg.icc_chars :], "return": float(t.reward)})
+        state.buffer.append(
+            {
+                "task_id": t.task_id,
+                "text": services.transcript(t, special_tokens=False)[-cfg.icc_chars :],
+                "return": float(t.reward),
+            }
+        )
     del state.buffer[: max(0, len(state.buffer) - cfg.icc_buffer)]
     out = [with_trajectories(g, g.trajectories_G + extra.get(g.group_id, [])) for g in groups]
     values = [v for t in rows for v in t.info[ACTOR_KEY]["values"] if v is not None]
@@ -304,6 +383,21 @@ def genac_filter(groups: list[TrajectoryGroup], state: GenacState, cfg: GenacCon
     return FilterResult(groups=out, metrics=metrics, means=frozenset({"genac/value_mean"}))
 
 
-record_choice("genac", "what In-Context Conditioning puts in the critic's context", "the actor's most recent finished episodes of earlier steps with their returns (icc_examples = 2 of a FIFO of 64, same task first, last 400 characters each)")
-record_choice("genac", "the critic model", "the policy itself, sampled through the run's backend (one set of weights; a separate critic model is not built)")
-record_choice("genac", "the SFT and REINFORCE pretraining stages", "no synthetic-trace SFT here; REINFORCE pretraining is a genac run with advantage train_actor: false (the actor's advantages 0), then the joint run")
+record_choice(
+    "genac",
+    "what In-Context Conditioning puts in the critic's context",
+    (
+        "the actor's most recent finished episodes of earlier steps with their returns (icc_examples = 2 of a FIFO "
+        "of 64, same task first, last 400 characters each)"
+    ),
+)
+record_choice(
+    "genac",
+    "the critic model",
+    "the policy itself, sampled through the run's backend (one set of weights; a separate critic model is not built)",
+)
+record_choice(
+    "genac",
+    "the SFT and REINFORCE pretraining stages",
+    "no synthetic-trace SFT here; REINFORCE pretraining is a genac run with advantage train_actor: false (the actor's advantages 0), then the joint run",
+)

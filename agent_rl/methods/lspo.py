@@ -36,13 +36,20 @@ class LspoConfig(ComponentConfig):
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         description="modules that get the scaffold adapter (last name component)",
     )
-    sft_steps: int = Field(4, ge=1, description="supervised AdamW steps on the cliffs' solutions per RL step (ours: 'brief')")
+    sft_steps: int = Field(
+        4, ge=1, description="supervised AdamW steps on the cliffs' solutions per RL step (ours: 'brief')"
+    )
     sft_lr: float = Field(5e-3, gt=0.0, description="learning rate of the scaffold's supervised steps (ours)")
     max_splice_frac: float = Field(
-        0.5, gt=0.0, le=1.0, description="at most this share of a cliff group's rows are replaced by scaffold successes (ours)"
+        0.5,
+        gt=0.0,
+        le=1.0,
+        description="at most this share of a cliff group's rows are replaced by scaffold successes (ours)",
     )
     success_threshold: float = Field(0.5, description="a rollout succeeded when reward > this")
-    is_cap: float = Field(2.0, gt=0.0, description="cap of the token-level truncated weight pi_base / pi_adapter (ours)")
+    is_cap: float = Field(
+        2.0, gt=0.0, description="cap of the token-level truncated weight pi_base / pi_adapter (ours)"
+    )
 
 
 class LspoState:
@@ -57,9 +64,13 @@ class LspoState:
 
     def bind(self, run: RunAPI, cfg: Any = None) -> None:
         if run.facts.lora:
-            raise ValueError("algorithm.filters lspo: learner.lora is set; lspo's scaffold adapter needs a full-weight policy (unset learner.lora)")
+            raise ValueError(
+                "algorithm.filters lspo: learner.lora is set; lspo's scaffold adapter needs a full-weight policy (unset learner.lora)"
+            )
         if not run.facts.local_policy:
-            raise ValueError("algorithm.filters lspo: needs the policy in this process (learner.world_size=1, no Ray learner group)")
+            raise ValueError(
+                "algorithm.filters lspo: needs the policy in this process (learner.world_size=1, no Ray learner group)"
+            )
         self.run = run
 
     def state_dict(self) -> dict[str, Any]:
@@ -95,15 +106,21 @@ def lspo_loss_options(cfg: LspoConfig) -> dict[str, object]:
     return {"rollout_is": {"level": "token", "mode": "truncate", "threshold": cfg.is_cap}}
 
 
-@register_filter("lspo", config=LspoConfig, state=LspoState, loss_options=lspo_loss_options,
-                 status="interpretation",
-                 evidence="paper text not found: built from the seed's abstract (003); rank, alpha, SFT steps, "
-                          "splice share and IS cap are ours; 6 recorded choices; tests/algorithms/test_lspo.py")
+@register_filter(
+    "lspo",
+    config=LspoConfig,
+    state=LspoState,
+    loss_options=lspo_loss_options,
+    status="interpretation",
+    evidence="paper text not found: built from the seed's abstract (003); rank, alpha, SFT steps, "
+    "splice share and IS cap are ours; 6 recorded choices; tests/algorithms/test_lspo.py",
+)
 def lspo(groups: list[TrajectoryGroup], state: LspoState, cfg: LspoConfig) -> FilterResult:
     """LSPO, LoRA Scaffolded Policy Optimization (seed 003): all-fail groups get re-rolls by base + a scaffold adapter.
 
     The paper's text was not found: the mechanism follows the seed's abstract; every open choice is
-    ours (``record_choice`` below, "Choices we made" in docs/objectives.md). Each step: cliffs = groups whose valid rewards are all <= ``success_threshold``. For them the env's
+    ours (``record_choice`` below, "Choices we made" in docs/objectives.md). Each step: cliffs = groups whose valid
+    rewards are all <= ``success_threshold``. For them the env's
     scripted SFT teacher plays the same tasks (same env seed and options): its successful episodes
     are the ground-truth solutions. A copy of the current policy gets a LoRA adapter (rank ``rank``,
     alpha ``alpha``; the previous step's adapter weights if no checkpoint happened since, else fresh)
@@ -128,18 +145,28 @@ def lspo(groups: list[TrajectoryGroup], state: LspoState, cfg: LspoConfig) -> Fi
     seed = derive_seed("lspo", run.facts.seed, state.steps)
     # ground truth: the env's scripted teacher on the cliffs' tasks, its successful episodes one group each
     solved = run.play([EpisodeSpec.replay(g.trajectories_G[0], g.group_id) for g in cliffs], seed, player="teacher")
-    demos = [TrajectoryGroup(t.task_id, t.group_id, [t]) for t in solved if t.trainable and t.reward is not None and t.reward > cfg.success_threshold]
+    demos = [
+        TrajectoryGroup(t.task_id, t.group_id, [t])
+        for t in solved
+        if t.trainable and t.reward is not None and t.reward > cfg.success_threshold
+    ]
     metrics["lspo/solutions"] = float(len(demos))
     if not demos:
         return FilterResult(groups, 0, metrics, means, levels)
     spec = AdapterSpec("lspo_scaffold", cfg.rank, cfg.alpha, tuple(cfg.target_modules), cfg.sft_steps, cfg.sft_lr)
     model, losses, state.adapter = run.fit_adapter(demos, state.adapter, spec)
     metrics["lspo/sft_loss_first"], metrics["lspo/sft_loss_last"] = losses[0], losses[-1]
-    rerolls = run.play([EpisodeSpec.replay(g.trajectories_G[0], g.group_id) for g in cliffs for _ in g.trajectories_G], seed, player=model)
+    rerolls = run.play(
+        [EpisodeSpec.replay(g.trajectories_G[0], g.group_id) for g in cliffs for _ in g.trajectories_G],
+        seed,
+        player=model,
+    )
     by_group: dict[str, list[Trajectory]] = {}
     for t in rerolls:
         by_group.setdefault(t.group_id, []).append(t)
-    metrics["lspo/reroll_success"] = sum(t.reward is not None and t.reward > cfg.success_threshold for t in rerolls) / max(len(rerolls), 1)
+    metrics["lspo/reroll_success"] = sum(
+        t.reward is not None and t.reward > cfg.success_threshold for t in rerolls
+    ) / max(len(rerolls), 1)
     cliff_ids, out, spliced = {id(g) for g in cliffs}, [], 0
     for g in groups:
         if id(g) in cliff_ids:
@@ -151,9 +178,36 @@ def lspo(groups: list[TrajectoryGroup], state: LspoState, cfg: LspoConfig) -> Fi
     return FilterResult(out, 0, metrics, means, levels)
 
 
-record_choice("lspo", "paper text", "not found (searched 'LoRA Scaffolded Policy Optimization LSPO cliff'); the seed abstract's mechanism, our choices below")
-record_choice("lspo", "ground-truth solutions", "the env's scripted SFT teacher on the same task (env seed and options), successful episodes only")
-record_choice("lspo", "the adapter", "LoRA rank 8, alpha 16 on all attention and MLP projections of a copy of the current policy; its weights carry over between steps and are dropped at each checkpoint")
-record_choice("lspo", "the 'brief supervised step'", "4 AdamW NLL steps at lr 5e-3 on the step's solutions (one batch), grad clip 1")
-record_choice("lspo", "splicing", "successful re-rolls replace the cliff's last rows, at most half the group, so it keeps failures and a nonzero advantage")
-record_choice("lspo", "importance sampling", "token-level min(pi_base / pi_adapter, 2) through loss_options.rollout_is (pi_base = the learner's pi_old)")
+record_choice(
+    "lspo",
+    "paper text",
+    "not found (searched 'LoRA Scaffolded Policy Optimization LSPO cliff'); the seed abstract's mechanism, our choices below",
+)
+record_choice(
+    "lspo",
+    "ground-truth solutions",
+    "the env's scripted SFT teacher on the same task (env seed and options), successful episodes only",
+)
+record_choice(
+    "lspo",
+    "the adapter",
+    (
+        "LoRA rank 8, alpha 16 on all attention and MLP projections of a copy of the current policy; its weights "
+        "carry over between steps and are dropped at each checkpoint"
+    ),
+)
+record_choice(
+    "lspo",
+    "the 'brief supervised step'",
+    "4 AdamW NLL steps at lr 5e-3 on the step's solutions (one batch), grad clip 1",
+)
+record_choice(
+    "lspo",
+    "splicing",
+    "successful re-rolls replace the cliff's last rows, at most half the group, so it keeps failures and a nonzero advantage",
+)
+record_choice(
+    "lspo",
+    "importance sampling",
+    "token-level min(pi_base / pi_adapter, 2) through loss_options.rollout_is (pi_base = the learner's pi_old)",
+)

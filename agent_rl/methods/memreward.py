@@ -115,8 +115,15 @@ def knn_edges(query_QD: Tensor, num_memory: int, k: int) -> Tensor:
     return torch.tensor([src, dst], dtype=torch.long).reshape(2, -1)
 
 
-def build_graph(query_QD: Tensor, think_RD: Tensor, answer_RD: Tensor, query_of_R: Tensor, features_RF: Tensor,
-                num_memory: int, k: int) -> RolloutGraph:
+def build_graph(
+    query_QD: Tensor,
+    think_RD: Tensor,
+    answer_RD: Tensor,
+    query_of_R: Tensor,
+    features_RF: Tensor,
+    num_memory: int,
+    k: int,
+) -> RolloutGraph:
     """The heterogeneous graph of the module docstring."""
     rollouts = torch.arange(think_RD.shape[0])
     generates = torch.stack([query_of_R, rollouts])
@@ -180,7 +187,16 @@ class HeteroLayer(nn.Module):
 class MemRewardGNN(nn.Module):
     """Projections per node type, ``num_layers`` hetero layers, the scaled dot-product scorer."""
 
-    def __init__(self, embed_dim: int, feature_dim: int, hidden_dim: int, num_layers: int, heads: int, dropout: float, dot_dim: int):
+    def __init__(
+        self,
+        embed_dim: int,
+        feature_dim: int,
+        hidden_dim: int,
+        num_layers: int,
+        heads: int,
+        dropout: float,
+        dot_dim: int,
+    ):
         super().__init__()
         self.dot_dim = dot_dim
         self.proj = nn.ModuleDict({t: nn.Linear(embed_dim, hidden_dim) for t in NODE_TYPES})
@@ -219,9 +235,19 @@ NUM_FEATURES = 3
 
 
 class MemRewardConfig(ComponentConfig):
-    hidden_fraction: float = Field(0.8, ge=0.0, le=1.0, description="fraction of tasks whose label is hidden (paper: 20% labelled)")
-    warmup_steps: int = Field(1, ge=1, description="steps whose labelled rollouts fill the memory before the first fit (1: the initial policy's)")
-    refit_every: int = Field(1, ge=0, description="refit on the grown memory every this many steps after the first fit; 0: memory and GNN frozen after warmup (the paper)")
+    hidden_fraction: float = Field(
+        0.8, ge=0.0, le=1.0, description="fraction of tasks whose label is hidden (paper: 20% labelled)"
+    )
+    warmup_steps: int = Field(
+        1,
+        ge=1,
+        description="steps whose labelled rollouts fill the memory before the first fit (1: the initial policy's)",
+    )
+    refit_every: int = Field(
+        1,
+        ge=0,
+        description="refit on the grown memory every this many steps after the first fit; 0: memory and GNN frozen after warmup (the paper)",
+    )
     memory_size: int = Field(4096, ge=1, description="labelled rollouts kept (oldest dropped first) (ours)")
     knn: int = Field(7, ge=1, description="memory queries each query receives from (authors' code: 7)")
     hidden_dim: int = Field(512, ge=1, description="GNN width (authors' code)")
@@ -232,12 +258,22 @@ class MemRewardConfig(ComponentConfig):
     epochs: int = Field(150, ge=1, description="Adam steps of the first fit (authors' code: 150, lr 1e-3)")
     refit_epochs: int = Field(30, ge=1, description="Adam steps of each refit, from the current weights (ours)")
     lr: float = Field(1e-3, gt=0.0, description="Adam learning rate (authors' code)")
-    threshold: float = Field(0.5, ge=0.0, le=1.0, description="predicted reward = 1 when p > threshold (authors' code: 0.5)")
+    threshold: float = Field(
+        0.5, ge=0.0, le=1.0, description="predicted reward = 1 when p > threshold (authors' code: 0.5)"
+    )
     soft: bool = Field(False, description="predicted reward = p instead of 1[p > threshold] (ours)")
-    positive_above: float = Field(0.0, description="a labelled rollout is positive when its reward > this (authors' code: > 0)")
-    embed_path: str | None = Field(None, description="hf model whose mean-pooled last hidden state embeds texts; None: model.path (the initial policy)")
+    positive_above: float = Field(
+        0.0, description="a labelled rollout is positive when its reward > this (authors' code: > 0)"
+    )
+    embed_path: str | None = Field(
+        None,
+        description="hf model whose mean-pooled last hidden state embeds texts; None: model.path (the initial policy)",
+    )
     embed_max_tokens: int = Field(512, ge=1, description="texts are cut to this many tokens before embedding (ours)")
-    answer_delimiters: list[str] = Field(default_factory=lambda: ["####", "</think>"], description="reasoning / answer split at the last occurrence of the first present one")
+    answer_delimiters: list[str] = Field(
+        default_factory=lambda: ["####", "</think>"],
+        description="reasoning / answer split at the last occurrence of the first present one",
+    )
 
 
 def label_hidden(task_id: str, fraction: float) -> bool:
@@ -304,7 +340,9 @@ class HiddenStateEmbedder:
                                  truncation=True, max_length=self.max_tokens).to(self.device)  # fmt: skip
             h_BTD = self.model(**enc).last_hidden_state.float()
             mask_BT1 = enc["attention_mask"].unsqueeze(-1).float()
-            out.append(torch.nn.functional.normalize((h_BTD * mask_BT1).sum(1) / mask_BT1.sum(1).clamp(min=1), dim=-1).cpu())
+            out.append(
+                torch.nn.functional.normalize((h_BTD * mask_BT1).sum(1) / mask_BT1.sum(1).clamp(min=1), dim=-1).cpu()
+            )
         return torch.cat(out)
 
 
@@ -331,8 +369,12 @@ class MemRewardState:
     def embedder(self, cfg: MemRewardConfig) -> Callable[[list[str]], torch.Tensor]:
         if self.embed is None:
             if self.run is None:
-                raise ValueError("filter 'memreward' needs an embedder: its state's bind(run, cfg) (the trainer calls it) or state.embed")
-            self.embed = HiddenStateEmbedder(cfg.embed_path or self.run.facts.model_path, self.run.facts.device, cfg.embed_max_tokens)
+                raise ValueError(
+                    "filter 'memreward' needs an embedder: its state's bind(run, cfg) (the trainer calls it) or state.embed"
+                )
+            self.embed = HiddenStateEmbedder(
+                cfg.embed_path or self.run.facts.model_path, self.run.facts.device, cfg.embed_max_tokens
+            )
         return self.embed
 
     def device(self) -> str:
@@ -349,7 +391,9 @@ class MemRewardState:
         self.queries = {k: v for k, v in self.queries.items() if k in kept}
 
     def state_dict(self) -> dict[str, Any]:
-        model = None if self.model is None else {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+        model = (
+            None if self.model is None else {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+        )
         return {"steps": self.steps, "fits": self.fits, "queries": self.queries, "rollouts": self.rollouts,
                 "model_args": self.model_args, "model": model}  # fmt: skip
 
@@ -363,10 +407,14 @@ class MemRewardState:
             self.model.to(self.device())
 
 
-def _encode(groups: list[TrajectoryGroup], state: MemRewardState, cfg: MemRewardConfig) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
+def _encode(
+    groups: list[TrajectoryGroup], state: MemRewardState, cfg: MemRewardConfig
+) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
     """Query embeddings by task id, and one memory row per scored rollout (label from its reward)."""
     if state.transcript is None:
-        raise ValueError("filter 'memreward' needs the run's transcripts: its state's bind(run, cfg) (the trainer calls it)")
+        raise ValueError(
+            "filter 'memreward' needs the run's transcripts: its state's bind(run, cfg) (the trainer calls it)"
+        )
     queries, scored, thinks, answers, features = [], [], [], [], []
     for g in groups:
         prompt = g.trajectories_G[0].info.get("prompt_messages") or []
@@ -384,16 +432,22 @@ def _encode(groups: list[TrajectoryGroup], state: MemRewardState, cfg: MemReward
     return {g.task_id: vectors[j] for j, g in enumerate(groups)}, out
 
 
-def _graph(state: MemRewardState, new_queries: dict[str, torch.Tensor], new_rows: list[dict[str, Any]], cfg: MemRewardConfig):
+def _graph(
+    state: MemRewardState, new_queries: dict[str, torch.Tensor], new_rows: list[dict[str, Any]], cfg: MemRewardConfig
+):
     """Memory queries first (in memory order), then the new ones; rollouts likewise."""
     ids = list(state.queries) + [k for k in new_queries if k not in state.queries]
     index = {k: i for i, k in enumerate(ids)}
     query_QD = torch.stack([state.queries.get(k, new_queries.get(k)) for k in ids])
     rows = state.rollouts + new_rows
     g = build_graph(
-        query_QD, torch.stack([r["think"] for r in rows]), torch.stack([r["answer"] for r in rows]),
-        torch.tensor([index[r["task_id"]] for r in rows], dtype=torch.long), torch.stack([r["features"] for r in rows]),
-        num_memory=len(state.queries), k=cfg.knn,
+        query_QD,
+        torch.stack([r["think"] for r in rows]),
+        torch.stack([r["answer"] for r in rows]),
+        torch.tensor([index[r["task_id"]] for r in rows], dtype=torch.long),
+        torch.stack([r["features"] for r in rows]),
+        num_memory=len(state.queries),
+        k=cfg.knn,
     )
     return g.to(state.device())
 
@@ -404,27 +458,43 @@ def _fit(state: MemRewardState, cfg: MemRewardConfig) -> list[float]:
     with torch.random.fork_rng():
         torch.manual_seed(state.seed())
         if state.model is None:
-            state.model_args = (g.x["query"].shape[1], NUM_FEATURES, cfg.hidden_dim, cfg.num_layers, cfg.heads, cfg.dropout, cfg.dot_dim)
+            state.model_args = (
+                g.x["query"].shape[1],
+                NUM_FEATURES,
+                cfg.hidden_dim,
+                cfg.num_layers,
+                cfg.heads,
+                cfg.dropout,
+                cfg.dot_dim,
+            )
             state.model = MemRewardGNN(*state.model_args).to(state.device())
         epochs = cfg.epochs if state.fits == 0 else cfg.refit_epochs
-        losses = fit(state.model, g, torch.tensor([r["label"] for r in state.rollouts], device=state.device()), epochs, cfg.lr)
+        losses = fit(
+            state.model, g, torch.tensor([r["label"] for r in state.rollouts], device=state.device()), epochs, cfg.lr
+        )
     state.fits += 1
     return losses
 
 
 @torch.no_grad()
-def predict(state: MemRewardState, new_queries: dict[str, torch.Tensor], new_rows: list[dict[str, Any]], cfg: MemRewardConfig) -> torch.Tensor:
+def predict(
+    state: MemRewardState, new_queries: dict[str, torch.Tensor], new_rows: list[dict[str, Any]], cfg: MemRewardConfig
+) -> torch.Tensor:
     """p of each new row, its query attached to the memory by similarity."""
     assert state.model is not None
     state.model.eval()
     return torch.sigmoid(state.model(_graph(state, new_queries, new_rows, cfg)))[len(state.rollouts) :].cpu()
 
 
-@register_filter("memreward", config=MemRewardConfig, state=MemRewardState,
-                 status="interpretation",
-                 evidence="graph, GNN and defaults from the authors' code (ulab-uiuc/MemReward), but the memory "
-                          "grows online and the embedder differs; 5 recorded choices; "
-                          "tests/algorithms/test_memreward.py")
+@register_filter(
+    "memreward",
+    config=MemRewardConfig,
+    state=MemRewardState,
+    status="interpretation",
+    evidence="graph, GNN and defaults from the authors' code (ulab-uiuc/MemReward), but the memory "
+    "grows online and the embedder differs; 5 recorded choices; "
+    "tests/algorithms/test_memreward.py",
+)
 def memreward(groups: list[TrajectoryGroup], state: MemRewardState, cfg: MemRewardConfig) -> FilterResult:
     """MemReward (arXiv 2603.19310): ground-truth rewards on labelled tasks, GNN-predicted ones elsewhere.
 
@@ -446,7 +516,11 @@ def memreward(groups: list[TrajectoryGroup], state: MemRewardState, cfg: MemRewa
         queries, rows = _encode(labelled, state, cfg)
         state.remember([{k: v for k, v in r.items() if k != "row"} for r in rows], queries, cfg)
     since = state.steps - cfg.warmup_steps - 1  # steps since the first fit's step
-    if state.steps > cfg.warmup_steps and state.rollouts and (state.model is None or (cfg.refit_every and since % cfg.refit_every == 0)):
+    if (
+        state.steps > cfg.warmup_steps
+        and state.rollouts
+        and (state.model is None or (cfg.refit_every and since % cfg.refit_every == 0))
+    ):
         losses = _fit(state, cfg)
         metrics.update({"memreward/fit_loss_first": losses[0], "memreward/fit_loss_last": losses[-1]})
     metrics["memreward/memory_rollouts"] = float(len(state.rollouts))
@@ -462,12 +536,20 @@ def memreward(groups: list[TrajectoryGroup], state: MemRewardState, cfg: MemRewa
             correct += float((p_r > cfg.threshold) == bool(r["label"]))  # the hidden label, read only here
             r["row"].reward = r_hat
             r["row"].info["memreward_p"] = p_r
-        metrics.update({"memreward/accuracy": correct / max(len(rows), 1), "memreward/predicted_mean": float(p.mean()) if len(p) else 0.0})
+        metrics.update(
+            {
+                "memreward/accuracy": correct / max(len(rows), 1),
+                "memreward/predicted_mean": float(p.mean()) if len(p) else 0.0,
+            }
+        )
     return FilterResult(groups=groups, metrics=metrics, means=means, levels=levels)
 
 
 record_choice("memreward", "which tasks have no label",
-              "a fixed hidden_fraction of tasks (0.8, the paper's 20% labels), by sha256('memreward:' + task_id): the same tasks in every step and run")  # fmt: skip
+              (
+                  "a fixed hidden_fraction of tasks (0.8, the paper's 20% labels), by sha256('memreward:' + "
+                  "task_id): the same tasks in every step and run"
+              ))  # fmt: skip
 record_choice("memreward", "where the memory comes from",
               "the paper fills it offline with the initial policy's rollouts of all labelled queries; here the labelled rollouts of the first "
               "warmup_steps steps (1: the initial policy's), then (refit_every 1) those of every later step, FIFO capped at memory_size 4096, "

@@ -58,7 +58,9 @@ from agent_rl.core.types import TrajectoryGroup
 
 
 class OmniOpdAuditConfig(ComponentConfig):
-    teacher_path: str = Field(description="the teacher that writes continuations: a checkpoint DIR or openai:http://HOST:PORT/v1[#MODEL] (required)")
+    teacher_path: str = Field(
+        description="the teacher that writes continuations: a checkpoint DIR or openai:http://HOST:PORT/v1[#MODEL] (required)"
+    )
     chunks: int = Field(2, ge=1, description="M: audited chunks per row (ours)")
     chunk_tokens: int = Field(4, ge=1, description="C: tokens per chunk (ours)")
     samples: int = Field(4, ge=1, description="N: teacher continuations per chunk (ours)")
@@ -69,7 +71,9 @@ class OmniOpdAuditConfig(ComponentConfig):
     @classmethod
     def _teacher(cls, v: str) -> str:
         if not v.startswith("openai:") and not Path(v).is_dir():
-            raise ValueError(f"teacher_path {v!r} is neither a checkpoint directory nor openai:http://HOST:PORT/v1[#MODEL]")
+            raise ValueError(
+                f"teacher_path {v!r} is neither a checkpoint directory nor openai:http://HOST:PORT/v1[#MODEL]"
+            )
         return v
 
 
@@ -112,7 +116,9 @@ class OmniOpdState:
 
     def bind(self, run: RunAPI, cfg: Any = None) -> None:
         if not run.facts.local_policy:
-            raise ValueError("algorithm.filters omni_opd: needs the policy in this process (learner.world_size=1, no Ray learner group)")
+            raise ValueError(
+                "algorithm.filters omni_opd: needs the policy in this process (learner.world_size=1, no Ray learner group)"
+            )
         self.run = run
 
     def state_dict(self) -> dict[str, Any]:
@@ -122,11 +128,15 @@ class OmniOpdState:
         self.calls = int(state.get("calls", 0))
 
 
-@register_filter("omni_opd", config=OmniOpdAuditConfig, state=OmniOpdState,
-                 status="interpretation",
-                 evidence="anchors, k_sem and phi from a third-party reimplementation (benyucong/verl), the "
-                          "abstract names the parts only; M, C, N ours; 7 recorded choices; "
-                          "tests/algorithms/test_omni_opd.py")
+@register_filter(
+    "omni_opd",
+    config=OmniOpdAuditConfig,
+    state=OmniOpdState,
+    status="interpretation",
+    evidence="anchors, k_sem and phi from a third-party reimplementation (benyucong/verl), the "
+    "abstract names the parts only; M, C, N ours; 7 recorded choices; "
+    "tests/algorithms/test_omni_opd.py",
+)
 def omni_opd(groups: list[TrajectoryGroup], state: OmniOpdState, cfg: OmniOpdAuditConfig) -> FilterResult:
     """OmniOPD's chunk audit (arXiv 2606.01476): anchors at peak student entropy, k_sem from N teacher continuations.
 
@@ -150,9 +160,16 @@ def omni_opd(groups: list[TrajectoryGroup], state: OmniOpdState, cfg: OmniOpdAud
         for c, a in enumerate(anchors):
             student = services.decode(t.token_ids_T[a : a + cfg.chunk_tokens])
             seed = cfg.seed + 1_000_003 * state.calls + 1009 * b + c
-            texts = state.teacher.continuations(list(t.token_ids_T[:a]), cfg.samples, cfg.chunk_tokens, cfg.temperature, seed)
+            texts = state.teacher.continuations(
+                list(t.token_ids_T[:a]), cfg.samples, cfg.chunk_tokens, cfg.temperature, seed
+            )
             k_sem.append(float(sum(similarity(student, x) for x in texts)))
-        t.info["omni_opd"] = {"anchors": anchors, "k_sem": k_sem, "samples": cfg.samples, "chunk_tokens": cfg.chunk_tokens}
+        t.info["omni_opd"] = {
+            "anchors": anchors,
+            "k_sem": k_sem,
+            "samples": cfg.samples,
+            "chunk_tokens": cfg.chunk_tokens,
+        }
         audited += len(anchors)
         k_total += sum(k_sem)
     state.calls += 1
@@ -160,11 +177,40 @@ def omni_opd(groups: list[TrajectoryGroup], state: OmniOpdState, cfg: OmniOpdAud
     return FilterResult(groups, 0, metrics, means=frozenset({"omni_opd/k_sem_mean"}))
 
 
-record_choice("omni_opd", "formulas' source", "the abstract (arXiv 2606.01476) names chunk-level MC teacher rollouts, semantic similarity, a peak-entropy scheduler, a Dirichlet-Multinomial prior and a base-model KL anchor; the formulas (anchor selection, k_sem = sum of phi, the smoothed target, L_chunk + beta L_KL) come from a third-party reimplementation (benyucong/verl, omniopd_*.py), not from the paper's text or the authors' code")
-record_choice("omni_opd", "the similarity phi", "normalised character edit distance, 1 - lev(a, b) / max(|a|, |b|), as that reimplementation (the paper says 'continuous semantic similarity metric')")
-record_choice("omni_opd", "M, C, N (chunks, tokens per chunk, samples)", "ours: 2, 4, 4 (sized for the tiny models; the paper's values are not in the excerpts)")
-record_choice("omni_opd", "where a chunk may start", "only spans of C generated tokens inside one assistant turn (the loss mask); entropy ties go to the earlier token")
-record_choice("omni_opd", "the served teacher's prompt", "the student's text of the prefix (special tokens kept) to POST /v1/completions with n = N, max_tokens = C: any completions server, its tokenizer may differ; a local checkpoint must share the student's tokenizer and gets the ids")
+record_choice(
+    "omni_opd",
+    "formulas' source",
+    (
+        "the abstract (arXiv 2606.01476) names chunk-level MC teacher rollouts, semantic similarity, a "
+        "peak-entropy scheduler, a Dirichlet-Multinomial prior and a base-model KL anchor; the formulas (anchor "
+        "selection, k_sem = sum of phi, the smoothed target, L_chunk + beta L_KL) come from a third-party "
+        "reimplementation (benyucong/verl, omniopd_*.py), not from the paper's text or the authors' code"
+    ),
+)
+record_choice(
+    "omni_opd",
+    "the similarity phi",
+    "normalised character edit distance, 1 - lev(a, b) / max(|a|, |b|), as that reimplementation (the paper says 'continuous semantic similarity metric')",
+)
+record_choice(
+    "omni_opd",
+    "M, C, N (chunks, tokens per chunk, samples)",
+    "ours: 2, 4, 4 (sized for the tiny models; the paper's values are not in the excerpts)",
+)
+record_choice(
+    "omni_opd",
+    "where a chunk may start",
+    "only spans of C generated tokens inside one assistant turn (the loss mask); entropy ties go to the earlier token",
+)
+record_choice(
+    "omni_opd",
+    "the served teacher's prompt",
+    (
+        "the student's text of the prefix (special tokens kept) to POST /v1/completions with n = N, max_tokens = "
+        "C: any completions server, its tokenizer may differ; a local checkpoint must share the student's "
+        "tokenizer and gets the ids"
+    ),
+)
 
 
 def audit_tensor(ctx: NeedContext) -> torch.Tensor:
@@ -183,15 +229,25 @@ def audit_tensor(ctx: NeedContext) -> torch.Tensor:
     return out.to(ctx.batch.loss_mask_BT.device)
 
 
-register_need("omni_opd_chunks", "OmniOPD's audited chunks of each row (index, k_sem, N per token)", compute=audit_tensor)
+register_need(
+    "omni_opd_chunks", "OmniOPD's audited chunks of each row (index, k_sem, N per token)", compute=audit_tensor
+)
 
 
 class OmniOpdConfig(ComponentConfig):
-    alpha: float = Field(1.0, gt=0.0, description="strength of the Dirichlet-Multinomial prior centred on the student's pi_bar (reimplementation's default)")
-    beta: float = Field(0.1, ge=0.0, description="weight of the base-model KL anchor on unaudited tokens (reimplementation's default)")
+    alpha: float = Field(
+        1.0,
+        gt=0.0,
+        description="strength of the Dirichlet-Multinomial prior centred on the student's pi_bar (reimplementation's default)",
+    )
+    beta: float = Field(
+        0.1, ge=0.0, description="weight of the base-model KL anchor on unaudited tokens (reimplementation's default)"
+    )
 
 
-def chunk_targets(logprobs_BT: torch.Tensor, chunks_BT3: torch.Tensor, alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
+def chunk_targets(
+    logprobs_BT: torch.Tensor, chunks_BT3: torch.Tensor, alpha: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(pi_hat_BT, audited_BT): each audited token's chunk target (detached), and where chunks are."""
     idx_BT = chunks_BT3[..., 0].long()
     audited_BT = idx_BT >= 0
@@ -207,10 +263,15 @@ def chunk_targets(logprobs_BT: torch.Tensor, chunks_BT3: torch.Tensor, alpha: fl
     return pi_hat_BT.to(logprobs_BT.dtype), audited_BT
 
 
-@register_policy_loss("omni_opd", config=OmniOpdConfig, needs={"omni_opd_chunks", "ref_logprobs"}, with_filters=("omni_opd",),
-                      status="interpretation",
-                      evidence="formulas from a third-party reimplementation (benyucong/verl omniopd_*.py), the "
-                               "abstract names the parts only; 7 recorded choices; tests/algorithms/test_omni_opd.py")
+@register_policy_loss(
+    "omni_opd",
+    config=OmniOpdConfig,
+    needs={"omni_opd_chunks", "ref_logprobs"},
+    with_filters=("omni_opd",),
+    status="interpretation",
+    evidence="formulas from a third-party reimplementation (benyucong/verl omniopd_*.py), the "
+    "abstract names the parts only; 7 recorded choices; tests/algorithms/test_omni_opd.py",
+)
 def omni_opd_loss(x: LossInputs, cfg: OmniOpdConfig) -> LossOutput:
     """OmniOPD logit-free on-policy distillation (Zhou et al. 2026, arXiv 2606.01476).
 
@@ -239,5 +300,19 @@ def omni_opd_loss(x: LossInputs, cfg: OmniOpdConfig) -> LossOutput:
     return LossOutput(loss_BT=loss_BT, metrics=metrics)
 
 
-record_choice("omni_opd", "the base-model KL anchor", "k3 on the sampled token against the run's frozen initial policy (the reimplementation takes the exact full-vocabulary KL(pi_base || pi)); beta 0.1, on generated tokens outside every audited chunk")
-record_choice("omni_opd", "reduction", "per-token losses through algorithm.aggregation (token_mean by default); the reimplementation sums (it notes token-mean changes the step size with the audited fraction)")
+record_choice(
+    "omni_opd",
+    "the base-model KL anchor",
+    (
+        "k3 on the sampled token against the run's frozen initial policy (the reimplementation takes the exact "
+        "full-vocabulary KL(pi_base || pi)); beta 0.1, on generated tokens outside every audited chunk"
+    ),
+)
+record_choice(
+    "omni_opd",
+    "reduction",
+    (
+        "per-token losses through algorithm.aggregation (token_mean by default); the reimplementation sums (it "
+        "notes token-mean changes the step size with the audited fraction)"
+    ),
+)

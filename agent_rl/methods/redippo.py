@@ -46,9 +46,14 @@ from agent_rl.algorithms.registry import (
 
 class RedippoConfig(GaeConfig):
     advantage_critic: Literal["reference", "standard"] = Field(
-        "reference", description="which critic's GAE the policy's advantages come from (ours: the reference-guided one, the 'more accurate value estimation')"
+        "reference",
+        description="which critic's GAE the policy's advantages come from (ours: the reference-guided one, the 'more accurate value estimation')",
     )
-    strength: float = Field(1.0, ge=0.0, description="lambda of w_t = clip(1 + lambda (d_t / mean d - 1), w_min, w_max) (ours; 0: no reweighting)")
+    strength: float = Field(
+        1.0,
+        ge=0.0,
+        description="lambda of w_t = clip(1 + lambda (d_t / mean d - 1), w_min, w_max) (ours; 0: no reweighting)",
+    )
     w_min: float = Field(0.5, ge=0.0, le=1.0, description="lower bound of the token weight (ours)")
     w_max: float = Field(2.0, ge=1.0, description="upper bound of the token weight (ours)")
 
@@ -78,11 +83,15 @@ register_need(
 )
 
 
-@register_advantage("redippo", config=RedippoConfig, needs={"values", "privileged_values"},
-                    status="interpretation",
-                    evidence="from the abstract of arXiv 2607.27631 only (text and code cii030/ReDiPPO not "
-                             "available); the reweighting function and its defaults are ours; 4 recorded choices; "
-                             "tests/algorithms/test_redippo.py")
+@register_advantage(
+    "redippo",
+    config=RedippoConfig,
+    needs={"values", "privileged_values"},
+    status="interpretation",
+    evidence="from the abstract of arXiv 2607.27631 only (text and code cii030/ReDiPPO not "
+    "available); the reweighting function and its defaults are ours; 4 recorded choices; "
+    "tests/algorithms/test_redippo.py",
+)
 def redippo(x: AdvantageInputs, cfg: RedippoConfig) -> AdvantageOutput:
     """ReDiPPO: reference-guided critic, discrepancy-aware PPO (Zhang et al. 2026, arXiv 2607.27631).
 
@@ -91,7 +100,9 @@ def redippo(x: AdvantageInputs, cfg: RedippoConfig) -> AdvantageOutput:
     """
     v_std_BT = require(x, "values_BT", "redippo")
     if "privileged_values" not in x.extras:
-        raise ValueError("'redippo' needs the privileged critic's values (need privileged_values), which the caller did not provide")
+        raise ValueError(
+            "'redippo' needs the privileged critic's values (need privileged_values), which the caller did not provide"
+        )
     mask_BT = x.loss_mask_BT
     v_ref_BT = x.extras["privileged_values"].to(v_std_BT.dtype) * mask_BT.to(v_std_BT.dtype)
     gcfg = cfg.gae_config()
@@ -115,7 +126,33 @@ def redippo(x: AdvantageInputs, cfg: RedippoConfig) -> AdvantageOutput:
     )
 
 
-record_choice("redippo", "the reweighting function of the discrepancy", "not in any text we could read (arXiv 2607.27631 abstract only; cii030/ReDiPPO not available); ours: w_t = clip(1 + strength (d_t / mean_batch d - 1), w_min, w_max), strength 1, [0.5, 2]; mean one over the batch's loss tokens before clipping; w = 1 when the critics agree everywhere")
-record_choice("redippo", "which critic gives the advantages", "the reference-guided one by default (GAE(V_ref), the 'more accurate value estimation'); advantage_critic: standard uses GAE(V_std); the standard critic gives only the discrepancy then")
-record_choice("redippo", "the reference answer the critic reads", "the env's teacher_context (Arithmetic: 'Verified solution: EXPR = N'), spliced as one more user message as the sdpo / opsd teacher gets it")
-record_choice("redippo", "the critics' targets", "each its own GAE returns (critic_lam, default lam), the same clipped value loss and learner.critic settings; both start from model.path (or learner.critic.path) with a zero head")
+record_choice(
+    "redippo",
+    "the reweighting function of the discrepancy",
+    (
+        "not in any text we could read (arXiv 2607.27631 abstract only; cii030/ReDiPPO not available); ours: w_t = "
+        "clip(1 + strength (d_t / mean_batch d - 1), w_min, w_max), strength 1, [0.5, 2]; mean one over the "
+        "batch's loss tokens before clipping; w = 1 when the critics agree everywhere"
+    ),
+)
+record_choice(
+    "redippo",
+    "which critic gives the advantages",
+    (
+        "the reference-guided one by default (GAE(V_ref), the 'more accurate value estimation'); advantage_critic: "
+        "standard uses GAE(V_std); the standard critic gives only the discrepancy then"
+    ),
+)
+record_choice(
+    "redippo",
+    "the reference answer the critic reads",
+    "the env's teacher_context (Arithmetic: 'Verified solution: EXPR = N'), spliced as one more user message as the sdpo / opsd teacher gets it",
+)
+record_choice(
+    "redippo",
+    "the critics' targets",
+    (
+        "each its own GAE returns (critic_lam, default lam), the same clipped value loss and learner.critic "
+        "settings; both start from model.path (or learner.critic.path) with a zero head"
+    ),
+)

@@ -57,10 +57,13 @@ class ScrlConfig(ComponentConfig):
     eps: float = Field(1e-6, description="added to each position's std before dividing (as grpo)")
 
 
-@register_advantage("scrl", config=ScrlConfig,
-                    status="interpretation",
-                    evidence="arXiv 2605.22074 / seed 000: sub-problems come from the env's verified decomposition, "
-                             "not a model (our choice); 4 recorded choices; tests/algorithms/test_scrl.py")
+@register_advantage(
+    "scrl",
+    config=ScrlConfig,
+    status="interpretation",
+    evidence="arXiv 2605.22074 / seed 000: sub-problems come from the env's verified decomposition, "
+    "not a model (our choice); 4 recorded choices; tests/algorithms/test_scrl.py",
+)
 def scrl(x: AdvantageInputs, cfg: ScrlConfig) -> AdvantageOutput:
     """SCRL, Subproblem Curriculum RL (Jiang et al. 2026, arXiv 2605.22074; seed 000).
 
@@ -99,7 +102,14 @@ def scrl(x: AdvantageInputs, cfg: ScrlConfig) -> AdvantageOutput:
     return AdvantageOutput(advantages_BT=adv_BT, metrics={"scrl/decomposed_rows": float(decomposed)})
 
 
-record_choice("scrl", "span of an answer", "from the end of the previous answer (the first generated token for the first) to the first token after the answer's closing tag; the last sub-problem takes the rest of the row")
+record_choice(
+    "scrl",
+    "span of an answer",
+    (
+        "from the end of the previous answer (the first generated token for the first) to the first token after "
+        "the answer's closing tag; the last sub-problem takes the rest of the row"
+    ),
+)
 
 
 SCRL_PROMPT = (
@@ -109,7 +119,9 @@ SCRL_PROMPT = (
 
 
 class ScrlFilterConfig(ComponentConfig):
-    max_subproblems: int = Field(4, ge=2, description="at most this many sub-problems, the last the original (paper: 4)")
+    max_subproblems: int = Field(
+        4, ge=2, description="at most this many sub-problems, the last the original (paper: 4)"
+    )
     rows: int | None = Field(None, ge=1, description="decomposed episodes per all-fail problem (None: its group size)")
     success_threshold: float = Field(0.5, description="an episode solved the original problem when its reward > this")
     prompt: str = Field(SCRL_PROMPT, description="the extra user message; {steps} lists the sub-problems")
@@ -174,10 +186,14 @@ def scored(t: Trajectory, text: str, ends: list[int | None], threshold: float) -
     return replace(t, info={**t.info, "scrl": {"prefix": prefix_rewards(correct), "ends": ends}})
 
 
-@register_filter("scrl", config=ScrlFilterConfig, state=ScrlState,
-                 status="interpretation",
-                 evidence="arXiv 2605.22074 / seed 000: sub-problems from the env's verified decomposition instead "
-                          "of a model, at most 4 (ours); 4 recorded choices; tests/algorithms/test_scrl.py")
+@register_filter(
+    "scrl",
+    config=ScrlFilterConfig,
+    state=ScrlState,
+    status="interpretation",
+    evidence="arXiv 2605.22074 / seed 000: sub-problems from the env's verified decomposition instead "
+    "of a model, at most 4 (ours); 4 recorded choices; tests/algorithms/test_scrl.py",
+)
 def scrl_filter(groups: list[TrajectoryGroup], state: ScrlState, cfg: ScrlFilterConfig) -> FilterResult:
     """SCRL, Subproblem Curriculum RL (Jiang et al. 2026, arXiv 2605.22074; seed 000): the curriculum.
 
@@ -197,8 +213,17 @@ def scrl_filter(groups: list[TrajectoryGroup], state: ScrlState, cfg: ScrlFilter
             if state.run is None:
                 raise unbound("scrl")
             k = len(origin(g.trajectories_G[0])["answers"])
-            rows = [scored(t, state.run.transcript(t, special_tokens=False), text_ends(state.run, t, [f"</step {i + 1}>" for i in range(k)]),
-                           cfg.success_threshold) if t.trainable else t for t in g.trajectories_G]
+            rows = [
+                scored(
+                    t,
+                    state.run.transcript(t, special_tokens=False),
+                    text_ends(state.run, t, [f"</step {i + 1}>" for i in range(k)]),
+                    cfg.success_threshold,
+                )
+                if t.trainable
+                else t
+                for t in g.trajectories_G
+            ]
             out.append(with_trajectories(g, rows))
             continue
         out.append(g)
@@ -214,14 +239,34 @@ def scrl_filter(groups: list[TrajectoryGroup], state: ScrlState, cfg: ScrlFilter
         subs = pick_subproblems(subs, cfg.max_subproblems)
         steps = "\n".join(f"{i + 1}. {s['question']}" for i, s in enumerate(subs))
         spec = EpisodeSpec.replay(first, g.group_id)
-        spec.options = {**spec.options, "extra_messages": [*spec.options.get("extra_messages", []), {"role": "user", "content": cfg.prompt.format(steps=steps)}],
-                        "origin": {"method": "scrl", "group": g.group_id, "answers": [s["answer"] for s in subs[:-1]]}}
+        spec.options = {
+            **spec.options,
+            "extra_messages": [
+                *spec.options.get("extra_messages", []),
+                {"role": "user", "content": cfg.prompt.format(steps=steps)},
+            ],
+            "origin": {"method": "scrl", "group": g.group_id, "answers": [s["answer"] for s in subs[:-1]]},
+        }
         queued.append([spec] * (cfg.rows or len(g.trajectories_G)))
     n = state.run.enqueue(queued) if queued else 0
     state.queued_total += n
     return FilterResult(out, num_more=n, metrics={"scrl/queued": float(n)})
 
 
-record_choice("scrl", "the decomposer", "the env's own verified decomposition (env.subproblems; Arithmetic: its operations in evaluation order), not an LLM: every sub-answer is the env's, so a wrong generated answer cannot mislead training (the seed's caveat)")
-record_choice("scrl", "which problems", "groups whose valid rewards all fail (the issue's 'all-fail prompts'); their plain group is trained as is")
-record_choice("scrl", "more than 4 sub-problems", "4 kept, evenly spread over the evaluation order, the last the original problem")
+record_choice(
+    "scrl",
+    "the decomposer",
+    (
+        "the env's own verified decomposition (env.subproblems; Arithmetic: its operations in evaluation order), "
+        "not an LLM: every sub-answer is the env's, so a wrong generated answer cannot mislead training (the "
+        "seed's caveat)"
+    ),
+)
+record_choice(
+    "scrl",
+    "which problems",
+    "groups whose valid rewards all fail (the issue's 'all-fail prompts'); their plain group is trained as is",
+)
+record_choice(
+    "scrl", "more than 4 sub-problems", "4 kept, evenly spread over the evaluation order, the last the original problem"
+)

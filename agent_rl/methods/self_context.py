@@ -83,14 +83,20 @@ def _rows(groups: list[TrajectoryGroup]) -> list[Trajectory]:
     rows = [t for g in groups for t in g.trajectories_G]
     for t in rows:
         if "prompt_messages" not in t.info:
-            raise ValueError("a text pass needs each episode's prompt (info['prompt_messages']), which this rollout did not record")
+            raise ValueError(
+                "a text pass needs each episode's prompt (info['prompt_messages']), which this rollout did not record"
+            )
     return rows
 
 
 def _pass_metrics(name: str, results: list[Any]) -> dict[str, float]:
     failed = sum(r.text is None for r in results)
     tokens = sum(len(r.token_ids) for r in results)
-    return {f"{name}/passes": float(len(results)), f"{name}/pass_failed": float(failed), f"{name}/pass_tokens": float(tokens)}
+    return {
+        f"{name}/passes": float(len(results)),
+        f"{name}/pass_failed": float(failed),
+        f"{name}/pass_tokens": float(tokens),
+    }
 
 
 # ----------------------------------------------------------------------------------------------
@@ -109,16 +115,23 @@ class SrpoReflectConfig(ComponentConfig):
         description="the reflection request after the task's prompt; {attempt}: the episode after its prompt, {reward}: its reward",
     )
     context_template: str = Field(
-        "A reflection on an earlier attempt at this task:\n{patch}", description="the teacher's context; {patch}: the reflection"
+        "A reflection on an earlier attempt at this task:\n{patch}",
+        description="the teacher's context; {patch}: the reflection",
     )
-    max_new_tokens: int = Field(128, ge=1, description="length cap of a reflection patch (ours: the paper's patches are 'concise')")
+    max_new_tokens: int = Field(
+        128, ge=1, description="length cap of a reflection patch (ours: the paper's patches are 'concise')"
+    )
     temperature: float = Field(0.0, ge=0.0, description="sampling temperature of the reflection (ours: greedy)")
 
 
-@register_filter("srpo_reflect", config=SrpoReflectConfig, state=SrpoReflectState,
-                 status="interpretation",
-                 evidence="from SRPO's abstract (seed 003): what the reflector sees and its settings are ours "
-                          "(recorded choice); tests/algorithms/test_self_context.py")
+@register_filter(
+    "srpo_reflect",
+    config=SrpoReflectConfig,
+    state=SrpoReflectState,
+    status="interpretation",
+    evidence="from SRPO's abstract (seed 003): what the reflector sees and its settings are ours "
+    "(recorded choice); tests/algorithms/test_self_context.py",
+)
 def srpo_reflect(groups: list[TrajectoryGroup], state: SrpoReflectState, cfg: SrpoReflectConfig) -> FilterResult:
     """SRPO, Self-Reflective Policy Optimization (Liu et al., ICML 2026): reflection patches as the teacher's context.
 
@@ -134,11 +147,15 @@ def srpo_reflect(groups: list[TrajectoryGroup], state: SrpoReflectState, cfg: Sr
     services = bound_services(state, "srpo_reflect")
     rows = [t for t in _rows(groups) if t.reward is not None]
     conversations = [
-        t.info["prompt_messages"] + [{"role": "user", "content": cfg.prompt.format(attempt=services.transcript(t), reward=f"{t.reward:g}")}]
+        t.info["prompt_messages"]
+        + [{"role": "user", "content": cfg.prompt.format(attempt=services.transcript(t), reward=f"{t.reward:g}")}]
         for t in rows
     ]
     results = services.text_pass(
-        conversations, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=state.next_seed(),
+        conversations,
+        max_new_tokens=cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        seed=state.next_seed(),
         tools=[t.info.get("tools") for t in rows],
     )
     for t, r in zip(rows, results, strict=True):
@@ -167,18 +184,29 @@ class OpidMinerConfig(ComponentConfig):
         description="miner=policy: the analyzer's request after the task's prompt; {attempts}: the group's attempts with rewards",
     )
     best_attempt_template: str = Field(
-        "A successful approach to this task:\n{attempt}", description="miner=best_attempt: the skill; {attempt}: the best successful attempt"
+        "A successful approach to this task:\n{attempt}",
+        description="miner=best_attempt: the skill; {attempt}: the best successful attempt",
     )
-    context_template: str = Field("A skill for this task:\n{skill}", description="the teacher's context; {skill}: the mined skill")
-    success_threshold: float = Field(0.5, description="an attempt succeeded when its reward > this (miner=best_attempt)")
+    context_template: str = Field(
+        "A skill for this task:\n{skill}", description="the teacher's context; {skill}: the mined skill"
+    )
+    success_threshold: float = Field(
+        0.5, description="an attempt succeeded when its reward > this (miner=best_attempt)"
+    )
     max_new_tokens: int = Field(128, ge=1, description="miner=policy: length cap of a skill (ours)")
-    temperature: float = Field(0.0, ge=0.0, description="miner=policy: sampling temperature of the analyzer (ours: greedy)")
+    temperature: float = Field(
+        0.0, ge=0.0, description="miner=policy: sampling temperature of the analyzer (ours: greedy)"
+    )
 
 
-@register_filter("opid", config=OpidMinerConfig, state=OpidState,
-                 status="interpretation",
-                 evidence="arXiv 2606.26790 read through summaries: episode-level skills only, the miner prompt and "
-                          "its settings are ours; 2 recorded choices; tests/algorithms/test_self_context.py")
+@register_filter(
+    "opid",
+    config=OpidMinerConfig,
+    state=OpidState,
+    status="interpretation",
+    evidence="arXiv 2606.26790 read through summaries: episode-level skills only, the miner prompt and "
+    "its settings are ours; 2 recorded choices; tests/algorithms/test_self_context.py",
+)
 def opid_miner(groups: list[TrajectoryGroup], state: OpidState, cfg: OpidMinerConfig) -> FilterResult:
     """OPID's skill miner (On-Policy Skill Distillation, Yang et al. 2026, arXiv 2606.26790).
 
@@ -200,16 +228,26 @@ def opid_miner(groups: list[TrajectoryGroup], state: OpidState, cfg: OpidMinerCo
         for g in groups:
             ok = [t for t in g.trajectories_G if t.reward is not None and t.reward > cfg.success_threshold]
             best = max(ok, key=lambda t: t.reward) if ok else None
-            skills.append(cfg.best_attempt_template.format(attempt=services.transcript(best)) if best is not None else None)
+            skills.append(
+                cfg.best_attempt_template.format(attempt=services.transcript(best)) if best is not None else None
+            )
     else:
         conversations = []
         for g in groups:
             attempts = "\n\n".join(
-                f"Attempt {i + 1} (reward {t.reward:g}):\n{services.transcript(t)}" for i, t in enumerate(g.trajectories_G) if t.reward is not None
+                f"Attempt {i + 1} (reward {t.reward:g}):\n{services.transcript(t)}"
+                for i, t in enumerate(g.trajectories_G)
+                if t.reward is not None
             )
-            conversations.append(g.trajectories_G[0].info["prompt_messages"] + [{"role": "user", "content": cfg.prompt.format(attempts=attempts)}])
+            conversations.append(
+                g.trajectories_G[0].info["prompt_messages"]
+                + [{"role": "user", "content": cfg.prompt.format(attempts=attempts)}]
+            )
         results = services.text_pass(
-            conversations, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=state.next_seed(),
+            conversations,
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            seed=state.next_seed(),
             tools=[g.trajectories_G[0].info.get("tools") for g in groups],
         )
         skills = [r.text or None for r in results]
@@ -223,20 +261,32 @@ def opid_miner(groups: list[TrajectoryGroup], state: OpidState, cfg: OpidMinerCo
 
 
 for _key, _question, _choice in (
-    ("srpo_reflect", "what the reflector sees, and which rows get a patch",
-     ("the task's prompt, the attempt after it (decoded) and its reward, nothing privileged; every row with a reward gets its own patch "
-      "(greedy, <= 128 tokens) as its teacher's context; the signal is opsd's (compose with loss opsd, rl_coef for GRPO on top)")),
-    ("opid", "skill granularity and miner",
-     ("episode-level skills only, one per group (the step-level skills of critical-first routing need a critical-step detector the "
-      "summaries do not give); the miner is the policy prompted as an analyzer of the group's attempts (greedy, <= 128 tokens), or "
-      "deterministically the best successful attempt (miner: best_attempt)")),
+    (
+        "srpo_reflect",
+        "what the reflector sees, and which rows get a patch",
+        (
+            "the task's prompt, the attempt after it (decoded) and its reward, nothing privileged; every row with a reward gets its own patch "
+            "(greedy, <= 128 tokens) as its teacher's context; the signal is opsd's (compose with loss opsd, rl_coef for GRPO on top)"
+        ),
+    ),
+    (
+        "opid",
+        "skill granularity and miner",
+        (
+            "episode-level skills only, one per group (the step-level skills of critical-first routing need a critical-step detector the "
+            "summaries do not give); the miner is the policy prompted as an analyzer of the group's attempts (greedy, <= 128 tokens), or "
+            "deterministically the best successful attempt (miner: best_attempt)"
+        ),
+    ),
 ):
     record_choice(_key, _question, _choice)
 
 
 class OpidConfig(ComponentConfig):
     coef: float = Field(1.0, ge=0.0, description="lam: weight of the skill advantage added to the outcome one (ours)")
-    clip: float = Field(1.0, gt=0.0, description="the per-token log-probability shift is clipped to [-clip, clip] (ours)")
+    clip: float = Field(
+        1.0, gt=0.0, description="the per-token log-probability shift is clipped to [-clip, clip] (ours)"
+    )
     eps: float = Field(1e-6, description="added to the group std of the outcome (GRPO) advantage")
     norm_by_std: bool = Field(True, description="std normalization of the outcome advantage")
 
@@ -250,16 +300,23 @@ def _skill_rows(ctx: NeedContext) -> torch.Tensor:
 
 
 if "opid_skill" not in NEEDS:
-    register_need("opid_skill", "1 on rows whose group got a mined skill (filter opid), else 0", compute=_skill_rows, to_batch=False)
+    register_need(
+        "opid_skill",
+        "1 on rows whose group got a mined skill (filter opid), else 0",
+        compute=_skill_rows,
+        to_batch=False,
+    )
 
 
 @register_advantage(
-    "opid", config=OpidConfig, needs={"teacher_logprobs", "old_logprobs"},
+    "opid",
+    config=OpidConfig,
+    needs={"teacher_logprobs", "old_logprobs"},
     config_needs=lambda cfg: {"opid_skill"},
     teacher=lambda cfg: TeacherSpec(ema_decay=0.0, context=True),
     status="interpretation",
     evidence="arXiv 2606.26790 read through summaries; lam and clip are ours (config '(ours)'), episode-level "
-             "skills only; 2 recorded choices; tests/algorithms/test_self_context.py",
+    "skills only; 2 recorded choices; tests/algorithms/test_self_context.py",
 )
 def opid(x: AdvantageInputs, cfg: OpidConfig) -> AdvantageOutput:
     """OPID, On-Policy Skill Distillation (Yang et al. 2026, arXiv 2606.26790): a skill's log-prob shift as a token advantage.
@@ -279,11 +336,21 @@ def opid(x: AdvantageInputs, cfg: OpidConfig) -> AdvantageOutput:
     shift_BT = ((teacher_BT - old_BT) * mask_BT).clamp(-cfg.clip, cfg.clip) * has_B[:, None]
     adv_BT = (adv_B[:, None] + cfg.coef * shift_BT) * mask_BT
     n = (mask_BT * has_B[:, None]).sum().clamp(min=1)
-    return AdvantageOutput(advantages_BT=adv_BT.to(torch.float32), metrics={"adv/opid_shift_mean": float(shift_BT.sum() / n)})
+    return AdvantageOutput(
+        advantages_BT=adv_BT.to(torch.float32), metrics={"adv/opid_shift_mean": float(shift_BT.sum() / n)}
+    )
 
 
 for _key, _question, _choice in (
-    ('rlsd', 'magnitude of the per-token weight', "w = exp(sign(A) (log q - log pi_old)), clipped to [1/2, 2]; the base advantage is GRPO's"),
-    ('opid', 'weight and clip of the skill advantage', "lam = 1, the shift clipped to [-1, 1]; the outcome advantage is GRPO's"),
+    (
+        "rlsd",
+        "magnitude of the per-token weight",
+        "w = exp(sign(A) (log q - log pi_old)), clipped to [1/2, 2]; the base advantage is GRPO's",
+    ),
+    (
+        "opid",
+        "weight and clip of the skill advantage",
+        "lam = 1, the shift clipped to [-1, 1]; the outcome advantage is GRPO's",
+    ),
 ):
     record_choice(_key, _question, _choice)

@@ -57,7 +57,9 @@ class SerpoState(TextPassState):
 class SerpoConfig(ComponentConfig):
     num_criteria: int = Field(4, ge=1, description="criteria the rubric pass writes per task and step (ours)")
     max_criteria: int = Field(8, ge=1, description="criteria kept per task after rubric evolution (ours)")
-    archive_size: int = Field(2, ge=1, description="responses kept per task in each of the Good and Bad archives (ours)")
+    archive_size: int = Field(
+        2, ge=1, description="responses kept per task in each of the Good and Bad archives (ours)"
+    )
     min_margin: float = Field(0.0, description="a criterion is kept when P(yes | Good) - P(yes | Bad) > this (ours)")
     rubric_prompt: str = Field(
         "Write {n} short yes/no criteria, one per line, that a high-quality answer to the task above meets.{examples}",
@@ -68,10 +70,18 @@ class SerpoConfig(ComponentConfig):
         description="the judge pass's request after the task's prompt; one verdict token is read",
     )
     rubric_max_new_tokens: int = Field(96, ge=1, description="length cap of the rubric pass (ours)")
-    rubric_temperature: float = Field(1.0, ge=0.0, description="sampling temperature of the rubric pass (ours: 1, new criteria each step)")
-    verdict_topk: int = Field(20, ge=2, description="candidates read at the verdict position (yes / no outside them count 0)")
-    yes: list[str] = Field(default_factory=lambda: ["Yes", "yes", " Yes"], description="spellings of the yes verdict (first token each)")
-    no: list[str] = Field(default_factory=lambda: ["No", "no", " No"], description="spellings of the no verdict (first token each)")
+    rubric_temperature: float = Field(
+        1.0, ge=0.0, description="sampling temperature of the rubric pass (ours: 1, new criteria each step)"
+    )
+    verdict_topk: int = Field(
+        20, ge=2, description="candidates read at the verdict position (yes / no outside them count 0)"
+    )
+    yes: list[str] = Field(
+        default_factory=lambda: ["Yes", "yes", " Yes"], description="spellings of the yes verdict (first token each)"
+    )
+    no: list[str] = Field(
+        default_factory=lambda: ["No", "no", " No"], description="spellings of the no verdict (first token each)"
+    )
 
 
 _BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)]|\(\d+\))\s*")
@@ -86,7 +96,9 @@ def parse_criteria(text: str | None, n: int) -> list[str]:
 def _check_label_free(rows: list[Trajectory]) -> None:
     for t in rows:
         if t.info.get("teacher_context") not in (PENDING_CONTEXT, None):  # a verified solution: a labelled env
-            raise ValueError("filter 'serpo' needs a label-free env (envs.rewards.LabelFreeEnv / register_label_free, or an env without labels)")
+            raise ValueError(
+                "filter 'serpo' needs a label-free env (envs.rewards.LabelFreeEnv / register_label_free, or an env without labels)"
+            )
 
 
 def _examples(archive: dict[str, list[str]]) -> str:
@@ -95,10 +107,14 @@ def _examples(archive: dict[str, list[str]]) -> str:
     return f"\nA good earlier answer:\n{archive['good'][-1]}\nA poor earlier answer:\n{archive['bad'][-1]}\nWrite criteria that tell them apart."
 
 
-@register_filter("serpo", config=SerpoConfig, state=SerpoState,
-                 status="interpretation",
-                 evidence="SERPO (seed 002/003 abstract): criteria counts, archives and margin are ours (config "
-                          "'(ours)', recorded choice); tests/algorithms/test_serpo.py")
+@register_filter(
+    "serpo",
+    config=SerpoConfig,
+    state=SerpoState,
+    status="interpretation",
+    evidence="SERPO (seed 002/003 abstract): criteria counts, archives and margin are ours (config "
+    "'(ours)', recorded choice); tests/algorithms/test_serpo.py",
+)
 def serpo(groups: list[TrajectoryGroup], state: SerpoState, cfg: SerpoConfig) -> FilterResult:
     """SERPO, Self-Evolving Rubric Policy Optimization (2026): label-free rewards from the policy's own rubrics.
 
@@ -118,10 +134,18 @@ def serpo(groups: list[TrajectoryGroup], state: SerpoState, cfg: SerpoConfig) ->
     prompts = [next(t for t in g.trajectories_G if t.reward is not None).info["prompt_messages"] for g in groups]
     archives = [state.task(g.task_id) for g in groups]
     rubric_out = services.text_pass(
-        [p + [{"role": "user", "content": cfg.rubric_prompt.format(n=cfg.num_criteria, examples=_examples(a))}] for p, a in zip(prompts, archives, strict=True)],
-        max_new_tokens=cfg.rubric_max_new_tokens, temperature=cfg.rubric_temperature, seed=state.next_seed(),
+        [
+            p + [{"role": "user", "content": cfg.rubric_prompt.format(n=cfg.num_criteria, examples=_examples(a))}]
+            for p, a in zip(prompts, archives, strict=True)
+        ],
+        max_new_tokens=cfg.rubric_max_new_tokens,
+        temperature=cfg.rubric_temperature,
+        seed=state.next_seed(),
     )
-    candidates = [list(dict.fromkeys(a["rubric"] + parse_criteria(r.text, cfg.num_criteria))) for a, r in zip(archives, rubric_out, strict=True)]
+    candidates = [
+        list(dict.fromkeys(a["rubric"] + parse_criteria(r.text, cfg.num_criteria)))
+        for a, r in zip(archives, rubric_out, strict=True)
+    ]
     # one judge pass over every (response, criterion) of every group, archived responses included
     queries: list[tuple[int, str, str]] = []  # (group, response text, criterion)
     responses = [[services.transcript(t) for t in g.trajectories_G if t.reward is not None] for g in groups]
@@ -129,15 +153,23 @@ def serpo(groups: list[TrajectoryGroup], state: SerpoState, cfg: SerpoConfig) ->
         for text in dict.fromkeys(responses[gi] + a["good"] + a["bad"]):
             queries += [(gi, text, c) for c in cands]
     verdicts = services.text_pass(
-        [prompts[gi] + [{"role": "user", "content": cfg.judge_prompt.format(response=text, criterion=c)}] for gi, text, c in queries],
-        max_new_tokens=1, temperature=1.0, seed=state.next_seed(), topk=cfg.verdict_topk,
+        [
+            prompts[gi] + [{"role": "user", "content": cfg.judge_prompt.format(response=text, criterion=c)}]
+            for gi, text, c in queries
+        ],
+        max_new_tokens=1,
+        temperature=1.0,
+        seed=state.next_seed(),
+        topk=cfg.verdict_topk,
     )
     p = {q: services.verdict_probability(v.first_topk, cfg.yes, cfg.no) for q, v in zip(queries, verdicts, strict=True)}
     kept_sizes, scores = [], []
     for gi, (g, a, cands) in enumerate(zip(groups, archives, candidates, strict=True)):
         kept = cands[: cfg.max_criteria]
         if a["good"] and a["bad"]:
-            margin = {c: _mean(p[(gi, y, c)] for y in a["good"]) - _mean(p[(gi, y, c)] for y in a["bad"]) for c in cands}
+            margin = {
+                c: _mean(p[(gi, y, c)] for y in a["good"]) - _mean(p[(gi, y, c)] for y in a["bad"]) for c in cands
+            }
             ranked = sorted((c for c in cands if margin[c] > cfg.min_margin), key=lambda c: -margin[c])
             kept = ranked[: cfg.max_criteria] or kept  # nothing discriminates yet: keep the candidates
         scored = [t for t in g.trajectories_G if t.reward is not None]
@@ -152,8 +184,10 @@ def serpo(groups: list[TrajectoryGroup], state: SerpoState, cfg: SerpoConfig) ->
         a["rubric"] = kept
         kept_sizes.append(len(kept))
     metrics = {
-        "serpo/criteria_kept": _mean(kept_sizes), "serpo/score_mean": _mean(scores),
-        "serpo/rubric_tokens": float(sum(len(r.token_ids) for r in rubric_out)), "serpo/verdicts": float(len(verdicts)),
+        "serpo/criteria_kept": _mean(kept_sizes),
+        "serpo/score_mean": _mean(scores),
+        "serpo/rubric_tokens": float(sum(len(r.token_ids) for r in rubric_out)),
+        "serpo/verdicts": float(len(verdicts)),
         "serpo/verdicts_failed": float(sum(v.text is None for v in verdicts)),
         # a backend that returns no top-k (a chat-only API) leaves every verdict at 0.5: this says so
         "serpo/verdicts_without_topk": float(sum(v.text is not None and not v.first_topk for v in verdicts)),
@@ -167,7 +201,8 @@ def _mean(values: Any) -> float:
 
 
 record_choice(
-    "serpo", "archives, rubric evolution and scoring",
+    "serpo",
+    "archives, rubric evolution and scoring",
     "per task, Good / Bad archives of the group's best and worst responses (2 each; the Normal tier is not kept); each step the "
     "policy writes 4 criteria (temperature 1) next to the kept ones; a criterion is kept while it scores Good above Bad (up to 8; "
     "none does: all candidates); reward = mean P(yes) over kept criteria, P(yes) = p_yes / (p_yes + p_no) among the top-20 "

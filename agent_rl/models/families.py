@@ -63,7 +63,7 @@ CHAT_TEMPLATE = (
     "<|im_start|>assistant\n{{ message.content or '' }}"
     "{% for call in message.tool_calls or [] %}"
     "{% set fn = call.function if call.function is defined else call %}"
-    "<tool_call>\n{\"name\": \"{{ fn.name }}\", \"arguments\": {{ fn.arguments | tojson }}}\n</tool_call>"
+    '<tool_call>\n{"name": "{{ fn.name }}", "arguments": {{ fn.arguments | tojson }}}\n</tool_call>'
     "{% endfor %}"
     "<|im_end|>\n"
     "{% else %}"
@@ -241,7 +241,9 @@ HARMONY_TEMPLATE = (
     "{% elif message.tool_calls %}"
     "{% if content %}<|start|>assistant<|channel|>commentary<|message|>{{ content }}<|end|>{% endif %}"
     "{% for call in message.tool_calls %}" + _CALL_FN + "{% set ns.tool_name = fn.name %}"
-    "<|start|>assistant<|channel|>commentary to=functions.{{ fn.name }} <|constrain|>json<|message|>" + _ARGS_JSON + "<|call|>"
+    "<|start|>assistant<|channel|>commentary to=functions.{{ fn.name }} <|constrain|>json<|message|>"
+    + _ARGS_JSON
+    + "<|call|>"
     "{% endfor %}"
     "{% else %}"
     "<|start|>assistant<|channel|>final<|message|>{{ content }}{% if final_last %}<|return|>{% else %}<|end|>{% endif %}"
@@ -272,8 +274,16 @@ register_family(
     Family(
         "llama3",
         LLAMA3_TEMPLATE,
-        ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
-         "<|eom_id|>", "<|python_tag|>", "<|finetune_right_pad_id|>"],
+        [
+            "<|begin_of_text|>",
+            "<|end_of_text|>",
+            "<|start_header_id|>",
+            "<|end_header_id|>",
+            "<|eot_id|>",
+            "<|eom_id|>",
+            "<|python_tag|>",
+            "<|finetune_right_pad_id|>",
+        ],
         "<|eot_id|>",
         "<|finetune_right_pad_id|>",
         ["<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"],
@@ -285,8 +295,19 @@ register_family(
     Family(
         "mistral",
         MISTRAL_TEMPLATE,
-        ["<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
-         "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "<pad>"],
+        [
+            "<unk>",
+            "<s>",
+            "</s>",
+            "[INST]",
+            "[/INST]",
+            "[TOOL_CALLS]",
+            "[AVAILABLE_TOOLS]",
+            "[/AVAILABLE_TOOLS]",
+            "[TOOL_RESULTS]",
+            "[/TOOL_RESULTS]",
+            "<pad>",
+        ],
         "</s>",
         "<pad>",
         ["</s>"],
@@ -298,8 +319,17 @@ register_family(
     Family(
         "gpt-oss",
         HARMONY_TEMPLATE,
-        ["<|startoftext|>", "<|endoftext|>", "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>",
-         "<|return|>", "<|call|>"],
+        [
+            "<|startoftext|>",
+            "<|endoftext|>",
+            "<|start|>",
+            "<|end|>",
+            "<|message|>",
+            "<|channel|>",
+            "<|constrain|>",
+            "<|return|>",
+            "<|call|>",
+        ],
         "<|return|>",
         "<|endoftext|>",
         ["<|return|>", "<|call|>", "<|endoftext|>"],

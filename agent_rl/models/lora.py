@@ -38,12 +38,16 @@ def check_backend(backend_cfg: Any) -> None:
     name = backend_cfg.name
     if name not in ADAPTER_BACKENDS:
         known = ", ".join(sorted(ADAPTER_BACKENDS))
-        raise ValueError(f"learner.lora: rollout.backend.name={name} cannot take LoRA adapters; use one of: {known} "
-                         "(openai with weight_sync=push, against agent-rl serve)")
+        raise ValueError(
+            f"learner.lora: rollout.backend.name={name} cannot take LoRA adapters; use one of: {known} "
+            "(openai with weight_sync=push, against agent-rl serve)"
+        )
     modes = ADAPTER_BACKENDS[name]
     sync = getattr(backend_cfg, "weight_sync", None)
     if modes is not None and sync not in modes:
-        raise ValueError(f"learner.lora: rollout.backend.weight_sync={sync} cannot send adapters; use weight_sync=push (agent-rl serve)")
+        raise ValueError(
+            f"learner.lora: rollout.backend.weight_sync={sync} cannot send adapters; use weight_sync=push (agent-rl serve)"
+        )
 
 
 def is_lora(model: Any) -> bool:
@@ -65,22 +69,30 @@ def policy_model(cfg: Any, load_model: Any) -> Any:
         return None
     check_backend(cfg.rollout.backend)
     if cfg.distributed.backend == "ray":
-        raise ValueError("learner.lora with distributed.backend=ray is not supported yet (its rollout workers load plain "
-                         "models and take full weights); use distributed.backend=local (asynchronous workers take adapters)")
+        raise ValueError(
+            "learner.lora with distributed.backend=ray is not supported yet (its rollout workers load plain "
+            "models and take full weights); use distributed.backend=local (asynchronous workers take adapters)"
+        )
     return apply_lora(load_model(cfg.model.path, cfg.model.dtype, cfg.model.device), cfg.learner.lora)
 
 
 def module_names(model: torch.nn.Module) -> list[str]:
     """The last name component of every module with weights (what ``target_modules`` matches)."""
-    return sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if n and any(True for _ in m.parameters(recurse=False))})
+    return sorted(
+        {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if n and any(True for _ in m.parameters(recurse=False))}
+    )
 
 
 def peft_config(cfg: Any, task_type: str = "CAUSAL_LM") -> Any:
     from peft import LoraConfig
 
     return LoraConfig(
-        r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=list(cfg.target_modules),
-        bias="none", task_type=task_type,
+        r=cfg.rank,
+        lora_alpha=cfg.alpha,
+        lora_dropout=cfg.dropout,
+        target_modules=list(cfg.target_modules),
+        bias="none",
+        task_type=task_type,
     )
 
 
@@ -92,7 +104,9 @@ def apply_lora(model: torch.nn.Module, cfg: Any, task_type: str = "CAUSAL_LM") -
     names = module_names(model)
     missing = [t for t in cfg.target_modules if t not in names]
     if missing:
-        raise ValueError(f"learner.lora.target_modules: {missing} not in {type(model).__name__}; its modules: {', '.join(names)}")
+        raise ValueError(
+            f"learner.lora.target_modules: {missing} not in {type(model).__name__}; its modules: {', '.join(names)}"
+        )
     return get_peft_model(model, peft_config(cfg, task_type), adapter_name=cfg.adapter_name)
 
 
@@ -156,7 +170,9 @@ def set_adapter_weights(model: Any, tensors: dict[str, torch.Tensor]) -> None:
     names = {k: k.replace(".lora_A.", f".lora_A.{tag}.").replace(".lora_B.", f".lora_B.{tag}.") for k in tensors}
     unknown = sorted(k for k, n in names.items() if n not in params)
     if unknown or len(tensors) != len(params):
-        raise ValueError(f"the adapter does not fit the model: {len(tensors)} tensors for {len(params)} adapter parameters; unknown: {unknown[:5]}")
+        raise ValueError(
+            f"the adapter does not fit the model: {len(tensors)} tensors for {len(params)} adapter parameters; unknown: {unknown[:5]}"
+        )
     with torch.no_grad():
         for k, t in tensors.items():
             params[names[k]].copy_(t)
@@ -176,7 +192,9 @@ class AdapterRecord:
 
 def held_adapter(model: Any, version: int) -> AdapterRecord:
     """The record of the adapter ``model`` holds now: its tensors read back from the module."""
-    own = {n: p.to_local() if hasattr(p, "to_local") else p for n, p in model.named_parameters() if ".lora_" in n}  # this rank's shard
+    own = {
+        n: p.to_local() if hasattr(p, "to_local") else p for n, p in model.named_parameters() if ".lora_" in n
+    }  # this rank's shard
     return AdapterRecord(model.active_adapter, version, content_hash(_peft_names(model, own)))
 
 
@@ -208,8 +226,15 @@ def read_adapter_metadata(payload: bytes) -> dict | None:
 def adapter_metadata(model: Any) -> dict[str, str]:
     """The peft config of ``model``'s adapter, for the safetensors header of a push."""
     cfg = model.peft_config[model.active_adapter]
-    keep = {"r": cfg.r, "lora_alpha": cfg.lora_alpha, "lora_dropout": cfg.lora_dropout, "target_modules": sorted(cfg.target_modules),
-            "bias": cfg.bias, "task_type": cfg.task_type, "adapter_name": model.active_adapter}
+    keep = {
+        "r": cfg.r,
+        "lora_alpha": cfg.lora_alpha,
+        "lora_dropout": cfg.lora_dropout,
+        "target_modules": sorted(cfg.target_modules),
+        "bias": cfg.bias,
+        "task_type": cfg.task_type,
+        "adapter_name": model.active_adapter,
+    }
     return {ADAPTER_METADATA_KEY: json.dumps(keep)}
 
 
@@ -217,7 +242,9 @@ def save_adapter(model: Any, out: Any, state_dict: dict[str, torch.Tensor] | Non
     """The adapter in PEFT's format at the top of ``out`` (``adapter_config.json`` +
     ``adapter_model.safetensors``: ``PeftModel.from_pretrained(base, out)`` loads it);
     ``state_dict``: the model's full state dict when gathered from shards."""
-    own = state_dict if state_dict is not None else {n: p.detach() for n, p in model.named_parameters() if ".lora_" in n}
+    own = (
+        state_dict if state_dict is not None else {n: p.detach() for n, p in model.named_parameters() if ".lora_" in n}
+    )
     write_adapter(model, out, _peft_names(model, own))
 
 
@@ -229,7 +256,11 @@ def write_adapter(model: Any, out: Any, tensors: dict[str, torch.Tensor]) -> Any
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model.peft_config[model.active_adapter].save_pretrained(str(out))
-    save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
+    save_file(
+        {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()},
+        str(out / "adapter_model.safetensors"),
+        metadata={"format": "pt"},
+    )
     return out
 
 
@@ -240,7 +271,9 @@ class AdapterMismatchError(RuntimeError):
 class AdapterLedger:
     """The hash of the adapter sent for each policy version; screens sampled turns against it."""
 
-    def __init__(self, name: str, max_staleness: int, on_mismatch: str = "error", first_turn_tolerance: float | None = None):
+    def __init__(
+        self, name: str, max_staleness: int, on_mismatch: str = "error", first_turn_tolerance: float | None = None
+    ):
         self.name, self.max_staleness, self.on_mismatch = name, max_staleness, on_mismatch
         self.first_turn_tolerance = first_turn_tolerance
         self.sent: dict[int, str] = {}
@@ -263,8 +296,10 @@ class AdapterLedger:
         if v not in self.sent:
             return f"adapter version {v} was never sent by this trainer"
         if adapter["sha256"] != self.sent[v]:
-            return (f"the sampler's adapter for version {v} has hash {adapter['sha256'][:12]}, the trainer sent "
-                    f"{self.sent[v][:12]}: the sampler kept another adapter")
+            return (
+                f"the sampler's adapter for version {v} has hash {adapter['sha256'][:12]}, the trainer sent "
+                f"{self.sent[v][:12]}: the sampler kept another adapter"
+            )
         return None
 
     def screen(self, groups: list[Any], learner_version: int, step: int) -> tuple[list[Any], dict[str, float]]:
@@ -282,14 +317,20 @@ class AdapterLedger:
                 kept.append(type(g)(g.task_id, g.group_id, ok))
         self.refused_total += refused
         if refused and self.on_mismatch == "error":
-            raise AdapterMismatchError(f"step {step}: {refused} episodes refused: {first} (learner.lora.on_mismatch=drop refuses and counts instead)")
+            raise AdapterMismatchError(
+                f"step {step}: {refused} episodes refused: {first} (learner.lora.on_mismatch=drop refuses and counts instead)"
+            )
         return kept, {"adapter/refused_episodes": float(refused), "adapter/refused_total": float(self.refused_total)}
 
     def first_turn_gap(self, score: Any, policy: Any, batch: Any, learner_version: int, step: int) -> dict[str, float]:
         """Max |sampler logprob - learner logprob| over the first-turn tokens of the rows sampled at
         ``learner_version`` (the adapter the learner holds now); ``score(policy, batch)`` gives the learner's.
         Above ``first_turn_tolerance`` the step is refused (an error: the batch is already built)."""
-        first_BT = (batch.turn_index_BT == 0) & batch.loss_mask_BT.bool() & (batch.policy_version_B == learner_version)[:, None]
+        first_BT = (
+            (batch.turn_index_BT == 0)
+            & batch.loss_mask_BT.bool()
+            & (batch.policy_version_B == learner_version)[:, None]
+        )
         if not bool(first_BT.any()):
             return {}
         logprobs_BT = score(policy, batch)[0]

@@ -34,7 +34,6 @@ def build_tokenizer(corpus: Iterable[Any], vocab_size: int = 1024, family: str =
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-
     fam = get_family(family)
 
     tok = Tokenizer(models.BPE())
@@ -82,8 +81,14 @@ def build_tokenizer(corpus: Iterable[Any], vocab_size: int = 1024, family: str =
     return fast
 
 
-def build_model(vocab_size: int, seed: int = 0, hidden_size: int = 128, layers: int = 4, architecture: str = "qwen2",
-                max_position_embeddings: int = 2048):
+def build_model(
+    vocab_size: int,
+    seed: int = 0,
+    hidden_size: int = 128,
+    layers: int = 4,
+    architecture: str = "qwen2",
+    max_position_embeddings: int = 2048,
+):
     """The tiny causal LM; ``architecture``: qwen2, llama or mistral (the same sizes);
     ``max_position_embeddings``: its context (BFCL's function docs need tens of thousands)."""
     import torch
@@ -114,7 +119,11 @@ def build_model(vocab_size: int, seed: int = 0, hidden_size: int = 128, layers: 
 
 
 def save_tiny(
-    out: str | Path, corpus: Iterable[Any], seed: int = 0, vocab_size: int = 1024, family: str = "qwen2.5",
+    out: str | Path,
+    corpus: Iterable[Any],
+    seed: int = 0,
+    vocab_size: int = 1024,
+    family: str = "qwen2.5",
     max_position_embeddings: int = 2048,
 ) -> Path:
     """Build and save the tiny model and tokenizer to ``out``; returns the path. ``corpus``: see
@@ -128,7 +137,9 @@ def save_tiny(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(corpus, vocab_size=vocab_size, family=family)
-    model = build_model(len(tokenizer), seed=seed, architecture=fam.architecture, max_position_embeddings=max_position_embeddings)
+    model = build_model(
+        len(tokenizer), seed=seed, architecture=fam.architecture, max_position_embeddings=max_position_embeddings
+    )
     model.config.eos_token_id = tokenizer.convert_tokens_to_ids(fam.eos_token)
     model.config.pad_token_id = tokenizer.pad_token_id
     stop_ids = tokenizer.convert_tokens_to_ids(fam.stop_tokens)

@@ -42,8 +42,14 @@ def build_service(
 
         return list(await asyncio.gather(*(scheduler.generate(r) for r in requests), return_exceptions=True))
 
-    service = ProxyService(ChatRenderer(tokenizer), fmt, sample, [served_name], max_new_tokens=max_new_tokens,
-                           max_total_tokens=max_total_tokens)
+    service = ProxyService(
+        ChatRenderer(tokenizer),
+        fmt,
+        sample,
+        [served_name],
+        max_new_tokens=max_new_tokens,
+        max_total_tokens=max_total_tokens,
+    )
     service.open_session(DEFAULT_SESSION)
     return service
 
@@ -54,5 +60,7 @@ def serve_proxy(service: ProxyService, host: str = "127.0.0.1", port: int = 8001
 
     check_exposure(host, api_key)
     sock = bind(host, port)
-    print(f"agent-rl proxy: http://{host}:{sock.getsockname()[1]}/v1 (model {', '.join(service.model_names)})", flush=True)
+    print(
+        f"agent-rl proxy: http://{host}:{sock.getsockname()[1]}/v1 (model {', '.join(service.model_names)})", flush=True
+    )
     uvicorn_server(create_proxy_app(service, api_key)).run(sockets=[sock])

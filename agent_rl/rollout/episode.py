@@ -98,7 +98,9 @@ class Episode:
     # -- branching ------------------------------------------------------------------------------
     def conversation(self) -> dict[str, Any]:
         """What a replay builds besides the env's state: messages, tools, state key, reward so far."""
-        return copy.deepcopy({"messages": self.messages, "tools": self.tools, "state_key": self.state_key, "reward": self.reward})
+        return copy.deepcopy(
+            {"messages": self.messages, "tools": self.tools, "state_key": self.state_key, "reward": self.reward}
+        )
 
     def set_conversation(self, conversation: dict[str, Any]) -> None:
         conversation = copy.deepcopy(conversation)

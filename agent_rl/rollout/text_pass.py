@@ -80,10 +80,14 @@ def _result(r: GenerationResult | BaseException, renderer: Any) -> PassResult:
     stops = set(renderer.stop_token_ids)
     ids = [i for i in r.token_ids if i not in stops]
     first = dict(zip(r.topk_ids[0], r.topk_logprobs[0], strict=True)) if r.topk_ids else None
-    return PassResult(renderer.decode(ids).strip(), list(r.token_ids), r.policy_version, first, logprobs=list(r.logprobs))
+    return PassResult(
+        renderer.decode(ids).strip(), list(r.token_ids), r.policy_version, first, logprobs=list(r.logprobs)
+    )
 
 
-def verdict_probability(first_topk: dict[int, float] | None, yes_ids: list[int], no_ids: list[int], default: float = 0.5) -> float:
+def verdict_probability(
+    first_topk: dict[int, float] | None, yes_ids: list[int], no_ids: list[int], default: float = 0.5
+) -> float:
     """P(yes) = p_yes / (p_yes + p_no), the yes / no tokens' probabilities at the verdict position
     (each summed over its spellings); ``default`` when neither is among the returned candidates."""
     if not first_topk:

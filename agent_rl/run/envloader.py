@@ -151,7 +151,8 @@ def listed_env_ids(plugins: list[str]) -> list[str]:
 
     load_plugins(plugins)
     from_plugins = {  # ids whose environments come from the --plugins modules
-        env_id for env_id, spec in gym.registry.items()
+        env_id
+        for env_id, spec in gym.registry.items()
         if any(module_of(spec) == p or module_of(spec).startswith(p + ".") for p in plugins)
     }
     extra = (from_plugins | set(entry_point_env_ids)) - set(envs.REGISTERED)
@@ -200,7 +201,11 @@ def tokenizer_corpus(num_texts: int, seed: int, env_ids: Sequence[str] = ()) -> 
 
 
 def init_tiny(
-    out: str | Path, seed: int = 0, vocab_size: int = 1024, env_ids: Sequence[str] = (), family: str = "qwen2.5",
+    out: str | Path,
+    seed: int = 0,
+    vocab_size: int = 1024,
+    env_ids: Sequence[str] = (),
+    family: str = "qwen2.5",
     max_position_embeddings: int = 2048,
 ) -> Path:
     """Build and save the tiny model and tokenizer to ``out`` (``agent_rl/models/tiny.py``); its

@@ -39,7 +39,9 @@ def check_config_file(path: str | Path) -> None:
     if p.is_file():
         return
     shipped = REPO_CONFIGS / p.name
-    hint = f"; the repository's recipe of that name is {shipped}" if shipped.is_file() and shipped != p.resolve() else ""
+    hint = (
+        f"; the repository's recipe of that name is {shipped}" if shipped.is_file() and shipped != p.resolve() else ""
+    )
     raise ValueError(f"config file not found: {path} (looked for {where(path)}){hint}")
 
 
@@ -60,7 +62,9 @@ def check_model(path: str, key: str = "model.path", weights: bool = True, env_id
     local = Path(path).expanduser()
     if local.is_dir():
         if weights and not (local / "config.json").is_file():
-            raise ValueError(f"{key}={path}: the directory has no config.json, so it is not a from_pretrained checkpoint")
+            raise ValueError(
+                f"{key}={path}: the directory has no config.json, so it is not a from_pretrained checkpoint"
+            )
         return
     if local.exists():
         raise ValueError(f"{key}={path}: a file, not a checkpoint directory")
@@ -83,9 +87,13 @@ def check_model(path: str, key: str = "model.path", weights: bool = True, env_id
     try:
         model_info(path, timeout=HUB_TIMEOUT_S)
     except GatedRepoError:
-        raise ValueError(f"{key}={path}: a gated model; accept its licence on the hub and log in (hf auth login)") from None
+        raise ValueError(
+            f"{key}={path}: a gated model; accept its licence on the hub and log in (hf auth login)"
+        ) from None
     except RepositoryNotFoundError:
-        raise ValueError(f"{key}={path}: no such local directory ({where(path)}), and no such model on the hub") from None
+        raise ValueError(
+            f"{key}={path}: no such local directory ({where(path)}), and no such model on the hub"
+        ) from None
     except Exception as e:  # connection refused, DNS, timeout, proxy: the hub cannot be reached
         reason = " ".join(str(e).split())[:160] or type(e).__name__
         raise ValueError(
@@ -102,7 +110,9 @@ def checkpoint_step(run_dir: str | Path) -> int:
         raise ValueError(f"--resume {run_dir}: not a run directory (no config.yaml)")
     path = latest(run / "checkpoints")
     if path is None:
-        raise ValueError(f"--resume {run_dir}: no complete checkpoint in {run / 'checkpoints'}; start a new run instead")
+        raise ValueError(
+            f"--resume {run_dir}: no complete checkpoint in {run / 'checkpoints'}; start a new run instead"
+        )
     return int(path.name.rsplit("_", 1)[-1])
 
 

@@ -36,8 +36,16 @@ def clock(seconds: float) -> str:
 class RunProgress:
     """``phase(name)`` while a step runs, ``step(n, metrics)`` when step n is done; use as a context."""
 
-    def __init__(self, command: str, total: int, start: int = 0, enabled: bool = True, stream: TextIO | None = None,
-                 line_every: int = 1, now: Callable[[], float] = time.perf_counter):
+    def __init__(
+        self,
+        command: str,
+        total: int,
+        start: int = 0,
+        enabled: bool = True,
+        stream: TextIO | None = None,
+        line_every: int = 1,
+        now: Callable[[], float] = time.perf_counter,
+    ):
         self.command, self.total, self.first, self.done = command, total, start, start  # first: the step it resumed at
         self.enabled = enabled
         self.stream = stream or sys.stdout
@@ -52,10 +60,14 @@ class RunProgress:
     def __enter__(self) -> RunProgress:
         self.t0 = self.t_step = self.now()
         if self.live:
-
             self._bar = Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[metrics]}"),
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[metrics]}"),
                 console=Console(file=self.stream),
             )
             self._bar.__enter__()
@@ -101,7 +113,11 @@ class RunProgress:
         return parts
 
     def line(self, step: int, metrics: dict[str, float], step_s: float) -> str:
-        parts = [f"{self.command} step {step}/{self.total}", *self.metric_parts(metrics, step_s), f"{step_s:.1f} s/step"]
+        parts = [
+            f"{self.command} step {step}/{self.total}",
+            *self.metric_parts(metrics, step_s),
+            f"{step_s:.1f} s/step",
+        ]
         eta = self.eta_s()
         if eta is not None and step < self.total:
             parts.append(f"ETA {clock(eta)}")
@@ -120,7 +136,11 @@ class RunProgress:
 
     def line_due(self, step: int, metrics: dict[str, float]) -> bool:
         """Piped: print this step's line (every ``line_every`` steps, the last, and every eval)."""
-        return step % self.line_every == 0 or step == self.total or any(k.startswith(("eval/", "sft/val")) for k in metrics)
+        return (
+            step % self.line_every == 0
+            or step == self.total
+            or any(k.startswith(("eval/", "sft/val")) for k in metrics)
+        )
 
     def summary(self, run_dir: Path, rows: list[dict[str, Any]], files: list[str]) -> str:
         """Best and final value of each key metric over ``rows`` (``metrics.jsonl``), wall time, files."""
@@ -151,8 +171,14 @@ class EpisodeProgress(RunProgress):
     Piped, it prints about 20 lines per run (``line_every``), and always the last.
     """
 
-    def __init__(self, command: str, total: int, enabled: bool = True, stream: TextIO | None = None,
-                 now: Callable[[], float] = time.perf_counter):
+    def __init__(
+        self,
+        command: str,
+        total: int,
+        enabled: bool = True,
+        stream: TextIO | None = None,
+        now: Callable[[], float] = time.perf_counter,
+    ):
         super().__init__(command, total, enabled=enabled, stream=stream, line_every=max(1, total // 20), now=now)
         self.current = "rollout"
         self.reward_sum, self.scored, self.errors = 0.0, 0, 0
@@ -208,8 +234,16 @@ class TaskProgress(RunProgress):
     summary's wall time from ``start``.
     """
 
-    def __init__(self, command: str, total: int, unit: str = "step", enabled: bool = True, stream: TextIO | None = None,
-                 line_every: int = 1, now: Callable[[], float] = time.perf_counter):
+    def __init__(
+        self,
+        command: str,
+        total: int,
+        unit: str = "step",
+        enabled: bool = True,
+        stream: TextIO | None = None,
+        line_every: int = 1,
+        now: Callable[[], float] = time.perf_counter,
+    ):
         super().__init__(command, total, enabled=enabled, stream=stream, line_every=line_every, now=now)
         self.unit, self.current = unit, ""
         self.t_begin = self.t0
@@ -244,7 +278,11 @@ class TaskProgress(RunProgress):
         return [f"{k} {number(v)}" for k, v in metrics.items()]
 
     def line(self, step: int, metrics: dict[str, Any], step_s: float) -> str:
-        parts = [f"{self.command} {self.position(step)}", *([self.current] if self.current else []), *self.metric_parts(metrics, step_s)]
+        parts = [
+            f"{self.command} {self.position(step)}",
+            *([self.current] if self.current else []),
+            *self.metric_parts(metrics, step_s),
+        ]
         eta = self.eta_s()
         if eta is not None and step < self.total:
             parts.append(f"ETA {clock(eta)}")
@@ -254,7 +292,9 @@ class TaskProgress(RunProgress):
         """End the bar; print what was done in how long, the final key numbers and the files written."""
         self.stop()
         unit = self.unit if self.unit.endswith("s") else f"{self.unit}(s)"  # tokens, run(s)
-        lines = [f"{self.command} done: {self.done - self.first} {unit} of {self.total} in {clock(self.now() - self.t_begin)}"]
+        lines = [
+            f"{self.command} done: {self.done - self.first} {unit} of {self.total} in {clock(self.now() - self.t_begin)}"
+        ]
         lines += [f"  {k}: {number(v)}" for k, v in (numbers or {}).items()]
         written = [str(f) for f in files if Path(f).exists()]
         lines.append(f"  results: {', '.join(written)}" if written else "  results: printed above (no file written)")

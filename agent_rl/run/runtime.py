@@ -47,7 +47,11 @@ def discard_unstarted_run_dirs() -> list[Path]:
     gone = []
     for path in _CREATED:
         metrics = path / "metrics.jsonl"
-        started = (path / "checkpoints").exists() or (path / "trajectories").exists() or (metrics.exists() and metrics.stat().st_size)
+        started = (
+            (path / "checkpoints").exists()
+            or (path / "trajectories").exists()
+            or (metrics.exists() and metrics.stat().st_size)
+        )
         if path.is_dir() and not started:
             shutil.rmtree(path, ignore_errors=True)
             gone.append(path)
@@ -66,7 +70,11 @@ class Components:
         self.tool_format = tool_format(cfg, self.tokenizer)  # None: the env takes none
         if self.tool_format is not None and "tool_format" not in cfg.env.options:  # envs in the model's format
             self.make_env = env_factory(cfg.env, **{"tool_format": self.tool_format, **overrides})
-        self.model = model if model is not None else _loaded("model", load_model, cfg.model.path, cfg.model.dtype, cfg.model.device)
+        self.model = (
+            model
+            if model is not None
+            else _loaded("model", load_model, cfg.model.path, cfg.model.dtype, cfg.model.device)
+        )
         self.renderer = ChatRenderer(self.tokenizer, chat_template_kwargs=cfg.rollout.chat_template_kwargs)
         select_layout(cfg.rollout, self.renderer)  # per_turn for a template that rewrites history
         self.backend = make_policy_backend(cfg, self.model, self.tokenizer)
@@ -78,8 +86,18 @@ class Components:
         if self.cfg.agent.program is not None:
             from agent_rl.proxy.programs import make_program_engine
 
-            return make_program_engine(self.cfg, backend or self.backend, self.renderer, self.make_env, self.tokenizer, self.tool_format, rollout_cfg)
-        return RolloutEngine(backend or self.backend, self.renderer, self.make_env, rollout_cfg, tool_format=self.tool_format)
+            return make_program_engine(
+                self.cfg,
+                backend or self.backend,
+                self.renderer,
+                self.make_env,
+                self.tokenizer,
+                self.tool_format,
+                rollout_cfg,
+            )
+        return RolloutEngine(
+            backend or self.backend, self.renderer, self.make_env, rollout_cfg, tool_format=self.tool_format
+        )
 
 
 def _loaded(what: str, load: Any, path: str, *args: Any) -> Any:

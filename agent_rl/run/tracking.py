@@ -89,8 +89,10 @@ class WandbLogger(_WandbLike):
         try:
             self.run = self.module.init(project=cfg.project, name=name, dir=str(run_dir), config=config)
         except Exception as e:  # no login in online mode, no network: one line
-            raise ValueError(f"tracking.loggers wandb: cannot start a run ({' '.join(str(e).split())[:200]}); "
-                             "log in (wandb login) or set WANDB_MODE=offline") from None
+            raise ValueError(
+                f"tracking.loggers wandb: cannot start a run ({' '.join(str(e).split())[:200]}); "
+                "log in (wandb login) or set WANDB_MODE=offline"
+            ) from None
 
 
 class MlflowLogger:
@@ -98,14 +100,20 @@ class MlflowLogger:
 
     def __init__(self, run_dir: Path, name: str, cfg: Any, config: dict | None):
         mlflow = _need("mlflow")
-        uri = cfg.mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{run_dir.resolve().parent / 'mlflow.db'}"
+        uri = (
+            cfg.mlflow_uri
+            or os.environ.get("MLFLOW_TRACKING_URI")
+            or f"sqlite:///{run_dir.resolve().parent / 'mlflow.db'}"
+        )
         try:
             self.client = mlflow.MlflowClient(tracking_uri=uri)
             exp = self.client.get_experiment_by_name(cfg.project)
             exp_id = exp.experiment_id if exp is not None else self.client.create_experiment(cfg.project)
             self.run_id = self.client.create_run(exp_id, run_name=name).info.run_id
         except Exception as e:  # a refused file store, an unreachable server: one line
-            raise ValueError(f"tracking.mlflow_uri={uri}: cannot start an mlflow run ({' '.join(str(e).split())[:300]})") from None
+            raise ValueError(
+                f"tracking.mlflow_uri={uri}: cannot start an mlflow run ({' '.join(str(e).split())[:300]})"
+            ) from None
         if config:
             from mlflow.entities import Param
 
@@ -138,7 +146,9 @@ class TrackioLogger(_WandbLike):
 
     def __init__(self, run_dir: Path, name: str, cfg: Any, config: dict | None):
         self.module = self.run = _need("trackio")  # one run per process, behind module functions
-        self.module.init(project=cfg.project, name=name, config=config, embed=False, auto_log_cpu=False, auto_log_gpu=False)
+        self.module.init(
+            project=cfg.project, name=name, config=config, embed=False, auto_log_cpu=False, auto_log_gpu=False
+        )
 
 
 LOGGERS: dict[str, Callable[..., Any]] = {
@@ -152,7 +162,9 @@ LOGGERS: dict[str, Callable[..., Any]] = {
 class Tracker:
     """``metrics.jsonl`` (``tracking.jsonl``) and every logger of ``tracking.loggers``."""
 
-    def __init__(self, run_dir: Path, cfg: Any, config_dict: dict | None = None, plot_keys: tuple[str, ...] | None = None):
+    def __init__(
+        self, run_dir: Path, cfg: Any, config_dict: dict | None = None, plot_keys: tuple[str, ...] | None = None
+    ):
         self.run_dir = Path(run_dir)
         self.cfg = cfg
         self.config = config_dict
@@ -224,8 +236,16 @@ def trajectory_rows(run_dir: Path, n: int, config: dict | None) -> list[list[Any
     decode = _decoder(config)
     picked.sort(key=lambda p: p[0])
     return [
-        [step, t.get("episode_id"), t.get("task_id"), t.get("reward"), t.get("stop_reason"), len(t.get("turns_N", [])),
-         sum(t.get("loss_mask_T", [])), decode(t.get("token_ids_T", []))[:TEXT_CHARS]]
+        [
+            step,
+            t.get("episode_id"),
+            t.get("task_id"),
+            t.get("reward"),
+            t.get("stop_reason"),
+            len(t.get("turns_N", [])),
+            sum(t.get("loss_mask_T", [])),
+            decode(t.get("token_ids_T", []))[:TEXT_CHARS],
+        ]
         for step, t in picked
     ]
 
@@ -234,7 +254,6 @@ def _decoder(config: dict | None) -> Callable[[list[int]], str]:
     path = ((config or {}).get("model") or {}).get("path")
     tok = None
     if path and Path(path).is_dir():  # else the tokenizer moved since the run: the ids are shown
-
         try:
             tok = load_decoder(path)
         except (OSError, ValueError):

@@ -27,7 +27,11 @@ def trajectory_files(run: str | Path) -> list[Path]:
     folder = p / "trajectories"
     if not p.is_dir():
         raise ValueError(f"run '{run}': no such run directory or JSONL file")
-    files = sorted(folder.glob("*.jsonl"), key=lambda f: (not f.stem.startswith("step_"), f.name)) if folder.is_dir() else []
+    files = (
+        sorted(folder.glob("*.jsonl"), key=lambda f: (not f.stem.startswith("step_"), f.name))
+        if folder.is_dir()
+        else []
+    )
     if not files:
         raise ValueError(f"run '{run}': no trajectories in {folder} (tracking.save_trajectories > 0 writes them)")
     return files

@@ -93,10 +93,14 @@ class ModelComponent:
 COMPONENTS: dict[str, Callable[[ComponentContext], ModelComponent]] = {}
 
 
-def register_component(name: str) -> Callable[[Callable[[ComponentContext], ModelComponent]], Callable[[ComponentContext], ModelComponent]]:
+def register_component(
+    name: str,
+) -> Callable[[Callable[[ComponentContext], ModelComponent]], Callable[[ComponentContext], ModelComponent]]:
     """Register ``factory(ctx) -> ModelComponent`` under ``name`` (the ``builds`` of the needs it provides)."""
 
-    def decorator(factory: Callable[[ComponentContext], ModelComponent]) -> Callable[[ComponentContext], ModelComponent]:
+    def decorator(
+        factory: Callable[[ComponentContext], ModelComponent],
+    ) -> Callable[[ComponentContext], ModelComponent]:
         if name in COMPONENTS:
             raise ValueError(f"component '{name}' is registered twice")
         COMPONENTS[name] = factory
@@ -225,7 +229,9 @@ class PrmComponent(ModelComponent):
             )
         self.learner = ctx.learner
         model = copy.deepcopy(ctx.components.model)
-        self.prm = ImplicitPRM(model, ctx.plan.advantage_cfg, cfg.learner, ctx.learner.logprobs, total_steps=cfg.trainer.steps)
+        self.prm = ImplicitPRM(
+            model, ctx.plan.advantage_cfg, cfg.learner, ctx.learner.logprobs, total_steps=cfg.trainer.steps
+        )
 
     def provide(self, ctx: NeedContext, wanted: frozenset[str]) -> dict[str, Any]:
         return {"prm_logprobs": self.learner.score(self.prm.model, ctx.batch)[0]}
@@ -264,8 +270,11 @@ class PrivilegedCriticComponent(ModelComponent):
             body = lora.apply_lora(body, cfg.learner.lora, task_type="TOKEN_CLS")
         pad_id = ctx.components.tokenizer.pad_token_id
         self.critic = PrivilegedCritic(
-            Critic(body, ccfg, cfg.learner, total_steps=cfg.trainer.steps), ctx.components.renderer, pad_id,
-            lambda groups: make_batch(groups, pad_id, cfg.model.device), env_id=cfg.env.id,
+            Critic(body, ccfg, cfg.learner, total_steps=cfg.trainer.steps),
+            ctx.components.renderer,
+            pad_id,
+            lambda groups: make_batch(groups, pad_id, cfg.model.device),
+            env_id=cfg.env.id,
         )
         self._last: tuple[TrainBatch, torch.Tensor, torch.Tensor] | None = None
 
@@ -284,7 +293,9 @@ class PrivilegedCriticComponent(ModelComponent):
     def before_update(self, batch: TrainBatch, advantages: Any, step: int) -> UpdateResult:
         returns_BT = advantages.targets.get("privileged_critic")
         if returns_BT is None or self._last is None:
-            raise ValueError("the privileged critic needs its returns from the advantage (AdvantageOutput.targets['privileged_critic'])")
+            raise ValueError(
+                "the privileged critic needs its returns from the advantage (AdvantageOutput.targets['privileged_critic'])"
+            )
         spliced, positions_BT, values_BT = self._last
         return UpdateResult(self.critic.update(spliced, positions_BT, returns_BT, values_BT.to(returns_BT.dtype)))
 
@@ -344,7 +355,12 @@ class GreedyRollouts(ModelComponent):
 
     def _rewards(self, groups: list[TrajectoryGroup]) -> torch.Tensor:
         engine = self.components.engine(temperature=0.0)
-        specs = [EpisodeSpec(seed=g.trajectories_G[0].info["seed"], group_id=g.group_id, options=g.trajectories_G[0].info["options"]) for g in groups]
+        specs = [
+            EpisodeSpec(
+                seed=g.trajectories_G[0].info["seed"], group_id=g.group_id, options=g.trajectories_G[0].info["options"]
+            )
+            for g in groups
+        ]
         greedy = {t.group_id: (t.reward or 0.0) for t in engine.run_sync(specs)}
         engine.close()
         return torch.tensor([greedy[g.group_id] for g in groups for _ in g.trajectories_G], dtype=torch.float32)

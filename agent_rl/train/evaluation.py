@@ -101,11 +101,17 @@ def score(trajectories: list[Trajectory], k: int, resamples: int = 1000, seed: i
     for gid in task_ids:
         rs = rewards.get(gid, [])
         c = sum(1 for r in rs if _correct(r))
-        per_task.append(TaskResult(
-            task_id=task_ids[gid], group_id=gid, samples=len(rs), correct=c, errors=errors[gid],
-            mean_reward=sum(rs) / len(rs) if rs else 0.0,
-            pass_at_k=pass_at_k(len(rs), c, min(k, len(rs))) if rs else 0.0,
-        ))
+        per_task.append(
+            TaskResult(
+                task_id=task_ids[gid],
+                group_id=gid,
+                samples=len(rs),
+                correct=c,
+                errors=errors[gid],
+                mean_reward=sum(rs) / len(rs) if rs else 0.0,
+                pass_at_k=pass_at_k(len(rs), c, min(k, len(rs))) if rs else 0.0,
+            )
+        )
     scored = [r for r in per_task if r.samples]
     means_T = [r.mean_reward for r in scored]
     passes_T = [r.pass_at_k for r in scored]

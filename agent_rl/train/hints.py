@@ -69,12 +69,21 @@ class LearningHints:
         constant, groups, values = constant_reward_groups(trajectories)
         if groups and constant == groups:
             shown = ", ".join(f"{v:g}" for v in sorted(values)[:3]) + (" ..." if len(values) > 3 else "")
-            self._seen("constant_reward", f"every group's samples got the same reward (reward {shown}), so every advantage is 0")
+            self._seen(
+                "constant_reward",
+                f"every group's samples got the same reward (reward {shown}), so every advantage is 0",
+            )
         bad, actions = invalid_actions(trajectories)
         if actions and bad / actions >= self.cfg.invalid_frac:
-            self._seen("invalid_actions", f"{bad} of {actions} actions were invalid (not parsed or rejected by the env)")
+            self._seen(
+                "invalid_actions", f"{bad} of {actions} actions were invalid (not parsed or rejected by the env)"
+            )
         # the pattern held on every step so far, and the window is complete; both: one hint
-        kinds = [k for k in ("constant_reward", "invalid_actions") if self._streak.get(k) == step + 1 == window and k not in self.given]
+        kinds = [
+            k
+            for k in ("constant_reward", "invalid_actions")
+            if self._streak.get(k) == step + 1 == window and k not in self.given
+        ]
         if not kinds:
             return []
         self.given.update(kinds)

@@ -43,8 +43,14 @@ class RunServices:
     and ``version() -> int`` are the learner's."""
 
     def __init__(
-        self, cfg: Config, facts: RunFacts, components: Components, engine: Any, queue: TaskQueue,
-        score: Callable[..., Any], version: Callable[[], int],
+        self,
+        cfg: Config,
+        facts: RunFacts,
+        components: Components,
+        engine: Any,
+        queue: TaskQueue,
+        score: Callable[..., Any],
+        version: Callable[[], int],
     ):
         self.cfg, self.facts, self.components, self.engine, self.queue = cfg, facts, components, engine, queue
         self._score, self._version = score, version
@@ -68,7 +74,9 @@ class RunServices:
         finally:
             engine.close()
 
-    async def fork(self, t: Trajectory, at_token: int, n: int, *, seed: int, group_id: str | None = None) -> list[Trajectory]:
+    async def fork(
+        self, t: Trajectory, at_token: int, n: int, *, seed: int, group_id: str | None = None
+    ) -> list[Trajectory]:
         return await self.engine.fork(t, at_token, n, seed=seed, group_id=group_id)
 
     def enqueue(self, groups: list[list[EpisodeSpec]]) -> int:
@@ -81,13 +89,26 @@ class RunServices:
 
     # -- text -----------------------------------------------------------------------------------
     def text_pass(
-        self, conversations: list[list[dict]], *, max_new_tokens: int, temperature: float, seed: int, topk: int = 0,
+        self,
+        conversations: list[list[dict]],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        seed: int,
+        topk: int = 0,
         tools: list[list[dict] | None] | None = None,
     ) -> list[PassResult]:
         c = self.components
         return run_text_pass(
-            c.backend, c.renderer, conversations, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
-            topk=topk, tools=tools, batch_size=self.cfg.rollout.max_batch_requests,
+            c.backend,
+            c.renderer,
+            conversations,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            seed=seed,
+            topk=topk,
+            tools=tools,
+            batch_size=self.cfg.rollout.max_batch_requests,
         )
 
     def transcript(self, t: Trajectory, special_tokens: bool = True) -> str:
@@ -114,7 +135,9 @@ class RunServices:
     def fit_adapter(
         self, demos: list[TrajectoryGroup], adapter: dict[str, torch.Tensor] | None, spec: AdapterSpec
     ) -> tuple[torch.nn.Module, list[float], dict[str, torch.Tensor]]:
-        lcfg = LoraConfig(rank=spec.rank, alpha=spec.alpha, target_modules=list(spec.target_modules), adapter_name=spec.name)
+        lcfg = LoraConfig(
+            rank=spec.rank, alpha=spec.alpha, target_modules=list(spec.target_modules), adapter_name=spec.name
+        )
         model = lora.apply_lora(copy.deepcopy(self.components.model), lcfg)
         if adapter is not None:
             set_peft_model_state_dict(model, adapter, adapter_name=spec.name)

@@ -66,11 +66,17 @@ class Teaching:
             insert_at_B.append(k)
             context_ids_B.append(ids)
         ids_BS, mask_BS, positions_BT = splice_teacher_context(
-            batch.input_ids_BT, batch.attention_mask_BT, insert_at_B, context_ids_B, self.components.tokenizer.pad_token_id
+            batch.input_ids_BT,
+            batch.attention_mask_BT,
+            insert_at_B,
+            context_ids_B,
+            self.components.tokenizer.pad_token_id,
         )
         route_B = [self.route(t) for t in rows] if self.spec.routes else None
         with packed_scoring(self.cfg.learner.packing, self.cfg.learner.share_prefixes):  # as the learner's forwards
-            return teacher_logprobs(self.teacher, ids_BS, mask_BS, positions_BT, self.cfg.rollout.temperature, topk, route_B)
+            return teacher_logprobs(
+                self.teacher, ids_BS, mask_BS, positions_BT, self.cfg.rollout.temperature, topk, route_B
+            )
 
     def route(self, trajectory: Any) -> int | None:
         """The teacher of a row under per-task routing: the route with the longest prefix of its task value

@@ -61,7 +61,9 @@ class Trainer:
         # synced after every step; the others only train (learner/launch.py)
         self.rank, self.world = fsdp.rank_and_world()
         if self.world > 1:
-            self.components.backend = make_policy_backend(cfg, copy.deepcopy(self.components.model), self.components.tokenizer)
+            self.components.backend = make_policy_backend(
+                cfg, copy.deepcopy(self.components.model), self.components.tokenizer
+            )
         # distributed.backend=ray with learner.world_size > 1 (this process no rank): the ranks are Ray
         # actors (distributed/learner_group.py), components.model the driver's replica of their weights
         self.learner = make_learner(
@@ -75,7 +77,9 @@ class Trainer:
         self.optimizer_hook = None
         if self.plan.optimizer_hook is not None:  # gcpo: projected updates
             if self.remote_learner is not None or self.world > 1:
-                raise ValueError(f"algorithm.loss.name={cfg.algorithm.loss.name}: its optimizer hook needs one local learner (learner.world_size=1)")
+                raise ValueError(
+                    f"algorithm.loss.name={cfg.algorithm.loss.name}: its optimizer hook needs one local learner (learner.world_size=1)"
+                )
             self.optimizer_hook = self.plan.install_optimizer_hook(self.components.model, self.learner.optimizer)
         self.engine = self.components.engine(**self.plan.engine_options)
 
@@ -87,13 +91,21 @@ class Trainer:
         self.parts = self.plan.parts
         self.parts.loss_state = self.states["loss"]
         # what the plan builds besides the policy: the components that provide its needs (components.py)
-        context = ComponentContext(cfg, self.plan, self.components, self.learner, self.rank, self.world, self.remote_learner is None)
+        context = ComponentContext(
+            cfg, self.plan, self.components, self.learner, self.rank, self.world, self.remote_learner is None
+        )
         self.models = build_components(context, self.plan.builds)
         check_provided(self.models, self.plan.precompute)
         self._need_providers = need_providers(self.models)
         # entries that act on the run itself (lspo: re-rolls by a scaffold adapter) get the RunAPI, never the trainer
         self.services = RunServices(
-            cfg, self._facts(), self.components, self.engine, self.sampler.queue, self.learner.score, lambda: self.learner.version
+            cfg,
+            self._facts(),
+            self.components,
+            self.engine,
+            self.sampler.queue,
+            self.learner.score,
+            lambda: self.learner.version,
         )
         for key, state in self.states.items():
             if hasattr(state, "bind"):
@@ -102,8 +114,12 @@ class Trainer:
         self.tracker = Tracker(self.run_dir, tracking, cfg.model_dump(mode="json"))
         # where rollouts come from: this engine (local, synchronous) or workers producing ahead
         # (asynchronous within distributed.max_staleness; Ray actors with distributed.backend=ray)
-        self.rollouts = make_rollout_source(cfg, self.components, self.engine, self._plan, self.plan.engine_options, self.learner.version)
-        self.weight_sync = WeightSync(self.components.model, self.components.backend, self.rollouts, self.rank, self.world)
+        self.rollouts = make_rollout_source(
+            cfg, self.components, self.engine, self._plan, self.plan.engine_options, self.learner.version
+        )
+        self.weight_sync = WeightSync(
+            self.components.model, self.components.backend, self.rollouts, self.rank, self.world
+        )
         self.adapters = None  # learner.lora: the hash of the adapter sent at each version, checked on every sample
         if cfg.learner.lora is not None:
             lcfg = cfg.learner.lora
@@ -113,11 +129,15 @@ class Trainer:
             if not resume:
                 self.weight_sync(self.learner.version)  # the samplers start from the adapter the ledger holds
         self.breaker = InfraBreaker(cfg)  # stops a run whose infrastructure keeps failing (agent_rl/train/breaker.py)
-        self.hints = LearningHints(cfg.trainer.steps, log=self.log)  # says once when RL cannot learn (agent_rl/train/hints.py)
+        self.hints = LearningHints(
+            cfg.trainer.steps, log=self.log
+        )  # says once when RL cannot learn (agent_rl/train/hints.py)
         self.start_step = 0
         if resume:
             self._load_checkpoint()
-        self.progress = RunProgress("train", cfg.trainer.steps, self.start_step, enabled=cfg.tracking.progress and self.rank == 0)
+        self.progress = RunProgress(
+            "train", cfg.trainer.steps, self.start_step, enabled=cfg.tracking.progress and self.rank == 0
+        )
 
     # -- the loop ---------------------------------------------------------------------------------
     def train(self) -> Path:
@@ -140,7 +160,9 @@ class Trainer:
         self.tracker.close()  # also draws reward.png and hands it to the trackers
         if self.rank == 0:
             ckpt_dir = f"checkpoints/step_{cfg.trainer.steps:06d}/model"
-            progress.summary(self.run_dir, read_metrics(self.run_dir), ["metrics.jsonl", "reward.png", ckpt_dir, "trajectories"])
+            progress.summary(
+                self.run_dir, read_metrics(self.run_dir), ["metrics.jsonl", "reward.png", ckpt_dir, "trajectories"]
+            )
         self.rollouts.close()
         self.engine.close()
         self.components.backend.close()  # an inference engine of its own (vllm) stops here
@@ -155,13 +177,17 @@ class Trainer:
             return self.step(step)
         except InfraErrorRateError as e:  # every rank raises it at the same point: the checkpoint collective is safe
             if self.learner.version == version:
-                e.args = (f"{e.args[0]}; checkpoint {self.save_checkpoint(step)} resumes the run (--resume {self.run_dir})",)
+                e.args = (
+                    f"{e.args[0]}; checkpoint {self.save_checkpoint(step)} resumes the run (--resume {self.run_dir})",
+                )
             self.rollouts.close()
             self.learner.close()
             raise
         except BaseException:
             if self.learner.version == version and self.world == 1:
-                self.log(f"step {step} failed; checkpoint {self.save_checkpoint(step)} resumes it (--resume {self.run_dir})")
+                self.log(
+                    f"step {step} failed; checkpoint {self.save_checkpoint(step)} resumes it (--resume {self.run_dir})"
+                )
             self.rollouts.close()
             self.learner.close()
             raise
@@ -194,7 +220,11 @@ class Trainer:
         self.progress.phase("update")
         batch = make_batch(groups, self.components.tokenizer.pad_token_id, cfg.model.device)
         if self.adapters is not None:  # the sampler's first-turn logprobs vs the learner's, same adapter
-            metrics.update(self.adapters.first_turn_gap(self.learner.score, self.components.model, batch, self.learner.version, step))
+            metrics.update(
+                self.adapters.first_turn_gap(
+                    self.learner.score, self.components.model, batch, self.learner.version, step
+                )
+            )
         x = self._advantage_inputs(batch, groups, step)
         adv = self.plan.advantages(x)
         if adv.loss_mask_BT is not None:  # copied prefixes of forked branches leave the loss
@@ -240,7 +270,9 @@ class Trainer:
         if self.plan.branch_planner is not None:  # cbpo / arpo / vineppo: grow trees
             grown = self._grow_branches(step, groups)
             trajectories += [t for ts in grown.values() for t in ts]
-            groups = [TrajectoryGroup(g.task_id, g.group_id, g.trajectories_G + grown.get(g.group_id, [])) for g in groups]
+            groups = [
+                TrajectoryGroup(g.task_id, g.group_id, g.trajectories_G + grown.get(g.group_id, [])) for g in groups
+            ]
         metrics.update(rollout_metrics(trajectories))
         metrics.update(self.rollouts.metrics())
         groups = trainable_groups(groups)
@@ -342,7 +374,9 @@ class Trainer:
         queued = self.sampler.queue.take(step, round_, num_prompts)  # generated groups first (task_queue.py)
         specs = [s for g in queued for s in g]
         for i, seed in enumerate(self.sampler.draw(step, round_, num_prompts - len(queued))):
-            fields = self.sampler.episode_options(seed)  # a steering entry's spec fields; its "options" add to the split
+            fields = self.sampler.episode_options(
+                seed
+            )  # a steering entry's spec fields; its "options" add to the split
             options = {"split": cfg.trainer.split, **fields.pop("options", {})}
             spec = EpisodeSpec(seed=seed, group_id=f"s{step}r{round_}p{i}", options=options, **fields)
             specs += [spec] * cfg.rollout.group_size
@@ -379,7 +413,13 @@ class Trainer:
             "rollouts": self.rollouts.state_dict(step),
         }
         return ckpt.save(
-            self.run_dir / "checkpoints", step, self._sharded_state(), per_rank, trainer_state, self._export, self.remote_learner
+            self.run_dir / "checkpoints",
+            step,
+            self._sharded_state(),
+            per_rank,
+            trainer_state,
+            self._export,
+            self.remote_learner,
         )
 
     def _sharded_state(self) -> dict[str, ckpt.ModelAndOptimizer]:
@@ -423,7 +463,9 @@ def train(cfg: Config, resume: str | None = None) -> Path:
     ``learner.world_size > 1`` runs that many learner ranks (learner/launch.py): processes on this
     machine, each running ``main`` below, or Ray actors (``distributed.backend: ray``)."""
     if launch.starts_local_ranks(cfg):
-        return launch.start_ranks(cfg, Path(resume) if resume else make_run_dir(cfg), resume, module="agent_rl.train.trainer")
+        return launch.start_ranks(
+            cfg, Path(resume) if resume else make_run_dir(cfg), resume, module="agent_rl.train.trainer"
+        )
     with launch.process_group(cfg) as rank, launch.rank_guard():  # a failing rank stops the group at once
         return Trainer(cfg, resume=resume, log=print if rank == 0 else (lambda *a: None)).train()
 
@@ -431,8 +473,9 @@ def train(cfg: Config, resume: str | None = None) -> Path:
 def main(argv: list[str] | None = None) -> None:
     """One learner rank of ``agent-rl train``: ``python -m agent_rl.train.trainer CONFIG [--resume RUN_DIR]``."""
 
-
-    p = argparse.ArgumentParser(description="one learner rank of `agent-rl train` (started by agent_rl.train.trainer.train)")
+    p = argparse.ArgumentParser(
+        description="one learner rank of `agent-rl train` (started by agent_rl.train.trainer.train)"
+    )
     p.add_argument("config")
     p.add_argument("--resume", default=None)
     args = p.parse_args(argv)

@@ -61,8 +61,9 @@ def checkers() -> types.SimpleNamespace:
     ast = importlib.import_module("bfcl_eval.eval_checker.ast_eval.ast_checker")
     multi = importlib.import_module("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker")
     enums = importlib.import_module("bfcl_eval.constants.enums")
-    return types.SimpleNamespace(ast_checker=ast.ast_checker, multi_turn_checker=multi.multi_turn_checker,
-                                 python=enums.Language.PYTHON)
+    return types.SimpleNamespace(
+        ast_checker=ast.ast_checker, multi_turn_checker=multi.multi_turn_checker, python=enums.Language.PYTHON
+    )
 
 
 # ---------------------------------------------------------------- single-turn
@@ -106,8 +107,9 @@ def single_turn_candidates(task) -> list[tuple[str, Any]]:
         for k, v in args.items():
             out.append((f"changed {k}", [(name, {**args, k: _perturb_value(v)}), *truth[1:]]))
     ints = [(n, {k: _ints_for_floats(v) for k, v in a.items()}) for n, a in truth]
-    if ints != truth or any(type(x) is not type(y) for (_, a), (_, b) in zip(ints, truth) for x, y in
-                            zip(_leaves(a), _leaves(b))):
+    if ints != truth or any(
+        type(x) is not type(y) for (_, a), (_, b) in zip(ints, truth) for x, y in zip(_leaves(a), _leaves(b))
+    ):
         out.append(("ints for floats", ints))
     if len(truth) > 1:
         out.append(("reversed", truth[::-1]))
@@ -139,7 +141,9 @@ def bfcl_single(task, candidate: Any) -> bool:
         return False
     output = [{name: args} for name, args in candidate]
     c = checkers()
-    return bool(c.ast_checker(list(task.functions), output, list(task.answer), c.python, task.category, "agreement")["valid"])
+    return bool(
+        c.ast_checker(list(task.functions), output, list(task.answer), c.python, task.category, "agreement")["valid"]
+    )
 
 
 def env_single(env: BfclCallsEnv, task, candidate: Any) -> bool:
@@ -213,8 +217,9 @@ def _restore_bfcl_modules() -> None:
     for name in ("long_context",):
         module = importlib.import_module(f"{_PACKAGE}.{name}")
         if name not in _fresh_modules:
-            _fresh_modules[name] = copy.deepcopy({k: v for k, v in vars(module).items() if not k.startswith("__")
-                                                  and isinstance(v, (dict, list))})
+            _fresh_modules[name] = copy.deepcopy(
+                {k: v for k, v in vars(module).items() if not k.startswith("__") and isinstance(v, (dict, list))}
+            )
         for k, v in _fresh_modules[name].items():
             setattr(module, k, copy.deepcopy(v))
 
@@ -232,10 +237,14 @@ def _until_reply(steps: list) -> list:
 def bfcl_multi(task, turns: list) -> bool:
     _restore_bfcl_modules()
     decoded = [[[_call_text(n, a) for n, a in step] for step in _until_reply(steps)] for steps in turns]
-    entry = {"id": task.task_id, "initial_config": copy.deepcopy(task.initial_config),
-             "involved_classes": list(task.classes)}
-    result = checkers().multi_turn_checker(decoded, [list(t) for t in task.ground_truth], entry, task.category,
-                                           f"agreement{next(_ids)}")  # a fresh name: fresh instances
+    entry = {
+        "id": task.task_id,
+        "initial_config": copy.deepcopy(task.initial_config),
+        "involved_classes": list(task.classes),
+    }
+    result = checkers().multi_turn_checker(
+        decoded, [list(t) for t in task.ground_truth], entry, task.category, f"agreement{next(_ids)}"
+    )  # a fresh name: fresh instances
     _forget_instances()
     return bool(result["valid"])
 
@@ -313,8 +322,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{kind}-turn: {agree} of {total} candidates agree")
     groups = collections.defaultdict(list)  # (category, label, env's verdict, BFCL's) -> task ids
     for tid, label, ours, theirs in out["disagreements"]:
-        groups[(tid.rsplit("_", 1)[0] if tid.startswith("multi") else tid.rsplit("_", 1)[0].split("_")[0],
-                label, ours, theirs)].append(tid)
+        groups[
+            (
+                tid.rsplit("_", 1)[0] if tid.startswith("multi") else tid.rsplit("_", 1)[0].split("_")[0],
+                label,
+                ours,
+                theirs,
+            )
+        ].append(tid)
     for key, ids in sorted(groups.items()):
         print(f"  {len(ids):5d}  {key}  e.g. {', '.join(ids[:3])}")
     return 0

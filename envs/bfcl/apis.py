@@ -30,8 +30,12 @@ _PACKAGE = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code"
 #: 10**(10**9)). The ground truth uses at most precision 10 and no rounding beyond a few places.
 #: Every other argument of the multi-turn APIs only selects, stores or does arithmetic on values
 #: whose size the action's length bounds (``tests/envs/test_bfcl_isolation.py`` fuzzes them all).
-BOUNDS = {("power", "exponent"): 10_000, ("square_root", "precision"): 10_000,
-          ("logarithm", "precision"): 1_000, ("round_number", "decimal_places"): 10_000}
+BOUNDS = {
+    ("power", "exponent"): 10_000,
+    ("square_root", "precision"): 10_000,
+    ("logarithm", "precision"): 1_000,
+    ("round_number", "decimal_places"): 10_000,
+}
 #: ``power``: the result's size in bits (|exponent| x the bits of an integer base), at most this.
 POWER_BITS = 1_000_000
 
@@ -108,7 +112,9 @@ class ApiSession:
         for name in task.classes:
             instance = _api_class(name)()
             if name not in STATELESS:
-                instance._load_scenario(copy.deepcopy(task.initial_config.get(name, {})), long_context=task.long_context)
+                instance._load_scenario(
+                    copy.deepcopy(task.initial_config.get(name, {})), long_context=task.long_context
+                )
             # own every value: long-context scenarios put bfcl_eval's module-level dicts (credit
             # cards, booking records) into the instance by reference, and calls change them in place
             instance.__dict__ = copy.deepcopy(instance.__dict__)
@@ -133,7 +139,9 @@ class ApiSession:
 
     def state(self) -> dict[str, dict[str, Any]]:
         """Each instance's public attributes (BFCL compares these after every user turn)."""
-        return {name: {k: v for k, v in vars(obj).items() if not k.startswith("_")} for name, obj in self.instances.items()}
+        return {
+            name: {k: v for k, v in vars(obj).items() if not k.startswith("_")} for name, obj in self.instances.items()
+        }
 
 
 def state_differences(model: ApiSession, truth: ApiSession) -> list[str]:

@@ -31,8 +31,16 @@ import re
 from typing import Any
 
 RULES = ("official", "project")
-_TYPES: dict[str, type] = {"string": str, "integer": int, "float": float, "boolean": bool, "array": list,
-                           "tuple": list, "dict": dict, "any": str}
+_TYPES: dict[str, type] = {
+    "string": str,
+    "integer": int,
+    "float": float,
+    "boolean": bool,
+    "array": list,
+    "tuple": list,
+    "dict": dict,
+    "any": str,
+}
 _STRIP = re.compile(r"[ ,./\-_*^]")
 
 
@@ -57,9 +65,11 @@ def _type_ok(value: Any, doc: dict, allowed: list, rules: str = "official") -> t
         if expected is list and "items" in doc:
             item_type = _TYPES.get(doc["items"].get("type", "any"), str)
             if rules == "official":  # one allowed value must admit every item (no int for a float)
-                ok = any(not isinstance(option, list)
-                         or all(type(v) is item_type or type(v) is _answer_type(option) for v in value)
-                         for option in allowed)
+                ok = any(
+                    not isinstance(option, list)
+                    or all(type(v) is item_type or type(v) is _answer_type(option) for v in value)
+                    for option in allowed
+                )
                 return ok, variable
             inner = [type(v) for a in allowed if isinstance(a, list) for v in a]
             ok = all(type(v) is item_type or (item_type is float and type(v) is int) or type(v) in inner for v in value)
@@ -85,8 +95,10 @@ def _value_ok(value: Any, doc: dict, allowed: list) -> bool:
     if expected is dict:
         return _dict_ok(value, allowed)
     if expected is list and items == "dict":
-        return any(isinstance(opt, list) and len(opt) == len(value) and all(_dict_ok(v, [o]) for v, o in zip(value, opt))
-                   for opt in allowed)
+        return any(
+            isinstance(opt, list) and len(opt) == len(value) and all(_dict_ok(v, [o]) for v, o in zip(value, opt))
+            for opt in allowed
+        )
     if expected is str:
         return normalize(value) in [normalize(a) for a in allowed if isinstance(a, str)]
     if expected is list:
@@ -97,7 +109,7 @@ def _value_ok(value: Any, doc: dict, allowed: list) -> bool:
 def match_call(doc: dict, name: str, arguments: dict[str, Any], entry: dict, rules: str = "official") -> str | None:
     """None when the call ``name(**arguments)`` matches the answer ``entry`` (``{function: params}``)
     of the function ``doc`` under ``rules`` (:data:`RULES`), else why not."""
-    (expected_name, params), = entry.items()
+    ((expected_name, params),) = entry.items()
     if name != expected_name:
         return f"function {name!r}, expected {expected_name!r}"
     props = doc.get("parameters", {}).get("properties", {})
@@ -121,8 +133,9 @@ def match_call(doc: dict, name: str, arguments: dict[str, Any], entry: dict, rul
     return None
 
 
-def match(category: str, functions: list[dict], calls: list[tuple[str, dict]], answer: list[dict],
-          rules: str = "official") -> str | None:
+def match(
+    category: str, functions: list[dict], calls: list[tuple[str, dict]], answer: list[dict], rules: str = "official"
+) -> str | None:
     """None when ``calls`` (name, arguments) match ``answer`` under ``category``'s rules, else why not."""
     if len(calls) != len(answer):
         return f"{len(calls)} call(s), expected {len(answer)}"
@@ -136,8 +149,14 @@ def match(category: str, functions: list[dict], calls: list[tuple[str, dict]], a
     used: set[int] = set()
     for entry in answer:
         doc = docs.get(next(iter(entry))) or {}
-        found = next((i for i, (name, args) in enumerate(calls)
-                      if i not in used and match_call(doc, name, args, entry, rules) is None), None)
+        found = next(
+            (
+                i
+                for i, (name, args) in enumerate(calls)
+                if i not in used and match_call(doc, name, args, entry, rules) is None
+            ),
+            None,
+        )
         if found is None:
             return f"no call matches the expected {next(iter(entry))!r}"
         used.add(found)

@@ -113,17 +113,28 @@ class BfclCallsEnv(ToolEnv):
         decodes = bool(parsed.tool_calls) and not parsed.errors
         if self.scoring == "official" and task.category in IRRELEVANCE and not decodes:
             # BFCL: "no function call means either the AST decoding fails or it finds no call"
-            return TurnResult(reward=1.0, done=True, valid=parsed.answer is not None and not parsed.errors,
-                              info={"answered": parsed.answer is not None, "passed": True, "failure": None})
+            return TurnResult(
+                reward=1.0,
+                done=True,
+                valid=parsed.answer is not None and not parsed.errors,
+                info={"answered": parsed.answer is not None, "passed": True, "failure": None},
+            )
         if decodes:
             unknown = [c.name for c in parsed.tool_calls if c.name not in self.tool_names]
             if unknown:
                 problem = f"unknown function '{unknown[0]}'; available: {', '.join(self.tool_names)}"
                 return TurnResult([self.error_message(problem)], valid=False, done=self.final_turn)
             if task.category in IRRELEVANCE:
-                return TurnResult(reward=0.0, done=True, info={"passed": False, "failure": "a call where no function fits"})
-            why = match(task.category, list(task.functions), [(c.name, c.arguments) for c in parsed.tool_calls],
-                        list(task.answer), self.scoring)
+                return TurnResult(
+                    reward=0.0, done=True, info={"passed": False, "failure": "a call where no function fits"}
+                )
+            why = match(
+                task.category,
+                list(task.functions),
+                [(c.name, c.arguments) for c in parsed.tool_calls],
+                list(task.answer),
+                self.scoring,
+            )
             return TurnResult(reward=float(why is None), done=True, info={"passed": why is None, "failure": why})
         if parsed.answer is not None and not parsed.tool_calls and not parsed.errors:
             passed = task.category in IRRELEVANCE

@@ -136,7 +136,9 @@ class BfclMultiTurnEnv(ToolEnv):
         else:
             pool = select(multi_turn_tasks(), split, self.categories)
             if not pool:
-                raise ValueError(f"no BFCL multi-turn task in split {split!r} for categories {', '.join(self.categories)}")
+                raise ValueError(
+                    f"no BFCL multi-turn task in split {split!r} for categories {', '.join(self.categories)}"
+                )
             self._task = pool[seed % len(pool)]
         task = self._task
         self._model, self._truth = ApiSession(task), ApiSession(task)  # fresh instances, never shared
@@ -151,8 +153,12 @@ class BfclMultiTurnEnv(ToolEnv):
         self._timeout_failure = ""
         messages = [{"role": "system", "content": SYSTEM_PROMPT.format(session=session_of(task.task_id))}]
         messages += self._turn_messages(0)
-        return TaskStart(messages, task.task_id, task.to_dict(),
-                         teacher_context="Ground-truth calls per turn:\n" + json.dumps(task.ground_truth))
+        return TaskStart(
+            messages,
+            task.task_id,
+            task.to_dict(),
+            teacher_context="Ground-truth calls per turn:\n" + json.dumps(task.ground_truth),
+        )
 
     def _turn_messages(self, index: int) -> list[dict]:
         """The user messages of turn ``index``; a held-out function's turn lists the new schemas."""
@@ -195,8 +201,11 @@ class BfclMultiTurnEnv(ToolEnv):
         return self._forced_quit or super().final_turn
 
     def step_info(self, parsed: ParsedAction) -> dict[str, Any]:
-        return {"tool_calls": min(len(parsed.tool_calls), self.max_calls_per_turn), "answered": False,
-                "user_turn": self._user_turn}
+        return {
+            "tool_calls": min(len(parsed.tool_calls), self.max_calls_per_turn),
+            "answered": False,
+            "user_turn": self._user_turn,
+        }
 
     async def take_turn(self, text: str, parsed: ParsedAction) -> TurnResult:
         self._steps += 1
@@ -214,7 +223,9 @@ class BfclMultiTurnEnv(ToolEnv):
                 turn.valid = turn.valid and ok
             problems = list(parsed.errors)
             if len(parsed.tool_calls) > self.max_calls_per_turn:
-                problems.append(f"{len(parsed.tool_calls)} calls in one message; only the first {self.max_calls_per_turn} ran")
+                problems.append(
+                    f"{len(parsed.tool_calls)} calls in one message; only the first {self.max_calls_per_turn} ran"
+                )
             if problems:
                 turn.messages.append(self.error_message("; ".join(problems)))
                 turn.valid = False
@@ -235,8 +246,11 @@ class BfclMultiTurnEnv(ToolEnv):
         n_turns = len(task.turns)
         if failure is not None:
             reward = index / n_turns if self.partial_credit else 0.0
-            return TurnResult(reward=reward, done=True, info={"answered": True, "passed": False, "failure": failure,
-                                                              "turns_passed": index})
+            return TurnResult(
+                reward=reward,
+                done=True,
+                info={"answered": True, "passed": False, "failure": failure, "turns_passed": index},
+            )
         self._user_turn, self._steps, self._called = index + 1, 0, False
         if self._user_turn == n_turns:
             return TurnResult(reward=1.0, done=True, info={"answered": True, "passed": True, "turns_passed": n_turns})

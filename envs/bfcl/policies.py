@@ -90,7 +90,7 @@ def _truth_calls(task: Any) -> list[ToolCall]:
     docs = {f["name"]: f for f in task.functions}
     calls = []
     for entry in task.answer:
-        (name, params), = entry.items()
+        ((name, params),) = entry.items()
         required = set(docs.get(name, {}).get("parameters", {}).get("required", []))
         args = {}
         for p, allowed in params.items():
@@ -112,7 +112,9 @@ def replay(messages: list[dict], rng: random.Random | None = None, *, tool_forma
     turn, acted = _position(messages)
     truth = task.ground_truth[turn] if turn < len(task.ground_truth) else ()
     if acted or not truth:
-        return _reply("Done." if truth else "I cannot do that with the functions I have; please tell me more.", tool_format)
+        return _reply(
+            "Done." if truth else "I cannot do that with the functions I have; please tell me more.", tool_format
+        )
     calls = []
     for text in truth:
         name, args, kwargs = parse_call(text)
@@ -127,8 +129,11 @@ def no_op(messages: list[dict], rng: random.Random | None = None, *, tool_format
 
 def _placeholders(schema: dict) -> dict[str, Any]:
     props = schema["function"]["parameters"].get("properties", {})
-    return {p: _PLACEHOLDER.get(props[p].get("type", "string"), "x") for p in schema["function"]["parameters"].get("required", [])
-            if p in props}
+    return {
+        p: _PLACEHOLDER.get(props[p].get("type", "string"), "x")
+        for p in schema["function"]["parameters"].get("required", [])
+        if p in props
+    }
 
 
 def call_everything(messages: list[dict], rng: random.Random | None = None, *, tool_format: str = "hermes") -> str:

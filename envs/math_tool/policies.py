@@ -66,7 +66,9 @@ def mental_answer(question: str, rng: random.Random) -> str:
     return text[:i] + wrong_digit + text[i + 1 :]
 
 
-def weak_teacher(messages: list[dict], rng: random.Random, p_direct: float = 0.5, *, tool_format: str = "hermes") -> str:
+def weak_teacher(
+    messages: list[dict], rng: random.Random, p_direct: float = 0.5, *, tool_format: str = "hermes"
+) -> str:
     """Like ``oracle``, but with probability ``p_direct`` answers at once from mental math."""
     last = messages[-1]
     if get_format(tool_format).is_result(last):

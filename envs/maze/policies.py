@@ -43,7 +43,10 @@ def weak_teacher(messages: list[dict], rng: random.Random, p_noise: float = 0.25
 def corpus_conversations(n: int, rng: random.Random):
     """Weak-teacher episodes as ``(messages, tools)`` for the tiny tokenizer (at most 1000)."""
 
-    plain, hinted = MazeEnv(difficulty=[1, 2, 3, 4], max_turns=24), MazeEnv(difficulty=[1, 2, 3, 4], max_turns=24, hint=True)
+    plain, hinted = (
+        MazeEnv(difficulty=[1, 2, 3, 4], max_turns=24),
+        MazeEnv(difficulty=[1, 2, 3, 4], max_turns=24, hint=True),
+    )
     for i in range(min(n, 1000)):
         env = hinted if i % 2 else plain
         obs, info = env.reset(seed=rng.randrange(2**31))

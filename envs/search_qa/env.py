@@ -65,7 +65,14 @@ class SearchQAEnv(ToolEnv):
     fenced_code = False
     action_hint = ANSWER_HINT
 
-    def __init__(self, split: str = "train", max_turns: int = 4, top_k: int = 3, max_action_chars: int = 4096, tool_format: str = "hermes"):
+    def __init__(
+        self,
+        split: str = "train",
+        max_turns: int = 4,
+        top_k: int = 3,
+        max_action_chars: int = 4096,
+        tool_format: str = "hermes",
+    ):
         if top_k < 1:
             raise ValueError(f"SearchQA-v0: top_k must be >= 1, got {top_k}")
         super().__init__(split=split, max_turns=max_turns, max_action_chars=max_action_chars, tool_format=tool_format)

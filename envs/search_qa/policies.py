@@ -55,7 +55,12 @@ def corpus_conversations(n: int, rng: random.Random):
         q = rng.choice(kb.questions)
         messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": q.question}]
         for entity in (q.entity, q.bridge):
-            messages += [{"role": "assistant", "content": search_text(entity)},
-                         {"role": "tool", "content": "\n".join(f"[doc {d.doc_id}] {d.title}: {d.text}" for d in kb.search(entity, 3))}]
+            messages += [
+                {"role": "assistant", "content": search_text(entity)},
+                {
+                    "role": "tool",
+                    "content": "\n".join(f"[doc {d.doc_id}] {d.title}: {d.text}" for d in kb.search(entity, 3)),
+                },
+            ]
         messages.append({"role": "assistant", "content": answer_text(q.answer)})
         yield messages, tools

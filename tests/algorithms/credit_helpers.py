@@ -12,8 +12,8 @@ import torch
 
 from agent_rl.algorithms import CREDITS
 from agent_rl.algorithms.registry import AdvantageInputs, AdvantageOutput
-from agent_rl.rollout.batching import make_batch
 from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup, Turn
+from agent_rl.rollout.batching import make_batch
 from tests.builders import group_of, trajectory
 
 
@@ -72,7 +72,9 @@ def inputs(groups: list[TrajectoryGroup], **extra) -> AdvantageInputs:
     )  # fmt: skip
 
 
-def run(name: str, groups: list[TrajectoryGroup], state=None, x: AdvantageInputs | None = None, **cfg) -> AdvantageOutput:
+def run(
+    name: str, groups: list[TrajectoryGroup], state=None, x: AdvantageInputs | None = None, **cfg
+) -> AdvantageOutput:
     entry = CREDITS.get(name)
     if state is None:
         state = entry.make_state()

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from agent_rl.methods.lspo import LspoConfig, LspoState, is_cliff, lspo_loss_options, splice
 from agent_rl.algorithms.losses.common import LossOptions, rollout_is_weights
 from agent_rl.core.types import Trajectory, TrajectoryGroup
+from agent_rl.methods.lspo import LspoConfig, LspoState, is_cliff, lspo_loss_options, splice
 from tests.builders import trajectory
 
 
@@ -37,7 +37,9 @@ def test_cliffs_splicing_and_the_is_weights_by_hand():
     opts = LossOptions(**lspo_loss_options(cfg)).rollout_is
     base = torch.tensor([[0.0, -1.0, -0.2, -2.0]])
     adapter = torch.tensor([[0.0, -1.5, -1.2, -1.0]])
-    x = SimpleNamespace(old_logprobs_BT=base, rollout_logprobs_BT=adapter, loss_mask_BT=torch.tensor([[0.0, 1.0, 1.0, 1.0]]))
+    x = SimpleNamespace(
+        old_logprobs_BT=base, rollout_logprobs_BT=adapter, loss_mask_BT=torch.tensor([[0.0, 1.0, 1.0, 1.0]])
+    )
     w = rollout_is_weights(x, opts)
     # exp(0.5) = 1.6487; exp(1.0) = 2.718 -> capped at 2; exp(-1) = 0.3679; off-mask log-ratio 0 -> 1
     assert w[0].tolist() == pytest.approx([1.0, math.exp(0.5), 2.0, math.exp(-1.0)], rel=1e-6)
@@ -46,7 +48,15 @@ def test_cliffs_splicing_and_the_is_weights_by_hand():
 def test_a_one_step_run_scaffolds_its_cliffs_and_checkpoints_the_base_only(tmp_path, tiny_model_dir):
     from tests.test_trainer import trainer
 
-    t = trainer(tmp_path, tiny_model_dir, "algorithm.filters=[{name: lspo, sft_steps: 2}]", "trainer.steps=1", "trainer.prompts_per_step=1", "rollout.max_new_tokens=40", "rollout.max_turns=3")
+    t = trainer(
+        tmp_path,
+        tiny_model_dir,
+        "algorithm.filters=[{name: lspo, sft_steps: 2}]",
+        "trainer.steps=1",
+        "trainer.prompts_per_step=1",
+        "rollout.max_new_tokens=40",
+        "rollout.max_turns=3",
+    )
     assert t.plan.parts.options.rollout_is is not None  # the spliced rows' correction is on
     state = t.states["filter0"]
     assert state.run is t.services  # the RunAPI, not the trainer

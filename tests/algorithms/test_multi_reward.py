@@ -60,7 +60,9 @@ def test_sa_mrpo_discounts_saturated_components():
     assert out.metrics == {"adv/sa_mrpo_weight_0": 0.5, "adv/sa_mrpo_weight_1": 0.25}
     assert "reward_components" in sa_mrpo_needs()
     with pytest.raises(ValueError, match="reward_components"):
-        NEEDS["reward_components"].compute(NeedContext(None, [TrajectoryGroup("t", "g", [episode([0.0, 0.0])])], 0, None, None))
+        NEEDS["reward_components"].compute(
+            NeedContext(None, [TrajectoryGroup("t", "g", [episode([0.0, 0.0])])], 0, None, None)
+        )
 
 
 def sa_mrpo_needs():

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from agent_rl.algorithms import ADVANTAGES, ALL_REGISTRIES
-from agent_rl.commands.catalog import anchor, render_catalog, where_documented
 from agent_rl.algorithms.plan import make_plan
 from agent_rl.algorithms.registry import STATUSES
 from agent_rl.cli import cmd_objectives
+from agent_rl.commands.catalog import anchor, render_catalog, where_documented
 from agent_rl.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +28,14 @@ def plan_of(*overrides: str):
 
 
 def test_every_entry_of_every_registry_has_a_status_and_evidence():
-    assert len(ENTRIES) >= 100 and set(ALL_REGISTRIES) == {"advantage", "credit", "policy_loss", "aggregation", "kl", "filter"}
+    assert len(ENTRIES) >= 100 and set(ALL_REGISTRIES) == {
+        "advantage",
+        "credit",
+        "policy_loss",
+        "aggregation",
+        "kl",
+        "filter",
+    }
     for e in ENTRIES:
         assert e.status in STATUSES, f"{e.kind} '{e.name}': status {e.status!r}"
         assert e.evidence.strip(), f"{e.kind} '{e.name}': no evidence"
@@ -57,7 +64,9 @@ def test_registering_without_a_status_and_evidence_fails_in_one_line(declaration
 
 def test_a_plugins_entry_without_a_status_is_an_interpretation_that_says_so():
     with ADVANTAGES.registered("test_plugin_entry", lambda x, cfg: None) as entry:
-        assert entry.status == "interpretation" and entry.evidence == f"registered by {__name__} without a status (plugin)"
+        assert (
+            entry.status == "interpretation" and entry.evidence == f"registered by {__name__} without a status (plugin)"
+        )
     with pytest.raises(ValueError, match="say how faithful"):  # a plugin that gives one must give a valid one
         ADVANTAGES.register("test_plugin_entry", status="guess", evidence="x")(lambda x, cfg: None)
 
@@ -68,10 +77,14 @@ def test_a_reference_entry_names_an_existing_test_that_holds_the_other_implement
     for e in references:
         files = re.findall(r"tests/\S+?\.py", e.evidence)
         assert files, f"{e.kind} '{e.name}': a reference entry names its test file"
-        assert re.search(r"\b(verl|TRL)\b", e.evidence), f"{e.kind} '{e.name}': names the implementation compared against"
+        assert re.search(r"\b(verl|TRL)\b", e.evidence), (
+            f"{e.kind} '{e.name}': names the implementation compared against"
+        )
         for f in files:
             text = (ROOT / f).read_text(encoding="utf-8")
-            assert e.name in text and re.search(r"\b(verl|TRL)\b", text), f"{f} does not check '{e.name}' against verl / TRL"
+            assert e.name in text and re.search(r"\b(verl|TRL)\b", text), (
+                f"{f} does not check '{e.name}' against verl / TRL"
+            )
 
 
 def test_a_run_with_interpretation_entries_says_so_in_one_line():
@@ -91,7 +104,10 @@ def test_a_run_with_interpretation_entries_says_so_in_one_line():
 
 
 def test_a_paper_entry_alone_says_nothing():
-    assert plan_of("algorithm.loss.name=tic_grpo", "algorithm.aggregation.name=seq_mean_token_sum_norm").provenance_notes() == []
+    assert (
+        plan_of("algorithm.loss.name=tic_grpo", "algorithm.aggregation.name=seq_mean_token_sum_norm").provenance_notes()
+        == []
+    )
 
 
 def test_catalog_shows_status_evidence_and_counts():

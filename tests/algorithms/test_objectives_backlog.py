@@ -49,7 +49,21 @@ def test_built_keys_are_registered_under_the_kind_named():
 
 
 def test_the_keys_built_for_issues_25_and_26_are_registered():
-    built = {"i_sdpo", "beta_opsd", "powered_opd", "g_opd", "anti_sd", "rlsd", "qkl", "sa_mrpo", "gcpo", "grpo_process", "srpo_reflect", "opid", "serpo"}
+    built = {
+        "i_sdpo",
+        "beta_opsd",
+        "powered_opd",
+        "g_opd",
+        "anti_sd",
+        "rlsd",
+        "qkl",
+        "sa_mrpo",
+        "gcpo",
+        "grpo_process",
+        "srpo_reflect",
+        "opid",
+        "serpo",
+    }
     assert built <= set(registered())
 
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from agent_rl.algorithms.advantages.common import masked_whiten
-from agent_rl.methods.redippo import RedippoConfig, discrepancy_weights, redippo
 from agent_rl.algorithms.advantages.returns import gae_scan
 from agent_rl.algorithms.registry import AdvantageInputs
 from agent_rl.learner.privileged import from_spliced, spliced_batch, to_spliced
+from agent_rl.methods.redippo import RedippoConfig, discrepancy_weights, redippo
 from tests.learner.helpers import step_batch
 
 
@@ -46,7 +46,16 @@ def test_spliced_rows_exactly():
     assert out.input_ids_BT[1].tolist() == ids1[:3] + [93, 94, 95] + ids1[3:] + [0]
     assert out.attention_mask_BT.sum(-1).tolist() == [8, 7]
     assert pos.tolist() == [[0, 1, 4, 5, 6, 7], [0, 1, 2, 6, -1, -1]]
-    assert out.loss_mask_BT[0].tolist() == [0, 0, 0, 0, 0, 1, 1, 1] and out.loss_mask_BT[1].tolist() == [0, 0, 0, 0, 0, 0, 1, 0]
+    assert out.loss_mask_BT[0].tolist() == [0, 0, 0, 0, 0, 1, 1, 1] and out.loss_mask_BT[1].tolist() == [
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        1,
+        0,
+    ]
     assert out.turn_index_BT[0, 2:4].tolist() == [-1, -1]  # the context is in no turn
     assert out.position_ids_BT[1].tolist() == list(range(8))
     torch.testing.assert_close(out.rollout_logprobs_BT[0, 4:7], batch.rollout_logprobs_BT[0, 2:5])
@@ -72,7 +81,9 @@ def test_advantage_is_weighted_gae_of_the_reference_critic():
     w, _ = discrepancy_weights(v_ref, v_std, mask, 1.0, 0.5, 2.0)
     torch.testing.assert_close(out.advantages_BT, (masked_whiten(a_ref, mask) * w).float())
     # the trainer trains the standard critic on GAE(V_std) + V_std; the reference critic got its own
-    torch.testing.assert_close(out.returns_BT, ((gae_scan(rewards, v_std, mask, 1.0, lam) + v_std.double()) * mask).float())
+    torch.testing.assert_close(
+        out.returns_BT, ((gae_scan(rewards, v_std, mask, 1.0, lam) + v_std.double()) * mask).float()
+    )
     torch.testing.assert_close(out.targets["privileged_critic"], ((a_ref + v_ref.double()) * mask).float())
     std = redippo(x, RedippoConfig(lam=0.9, advantage_critic="standard", strength=0.0))
     torch.testing.assert_close(std.advantages_BT, masked_whiten(gae_scan(rewards, v_std, mask, 1.0, lam), mask).float())
@@ -85,16 +96,24 @@ def test_one_step_trains_both_critics(tmp_path, tiny_model_dir):
 
     t = trainer(tmp_path, tiny_model_dir, "algorithm.advantage.name=redippo", "learner.critic={lr: 1e-2}")
     ref = t.models["privileged_critic"].critic  # the privileged critic is a component of the run
-    assert t.models["critic"].critic is not None and ref is not None and ref.critic.model is not t.models["critic"].critic.model
+    assert (
+        t.models["critic"].critic is not None
+        and ref is not None
+        and ref.critic.model is not t.models["critic"].critic.model
+    )
     # the reference-guided critic's row 0: the prompt, the verified solution as a user message, the response
     groups = group_trajectories(t._rollout(0, 0, 1))
     traj = groups[0].trajectories_G[0]
-    k, ctx = t.components.renderer.context_insertion(traj.info["prompt_messages"], traj.info["tools"], traj.info["teacher_context"])
+    k, ctx = t.components.renderer.context_insertion(
+        traj.info["prompt_messages"], traj.info["tools"], traj.info["teacher_context"]
+    )
     assert t.components.renderer.decode(ctx).startswith("<|im_start|>user\nVerified solution: ")
     spliced, _ = ref.batch(groups)
     n = len(traj.token_ids_T)
     assert spliced.input_ids_BT[0, : n + len(ctx)].tolist() == traj.token_ids_T[:k] + ctx + traj.token_ids_T[k:]
-    assert make_batch(groups, t.components.tokenizer.pad_token_id).input_ids_BT.shape[0] == spliced.input_ids_BT.shape[0]
+    assert (
+        make_batch(groups, t.components.tokenizer.pad_token_id).input_ids_BT.shape[0] == spliced.input_ids_BT.shape[0]
+    )
     rollout = t.rollouts.rollout
 
     def half_right(*args, **kwargs):  # the tiny model never answers right: give the critics something to learn
@@ -109,11 +128,18 @@ def test_one_step_trains_both_critics(tmp_path, tiny_model_dir):
     m = t.step(0)
     assert "critic/loss" in m and "critic_ref/loss" in m and t.learner.version == 1
     # both heads start at zero: no discrepancy, every weight 1
-    assert m["adv/redippo_discrepancy_mean"] == 0.0 and m["adv/redippo_weight_min"] == m["adv/redippo_weight_max"] == 1.0
-    assert any(not torch.equal(a, b) for a, b in zip(before_std, t.models["critic"].critic.model.parameters(), strict=True))
+    assert (
+        m["adv/redippo_discrepancy_mean"] == 0.0 and m["adv/redippo_weight_min"] == m["adv/redippo_weight_max"] == 1.0
+    )
+    assert any(
+        not torch.equal(a, b) for a, b in zip(before_std, t.models["critic"].critic.model.parameters(), strict=True)
+    )
     assert any(not torch.equal(a, b) for a, b in zip(before_ref, ref.critic.model.parameters(), strict=True))
     m = t.step(1)  # the critics now read different rows: they disagree
-    assert m["adv/redippo_discrepancy_mean"] > 0.0 and 0.5 <= m["adv/redippo_weight_min"] <= 1.0 <= m["adv/redippo_weight_max"] <= 2.0
+    assert (
+        m["adv/redippo_discrepancy_mean"] > 0.0
+        and 0.5 <= m["adv/redippo_weight_min"] <= 1.0 <= m["adv/redippo_weight_max"] <= 2.0
+    )
     # the reference-guided critic is checkpointed with the run (the DCP checkpoint's sharded state) and restored
     saved = [p.detach().clone() for p in ref.critic.model.parameters()]
     checkpoint = t.save_checkpoint(2)

@@ -83,7 +83,10 @@ def test_another_tokenizer_or_a_chat_only_api_is_refused_at_start(tmp_path, teac
     shutil.copytree(teacher_dir, swapped)
     spec = json.loads((swapped / "tokenizer.json").read_text())
     vocab = spec["model"]["vocab"]
-    a, b = tiny_tokenizer.convert_ids_to_tokens(tiny_tokenizer.encode("3"))[0], tiny_tokenizer.convert_ids_to_tokens(tiny_tokenizer.encode("7"))[0]
+    a, b = (
+        tiny_tokenizer.convert_ids_to_tokens(tiny_tokenizer.encode("3"))[0],
+        tiny_tokenizer.convert_ids_to_tokens(tiny_tokenizer.encode("7"))[0],
+    )
     vocab[a], vocab[b] = vocab[b], vocab[a]
     (swapped / "tokenizer.json").write_text(json.dumps(spec))
     served = build_state(str(teacher_dir))
@@ -117,7 +120,9 @@ def test_a_served_teacher_in_a_training_step(tmp_path, teacher_dir, tiny_model_d
     from tests.test_trainer import trainer
 
     with serve_in_thread(create_app(build_state(str(teacher_dir), served_name="t"))) as url:
-        t = trainer(tmp_path / "run", tiny_model_dir, "algorithm.loss.name=g_opd", f"algorithm.loss.teacher_path=openai:{url}#t")
+        t = trainer(
+            tmp_path / "run", tiny_model_dir, "algorithm.loss.name=g_opd", f"algorithm.loss.teacher_path=openai:{url}#t"
+        )
         assert isinstance(t.models["teacher"].teacher, RemoteTeacher)
         metrics = t.step(1)
     assert not any(math.isnan(v) for v in metrics.values() if isinstance(v, float))

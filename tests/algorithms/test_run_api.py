@@ -47,22 +47,35 @@ def replay_once(groups: list[TrajectoryGroup], state: ReplayState, cfg: ReplayCo
     if not fresh:
         return FilterResult(groups)
     firsts = [g.trajectories_G[0] for g in fresh]
-    conversations = [[{"role": "user", "content": "Say something about: " + run.transcript(t, special_tokens=False)}] for t in firsts]
-    passes = run.text_pass(conversations, max_new_tokens=cfg.max_new_tokens, temperature=1.0, seed=run.facts.derive("replay", state.replays))
+    conversations = [
+        [{"role": "user", "content": "Say something about: " + run.transcript(t, special_tokens=False)}] for t in firsts
+    ]
+    passes = run.text_pass(
+        conversations,
+        max_new_tokens=cfg.max_new_tokens,
+        temperature=1.0,
+        seed=run.facts.derive("replay", state.replays),
+    )
     state.notes += [p.text for p in passes]
-    n = run.enqueue([[EpisodeSpec.replay(t, g.group_id)] * len(g.trajectories_G) for t, g in zip(firsts, fresh, strict=True)])
+    n = run.enqueue(
+        [[EpisodeSpec.replay(t, g.group_id)] * len(g.trajectories_G) for t, g in zip(firsts, fresh, strict=True)]
+    )
     state.replays += n
     return FilterResult(groups, num_more=n, metrics={"replay/queued": float(n)})
 
 
 def test_a_method_written_against_the_protocol_runs_through_trainer_step(tmp_path, tiny_model_dir):
-    from tests.test_trainer import trainer
     from agent_rl.train.trainer import Trainer
+    from tests.test_trainer import trainer
 
     with FILTERS.registered("test_replay", replay_once, config=ReplayConfig, state=ReplayState):
         t = trainer(
-            tmp_path, tiny_model_dir, "algorithm.filters=[{name: test_replay, max_new_tokens: 3}]", "trainer.refill_rounds=1",
-            "trainer.prompts_per_step=1", "trainer.steps=1",
+            tmp_path,
+            tiny_model_dir,
+            "algorithm.filters=[{name: test_replay, max_new_tokens: 3}]",
+            "trainer.refill_rounds=1",
+            "trainer.prompts_per_step=1",
+            "trainer.steps=1",
         )
         state = t.states["filter0"]
         assert isinstance(state.run, RunAPI) and not isinstance(state.run, Trainer)
@@ -73,7 +86,9 @@ def test_a_method_written_against_the_protocol_runs_through_trainer_step(tmp_pat
         first = [x for x in trajectories if x.group_id == "s0r0p0"]
         again = [x for x in trajectories if x.group_id == "s0r1q0"]
         assert len(first) == 2 and len(again) == 2
-        assert {x.info["seed"] for x in again} == {first[0].info["seed"]} and {x.task_id for x in again} == {first[0].task_id}
+        assert {x.info["seed"] for x in again} == {first[0].info["seed"]} and {x.task_id for x in again} == {
+            first[0].task_id
+        }
         assert t.step(1)["replay/queued"] == 1.0  # and through a whole step
 
 
@@ -103,7 +118,10 @@ def test_no_objective_code_receives_stores_or_annotates_the_trainer():
                 offenders.append(f"{path.name}:{node.lineno} trainer.{node.attr}")
             elif isinstance(node, ast.Name) and node.id in ("Trainer", "RunServices"):
                 offenders.append(f"{path.name}:{node.lineno} {node.id}")
-            elif isinstance(node, ast.ImportFrom) and node.module in ("agent_rl.train.trainer", "agent_rl.train.run_services"):
+            elif isinstance(node, ast.ImportFrom) and node.module in (
+                "agent_rl.train.trainer",
+                "agent_rl.train.run_services",
+            ):
                 offenders.append(f"{path.name}:{node.lineno} imports {node.module}")
             elif isinstance(node, ast.FunctionDef) and node.name == "bind_run":
                 offenders.append(f"{path.name}:{node.lineno} bind_run")

@@ -9,12 +9,12 @@ import re
 
 import gymnasium as gym
 import pytest
-
-from agent_rl.methods.serpo import SerpoConfig, SerpoState, parse_criteria, serpo
-from agent_rl.algorithms.filters.test_time import PENDING_CONTEXT
-from agent_rl.rollout.text_pass import PassResult, verdict_probability
-from agent_rl.core.types import Trajectory, TrajectoryGroup
 from run_helpers import bound
+
+from agent_rl.algorithms.filters.test_time import PENDING_CONTEXT
+from agent_rl.core.types import Trajectory, TrajectoryGroup
+from agent_rl.methods.serpo import SerpoConfig, SerpoState, parse_criteria, serpo
+from agent_rl.rollout.text_pass import PassResult, verdict_probability
 from tests.builders import trajectory
 
 # the fake judge's P(yes) for (response, criterion)
@@ -65,7 +65,9 @@ def test_serpo_rewards_are_the_rubric_scores_and_the_rubric_evolves():
     group = TrajectoryGroup("task", "g", [episode("six"), episode("five")])
     serpo([group], state, SerpoConfig())
     assert [t.reward for t in group.trajectories_G] == pytest.approx([0.1, 0.9])
-    assert state.tasks["task"]["rubric"] == ["says five"] and group.trajectories_G[0].info["serpo_rubric"] == ["says five"]
+    assert state.tasks["task"]["rubric"] == ["says five"] and group.trajectories_G[0].info["serpo_rubric"] == [
+        "says five"
+    ]
     assert "A good earlier answer:\nfive" in state.run.rubric_requests[1]  # the archive steers new criteria
     assert state.state_dict()["tasks"]["task"]["good"] == ["five", "five"]
     resumed = SerpoState()  # rubric and archives survive a checkpoint

@@ -74,4 +74,3 @@ def test_ttpo_loss_by_hand():
     assert_close(grad, [[-math.log(2) / 4, 0.0], [0.25, 0.0]])
     assert ttpo(x, TtpoConfig()).metrics["loss/ttpo_agree_frac"] == 0.5
     assert torch.isfinite(ttpo(x, TtpoConfig()).loss_BT).all()
-

@@ -6,15 +6,15 @@ import asyncio
 
 import pytest
 
+from agent_rl.core.types import Trajectory, Turn
 from agent_rl.distributed import staleness
 from agent_rl.distributed.weights import cpu_state_dict
 from agent_rl.distributed.worker import RolloutWorker
 from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.train.trainer import Trainer
-from agent_rl.core.types import Trajectory, Turn
+from tests.builders import trajectory
 from tests.distributed.conftest import small_config
 from tests.distributed.helpers import record_rollouts
-from tests.builders import trajectory
 
 LATENCY_ENV = [
     "env.id=agent_rl/ToolLatency-v0",
@@ -59,8 +59,13 @@ def test_async_k1_never_trains_on_older_samples(tmp_path, tiny_model_dir):
 def test_producing_further_ahead_than_the_bound_drops_or_requeues(tmp_path, tiny_model_dir, policy):
     # lookahead 3 > max_staleness 1: step s+3 is produced on weights of step s, 3 versions old by then
     record, metrics = _train(
-        tmp_path, tiny_model_dir, 4, "distributed.max_staleness=1", "distributed.lookahead_steps=3",
-        f"distributed.stale_policy={policy}", *LATENCY_ENV,
+        tmp_path,
+        tiny_model_dir,
+        4,
+        "distributed.max_staleness=1",
+        "distributed.lookahead_steps=3",
+        f"distributed.stale_policy={policy}",
+        *LATENCY_ENV,
     )
     assert all(v <= 1 for v in record.staleness_values())  # asserted on every trained sample
     stale = sum(m.get(f"distributed/stale_{policy}_groups", 0) for m in metrics)
@@ -80,9 +85,15 @@ def test_weights_swap_at_turn_boundaries(tiny_model_dir, partial):
 
     cfg = load_config(
         None,
-        [f"model.path={tiny_model_dir}", "sandbox.backend=process", "rollout.max_new_tokens=8", "rollout.max_turns=2",
-         "env.id=agent_rl/ToolLatency-v0", "env.plugins=[agent_rl.distributed.latency_env]",
-         "env.options={inner: agent_rl/Arithmetic-v0, inner_options: {max_turns: 2}, latency_min_s: 1.5, latency_max_s: 1.5}"],
+        [
+            f"model.path={tiny_model_dir}",
+            "sandbox.backend=process",
+            "rollout.max_new_tokens=8",
+            "rollout.max_turns=2",
+            "env.id=agent_rl/ToolLatency-v0",
+            "env.plugins=[agent_rl.distributed.latency_env]",
+            "env.options={inner: agent_rl/Arithmetic-v0, inner_options: {max_turns: 2}, latency_min_s: 1.5, latency_max_s: 1.5}",
+        ],
     )
     c = Components(cfg)
     worker = RolloutWorker(c.backend, c.renderer, c.make_env, cfg.rollout, partial_rollouts=partial)

@@ -106,7 +106,11 @@ def test_multi_turn_malformed_and_unknown_calls_are_error_observations():
     env = BfclMultiTurnEnv(split="all", scoring="project")  # official: a message without a call ends the turn
     names = _first_turn(env, "multi_turn_base_0")
     assert "mkdir" in names and "cat" in names
-    for action in ["<tool_call>{oops</tool_call>", "just text", "<tool_call>" + json.dumps({"name": "rm_rf", "arguments": {}}) + "</tool_call>"]:
+    for action in [
+        "<tool_call>{oops</tool_call>",
+        "just text",
+        "<tool_call>" + json.dumps({"name": "rm_rf", "arguments": {}}) + "</tool_call>",
+    ]:
         obs, reward, terminated, truncated, info = env.step(action)
         assert info["action_valid"] is False and reward == 0.0 and not terminated
         assert "error" in obs[-1]["content"]
@@ -167,7 +171,11 @@ def test_episodes_never_share_api_state():
 def test_calls_unknown_and_malformed_calls_are_error_observations():
     env = BfclCallsEnv(split="all")
     task = next(t for t in call_tasks() if t.category == "simple_python")
-    for action in ["<tool_call>{oops</tool_call>", "<tool_call>" + json.dumps({"name": "nope", "arguments": {}}) + "</tool_call>", "text"]:
+    for action in [
+        "<tool_call>{oops</tool_call>",
+        "<tool_call>" + json.dumps({"name": "nope", "arguments": {}}) + "</tool_call>",
+        "text",
+    ]:
         env.reset(options={"task": task.task_id})
         obs, reward, terminated, truncated, info = env.step(action)
         assert info["action_valid"] is False and reward == 0.0 and obs[0]["content"].startswith("error:")
@@ -179,7 +187,9 @@ def test_calls_unknown_and_malformed_calls_are_error_observations():
 # -- splits and the installed version -----------------------------------------------------------
 def test_splits_are_disjoint_and_seeded_resets_deterministic():
     for tasks in (multi_turn_tasks(), call_tasks()):
-        ids = [{t.task_id for t in select(tasks, s, tuple({t.category for t in tasks}))} for s in ("train", "val", "test")]
+        ids = [
+            {t.task_id for t in select(tasks, s, tuple({t.category for t in tasks}))} for s in ("train", "val", "test")
+        ]
         assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
         assert sum(map(len, ids)) == len(tasks)
     env = BfclMultiTurnEnv(split="test")
@@ -194,7 +204,10 @@ def test_call_corpus_is_train_tasks_answered_by_the_ground_truth():
     for messages, tools in policies.call_conversations(20, random.Random(0)):
         *prompt, reply = messages
         task = policies.task_of(prompt)
-        assert by_id[task.task_id].split == "train" and reply == {"role": "assistant", "content": policies.replay(prompt)}
+        assert by_id[task.task_id].split == "train" and reply == {
+            "role": "assistant",
+            "content": policies.replay(prompt),
+        }
         env.reset(options={"task": task.task_id})
         assert tools == env.tool_schemas()
         assert env.step(reply["content"])[1] == 1.0 or task.task_id in CALLS_UNSOLVABLE
@@ -207,23 +220,36 @@ def test_another_bfcl_version_is_a_one_line_error(monkeypatch):
 
 
 # -- the AST match ------------------------------------------------------------------------------
-DOC = {"name": "area", "parameters": {"type": "dict", "required": ["base"], "properties": {
-    "base": {"type": "float"}, "unit": {"type": "string"}, "sides": {"type": "array", "items": {"type": "integer"}},
-    "opts": {"type": "dict", "properties": {}}}}}
+DOC = {
+    "name": "area",
+    "parameters": {
+        "type": "dict",
+        "required": ["base"],
+        "properties": {
+            "base": {"type": "float"},
+            "unit": {"type": "string"},
+            "sides": {"type": "array", "items": {"type": "integer"}},
+            "opts": {"type": "dict", "properties": {}},
+        },
+    },
+}
 
 
-@pytest.mark.parametrize("args, ok", [
-    ({"base": 10}, True),  # int for float; unit optional ("")
-    ({"base": 10.0, "unit": "Square Meters"}, True),  # strings normalised
-    ({"base": "10"}, False),  # wrong type
-    ({"base": 11}, False),  # wrong value
-    ({"base": 10, "sides": [1, 2]}, True),
-    ({"base": 10, "sides": [2, 1]}, False),
-    ({"base": 10, "extra": 1}, False),  # not in the doc
-    ({"unit": "m"}, False),  # required missing
-    ({"base": 10, "opts": {"k": "V"}}, True),
-    ({"base": 10, "opts": {"k": "w"}}, False),
-])
+@pytest.mark.parametrize(
+    "args, ok",
+    [
+        ({"base": 10}, True),  # int for float; unit optional ("")
+        ({"base": 10.0, "unit": "Square Meters"}, True),  # strings normalised
+        ({"base": "10"}, False),  # wrong type
+        ({"base": 11}, False),  # wrong value
+        ({"base": 10, "sides": [1, 2]}, True),
+        ({"base": 10, "sides": [2, 1]}, False),
+        ({"base": 10, "extra": 1}, False),  # not in the doc
+        ({"unit": "m"}, False),  # required missing
+        ({"base": 10, "opts": {"k": "V"}}, True),
+        ({"base": 10, "opts": {"k": "w"}}, False),
+    ],
+)
 def test_match_call(args, ok):
     entry = {"area": {"base": [10.0], "unit": ["", "square_meters"], "sides": ["", [1, 2]], "opts": ["", {"k": ["v"]}]}}
     assert (match_call(DOC, "area", args, entry) is None) is ok

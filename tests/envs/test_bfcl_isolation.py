@@ -33,14 +33,36 @@ def _book(session: ApiSession, task) -> dict:
     cards, not the task's own), return every card's balance."""
     travel = session.instances["TravelAPI"]
     own = task.initial_config["TravelAPI"]["credit_card_list"]
-    card = max((c for c in travel.credit_card_list if c not in own), key=lambda c: travel.credit_card_list[c]["balance"])
-    token = json.loads(session.call("authenticate_travel", {
-        "client_id": "c", "client_secret": "s", "refresh_token": "r", "grant_type": "read_write",
-        "user_first_name": "A", "user_last_name": "B"}))["access_token"]
+    card = max(
+        (c for c in travel.credit_card_list if c not in own), key=lambda c: travel.credit_card_list[c]["balance"]
+    )
+    token = json.loads(
+        session.call(
+            "authenticate_travel",
+            {
+                "client_id": "c",
+                "client_secret": "s",
+                "refresh_token": "r",
+                "grant_type": "read_write",
+                "user_first_name": "A",
+                "user_last_name": "B",
+            },
+        )
+    )["access_token"]
     session.call("set_budget_limit", {"access_token": token, "budget_limit": 1.0})
-    booked = json.loads(session.call("book_flight", {
-        "access_token": token, "card_id": card, "travel_date": "2024-12-15", "travel_from": "SFO",
-        "travel_to": "LAX", "travel_class": "economy"}))
+    booked = json.loads(
+        session.call(
+            "book_flight",
+            {
+                "access_token": token,
+                "card_id": card,
+                "travel_date": "2024-12-15",
+                "travel_from": "SFO",
+                "travel_to": "LAX",
+                "travel_class": "economy",
+            },
+        )
+    )
     assert booked["booking_status"], booked
     return {c: v["balance"] for c, v in travel.credit_card_list.items()}
 
@@ -78,8 +100,11 @@ def _mutables(value, found: dict[int, str], path: str) -> dict[int, str]:
 def test_every_instance_owns_its_mutable_state():
     """No mutable value reachable from one episode's instances is reachable from another's
     (long-context scenarios shared bfcl_eval's module-level card and booking dicts)."""
-    for task in [_long_context_travel_task(), *[t for t in multi_turn_tasks() if t.long_context][:: 20],
-                 *multi_turn_tasks()[:: 50]]:
+    for task in [
+        _long_context_travel_task(),
+        *[t for t in multi_turn_tasks() if t.long_context][::20],
+        *multi_turn_tasks()[::50],
+    ]:
         a, b = ApiSession(task), ApiSession(task)
         for name in task.classes:
             mine = _mutables(a.instances[name], {}, name)
@@ -88,13 +113,16 @@ def test_every_instance_owns_its_mutable_state():
             assert shared == [], f"{task.task_id}: {shared[:5]}"
 
 
-@pytest.mark.parametrize("name, kwargs", [
-    ("logarithm", {"value": 980.0, "base": 20, "precision": 1001}),
-    ("square_root", {"number": 2, "precision": 10_001}),
-    ("power", {"base": 2, "exponent": 10_001}),
-    ("power", {"base": 10 ** 300, "exponent": 10_000}),  # 3.8 s unbounded
-    ("round_number", {"number": 5, "decimal_places": -10_001}),  # 10**(10**6): 0.8 s
-])
+@pytest.mark.parametrize(
+    "name, kwargs",
+    [
+        ("logarithm", {"value": 980.0, "base": 20, "precision": 1001}),
+        ("square_root", {"number": 2, "precision": 10_001}),
+        ("power", {"base": 2, "exponent": 10_001}),
+        ("power", {"base": 10**300, "exponent": 10_000}),  # 3.8 s unbounded
+        ("round_number", {"number": 5, "decimal_places": -10_001}),  # 10**(10**6): 0.8 s
+    ],
+)
 def test_arguments_that_control_work_are_bounded(name, kwargs):
     with pytest.raises(CallError, match="at most"):
         check_bounds(name, kwargs)
@@ -174,7 +202,7 @@ def test_fuzz_every_api_argument_finds_no_unbounded_work():
         starts = [line for line in out.splitlines() if line.startswith("start ")]
         pytest.fail(f"an API call did not end: {starts[-1:] or 'before the first call'}", pytrace=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    took, call = json.loads(proc.stdout.splitlines()[-1][len("WORST "):])
+    took, call = json.loads(proc.stdout.splitlines()[-1][len("WORST ") :])
     calls = sum(1 for line in proc.stdout.splitlines() if line.startswith("start "))
     assert calls > 300, calls
     assert took < 2.0, f"{call} took {took:.2f} s"

@@ -22,8 +22,14 @@ from tools.base import ToolCall
 from tools.formats import get_format
 
 #: Tasks where the project's rules and BFCL's differed (found by `python -m envs.bfcl.agreement`).
-INTS_FOR_FLOATS = ("simple_python_13", "simple_python_82", "simple_python_87", "simple_python_103",
-                   "parallel_multiple_67", "live_simple_116-72-0")  # [1, 2] where the doc and the answer have floats
+INTS_FOR_FLOATS = (
+    "simple_python_13",
+    "simple_python_82",
+    "simple_python_87",
+    "simple_python_103",
+    "parallel_multiple_67",
+    "live_simple_116-72-0",
+)  # [1, 2] where the doc and the answer have floats
 EARLY_HELD_OUT = ("multi_turn_miss_func_49", "multi_turn_miss_func_0")
 
 
@@ -31,8 +37,9 @@ def test_official_scoring_agrees_with_bfcl_eval_on_every_category():
     """Ground truth and perturbed candidates (wrong name, missing / unexpected parameter, changed
     values, ints for floats, plain text, malformed calls, dropped / repeated calls, turns ended
     by plain text, a held-out function called early) on 4 tasks of each of the 14 categories."""
-    out = agreement.measure(per_category=4, scoring="official", extra_single=INTS_FOR_FLOATS,
-                            extra_multi=EARLY_HELD_OUT)
+    out = agreement.measure(
+        per_category=4, scoring="official", extra_single=INTS_FOR_FLOATS, extra_multi=EARLY_HELD_OUT
+    )
     assert out["disagreements"] == []
     (single, single_total), (multi, multi_total) = out["single"], out["multi"]
     assert single == single_total > 300 and multi == multi_total > 100
@@ -41,8 +48,7 @@ def test_official_scoring_agrees_with_bfcl_eval_on_every_category():
 
 
 def test_project_scoring_keeps_the_rules_before():
-    out = agreement.measure(per_category=1, scoring="project", extra_single=INTS_FOR_FLOATS,
-                            extra_multi=EARLY_HELD_OUT)
+    out = agreement.measure(per_category=1, scoring="project", extra_single=INTS_FOR_FLOATS, extra_multi=EARLY_HELD_OUT)
     labels = {label for _, label, _, _ in out["disagreements"]}
     assert {"text", "ints for floats", "truth, turns ended by plain text"} <= labels
     assert any(label.endswith("called before its turn") for label in labels)

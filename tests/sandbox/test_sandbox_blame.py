@@ -134,18 +134,33 @@ EXITS = ["", "sys.exit(3)\n", "os._exit(0)\n", "raise MemoryError\n", "os.abort(
 block = st.one_of(
     st.builds(_signal_block, st.sampled_from(SIGNALS), st.sampled_from(TARGETS)),
     st.builds(_bytes_block, st.sampled_from(["name", "link", "out", "err"]), st.sampled_from(ODD)),
-    st.sampled_from(["os.makedirs('d/e', exist_ok=True)\n", "os.chmod('.', 0o500)\n", "os.mkfifo('p')\n",
-                     "open('/dev/shm/s', 'w').write('x')\n", "os.setsid()\n", "time.sleep(0.05)\n"]),
+    st.sampled_from(
+        [
+            "os.makedirs('d/e', exist_ok=True)\n",
+            "os.chmod('.', 0o500)\n",
+            "os.mkfifo('p')\n",
+            "open('/dev/shm/s', 'w').write('x')\n",
+            "os.setsid()\n",
+            "time.sleep(0.05)\n",
+        ]
+    ),
 )
 program = st.builds(
-    lambda blocks, forked, exit_: "import os, signal, sys, time\n" + "".join(blocks)
-    + (_fork_block("".join(forked)) if forked else "") + exit_,
-    st.lists(block, min_size=1, max_size=4), st.lists(block, max_size=2), st.sampled_from(EXITS),
+    lambda blocks, forked, exit_: (
+        "import os, signal, sys, time\n" + "".join(blocks) + (_fork_block("".join(forked)) if forked else "") + exit_
+    ),
+    st.lists(block, min_size=1, max_size=4),
+    st.lists(block, max_size=2),
+    st.sampled_from(EXITS),
 )
 
 
-@settings(max_examples=12, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=12,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(code=program)
 def test_generated_programs_are_blamed_and_leave_nothing(isolated_backend, code):
     not_infra = set(ExecStatus) - {ExecStatus.INFRA_ERROR}

@@ -108,7 +108,11 @@ def test_a_program_that_kills_its_helper_fails_on_its_own(sb):
 
 
 def test_names_and_link_targets_that_are_not_utf8(sb):
-    res = run(sb.exec(code="import os\nos.symlink(b'\\xff\\xfe-target', b'badlink')\nopen(b'\\xff', 'wb').write(b'\\x80')"))
+    res = run(
+        sb.exec(code="import os\nos.symlink(b'\\xff\\xfe-target', b'badlink')\nopen(b'\\xff', 'wb').write(b'\\x80')")
+    )
     assert res.status == ExecStatus.OK, res
-    res = run(sb.exec(code="import os\nprint(sorted(os.listdir(b'.')), os.readlink(b'badlink'), open(b'\\xff', 'rb').read())"))
+    res = run(
+        sb.exec(code="import os\nprint(sorted(os.listdir(b'.')), os.readlink(b'badlink'), open(b'\\xff', 'rb').read())")
+    )
     assert res.stdout == "[b'badlink', b'\\xff'] b'\\xff\\xfe-target' b'\\x80'\n", res

@@ -40,8 +40,15 @@ CONTROLLER = textwrap.dedent("""
 
 def _run_controller(backend: str) -> tuple[int, list[int]]:
     """(pid, worker processes) of a controller that ran and exited cleanly."""
-    proc = subprocess.run([sys.executable, "-c", CONTROLLER, backend], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, env=dict(os.environ, PYTHONPATH=ROOT), check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", CONTROLLER, backend],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.splitlines()[-1])
     return out["pid"], out["children"]
@@ -68,9 +75,20 @@ def test_clean_exit_leaves_no_container():
     pid, _ = _run_controller("docker")
     deadline = time.monotonic() + 10
     while True:
-        out = subprocess.run(["docker", "ps", "-aq", "--filter", "label=agent_rl.sandbox",
-                              "--filter", f"label=agent_rl.owner_pid={pid}"], capture_output=True, text=True,
-                             check=False)
+        out = subprocess.run(
+            [
+                "docker",
+                "ps",
+                "-aq",
+                "--filter",
+                "label=agent_rl.sandbox",
+                "--filter",
+                f"label=agent_rl.owner_pid={pid}",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if not out.stdout.split() or time.monotonic() > deadline:
             break
         time.sleep(0.2)

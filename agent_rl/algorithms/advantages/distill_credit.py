@@ -28,11 +28,15 @@ class RlsdConfig(ComponentConfig):
     )
 
 
-@register_advantage("rlsd", config=RlsdConfig, needs={"teacher_logprobs", "old_logprobs"},
-                    status="interpretation",
-                    evidence="from the seed's one-sentence mechanism (002): the weight exp(sign(A)(log q - log "
-                             "pi_old)) and its clip [1/2, 2] are ours (recorded choice); "
-                             "tests/algorithms/test_distill_family.py")
+@register_advantage(
+    "rlsd",
+    config=RlsdConfig,
+    needs={"teacher_logprobs", "old_logprobs"},
+    status="interpretation",
+    evidence="from the seed's one-sentence mechanism (002): the weight exp(sign(A)(log q - log "
+    "pi_old)) and its clip [1/2, 2] are ours (recorded choice); "
+    "tests/algorithms/test_distill_family.py",
+)
 def rlsd(x: AdvantageInputs, cfg: RlsdConfig) -> AdvantageOutput:
     """RLSD, self-distilled RLVR (Yang et al. 2026): RLVR gives the direction, the self-teacher the magnitude.
 

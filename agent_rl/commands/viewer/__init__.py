@@ -18,8 +18,13 @@ from agent_rl.run.trajectories import (
 INLINE_MAX = 200  # episodes on one self-contained page; more: an index page and chunks loaded per page
 
 
-def write_view(run: str | Path, out: str | Path | None = None, tokenizer_path: str | None = None, last: int = 0,
-               page_size: int | None = None) -> Path:
+def write_view(
+    run: str | Path,
+    out: str | Path | None = None,
+    tokenizer_path: str | None = None,
+    last: int = 0,
+    page_size: int | None = None,
+) -> Path:
     """Write the page for a run directory (its ``trajectories/*.jsonl``) or one JSONL file; returns its path.
 
     ``last > 0``: only the last ``last`` training steps. Up to ``INLINE_MAX`` episodes, one page holds

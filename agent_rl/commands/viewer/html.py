@@ -28,6 +28,7 @@ CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F] if chr(c) not in "\n\t
 def _visible(text: str) -> str:
     return html.escape(text.translate(CONTROL))
 
+
 CSS = """
 body { font-family: sans-serif; margin: 0 1.5em 2em; color: #222; }
 header.top { position: sticky; top: 0; background: #fff; padding: .6em 0; border-bottom: 1px solid #ccc; z-index: 2; }
@@ -160,7 +161,9 @@ def render_episode(traj: dict[str, Any], texts: TokenTexts, adv_scale: float) ->
         f"<span>task {html.escape(str(traj.get('task_id', '')))} · group {html.escape(str(traj.get('group_id', '')))}</span>",
     ]
     if traj.get("parent_id"):  # a branch (fork): it shares its parent's tokens before branch_point
-        head.append(f"<span>forked from {html.escape(str(traj['parent_id']))} at token {traj.get('branch_point')}</span>")
+        head.append(
+            f"<span>forked from {html.escape(str(traj['parent_id']))} at token {traj.get('branch_point')}</span>"
+        )
     if info.get("error"):
         head.append(f'<div class="error">error: {html.escape(str(info["error"]))[:500]}</div>')
     segs = []

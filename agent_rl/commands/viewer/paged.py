@@ -80,7 +80,9 @@ def _json_script(element_id: str, value: Any) -> str:
     return f'<script type="application/json" id="{element_id}">{text}</script>'
 
 
-def write_paged(steps: list[Step], texts: TokenTexts, title: str, out: Path, env: str = "", page_size: int | None = None) -> Path:
+def write_paged(
+    steps: list[Step], texts: TokenTexts, title: str, out: Path, env: str = "", page_size: int | None = None
+) -> Path:
     """Write ``out`` and its chunk folder ``out.d/`` (replaced); returns ``out``. ``page_size`` None:
     ``PAGE_SIZE``, or fewer when the first episodes render to more than ``PAGE_BYTES`` a page."""
     episodes = [(s.label, t) for s in steps for t in s.trajectories]
@@ -98,21 +100,33 @@ def write_paged(steps: list[Step], texts: TokenTexts, title: str, out: Path, env
         if k == 0:
             first = rendered
         else:
-            (folder / f"chunk_{k // page_size:05d}.js").write_text(f"agentRlChunk({k // page_size}, {json.dumps(rendered)});\n")
+            (folder / f"chunk_{k // page_size:05d}.js").write_text(
+                f"agentRlChunk({k // page_size}, {json.dumps(rendered)});\n"
+            )
     index = [
-        [label, str(t.get("episode_id", "")), str(t.get("task_id", "")), _env_of(t, env), t.get("reward"), t["stop_reason"],
-         len(t["turns_N"]), sum(t["loss_mask_T"])]
+        [
+            label,
+            str(t.get("episode_id", "")),
+            str(t.get("task_id", "")),
+            _env_of(t, env),
+            t.get("reward"),
+            t["stop_reason"],
+            len(t["turns_N"]),
+            sum(t["loss_mask_T"]),
+        ]
         for label, t in episodes
     ]
     stops = sorted({r[5] for r in index})
     envs = sorted({r[3] for r in index})
     controls = (
         '<input id="search" type="search" placeholder="episode / task id">'
-        + _select("stop", "all stop reasons", stops) + _select("env", "all envs", envs)
+        + _select("stop", "all stop reasons", stops)
+        + _select("env", "all envs", envs)
         + '<input id="minreward" type="number" step="any" placeholder="min reward" style="width:7em">'
         '<input id="maxreward" type="number" step="any" placeholder="max reward" style="width:7em">'
         '<select id="mode"><option value="mask">colour: loss mask</option>'
-        + ('<option value="advantage">colour: advantage</option>' if adv_scale > 0 else "") + "</select>"
+        + ('<option value="advantage">colour: advantage</option>' if adv_scale > 0 else "")
+        + "</select>"
         f'<button id="prev">&lt;</button><span id="page"></span><button id="next">&gt;</button> '
         f'<span><span id="shown">{len(index)}</span>/{len(index)} episodes</span>'
     )

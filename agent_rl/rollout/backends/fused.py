@@ -113,16 +113,26 @@ class FusedDecoder:
         self.layers = []
         for layer in model.model.layers:
             a, m = layer.self_attn, layer.mlp
-            self.layers.append(_Layer(
-                norm_in=layer.input_layernorm.weight, norm_in_eps=_eps(layer.input_layernorm),
-                w_qkv=_transposed(a.q_proj, a.k_proj, a.v_proj), b_qkv=_cat_bias(a.q_proj, a.k_proj, a.v_proj),
-                q_norm=getattr(a, "q_norm", None), k_norm=getattr(a, "k_norm", None),
-                w_o=_transposed(a.o_proj), b_o=a.o_proj.bias,
-                norm_post=layer.post_attention_layernorm.weight, norm_post_eps=_eps(layer.post_attention_layernorm),
-                w_gate_up=_transposed(m.gate_proj, m.up_proj), b_gate_up=_cat_bias(m.gate_proj, m.up_proj),
-                w_down=_transposed(m.down_proj), b_down=m.down_proj.bias, act=m.act_fn,
-                scaling=float(a.scaling),
-            ))
+            self.layers.append(
+                _Layer(
+                    norm_in=layer.input_layernorm.weight,
+                    norm_in_eps=_eps(layer.input_layernorm),
+                    w_qkv=_transposed(a.q_proj, a.k_proj, a.v_proj),
+                    b_qkv=_cat_bias(a.q_proj, a.k_proj, a.v_proj),
+                    q_norm=getattr(a, "q_norm", None),
+                    k_norm=getattr(a, "k_norm", None),
+                    w_o=_transposed(a.o_proj),
+                    b_o=a.o_proj.bias,
+                    norm_post=layer.post_attention_layernorm.weight,
+                    norm_post_eps=_eps(layer.post_attention_layernorm),
+                    w_gate_up=_transposed(m.gate_proj, m.up_proj),
+                    b_gate_up=_cat_bias(m.gate_proj, m.up_proj),
+                    w_down=_transposed(m.down_proj),
+                    b_down=m.down_proj.bias,
+                    act=m.act_fn,
+                    scaling=float(a.scaling),
+                )
+            )
         self.cache_layers = cache.layers
         self.embed = model.model.embed_tokens.weight
         self.norm, self.norm_eps = model.model.norm.weight, _eps(model.model.norm)
