@@ -147,6 +147,9 @@ def test_garbage_is_invalid(made, env_id, seed, text):
     out = env.step(text)
     check_step(env, out)
     obs, reward, terminated, _, info = out
+    assert info["action_valid"] is False
+    if getattr(env.unwrapped, "scoring", None) == "official":
+        return  # BFCL's own verdict decides the reward and the turn: any output without a call passes irrelevance
     # a one-try env (BFCL-Calls-v0, max_turns 1) ends on it; every other env lets the episode go on
-    assert info["action_valid"] is False and reward == 0.0 and (env.unwrapped.max_turns == 1 or not terminated)
+    assert reward == 0.0 and (env.unwrapped.max_turns == 1 or not terminated)
     assert len(obs) == 1 and obs[0]["content"].startswith("error:")
