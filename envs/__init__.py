@@ -101,3 +101,8 @@ _register(
     "envs.search_qa.env:search_r2",
     "SearchQA-v0 with Search-R2's hybrid reward: exact match + information density of the retrieved evidence",
 )
+_register(
+    "agent_rl/TextWorldExpress-v0",
+    "envs.textworld_express.env:TextWorldExpressEnv",
+    "TextWorld-Express (coin, cooking, twc, ...; gameParams, upstream folds); one command per turn; upstream score",
+)
