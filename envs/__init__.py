@@ -106,3 +106,13 @@ _register(
     "envs.textworld_express.env:TextWorldExpressEnv",
     "TextWorld-Express (coin, cooking, twc, ...; gameParams, upstream folds); one command per turn; upstream score",
 )
+_register(
+    "agent_rl/ScienceWorld-v0",
+    "envs.scienceworld.env:ScienceWorldEnv",
+    "ScienceWorld's 30 tasks (name or index; upstream variation splits; simplificationStr); one command per turn",
+)
+_register(
+    "agent_rl/TextArena-v0",
+    "envs.textarena.env:TextArenaEnv",
+    "TextArena games offline (FrozenLake, TowerOfHanoi, Minesweeper, ...; TicTacToe, ConnectFour, KuhnPoker vs a fixed opponent)",
+)
