@@ -26,11 +26,16 @@ class JvmSimulator:
         self.sim: Any = None
         self.starts = 0  # JVMs started by this instance (1 unless one died)
 
-    def get(self) -> Any:
-        """The live simulator, started (again) when there is none or its JVM has died."""
+    def get(self, start: bool = True) -> Any:
+        """The live simulator, started (again) when there is none or its JVM has died; with
+        ``start=False`` (inside an episode, whose game a new JVM would not have) ``InfraError``."""
         if self.sim is not None and not self.alive():
             self.discard()
+            if not start:
+                raise InfraError(f"the {self.name} JVM died")
         if self.sim is None:
+            if not start:
+                raise InfraError(f"no {self.name} JVM: call reset() first")
             if shutil.which("java") is None:
                 raise InfraError(f"{self.name} needs a Java runtime: no 'java' on PATH (Debian: apt-get install default-jre-headless)")
             from py4j.protocol import Py4JError
@@ -50,12 +55,13 @@ class JvmSimulator:
         proc = self.process()
         return proc is not None and proc.poll() is None
 
-    def call(self, fn: Callable[[Any], Any]) -> Any:
+    def call(self, fn: Callable[[Any], Any], start: bool = True) -> Any:
         """``fn(simulator)``; a failure of the JVM or of the connection to it raises ``InfraError``.
-        A Java exception raised by a live simulator (``Py4JJavaError``) propagates unchanged."""
+        A Java exception raised by a live simulator (``Py4JJavaError``) propagates unchanged.
+        ``start``: whether a dead JVM may be replaced first (at a reset; never inside an episode)."""
         from py4j.protocol import Py4JError, Py4JJavaError
 
-        sim = self.get()
+        sim = self.get(start)
         try:
             return fn(sim)
         except Py4JJavaError:

@@ -7,8 +7,10 @@ comma-separated subset of ``teleportAction, openDoors, openContainers, selfWater
 noElectricalAction``; empty by default, as upstream) are fixed per env; the split picks the
 upstream variation list (``train``, ``val`` -> ``dev``, ``test``) and ``seed`` one variation of it
 (``variations[seed % len]``). Rewards are the upstream score changes divided by 100, counted from
-0 (points the reset's own ``look around`` earns are paid with the first step), so the episode's
-reward is the final score / 100: 1 exactly when the task is completed, negative when failed.
+0 (see below), so the episode's
+reward is the final score / 100: 1 exactly when the task is completed, negative when failed. The
+points the upstream gives at reset (its own ``look around``; e.g. 8 with ``easy``) are paid with
+the first step whose command the game accepts, so an invalid first action earns 0.
 
 One JVM per env instance (``envs.jvm``), reused across episodes; a dead JVM raises ``InfraError``
 and the next reset starts a new one.
@@ -83,7 +85,7 @@ class ScienceWorldEnv(TextGameEnv):
         self._loaded: tuple[int, str, int, str] | None = None  # (id of the simulator, task, variation, simplifications)
         self._gold: list[str] = []
         self._variations: dict[str, list[int]] = {}
-        self._score = 0
+        self._score = self._unpaid = 0
         self._look = ("", "")
 
     @staticmethod
@@ -102,7 +104,7 @@ class ScienceWorldEnv(TextGameEnv):
         obs, infos = self._jvm.call(lambda sim: self._reset_upstream(sim, task))
         task_id = f"sw/{task['task']}/{task['variation']}/{task['simplifications'] or 'none'}"
         remember_gold(task_id, self._gold)
-        self._score = 0  # counted from 0: see the module docstring
+        self._score, self._unpaid = int(infos["score"]), int(infos["score"])  # reset points: paid with the first valid command
         self._look = (infos["look"], infos["inv"])
         intro = f"{infos['taskDesc'].strip()}\n\n{obs.strip()}"
         return GameStart(task_id, task, intro, list(infos["valid"]), teacher_context="Gold path: " + " | ".join(self._gold))
@@ -130,19 +132,21 @@ class ScienceWorldEnv(TextGameEnv):
 
         before = self._valid
         try:
-            obs, _, completed, infos = self._jvm.call(lambda sim: sim.step(command))
+            obs, _, completed, infos = self._jvm.call(lambda sim: sim.step(command), start=False)
         except Py4JJavaError as e:  # the simulator raised on this input; the JVM lives on
             return GameStep(reply=f"error: the simulator could not read this command ({e.java_exception})", valid_action=False, valid=before)
-        score = int(infos["score"])
-        reward, self._score = (score - self._score) / 100.0, score
+        score, valid = int(infos["score"]), obs.strip() != INVALID_REPLY
+        points, self._score = score - self._score, score
+        if valid and self._unpaid:
+            points, self._unpaid = points + self._unpaid, 0
         self._look = (infos["look"], infos["inv"])
         success = score >= 100
         return GameStep(
             reply=obs,
-            reward=reward,
+            reward=points / 100.0,
             done=bool(completed) or score < 0,
             success=success,
-            valid_action=obs.strip() != INVALID_REPLY,
+            valid_action=valid,
             valid=list(infos["valid"]),
             info={"score": score, "task_failure": bool(completed or score < 0) and not success},
         )

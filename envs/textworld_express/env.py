@@ -159,7 +159,7 @@ class TextWorldExpressEnv(TextGameEnv):
 
         before = self._valid
         try:
-            obs, _, _, infos = self._jvm.call(lambda sim: sim.step(command))
+            obs, _, _, infos = self._jvm.call(lambda sim: sim.step(command), start=False)
         except Py4JJavaError as e:  # the simulator raised on this input; the JVM lives on
             return GameStep(reply=f"error: the game could not read this command ({e.java_exception})", valid_action=False, valid=before)
         score = float(infos["score"])
