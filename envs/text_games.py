@@ -84,6 +84,16 @@ class GameStep:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+def require(module: str, package: str) -> Any:
+    """``import module``, or an ``ImportError`` saying which package (or extra) installs it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(f"this environment needs the '{package}' package: pip install '{package}' (or agent-rl[text-games]); {e}") from e
+
+
 def count_tokens(text: str) -> int:
     return len(_PIECE.findall(text))
 

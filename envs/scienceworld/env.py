@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from envs.jvm import JvmSimulator
-from envs.text_games import GameStart, GameStep, TextGameEnv, remember_gold
+from envs.text_games import GameStart, GameStep, TextGameEnv, remember_gold, require
 
 FOLDS = {"train": "train", "val": "dev", "test": "test"}
 INVALID_REPLY = "No known action matches that input."
@@ -29,9 +29,7 @@ INVALID_REPLY = "No known action matches that input."
 
 def task_names() -> list[str]:
     """The upstream's 30 task names, in its task-id order (``1-1`` boil first)."""
-    from scienceworld.constants import ID2TASK
-
-    return list(ID2TASK.values())
+    return list(require("scienceworld.constants", "scienceworld>=1.2.3,<1.3").ID2TASK.values())
 
 
 def task_name(task: str | int) -> str:
@@ -90,9 +88,8 @@ class ScienceWorldEnv(TextGameEnv):
 
     @staticmethod
     def _launch() -> Any:
-        from scienceworld import ScienceWorldEnv as Upstream
-
-        return Upstream("", envStepLimit=10**9)  # the turn budget is ours (max_turns)
+        upstream = require("scienceworld", "scienceworld>=1.2.3,<1.3")
+        return upstream.ScienceWorldEnv("", envStepLimit=10**9)  # the turn budget is ours (max_turns)
 
     def _start(self, seed: int | None, split: str, options: dict[str, Any]) -> GameStart:
         if seed is None:

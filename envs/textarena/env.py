@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from envs.splits import SPLITS
-from envs.text_games import GameStart, GameStep, TextGameEnv
+from envs.text_games import GameStart, GameStep, TextGameEnv, require
 from envs.textarena.games import check_game, legal_moves
 
 OPPONENTS = ("random", "first")
@@ -92,8 +92,7 @@ class TextArenaEnv(TextGameEnv):
                 random.setstate(outer)
 
     def _start(self, seed: int | None, split: str, options: dict[str, Any]) -> GameStart:
-        import textarena as ta
-
+        ta = require("textarena", "textarena>=0.7.4,<0.8")
         task = dict(options["task"]) if seed is None else {"game": self.game, "seed": 3 * seed + SPLITS.index(split)}
         with self._upstream():
             if self._env is None or self._env.env_id != task["game"] + "-raw":

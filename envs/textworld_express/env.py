@@ -19,7 +19,7 @@ import hashlib
 from typing import Any
 
 from envs.jvm import JvmSimulator
-from envs.text_games import GameStart, GameStep, TextGameEnv, remember_gold
+from envs.text_games import GameStart, GameStep, TextGameEnv, remember_gold, require
 
 #: our game names (the upstream's, and "cooking" for "cookingworld") -> default upstream gameParams
 DEFAULT_PARAMS: dict[str, str] = {
@@ -118,9 +118,8 @@ class TextWorldExpressEnv(TextGameEnv):
 
     @staticmethod
     def _launch() -> Any:
-        from textworld_express import TextWorldExpressEnv as Upstream
-
-        return Upstream(envStepLimit=10**9)  # the turn budget is ours (max_turns)
+        upstream = require("textworld_express", "textworld-express>=1.1,<1.2")
+        return upstream.TextWorldExpressEnv(envStepLimit=10**9)  # the turn budget is ours (max_turns)
 
     # -- hooks ----------------------------------------------------------------------------------
     def _start(self, seed: int | None, split: str, options: dict[str, Any]) -> GameStart:
