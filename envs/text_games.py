@@ -12,8 +12,8 @@ so the three speak one action interface (``docs/text-games.md`` lists every choi
   is not touched; a command the game does not understand goes to the game, whose reply is the
   observation (``action_valid=False`` when the adapter can tell it was invalid);
 * **observations**: the game's reply, trimmed to ``max_observation_tokens`` with the cut said in
-  the text (``[trimmed: 120 of 620 tokens not shown]``); tokens here are words and punctuation
-  marks (the env has no tokenizer; the rollout's ``max_tool_response_tokens`` trims by the model's
+  the text (``[trimmed: 120 of 620 tokens not shown]``); tokens here are words and runs of
+  punctuation marks (the env has no tokenizer; the rollout's ``max_tool_response_tokens`` trims by the model's
   tokenizer afterwards). With ``valid_actions`` the legal commands follow, at most
   ``max_valid_actions`` of them (``(+N more)`` when cut);
 * **rewards**: what the adapter's ``_command`` returns for that step (the upstream score change,
@@ -42,7 +42,7 @@ from tools.base import ToolCall, tool_schema
 from tools.formats import get_format
 
 ACTION_MODES = ("text", "tool")
-_PIECE = re.compile(r"\w+|[^\w\s]")  # a "token" of the observation budget: a word or a punctuation mark
+_PIECE = re.compile(r"\w+|[^\w\s]+")  # a "token" of the observation budget: a word or a run of punctuation
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ufffe\uffff]")
 
 
@@ -99,8 +99,8 @@ def count_tokens(text: str) -> int:
 
 
 def trim_tokens(text: str, budget: int) -> str:
-    """``text`` cut after ``budget`` tokens (words and punctuation marks), the cut said at the end."""
-    if budget <= 0:
+    """``text`` cut after ``budget`` tokens (words and runs of punctuation), the cut said at the end."""
+    if budget <= 0 or len(text) <= budget:  # a token is at least one character
         return text
     pieces = list(_PIECE.finditer(text))
     if len(pieces) <= budget:
@@ -165,7 +165,7 @@ class TextGameEnv(gym.Env):
         self.observation_space = Messages()
         self._turn: int | None = None
         self._task_id = ""
-        self._seen: list[str] = []
+        self._seen = hashlib.sha256()  # everything observed this episode, hashed as it comes
         self._valid: list[str] = []
 
     # -- hooks ----------------------------------------------------------------------------------
@@ -177,9 +177,9 @@ class TextGameEnv(gym.Env):
         """Send ``command`` to the game."""
         raise NotImplementedError
 
-    def _state_text(self) -> str:
-        """What ``state_key`` hashes: by default everything observed this episode."""
-        return "\x00".join(self._seen)
+    def _state_text(self) -> str | None:
+        """What ``state_key`` hashes; None (the default): everything observed this episode."""
+        return None
 
     # -- the gymnasium API ----------------------------------------------------------------------
     def system_prompt(self, task_id: str) -> str:
@@ -197,7 +197,7 @@ class TextGameEnv(gym.Env):
         start = self._start(task_seed, split, options)
         self._turn, self._task_id, self._valid = 0, start.task_id, list(start.valid)
         first = self._view(start.intro, start.valid)
-        self._seen = [first]
+        self._seen = hashlib.sha256(f"{start.task_id}\x01{first}".encode())
         obs = [{"role": "system", "content": self.system_prompt(start.task_id)}, {"role": "user", "content": first}]
         info = {
             "tools": [tool_schema(ActTool)] if self.action_mode == "tool" else [],
@@ -221,7 +221,7 @@ class TextGameEnv(gym.Env):
             step = self._command(command)
             self._valid = list(step.valid)
             content = self._view(step.reply, step.valid)
-        self._seen.append(content)
+        self._seen.update(f"\x00{content}".encode())
         message = self.format.render_result(call, content) if call is not None else {"role": "user", "content": content}
         truncated = not step.done and self._turn >= self.max_turns
         info = {
@@ -275,7 +275,10 @@ class TextGameEnv(gym.Env):
         return text
 
     def state_key(self) -> str:
-        return hashlib.sha256((self._task_id + "\x01" + self._state_text()).encode()).hexdigest()[:16]
+        text = self._state_text()
+        if text is None:
+            return self._seen.hexdigest()[:16]
+        return hashlib.sha256(f"{self._task_id}\x01{text}".encode()).hexdigest()[:16]
 
     @property
     def valid_commands(self) -> list[str]:

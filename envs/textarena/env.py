@@ -14,8 +14,9 @@ single-player puzzles, and two-player games against a fixed opponent.
   seed ``3 * seed + {train: 0, val: 1, test: 2}``, so the seed sets are disjoint. Small games can
   still draw the same board in two splits (a 4x4 FrozenLake has a few hundred boards; the
   TowerOfHanoi of a size has one). Upstream games draw from Python's global ``random``, which
-  their reset seeds: the adapter gives each env its own ``random`` state (swapped in around every
-  upstream call, under one lock), so envs in one process neither disturb each other nor the caller.
+  their reset seeds: the adapter gives each env its own ``random.Random``, put in place of the
+  ``random`` module in textarena's modules around every upstream call (under one lock), so envs in
+  one process neither disturb each other nor the caller's ``random``.
 * **opponent** (two-player games): ``random`` (a uniformly random legal move, from a generator
   seeded by the episode's seed) or ``first`` (the first legal move); the agent is ``agent_player``.
 * **reward**: the upstream's, given at the step that ends the game (single-player: 1 when solved,
@@ -34,8 +35,16 @@ from envs.text_games import GameStart, GameStep, TextGameEnv, require
 from envs.textarena.games import check_game, legal_moves
 
 OPPONENTS = ("random", "first")
-_UPSTREAM = threading.Lock()  # the global random state is swapped per call: one upstream call at a time
+_UPSTREAM = threading.Lock()  # textarena's modules get an env's generator per call: one upstream call at a time
 _GAME_ID = -1  # upstream's sender id of game messages
+
+
+def _random_users() -> list:
+    """The loaded textarena modules that use the ``random`` module (``import random``); called
+    under the lock, when no env's generator is in place."""
+    import sys
+
+    return [m for name, m in list(sys.modules.items()) if name.startswith("textarena") and getattr(m, "random", None) is random]
 
 
 class TextArenaEnv(TextGameEnv):
@@ -76,20 +85,24 @@ class TextArenaEnv(TextGameEnv):
             raise ValueError(f"agent_player must be in 0..{self.players - 1}, got {agent_player}")
         self.game, self.opponent, self.agent = game, opponent, agent_player
         self._env: Any = None
-        self._random_state = random.Random(0).getstate()
+        self._rng = random.Random(0)  # what textarena's modules see as ``random`` during this env's calls
+        self._modules: list | None = None  # those modules, found once the game is made
         self._opponent_rng = random.Random(0)
 
     @contextmanager
     def _upstream(self):
-        """Run upstream code with this env's own ``random`` state."""
+        """Run upstream code with this env's own generator as textarena's ``random``."""
         with _UPSTREAM:
-            outer = random.getstate()
-            random.setstate(self._random_state)
+            if self._modules is None:
+                self._modules = _random_users()
+            modules = self._modules
+            for m in modules:
+                m.random = self._rng
             try:
                 yield
             finally:
-                self._random_state = random.getstate()
-                random.setstate(outer)
+                for m in modules:
+                    m.random = random
 
     def _start(self, seed: int | None, split: str, options: dict[str, Any]) -> GameStart:
         ta = require("textarena", "textarena>=0.7.4,<0.8")
@@ -97,6 +110,8 @@ class TextArenaEnv(TextGameEnv):
         with self._upstream():
             if self._env is None or self._env.env_id != task["game"] + "-raw":
                 self._env = ta.make(task["game"] + "-raw")
+                self._modules = None  # the game's modules are loaded now: found at the next call
+        with self._upstream():
             self._env.reset(num_players=self.players, seed=task["seed"])
         self._opponent_rng = random.Random(task["seed"])
         self._over, self._reward = False, 0.0
