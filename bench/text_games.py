@@ -3,12 +3,13 @@
 (a) env steps/s through ``TextWorldExpress-v0`` / ``ScienceWorld-v0`` / ``TextArena-v0`` vs the raw
     upstream loop on the same games and the same commands (the expert's, recorded first), rounds
     interleaved; resets count as steps on both sides. Target: ours >= 0.8x the raw loop.
-(b) ``--concurrent N``: N ``TextWorldExpress-v0`` envs reset at once from N threads (what the
+(b) ``--concurrent N``: N ``TextWorldExpress-v0`` (``--concurrent-family sw``: ``ScienceWorld-v0``)
+    envs reset at once from N threads (what the
     rollout engine does with ``rollout.concurrency`` N: one env, so one JVM, per running episode),
     then one gold episode each; prints the wall time until all have reset, the resident memory of
     the JVMs (the sum of their ``VmRSS``) and of this process.
 
-``python bench/text_games.py [--rounds 3] [--episodes 40] [--families twx,sw,ta] [--concurrent 64]``
+``python bench/text_games.py [--rounds 3] [--episodes 40] [--families twx,sw,ta] [--concurrent 64 [--concurrent-family twx|sw]]``
 """
 
 from __future__ import annotations
@@ -152,20 +153,22 @@ def throughput(args, progress) -> dict[str, float]:
     return out
 
 
-def concurrent(n: int, progress) -> None:
+def concurrent(n: int, family: str, progress) -> None:
     import gymnasium as gym
 
     import envs  # noqa: F401
-    from envs.textworld_express import policies
+    from envs.scienceworld import policies as sw_policies
+    from envs.textworld_express import policies as twx_policies
 
-    made = [gym.make("agent_rl/TextWorldExpress-v0").unwrapped for _ in range(n)]
-    progress.phase(f"{n} TextWorldExpress-v0 resets at once")
+    env_id, policies = {"twx": ("agent_rl/TextWorldExpress-v0", twx_policies), "sw": ("agent_rl/ScienceWorld-v0", sw_policies)}[family]
+    made = [gym.make(env_id).unwrapped for _ in range(n)]
+    progress.phase(f"{n} {env_id} resets at once")
     t0 = time.perf_counter()
     with ThreadPoolExecutor(n) as pool:
         list(pool.map(lambda ie: ie[1].reset(seed=ie[0], options={"split": "test"}), enumerate(made)))
     started = time.perf_counter() - t0
     jvm_mb = sum(rss_mb(e._jvm.process().pid) for e in made)
-    print(f"{n} envs: all reset after {started:.1f} s wall; JVMs resident {jvm_mb:.0f} MB ({jvm_mb / n:.0f} MB each); "
+    print(f"{n} {env_id}: all reset after {started:.1f} s wall; JVMs resident {jvm_mb:.0f} MB ({jvm_mb / n:.0f} MB each); "
           f"this process {rss_mb(os.getpid()):.0f} MB")
 
     def episode(ie):
@@ -193,13 +196,14 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--episodes", type=int, default=40, help="games per family (ScienceWorld: a tenth, at least 2)")
     ap.add_argument("--families", default="twx,sw,ta")
-    ap.add_argument("--concurrent", type=int, default=0, help="also start N TextWorld-Express envs at once")
+    ap.add_argument("--concurrent", type=int, default=0, help="also start N JVM envs at once")
+    ap.add_argument("--concurrent-family", default="twx", choices=("twx", "sw"))
     args = ap.parse_args()
     args.families = args.families.split(",")
-    progress = script_progress("bench/text_games.py", args.rounds + (1 if args.concurrent else 0), unit="round")
+    progress = script_progress("bench/text_games.py", args.rounds * len(args.families) + (1 if args.concurrent else 0), unit="round")
     ratios = throughput(args, progress) if args.rounds else {}
     if args.concurrent:
-        concurrent(args.concurrent, progress)
+        concurrent(args.concurrent, args.concurrent_family, progress)
         progress.advance()
     missed = [f for f, r in ratios.items() if r < 0.8]
     progress.finish(numbers={"below 0.8x": ", ".join(missed) or "none"})
