@@ -83,6 +83,7 @@ class TextWorldExpressEnv(TextGameEnv):
         "reward": "the upstream score change each step (0..1; 1 in all when the task succeeds)",
     }
     sft_teacher = "envs.textworld_express.policies:noisy_gold"
+    tokenizer_corpus = "envs.textworld_express.policies:corpus_conversations"  # text for the tiny tokenizer
     intro_prompt = "You are playing a TextWorld-Express text game."
     text_hint = "Reply with exactly one command from the valid actions, e.g. 'move north'."
     tool_hint = "Call the act tool with exactly one command from the valid actions, e.g. act(command='move north')."

@@ -25,3 +25,26 @@ def noisy_gold(messages: list[dict], rng: random.Random, p_noise: float = 0.2, *
 
 def random_valid(messages: list[dict], rng: random.Random, *, tool_format: str = "hermes") -> str:
     return write(random_valid_action(messages, rng), messages, tool_format)
+
+
+def corpus_conversations(n: int, rng: random.Random):
+    """Noisy-gold episodes on train games of coin, cooking and twc, as ``(messages, tools)``, for the
+    tiny tokenizer (at most 300; one JVM per game)."""
+    from envs.textworld_express.env import TextWorldExpressEnv
+
+    games = {g: TextWorldExpressEnv(game=g, max_turns=40) for g in ("coin", "cookingworld", "twc")}
+    try:
+        for i in range(min(n, 300)):
+            env = games[("coin", "cookingworld", "twc")[i % 3]]
+            obs, info = env.reset(seed=rng.randrange(1000))
+            messages = list(obs)
+            while True:
+                action = noisy_gold(messages, rng)
+                obs, _, terminated, truncated, _ = env.step(action)
+                messages += [{"role": "assistant", "content": action}] + obs
+                if terminated or truncated:
+                    break
+            yield messages, info["tools"]
+    finally:
+        for env in games.values():
+            env.close()
