@@ -84,7 +84,9 @@ class JvmSimulator:
         quiet.setLevel(logging.CRITICAL)  # py4j logs a traceback for every refused connection
         try:
             if proc.poll() is None:
-                sim.close()
+                sim.close()  # the upstream's: shut the gateway down, tell the JVM to exit
+            else:  # a dead JVM: close our side (connections, the callback server's thread) only
+                sim._gateway.close(keep_callback_server=False, close_callback_server_connections=True)
         except Exception:  # noqa: BLE001 - a broken connection: kill below
             pass
         finally:
@@ -94,4 +96,11 @@ class JvmSimulator:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):  # the upstream leaves them open
+                if pipe is not None:
+                    pipe.close()
+            for name in ("_obj_tree_tempdir", "_obj_tree_tempfile"):  # and its temporary files
+                tmp = getattr(sim, name, None)
+                if tmp is not None:
+                    tmp.cleanup() if hasattr(tmp, "cleanup") else tmp.close()
             sim.close = lambda: None  # the upstream __del__ calls close() again

@@ -55,6 +55,7 @@ class TextArenaEnv(TextGameEnv):
         "reward": "the upstream game reward at the end (1 when solved / won; partial credit or -1 otherwise)",
     }
     sft_teacher = "envs.textarena.policies:noisy_solver"
+    tokenizer_corpus = "envs.textarena.policies:corpus_conversations"  # text for the tiny tokenizer
     intro_prompt = "You are playing a TextArena game."
     text_hint = "Reply with exactly one move in the game's format, e.g. '[up]'."
     tool_hint = "Call the act tool with exactly one move in the game's format, e.g. act(command='[up]')."

@@ -115,3 +115,22 @@ def noisy_solver(messages: list[dict], rng: random.Random, p_noise: float = 0.2,
 
 def random_valid(messages: list[dict], rng: random.Random, *, tool_format: str = "hermes") -> str:
     return write(rng.choice(shown_valid(messages) or ["[up]"]), messages, tool_format)
+
+
+def corpus_conversations(n: int, rng: random.Random):
+    """Noisy-solver episodes of FrozenLake and TowerOfHanoi as ``(messages, tools)``, for the tiny
+    tokenizer (at most 300)."""
+    from envs.textarena.env import TextArenaEnv
+
+    games = {g: TextArenaEnv(game=g, max_turns=30) for g in ("FrozenLake-v0", "TowerOfHanoi-v0-medium")}
+    for i in range(min(n, 300)):
+        env = games[("FrozenLake-v0", "TowerOfHanoi-v0-medium")[i % 2]]
+        obs, info = env.reset(seed=rng.randrange(2**31))
+        messages = list(obs)
+        while True:
+            action = noisy_solver(messages, rng)
+            obs, _, terminated, truncated, _ = env.step(action)
+            messages += [{"role": "assistant", "content": action}] + obs
+            if terminated or truncated:
+                break
+        yield messages, info["tools"]

@@ -112,7 +112,7 @@ class TextWorldExpressEnv(TextGameEnv):
         self.game = game
         self.game_params = game_params_str(game_params, game)
         self._jvm = JvmSimulator(self._launch, "TextWorld-Express")
-        self._loaded: tuple[int, str, str] | None = None  # (id of the simulator, game, params) loaded
+        self._loaded: tuple[int, str, str] | None = None  # (the JVM start it is in, game, params) loaded
         self._fold_seeds: dict[str, list[int]] = {}
         self._score = 0.0
         self._look = ("", "")  # the room and the inventory, for state_key
@@ -138,9 +138,9 @@ class TextWorldExpressEnv(TextGameEnv):
         return GameStart(task_id, task, intro, list(infos["validActions"]), teacher_context="Gold path: " + " | ".join(gold))
 
     def _reset_upstream(self, sim: Any, task: dict[str, Any]) -> tuple[dict, list[str]]:
-        if self._loaded != (id(sim), task["game"], task["params"]):  # a new JVM has no game loaded
+        if self._loaded != (self._jvm.starts, task["game"], task["params"]):  # a new JVM has no game loaded
             sim.load(gameName=task["game"], gameParams=task["params"])  # ValueError on bad params
-            self._loaded = (id(sim), task["game"], task["params"])
+            self._loaded = (self._jvm.starts, task["game"], task["params"])
         _, infos = sim.reset(seed=task["seed"], gameFold=task["fold"], generateGoldPath=True)
         gold = list(sim.getGoldActionSequence())
         if gold and gold[0] == "look around":  # the reset's observation is that look already
