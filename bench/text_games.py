@@ -12,7 +12,13 @@
     then one gold episode each; prints the wall time until all have reset, the resident memory of
     the JVMs (the sum of their ``VmRSS``) and of this process.
 
-``python bench/text_games.py [--rounds 3] [--episodes 40] [--families twx,sw,ta] [--concurrent 64 [--concurrent-family twx|sw]]``
+(c) ``--rollout N``: rollout tokens/s of ``RolloutEngine`` + the ``hf`` backend on N Cooking World
+    episodes of exactly 20 turns (``configs/twx_cooking_long.yaml`` with 20 turns; the model at
+    ``--model``, else a random-init tiny model, fails them all, so each runs to the budget): the
+    same batch twice, the second measured, so its envs and JVMs are warm; generated tokens/s and
+    episode tokens (prompt, observations, generated) per second.
+
+``python bench/text_games.py [--rounds 3] [--episodes 40] [--families twx,sw,ta] [--concurrent 64 [--concurrent-family twx|sw]] [--rollout 16 [--model DIR]]``
 """
 
 from __future__ import annotations
@@ -197,6 +203,38 @@ def concurrent(n: int, family: str, progress) -> None:
         env.close()
 
 
+def rollout(n: int, model: str | None, progress) -> None:
+    import tempfile
+
+    import torch
+
+    from agent_rl.config import load_config
+    from agent_rl.eval import eval_specs
+    from agent_rl.runtime import Components
+    from agent_rl.tiny import init_tiny
+
+    torch.set_num_threads(1)
+    tmp = tempfile.TemporaryDirectory()
+    model = model or str(init_tiny(Path(tmp.name) / "tiny", env_ids=("agent_rl/TextWorldExpress-v0",)))
+    overrides = [f"model.path={model}", "env.options.max_turns=20", "rollout.max_turns=20", "rollout.max_total_tokens=2048", f"rollout.concurrency={n}"]
+    cfg = load_config(ROOT / "configs" / "twx_cooking_long.yaml", overrides)
+    engine = Components(cfg).engine()
+    specs = eval_specs(n, 1, "test")
+    progress.phase(f"rollout: {n} x 20-turn episodes (warm-up)")
+    engine.run_sync(specs)  # starts the envs and their JVMs
+    progress.phase(f"rollout: {n} x 20-turn episodes (measured)")
+    t0 = time.perf_counter()
+    trajectories = engine.run_sync(specs)
+    wall = time.perf_counter() - t0
+    engine.close()
+    generated = sum(t.num_generated_tokens for t in trajectories)
+    total = sum(len(t.token_ids_T) for t in trajectories)
+    turns = [len(t.turns_N) for t in trajectories]
+    print(f"rollout: {n} episodes, {min(turns)}-{max(turns)} turns, {wall:.1f} s: {generated / wall:.1f} generated tokens/s "
+          f"({generated} tokens), {total / wall:.0f} episode tokens/s ({total} tokens)")
+    tmp.cleanup()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -204,12 +242,18 @@ def main() -> int:
     ap.add_argument("--families", default="twx,sw,ta")
     ap.add_argument("--concurrent", type=int, default=0, help="also start N JVM envs at once")
     ap.add_argument("--concurrent-family", default="twx", choices=("twx", "sw"))
+    ap.add_argument("--rollout", type=int, default=0, help="also N 20-turn episodes through the rollout engine")
+    ap.add_argument("--model", default=None, help="the model of --rollout (default: a random-init tiny model)")
     args = ap.parse_args()
     args.families = args.families.split(",")
-    progress = script_progress("bench/text_games.py", args.rounds * len(args.families) + (1 if args.concurrent else 0), unit="round")
+    total = args.rounds * len(args.families) + bool(args.concurrent) + bool(args.rollout)
+    progress = script_progress("bench/text_games.py", total, unit="round")
     ratios = throughput(args, progress) if args.rounds else {}
     if args.concurrent:
         concurrent(args.concurrent, args.concurrent_family, progress)
+        progress.advance()
+    if args.rollout:
+        rollout(args.rollout, args.model, progress)
         progress.advance()
     missed = [f for f, r in ratios.items() if r < 0.8]
     progress.finish(numbers={"below 0.8x": ", ".join(missed) or "none"})
