@@ -69,11 +69,17 @@ def test_twx_gold_solves_20_held_out_games(game):
 
     env = gym.make("agent_rl/TextWorldExpress-v0", game=game, max_turns=60).unwrapped
     try:
+        gold_turns, noisy_turns, noisy_solved = 0, 0, 0
         for seed in range(20):
             info, total, rewards = play(env, policies.gold, seed)
             assert info["success"] and total == pytest.approx(1.0), (game, seed, info)
             assert all(r >= 0 for r in rewards)  # score deltas: per-turn rewards sum to the final score
-        assert env._jvm.starts == 1  # one JVM for all 20 episodes
+            gold_turns += info["turns"]
+            noisy, _, _ = play(env, policies.noisy_gold, seed)  # detours it comes back from
+            noisy_solved += noisy["success"]
+            noisy_turns += noisy["turns"]
+        assert noisy_solved == 20 and noisy_turns > gold_turns
+        assert env._jvm.starts == 1  # one JVM for all 40 episodes
     finally:
         env.close()
 
