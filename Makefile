@@ -1,5 +1,5 @@
-# `make demo`: set up .venv and run the CPU quickstart.  `make test`: set up .venv, check the import
-# contracts (pyproject.toml) and run the tests.
+# `make demo`: set up .venv and run the CPU quickstart.  `make test`: set up .venv, lint (ruff), check
+# the import contracts (pyproject.toml) and run the tests.  `make format`: ruff's formatter and fixes.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # BFCL's data and multi-turn APIs (envs/bfcl); --no-deps: its pins would downgrade this stack
 BFCL_EVAL := bfcl-eval==2026.3.23
 
-.PHONY: setup demo test vllm-cpu
+.PHONY: setup demo test vllm-cpu format
 
 $(STAMP): pyproject.toml
 	@# the JVM text games (TextWorldExpress-v0, ScienceWorld-v0) need Java: Debian's JRE when there is none
@@ -31,6 +31,11 @@ vllm-cpu: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/agent-rl quickstart
 
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -m "not gpu"

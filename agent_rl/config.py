@@ -15,11 +15,12 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator
 
+import agent_rl.methods  # noqa: F401  (registers the methods that act on the run)
 from agent_rl.algorithms import ADVANTAGES, AGGREGATIONS, CREDITS, FILTERS, KLS, POLICY_LOSSES
 from agent_rl.algorithms.losses import LossOptions
 from agent_rl.algorithms.preference_data import PreferenceDataConfig
+from agent_rl.core.plugins import load_entry_points
 from agent_rl.core.registry import ComponentConfig, Registry
-from agent_rl.plugins import load_entry_points
 from agent_rl.proxy.config import AgentConfig
 from agent_rl.rollout.config import RolloutConfig
 
@@ -79,36 +80,58 @@ class AlgorithmConfig(Section):
     @model_validator(mode="after")
     def _one_kl(self) -> AlgorithmConfig:
         if self.loss_options.kl_coef != 0.0:
-            raise ValueError("set the KL term with algorithm.kl.coef (and .placement), not algorithm.loss_options.kl_coef")
+            raise ValueError(
+                "set the KL term with algorithm.kl.coef (and .placement), not algorithm.loss_options.kl_coef"
+            )
         return self
 
 
 class CriticConfig(Section):
     """A value model for ``gae`` / ``turn_gae`` (PPO, VAPO): the policy's architecture with a value head."""
 
-    path: str | None = Field(None, description="from_pretrained path of the critic's body (None: model.path); the value head starts at zero")
+    path: str | None = Field(
+        None, description="from_pretrained path of the critic's body (None: model.path); the value head starts at zero"
+    )
     lr: float = Field(1e-5, gt=0.0, description="AdamW learning rate of the critic")
-    warmup_steps: int = Field(0, ge=0, description="VAPO critic pre-training: the first N steps train only the critic, the policy stays frozen")
-    value_clip: float | None = Field(0.5, gt=0.0, description="PPO value clipping: V is kept within +-value_clip of the rollout-time value (None: off)")
+    warmup_steps: int = Field(
+        0,
+        ge=0,
+        description="VAPO critic pre-training: the first N steps train only the critic, the policy stays frozen",
+    )
+    value_clip: float | None = Field(
+        0.5,
+        gt=0.0,
+        description="PPO value clipping: V is kept within +-value_clip of the rollout-time value (None: off)",
+    )
     grad_clip: float = Field(1.0, gt=0.0, description="max global gradient norm of the critic")
 
 
 class LoraConfig(Section):
-    """LoRA (peft): only low-rank adapters on ``target_modules`` train; the base stays frozen (agent_rl/learner/lora.py)."""
+    """LoRA (peft): only low-rank adapters on ``target_modules`` train; the base stays frozen (agent_rl/models/lora.py)."""
 
     rank: int = Field(8, ge=1, description="adapter rank r")
     alpha: float = Field(16.0, gt=0.0, description="scale alpha; the update is (alpha / r) * B A")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout on the adapter's input (0: exact sampler/learner match)")
+    dropout: float = Field(
+        0.0, ge=0.0, lt=1.0, description="dropout on the adapter's input (0: exact sampler/learner match)"
+    )
     target_modules: list[str] = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         description="module names (last name component) that get adapters; must exist in the model",
     )
-    adapter_name: str = Field("policy", description="the adapter's name in the backends and in every sampled turn's record")
+    adapter_name: str = Field(
+        "policy", description="the adapter's name in the backends and in every sampled turn's record"
+    )
     on_mismatch: Literal["error", "drop"] = Field(
-        "error", description="a sample whose adapter is not the one expected at its version: error stops the run, drop refuses and counts it"
+        "error",
+        description="a sample whose adapter is not the one expected at its version: error stops the run, drop refuses and counts it",
     )
     first_turn_tolerance: float | None = Field(
-        None, gt=0.0, description="max |sampler - learner| logprob on first-turn tokens of on-policy samples (adapter/first_turn_logprob_gap is always logged); None: no limit"
+        None,
+        gt=0.0,
+        description=(
+            "max |sampler - learner| logprob on first-turn tokens of on-policy samples "
+            "(adapter/first_turn_logprob_gap is always logged); None: no limit"
+        ),
     )
 
 
@@ -119,25 +142,68 @@ class LearnerConfig(Section):
     adam_eps: float = Field(1e-8, gt=0.0, description="AdamW epsilon (the first step is ~lr * g / (|g| + eps))")
     grad_clip: float = Field(1.0, gt=0.0, description="max global gradient norm (clip_grad_norm_)")
     warmup_steps: int = Field(0, ge=0, description="linear LR warm-up over the first N optimizer steps")
-    lr_schedule: Literal["constant", "cosine"] = Field("constant", description="after warm-up: constant, or cosine decay to min_lr_ratio at trainer.steps")
+    lr_schedule: Literal["constant", "cosine"] = Field(
+        "constant", description="after warm-up: constant, or cosine decay to min_lr_ratio at trainer.steps"
+    )
     min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0, description="cosine: final LR as a fraction of lr")
-    micro_batch_size: int = Field(16, ge=1, description="rows per forward/backward on each rank (gradient accumulation; the update does not depend on it)")
-    packing: bool = Field(False, description="each micro-batch's rows run as one packed sequence (per-row positions, no attention across rows): no compute on padding")
-    max_tokens_per_micro_batch: int | None = Field(None, ge=1, description="token budget of a micro-batch (replaces micro_batch_size; real tokens when packing, rows x longest row otherwise); rows are spread over ranks by tokens")
-    share_prefixes: bool = Field(False, description="with packing: rows of a micro-batch that share a prefix of >= 8 tokens (a group's prompt, a fork's parent) compute it once; sdpa models only (others are refused)")
-    world_size: int = Field(1, ge=1, description="learner ranks; >1 shards the model with FSDP2 over that many ranks: processes on this machine (torchrun-style; distributed.backend=local) or Ray actors (distributed.backend=ray)")
-    mixed_precision: Literal["none", "bf16"] = Field("none", description="FSDP2: bf16 compute with fp32 master weights and fp32 gradient reduction")
-    cpu_offload: bool = Field(False, description="FSDP2: keep sharded parameters, gradients and optimizer state on the CPU")
-    activation_checkpointing: bool = Field(False, description="recompute each decoder layer's activations in the backward pass")
-    logprob_chunk_tokens: int = Field(1024, ge=1, description="tokens per chunk of the LM head + log-softmax (memory: a few [chunk, V] fp32 tensors)")
+    micro_batch_size: int = Field(
+        16,
+        ge=1,
+        description="rows per forward/backward on each rank (gradient accumulation; the update does not depend on it)",
+    )
+    packing: bool = Field(
+        False,
+        description="each micro-batch's rows run as one packed sequence (per-row positions, no attention across rows): no compute on padding",
+    )
+    max_tokens_per_micro_batch: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "token budget of a micro-batch (replaces micro_batch_size; real tokens when packing, rows x longest "
+            "row otherwise); rows are spread over ranks by tokens"
+        ),
+    )
+    share_prefixes: bool = Field(
+        False,
+        description=(
+            "with packing: rows of a micro-batch that share a prefix of >= 8 tokens (a group's prompt, a fork's "
+            "parent) compute it once; sdpa models only (others are refused)"
+        ),
+    )
+    world_size: int = Field(
+        1,
+        ge=1,
+        description=(
+            "learner ranks; >1 shards the model with FSDP2 over that many ranks: processes on this machine "
+            "(torchrun-style; distributed.backend=local) or Ray actors (distributed.backend=ray)"
+        ),
+    )
+    mixed_precision: Literal["none", "bf16"] = Field(
+        "none", description="FSDP2: bf16 compute with fp32 master weights and fp32 gradient reduction"
+    )
+    cpu_offload: bool = Field(
+        False, description="FSDP2: keep sharded parameters, gradients and optimizer state on the CPU"
+    )
+    activation_checkpointing: bool = Field(
+        False, description="recompute each decoder layer's activations in the backward pass"
+    )
+    logprob_chunk_tokens: int = Field(
+        1024, ge=1, description="tokens per chunk of the LM head + log-softmax (memory: a few [chunk, V] fp32 tensors)"
+    )
     fp32_lm_head: bool = Field(False, description="LM head matmul in fp32 (bf16 models keep full-precision logits)")
-    update_ratio_metric: bool = Field(True, description="report ||delta theta|| / ||theta|| (costs one copy of this rank's parameter shard)")
-    critic: CriticConfig | None = Field(None, description="value model; made with defaults when the advantage needs values (gae)")
+    update_ratio_metric: bool = Field(
+        True, description="report ||delta theta|| / ||theta|| (costs one copy of this rank's parameter shard)"
+    )
+    critic: CriticConfig | None = Field(
+        None, description="value model; made with defaults when the advantage needs values (gae)"
+    )
     lora: LoraConfig | None = Field(None, description="LoRA adapters instead of full fine-tuning (None: off)")
 
 
 class SftConfig(Section):
-    teacher: str | None = Field(None, description="scripted policy, module:function (null: the env's declared sft_teacher)")
+    teacher: str | None = Field(
+        None, description="scripted policy, module:function (null: the env's declared sft_teacher)"
+    )
     demos: int = Field(4000, ge=1, description="weak-teacher demonstrations to train on")
     epochs_max: int = Field(30, ge=1, description="upper bound; training stops when held-out success stops improving")
     patience: int = Field(3, ge=1, description="evaluations without improvement before stopping")
@@ -159,26 +225,36 @@ class TrainerConfig(Section):
     refill_rounds: int = Field(1, ge=0, description="extra sampling rounds when a filter asks for more groups")
     task_pool: int = Field(0, ge=0, description="0: a fresh task per prompt; N: revisit a fixed pool of N tasks")
     max_infra_error_frac: float = Field(
-        1.0, gt=0.0, le=1.0, description="stop the run when this share of a step's episodes ends in infra_error (1.0: all)"
+        1.0,
+        gt=0.0,
+        le=1.0,
+        description="stop the run when this share of a step's episodes ends in infra_error (1.0: all)",
     )
     sustained_infra_error_frac: float = Field(
-        0.5, ge=0.0, le=1.0, description="stop the run when more than this share fails for infra_error_patience steps in a row"
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="stop the run when more than this share fails for infra_error_patience steps in a row",
     )
     infra_error_patience: int = Field(
         3, ge=0, description="consecutive steps above sustained_infra_error_frac that stop the run (0: never)"
     )
     preference_data: PreferenceDataConfig | None = Field(
-        None, description="offline dpo / rpo / kto: a JSONL of pairs or labelled samples replaces the rollouts (None: rollouts)"
+        None,
+        description="offline dpo / rpo / kto: a JSONL of pairs or labelled samples replaces the rollouts (None: rollouts)",
     )
 
 
 class EvalConfig(Section):
     episodes: int = Field(200, ge=1, description="tasks (seeds 10000.. of the split); each is sampled k times")
     k: int = Field(1, ge=1, description="samples per task for pass@k / mean@k")
-    split: Literal["train", "val", "test", "all"] = Field("test", description="'all': every task (envs with a fixed set)")
+    split: Literal["train", "val", "test", "all"] = Field(
+        "test", description="'all': every task (envs with a fixed set)"
+    )
     temperature: float | None = Field(None, description="None: the rollout temperature")
     policy: str | None = Field(
-        None, description="module:function, a scripted policy instead of the model (e.g. envs.code_exec.policies:canonical)"
+        None,
+        description="module:function, a scripted policy instead of the model (e.g. envs.code_exec.policies:canonical)",
     )
     bootstrap: int = Field(1000, ge=10, description="bootstrap resamples (over tasks) for the 95% intervals")
 
@@ -198,7 +274,9 @@ class RayConfig(Section):
     )
     sandbox_pools: bool = Field(True, description="one named sandbox-pool actor per node, shared by that node's envs")
     max_worker_restarts: int = Field(3, ge=0, description="dead rollout workers replaced before the run stops")
-    learner_cpus_per_rank: float = Field(1.0, gt=0.0, description="CPUs per learner rank (learner.world_size > 1 on Ray)")
+    learner_cpus_per_rank: float = Field(
+        1.0, gt=0.0, description="CPUs per learner rank (learner.world_size > 1 on Ray)"
+    )
     learner_gpus_per_rank: float = Field(0.0, ge=0.0, description="GPUs per learner rank (1 for NCCL ranks)")
     learner_placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
         "PACK", description="how the learner ranks' bundles spread over nodes"
@@ -208,7 +286,9 @@ class RayConfig(Section):
 
 
 class DistributedConfig(Section):
-    backend: Literal["local", "ray"] = Field("local", description="local: one process; ray: Ray actors (docs/distributed.md)")
+    backend: Literal["local", "ray"] = Field(
+        "local", description="local: one process; ray: Ray actors (docs/distributed.md)"
+    )
     mode: Literal["auto", "colocated", "disaggregated"] = Field(
         "auto",
         description="colocated: samplers share the learner's devices (synchronous only); "
@@ -217,8 +297,12 @@ class DistributedConfig(Section):
     max_staleness: int = Field(
         0, ge=0, description="0: synchronous; k: rollouts run ahead, no sample older than k versions is trained on"
     )
-    lookahead_steps: int | None = Field(None, ge=0, description="steps produced ahead of the trainer (None: max_staleness)")
-    stale_policy: Literal["drop", "requeue"] = Field("requeue", description="what happens to a group staler than the bound")
+    lookahead_steps: int | None = Field(
+        None, ge=0, description="steps produced ahead of the trainer (None: max_staleness)"
+    )
+    stale_policy: Literal["drop", "requeue"] = Field(
+        "requeue", description="what happens to a group staler than the bound"
+    )
     overprovision_groups: int = Field(
         0,
         ge=0,
@@ -227,7 +311,8 @@ class DistributedConfig(Section):
         "towards faster episodes. 0: exactly the planned groups (needed for max_staleness 0 to equal the local run)",
     )
     partial_rollouts: bool = Field(
-        True, description="new weights at the next turn boundary (later turns carry the new version); false: between episodes"
+        True,
+        description="new weights at the next turn boundary (later turns carry the new version); false: between episodes",
     )
     ray: RayConfig = Field(default_factory=RayConfig)
 
@@ -243,7 +328,10 @@ class DistributedConfig(Section):
     @property
     def colocated(self) -> bool:
         return self.mode == "colocated" or (
-            self.mode == "auto" and self.max_staleness == 0 and not self.lookahead_steps and not self.overprovision_groups
+            self.mode == "auto"
+            and self.max_staleness == 0
+            and not self.lookahead_steps
+            and not self.overprovision_groups
         )
 
 
@@ -252,16 +340,22 @@ _NOTED: set[str] = set()  # deprecation notes already printed by this process
 
 
 class TrackingConfig(Section):
-    jsonl: bool = Field(True, description="metrics.jsonl in the run directory (reward.png, agent-rl compare and resume read it)")
+    jsonl: bool = Field(
+        True, description="metrics.jsonl in the run directory (reward.png, agent-rl compare and resume read it)"
+    )
     loggers: list[LoggerName] = Field(
         default_factory=lambda: ["tensorboard"],
         description="experiment trackers: tensorboard, wandb, mlflow, trackio (each imported only when listed)",
     )
-    project: str = Field("agent_rl", description="wandb / trackio project and mlflow experiment; the run is named after its directory")
+    project: str = Field(
+        "agent_rl", description="wandb / trackio project and mlflow experiment; the run is named after its directory"
+    )
     mlflow_uri: str | None = Field(
         None, description="mlflow tracking URI (None: $MLFLOW_TRACKING_URI, else sqlite:///<run.root>/mlflow.db)"
     )
-    table_episodes: int = Field(32, ge=0, description="episodes of the saved trajectories logged as a table at the end (0: none)")
+    table_episodes: int = Field(
+        32, ge=0, description="episodes of the saved trajectories logged as a table at the end (0: none)"
+    )
     progress: bool = Field(True, description="live progress: a bar on a terminal, a line per step when piped")
     save_trajectories: int = Field(16, ge=0, description="episodes per step written for the viewer")
     tensorboard: bool | None = Field(None, description="deprecated: list tensorboard in tracking.loggers")
@@ -303,7 +397,9 @@ class RunConfig(Section):
 class Config(Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     env: EnvConfig = Field(default_factory=EnvConfig)
-    agent: AgentConfig = Field(default_factory=AgentConfig, description="an agent program that plays the episodes (docs/agent-programs.md)")
+    agent: AgentConfig = Field(
+        default_factory=AgentConfig, description="an agent program that plays the episodes (docs/agent-programs.md)"
+    )
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
@@ -363,7 +459,14 @@ def _format(e: ValidationError) -> str:
 
 # where a registry entry is selected by ``name`` (its other keys belong to that entry)
 COMPONENT_PATHS = frozenset(
-    {"algorithm.advantage", "algorithm.loss", "algorithm.aggregation", "algorithm.kl", "algorithm.credit", "rollout.backend"}
+    {
+        "algorithm.advantage",
+        "algorithm.loss",
+        "algorithm.aggregation",
+        "algorithm.kl",
+        "algorithm.credit",
+        "rollout.backend",
+    }
 )
 
 
@@ -399,7 +502,13 @@ def _yaml(text: str, where: str, is_file: bool = False) -> Any:
         return yaml.safe_load(text)
     except yaml.MarkedYAMLError as e:  # file:line:column of the problem, as compilers print it
         mark = e.problem_mark or e.context_mark
-        at = where if mark is None else f"{where}:{mark.line + 1}:{mark.column + 1}" if is_file else f"{where} (column {mark.column + 1})"
+        at = (
+            where
+            if mark is None
+            else f"{where}:{mark.line + 1}:{mark.column + 1}"
+            if is_file
+            else f"{where} (column {mark.column + 1})"
+        )
         what = "; ".join(str(p) for p in (e.problem, e.context) if p) or "cannot parse"
         raise ConfigError(f"{at}: not valid YAML: {what}") from None
     # the constructors of explicit tags raise plain errors: !!int x, !!timestamp x, !!bool x

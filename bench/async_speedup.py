@@ -75,9 +75,9 @@ WORKLOAD = [
 
 def warm_started_model(root: Path) -> Path:
     """A tiny model after the quickstart's SFT on the weak teacher (built once, then reused)."""
+    from agent_rl.commands.sft import sft
     from agent_rl.config import load_config
-    from agent_rl.sft import sft
-    from agent_rl.tiny import init_tiny
+    from agent_rl.run.envloader import init_tiny
 
     out = root / "sft_model"
     if (out / "config.json").exists():
@@ -85,23 +85,35 @@ def warm_started_model(root: Path) -> Path:
     tiny = root / "tiny"
     if not (tiny / "config.json").exists():
         init_tiny(tiny, seed=0)
-    cfg = load_config(ROOT / "configs" / "quickstart.yaml", [f"model.path={tiny}", f"run.root={root}", f"sft.out={out}"])
+    cfg = load_config(
+        ROOT / "configs" / "quickstart.yaml", [f"model.path={tiny}", f"run.root={root}", f"sft.out={out}"]
+    )
     cfg.tracking.progress = False
     sft(cfg, log=print)
     return out
 
 
-def run(mode: str, model: Path, steps: int, root: Path, backend: str, extra: tuple[str, ...] = (), progress=None) -> dict:
+def run(
+    mode: str, model: Path, steps: int, root: Path, backend: str, extra: tuple[str, ...] = (), progress=None
+) -> dict:
     """One run of ``steps`` steps; ``progress`` (a TaskProgress over all runs' steps) advances per step."""
     from agent_rl.config import load_config
     from agent_rl.distributed import staleness
-    from agent_rl.trainer import Trainer
+    from agent_rl.train.trainer import Trainer
 
     k = {"sync": 0, "async": 1}[mode]
     cfg = load_config(
         ROOT / "configs" / "quickstart.yaml",
-        [f"model.path={model}", f"run.root={root}", f"run.name={mode}", f"trainer.steps={steps}", f"distributed.max_staleness={k}",
-         f"distributed.backend={backend}", *WORKLOAD, *extra],
+        [
+            f"model.path={model}",
+            f"run.root={root}",
+            f"run.name={mode}",
+            f"trainer.steps={steps}",
+            f"distributed.max_staleness={k}",
+            f"distributed.backend={backend}",
+            *WORKLOAD,
+            *extra,
+        ],
     )
     trainer = Trainer(cfg, log=lambda *a: None)
     handed, stale, waits = [], [], {}
@@ -128,7 +140,13 @@ def run(mode: str, model: Path, steps: int, root: Path, backend: str, extra: tup
             rewards.append(m["rollout/reward_mean"])
             metrics.append(m)
             if progress is not None:
-                progress.advance({"step": f"{step + 1}/{steps}", "reward": m["rollout/reward_mean"], "run s": time.perf_counter() - t0})
+                progress.advance(
+                    {
+                        "step": f"{step + 1}/{steps}",
+                        "reward": m["rollout/reward_mean"],
+                        "run s": time.perf_counter() - t0,
+                    }
+                )
         cpu1 = cpu_seconds()
     finally:
         trainer.rollouts.close()
@@ -138,10 +156,18 @@ def run(mode: str, model: Path, steps: int, root: Path, backend: str, extra: tup
     timeline["train"] = timeline["step"] - timeline["wait"]
     timeline.update({f"cpu {k}": (cpu1[k] - cpu0[k]) / steps for k in cpu0})
     assert all(s <= k for s in stale), f"{mode}: a sample staler than {k} was trained on"
-    print(f"{mode}: {wall:.1f} s for {steps} steps (load average {os.getloadavg()[0]:.1f}), rewards {[round(x, 3) for x in rewards]}",
-          flush=True)
-    return {"mode": mode, "wall_s": wall, "rewards": rewards, "samples": sum(handed), "max_staleness_seen": max(stale, default=0),
-            "timeline": timeline}
+    print(
+        f"{mode}: {wall:.1f} s for {steps} steps (load average {os.getloadavg()[0]:.1f}), rewards {[round(x, 3) for x in rewards]}",
+        flush=True,
+    )
+    return {
+        "mode": mode,
+        "wall_s": wall,
+        "rewards": rewards,
+        "samples": sum(handed),
+        "max_staleness_seen": max(stale, default=0),
+        "timeline": timeline,
+    }
 
 
 def cpu_seconds() -> dict[str, float]:
@@ -164,7 +190,10 @@ def cpu_seconds() -> dict[str, float]:
         elif "RolloutActor" in cmd:
             out["sampler"] += own
             out["tools"] += children
-        elif any(k in cmd for k in ("raylet", "gcs_server", "dashboard/agent.py", "runtime_env/agent", "log_monitor", "ray::IDLE")):
+        elif any(
+            k in cmd
+            for k in ("raylet", "gcs_server", "dashboard/agent.py", "runtime_env/agent", "log_monitor", "ray::IDLE")
+        ):
             out["ray"] += own
     return out
 
@@ -187,11 +216,13 @@ def timeline_summary(events: list, metrics: list[dict], wall: float, steps: int)
     for ev in by.values():
         done = sorted(ev.get("done", []))
         if "ask" in ev and "handed" in ev and done:
-            rows.append({
-                "span": done[-1] - min(ev["dispatch"]),
-                "spread": done[-1] - done[0],
-                "straggler": max(0.0, done[-1] - max(ev["ask"][0], done[-2] if len(done) > 1 else ev["ask"][0])),
-            })
+            rows.append(
+                {
+                    "span": done[-1] - min(ev["dispatch"]),
+                    "spread": done[-1] - done[0],
+                    "straggler": max(0.0, done[-1] - max(ev["ask"][0], done[-2] if len(done) > 1 else ev["ask"][0])),
+                }
+            )
     out = {k: statistics.fmean(r[k] for r in rows) for k in (rows[0] if rows else {})}
     # the Ray / in-process worker reports its batches; the synchronous local engine its scheduler's calls
     busy = sum(m.get("time/sampler_generate_s", m.get("time/generate_s", 0.0)) for m in metrics)
@@ -209,10 +240,16 @@ def final(r: dict) -> tuple[float, float]:
 
 
 def timeline_line(tl: dict[str, float]) -> str:
-    groups = f"groups: span {tl['span']:.2f} spread {tl['spread']:.2f} straggler {tl['straggler']:.2f}  " if "span" in tl else ""
+    groups = (
+        f"groups: span {tl['span']:.2f} spread {tl['spread']:.2f} straggler {tl['straggler']:.2f}  "
+        if "span" in tl
+        else ""
+    )
     cpu = " ".join(f"{k[4:]} {v:.2f}" for k, v in tl.items() if k.startswith("cpu "))
-    return (f"per step, s: wall {tl['step']:.2f} = wait {tl['wait']:.2f} + train {tl['train']:.2f}  {groups}"
-            f"sampler busy {100 * tl['sampler busy']:.0f}% (batch {tl['batch']:.1f})  CPU {cpu}")
+    return (
+        f"per step, s: wall {tl['step']:.2f} = wait {tl['wait']:.2f} + train {tl['train']:.2f}  {groups}"
+        f"sampler busy {100 * tl['sampler busy']:.0f}% (batch {tl['batch']:.1f})  CPU {cpu}"
+    )
 
 
 def main() -> None:
@@ -220,7 +257,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=STEPS)
     ap.add_argument("--rounds", type=int, default=1, help="2: sync, async, async, sync")
     ap.add_argument("--model", type=Path, default=None)
-    ap.add_argument("--backend", choices=["ray", "local"], default="ray", help="where both runs sample (distributed.backend)")
+    ap.add_argument(
+        "--backend", choices=["ray", "local"], default="ray", help="where both runs sample (distributed.backend)"
+    )
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 on a shared, loaded machine)")
     ap.add_argument("--overprovision", type=int, default=0, help="async run: distributed.overprovision_groups")
     ap.add_argument("--root", type=Path, default=ROOT / "runs" / "bench_async")
@@ -228,9 +267,11 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from agent_rl.progress import script_progress
+    from agent_rl.run.progress import script_progress
 
-    order = ["sync", "async", "async", "sync"][: 2 * args.rounds] if args.rounds <= 2 else ["sync", "async"] * args.rounds
+    order = (
+        ["sync", "async", "async", "sync"][: 2 * args.rounds] if args.rounds <= 2 else ["sync", "async"] * args.rounds
+    )
     progress = script_progress("bench/async_speedup", len(order) * args.steps, unit="step")
     if args.model is None:
         progress.phase("the quickstart's SFT warm start (once, then reused)")
@@ -238,15 +279,21 @@ def main() -> None:
     extra = {"sync": (), "async": (f"distributed.overprovision_groups={args.overprovision}",)}
     results = []
     for i, mode in enumerate(order):
-        progress.phase(f"run {i + 1}/{len(order)} {mode} (max staleness {int(mode == 'async')}, backend {args.backend})")
+        progress.phase(
+            f"run {i + 1}/{len(order)} {mode} (max staleness {int(mode == 'async')}, backend {args.backend})"
+        )
         results.append(run(mode, model, args.steps, args.root, args.backend, extra[mode], progress))
     by = {m: [r for r in results if r["mode"] == m] for m in ("sync", "async")}
-    print(f"\nworkload: {args.steps} steps x 32 episodes, tool latency 50 ms - 2 s (Pareto a=1), backend {args.backend}, model {model}")
+    print(
+        f"\nworkload: {args.steps} steps x 32 episodes, tool latency 50 ms - 2 s (Pareto a=1), backend {args.backend}, model {model}"
+    )
     for r in results:
         f, se = final(r)
         curve = " ".join(f"{x:.2f}" for x in r["rewards"])
-        print(f"{r['mode']:>5}: {r['wall_s']:7.1f} s  samples {r['samples']}  max staleness {r['max_staleness_seen']}  "
-              f"final reward {f:.3f} +- {se:.3f}  curve [{curve}]")
+        print(
+            f"{r['mode']:>5}: {r['wall_s']:7.1f} s  samples {r['samples']}  max staleness {r['max_staleness_seen']}  "
+            f"final reward {f:.3f} +- {se:.3f}  curve [{curve}]"
+        )
         print("       " + timeline_line(r["timeline"]))
     sync_s = sum(r["wall_s"] for r in by["sync"])
     async_s = sum(r["wall_s"] for r in by["async"])
@@ -255,15 +302,21 @@ def main() -> None:
     fa = [final(r) for r in by["async"]]
     sync_final, async_final = statistics.fmean(f for f, _ in fs), statistics.fmean(f for f, _ in fa)
     noise = 2 * math.sqrt(statistics.fmean(se**2 for _, se in fs) + statistics.fmean(se**2 for _, se in fa))
-    print(f"final reward: sync {sync_final:.3f}, async {async_final:.3f} (2 standard errors: {noise:.3f}); "
-          f"async not worse within noise: {async_final >= sync_final - noise}")
+    print(
+        f"final reward: sync {sync_final:.3f}, async {async_final:.3f} (2 standard errors: {noise:.3f}); "
+        f"async not worse within noise: {async_final >= sync_final - noise}"
+    )
     print(f"speedup = sync_s / async_s = {sync_s:.1f} / {async_s:.1f} = {sync_s / async_s:.2f}x")
     cpu = statistics.fmean(sum(v for k, v in r["timeline"].items() if k.startswith("cpu ")) for r in by["sync"])
     step = statistics.fmean(r["timeline"]["step"] for r in by["sync"])
     cores = len(os.sched_getaffinity(0))
-    print(f"CPU per synchronous step {cpu:.2f} s on {cores} cores: no overlap can beat {cpu / cores:.2f} s per step "
-          f"(at most {step / (cpu / cores):.2f}x the synchronous {step:.2f} s); load average now {os.getloadavg()[0]:.1f}")
-    progress.finish([args.root], {"speedup": f"{sync_s / async_s:.2f}x"})  # the runs' directories (config.yaml, metrics.jsonl)
+    print(
+        f"CPU per synchronous step {cpu:.2f} s on {cores} cores: no overlap can beat {cpu / cores:.2f} s per step "
+        f"(at most {step / (cpu / cores):.2f}x the synchronous {step:.2f} s); load average now {os.getloadavg()[0]:.1f}"
+    )
+    progress.finish(
+        [args.root], {"speedup": f"{sync_s / async_s:.2f}x"}
+    )  # the runs' directories (config.yaml, metrics.jsonl)
 
 
 if __name__ == "__main__":

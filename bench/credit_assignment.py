@@ -11,7 +11,7 @@ is measured at 0 tokens and every ``--eval-every-tokens``. Runs are interleaved
   step; ``rollout/generated_tokens`` counts the sampled tokens only, a branch's copied prefix is in
   ``rollout/copied_prefix_tokens``; ``eval/success`` at step 0 and at every evaluation), the format
   ``agent-rl compare`` reads; no checkpoint is written;
-- ``success_vs_tokens.png`` and ``table.md``, drawn by ``agent_rl.compare`` from those run
+- ``success_vs_tokens.png`` and ``table.md``, drawn by ``agent_rl.commands.compare`` from those run
   directories (each method's seeds one group, aligned by sampled tokens), the table followed by
   GRPO's late slope and each method's gap to GRPO;
 - ``results.jsonl``: one line per evaluation.
@@ -42,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent_rl.progress import TaskProgress, script_progress  # noqa: E402 (after the path of a checkout)
+from agent_rl.run.progress import TaskProgress, script_progress  # noqa: E402 (after the path of a checkout)
 
 # method -> overrides of configs/maze.yaml. Batches are sized to sample about the same number of
 # tokens per step: 32 episodes (GRPO/GiGPO/G2PO: 4 prompts x 8; CBPO: 4 prompts x (4 parents +
@@ -86,7 +86,9 @@ def build_model(out: Path, device: str, sft_steps: int) -> Path:
     """init-model + SFT on the maze's weak teacher (the starting point of every run)."""
     cli = [sys.executable, "-m", "agent_rl.cli"]
     if not (out / "tiny").exists():
-        subprocess.run([*cli, "init-model", "tiny", "--out", str(out / "tiny"), "--env", "agent_rl/Maze-v0"], check=True)
+        subprocess.run(
+            [*cli, "init-model", "tiny", "--out", str(out / "tiny"), "--env", "agent_rl/Maze-v0"], check=True
+        )
     subprocess.run(
         [*cli, "sft", str(ROOT / "configs" / "maze.yaml"), f"model.path={out / 'tiny'}", "sandbox.backend=process",
          f"model.device={device}", *SFT, f"sft.max_steps={sft_steps}", f"sft.out={out / 'sft_model'}", f"run.root={out}",
@@ -123,8 +125,16 @@ def run_dir(out: Path, method: str, seed: int) -> Path:
 
 def run_overrides(method: str, seed: int, args: argparse.Namespace, out: Path) -> list[str]:
     """configs/maze.yaml's overrides of one run (the command line's own ``overrides`` last: they win)."""
-    return [f"model.path={args.model}", f"model.device={args.device}", f"run.dir={run_dir(out, method, seed)}", *COMMON,
-            *METHODS[method], f"trainer.seed={seed}", f"learner.lr={args.lr}", *args.overrides]
+    return [
+        f"model.path={args.model}",
+        f"model.device={args.device}",
+        f"run.dir={run_dir(out, method, seed)}",
+        *COMMON,
+        *METHODS[method],
+        f"trainer.seed={seed}",
+        f"learner.lr={args.lr}",
+        *args.overrides,
+    ]
 
 
 def run_dirs_from_results(rows: list[dict], out: Path, args: argparse.Namespace) -> None:
@@ -174,10 +184,12 @@ def run_one(method: str, seed: int, args: argparse.Namespace, out: Path, report=
     import asyncio
 
     from agent_rl.config import load_config
-    from agent_rl.eval import evaluate
-    from agent_rl.trainer import Trainer
+    from agent_rl.train.evaluation import evaluate
+    from agent_rl.train.trainer import Trainer
 
-    trainer = Trainer(load_config(ROOT / "configs" / "maze.yaml", run_overrides(method, seed, args, out)), log=lambda *a: None)
+    trainer = Trainer(
+        load_config(ROOT / "configs" / "maze.yaml", run_overrides(method, seed, args, out)), log=lambda *a: None
+    )
     copied: list[int] = []
     grow = trainer._grow_branches
 
@@ -242,9 +254,11 @@ def flatness_and_gaps(curves: dict[tuple[str, int], list[dict]], methods: list[s
     late = xs >= xs[-1] / 3
     if late.sum() >= 4:  # the fit's standard error needs two residual degrees of freedom
         (slope, _), cov = np.polyfit(xs[late] / 10_000, ys[late], 1, cov=True)
-        out.append(f"GRPO's slope over the last two thirds of the budget ({late.sum()} evaluations, "
-                   f"{xs[late][0]:.0f}-{xs[-1]:.0f} tokens): {slope:+.3f} ± {np.sqrt(cov[0, 0]):.3f} "
-                   "(standard error) success per 10k tokens")
+        out.append(
+            f"GRPO's slope over the last two thirds of the budget ({late.sum()} evaluations, "
+            f"{xs[late][0]:.0f}-{xs[-1]:.0f} tokens): {slope:+.3f} ± {np.sqrt(cov[0, 0]):.3f} "
+            "(standard error) success per 10k tokens"
+        )
     for name, part in (("the last 3 evaluations", slice(-3, None)), ("all evaluations after 0", slice(1, None))):
         base = per_seed("grpo", part)
         for m in methods:
@@ -252,17 +266,21 @@ def flatness_and_gaps(curves: dict[tuple[str, int], list[dict]], methods: list[s
                 continue
             t = per_seed(m, part)
             gap = t.mean() - base.mean()
-            se = np.sqrt(t.var(ddof=1) / len(t) + base.var(ddof=1) / len(base)) if min(len(t), len(base)) > 1 else float("nan")
+            se = (
+                np.sqrt(t.var(ddof=1) / len(t) + base.var(ddof=1) / len(base))
+                if min(len(t), len(base)) > 1
+                else float("nan")
+            )
             out.append(f"{m} - grpo over {name}: {gap:+.3f} (standard error {se:.3f}, {len(t)} vs {len(base)} seeds)")
     return out
 
 
 def summarize(rows: list[dict], out: Path) -> str:
-    """``agent_rl.compare``'s plot and table of held-out success against sampled tokens over the run
+    """``agent_rl.commands.compare``'s plot and table of held-out success against sampled tokens over the run
     directories (each method's seeds one group), then GRPO's late slope and the gaps to GRPO over the
     evaluations every run reached (runs cut short by a time limit are compared at the last evaluation
     they all have, so every method gets the same token budget)."""
-    from agent_rl.compare import compare
+    from agent_rl.commands.compare import compare
 
     curves: dict[tuple[str, int], list[dict]] = {}
     for r in rows:
@@ -271,8 +289,13 @@ def summarize(rows: list[dict], out: Path) -> str:
     curves = {k: sorted(c, key=lambda r: r["tokens"])[:common] for k, c in curves.items()}
     methods = [m for m in METHODS if any(k[0] == m for k in curves)]
     runs = [k for m in methods for k in sorted(curves) if k[0] == m]
-    _, report = compare([str(run_dir(out, m, s)) for m, s in runs], ("eval/success",), x="tokens",
-                        out=out / "success_vs_tokens.png", labels=[m for m, _ in runs])
+    _, report = compare(
+        [str(run_dir(out, m, s)) for m, s in runs],
+        ("eval/success",),
+        x="tokens",
+        out=out / "success_vs_tokens.png",
+        labels=[m for m, _ in runs],
+    )
     table = "\n".join([report, "", *flatness_and_gaps(curves, methods)])
     (out / "table.md").write_text(table + "\n")
     return table
@@ -288,13 +311,20 @@ def main() -> None:
     p.add_argument("--eval-episodes", type=int, default=64)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "credit_bench")
-    p.add_argument("--summarize-only", action="store_true",
-                   help="redraw the plot and table from the run directories (made from results.jsonl when an older bench kept none)")
-    p.add_argument("--device", default="cpu", help="model.device of every run (cuda: the hf backend and learner on a GPU)")
+    p.add_argument(
+        "--summarize-only",
+        action="store_true",
+        help="redraw the plot and table from the run directories (made from results.jsonl when an older bench kept none)",
+    )
+    p.add_argument(
+        "--device", default="cpu", help="model.device of every run (cuda: the hf backend and learner on a GPU)"
+    )
     p.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process (1: in this process)")
     p.add_argument("--sft-steps", type=int, default=800, help="SFT steps when --model is not given")
     p.add_argument("--one", nargs=2, metavar=("METHOD", "SEED"), help=argparse.SUPPRESS)
-    p.add_argument("overrides", nargs="*", help="config overrides of every run, after the bench's own (e.g. rollout.max_turns=8)")
+    p.add_argument(
+        "overrides", nargs="*", help="config overrides of every run, after the bench's own (e.g. rollout.max_turns=8)"
+    )
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     results = args.out / "results.jsonl"
@@ -314,7 +344,13 @@ def main() -> None:
             for i, (method, seed) in enumerate(runs):
                 name, done = f"run {i + 1}/{len(runs)} {method} seed {seed}", i * args.budget_tokens
                 progress.phase(name)
-                run_one(method, seed, args, args.out, lambda t, numbers, n=name, d=done: report(progress, d + min(t, args.budget_tokens), numbers, n))
+                run_one(
+                    method,
+                    seed,
+                    args,
+                    args.out,
+                    lambda t, numbers, n=name, d=done: report(progress, d + min(t, args.budget_tokens), numbers, n),
+                )
         else:
             run_parallel(runs, args, progress)
     files = sorted(args.out.glob("results-*.jsonl")) or [results]  # per run; or only the merged file of an older run
@@ -336,14 +372,16 @@ def main() -> None:
 def report(progress: TaskProgress, tokens: int, numbers: dict, run: str = "") -> None:
     """A run's progress: its phase when it changes (evaluation), else its tokens so far and numbers."""
     phase = numbers.pop("phase", None)
-    progress.phase(f"{run}: {phase}" if run and phase else phase or run, say=bool(phase))  # back to the run: no line of its own
+    progress.phase(
+        f"{run}: {phase}" if run and phase else phase or run, say=bool(phase)
+    )  # back to the run: no line of its own
     if numbers:
         progress.step(min(tokens, progress.total), numbers)
 
 
 def sampled_tokens(path: Path) -> int:
     """Tokens a running run has sampled so far (its ``metrics.jsonl``)."""
-    from agent_rl.tracking import read_metrics
+    from agent_rl.run.tracking import read_metrics
 
     return int(sum(r.get("rollout/generated_tokens", 0) for r in read_metrics(path))) if path.exists() else 0
 
@@ -375,11 +413,15 @@ def run_parallel(runs: list[tuple[str, int]], args: argparse.Namespace, progress
                     print(f"{key[0]} seed {key[1]}: exit {proc.returncode} (log-{key[0]}-s{key[1]}.txt)", flush=True)
         if time.monotonic() - polled > 10 or not (pending or running):
             polled = time.monotonic()
-            inflight = sum(min(sampled_tokens(run_dir(args.out, m, s) / "metrics.jsonl"), args.budget_tokens) for m, s in running)
+            inflight = sum(
+                min(sampled_tokens(run_dir(args.out, m, s) / "metrics.jsonl"), args.budget_tokens) for m, s in running
+            )
             position = finished * args.budget_tokens + inflight
             if (position, finished) != last:  # a line when a run moved on, not every 10 s
                 last = (position, finished)
-                progress.step(position, {"runs done": finished, "running": ", ".join(f"{m} s{s}" for m, s in running) or "-"})
+                progress.step(
+                    position, {"runs done": finished, "running": ", ".join(f"{m} s{s}" for m, s in running) or "-"}
+                )
     if failed:
         print(f"failed runs (see log-*.txt): {failed}", flush=True)
 

@@ -49,10 +49,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent_rl.algorithms import AGGREGATIONS, KLS, POLICY_LOSSES
-from agent_rl.config import LearnerConfig
 from agent_rl.algorithms.plan import ObjectiveParts
+from agent_rl.config import LearnerConfig
+from agent_rl.core.types import TrainBatch
 from agent_rl.learner.learner import Learner
-from agent_rl.types import TrainBatch
 
 
 def make_batch(vocab: int, rows: int, tokens: int, seed: int = 0) -> TrainBatch:
@@ -86,7 +86,7 @@ def parts() -> ObjectiveParts:
 def throughput_worker(model_dir: str, rows: int, tokens: int, steps: int, out: str) -> None:
     """One rank (or the single process): ``steps`` timed updates after one warm-up update."""
     from agent_rl.learner import fsdp
-    from agent_rl.rollout.backends.hf import load_model
+    from agent_rl.models.loading import load_model
 
     torch.set_num_threads(1)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
@@ -113,8 +113,29 @@ def run_ranks(world: int, model_dir: str, rows: int, tokens: int, steps: int) ->
 
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "times.json")
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(world)}
-        args = [sys.executable, __file__, "--worker", "throughput", "--model", model_dir, "--rows", str(rows), "--tokens", str(tokens), "--steps", str(steps), "--out", out]
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(free_port()),
+            "WORLD_SIZE": str(world),
+        }
+        args = [
+            sys.executable,
+            __file__,
+            "--worker",
+            "throughput",
+            "--model",
+            model_dir,
+            "--rows",
+            str(rows),
+            "--tokens",
+            str(tokens),
+            "--steps",
+            str(steps),
+            "--out",
+            out,
+        ]
         procs = [subprocess.Popen(args, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(world)]
         if any(p.wait() != 0 for p in procs):
             raise RuntimeError(f"a throughput worker of world {world} failed")
@@ -136,8 +157,13 @@ def memory_worker(path: str, rows: int, tokens: int, out: str) -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     config = Qwen2Config(
-        vocab_size=32768, hidden_size=256, intermediate_size=768, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+        vocab_size=32768,
+        hidden_size=256,
+        intermediate_size=768,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
     )
     model = Qwen2ForCausalLM(config)
     batch = make_batch(config.vocab_size, rows, tokens)
@@ -161,7 +187,20 @@ def memory_worker(path: str, rows: int, tokens: int, out: str) -> None:
 def peak_extra_mib(path: str, rows: int, tokens: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "mem.json")
-        args = [sys.executable, __file__, "--worker", "memory", "--path", path, "--rows", str(rows), "--tokens", str(tokens), "--out", out]
+        args = [
+            sys.executable,
+            __file__,
+            "--worker",
+            "memory",
+            "--path",
+            path,
+            "--rows",
+            str(rows),
+            "--tokens",
+            str(tokens),
+            "--out",
+            out,
+        ]
         subprocess.run(args, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
         r = json.loads(Path(out).read_text())
     return (r["peak"] - r["before"]) / 2**20
@@ -188,7 +227,7 @@ def main() -> None:
     if args.worker == "memory":
         return memory_worker(args.path, args.mem_rows, args.mem_tokens, args.out)
 
-    from agent_rl.progress import script_progress
+    from agent_rl.run.progress import script_progress
 
     parts = [name for name in ("throughput", "memory", "packing") if args.only in (None, name)]
     progress = script_progress("bench/learner_throughput", len(parts), unit="part")  # progress on stderr
@@ -207,7 +246,7 @@ def main() -> None:
 def throughput(args: argparse.Namespace) -> None:
     model_dir = args.model
     if model_dir is None:
-        from agent_rl.tiny import init_tiny
+        from agent_rl.run.envloader import init_tiny
 
         model_dir = str(init_tiny(Path(tempfile.mkdtemp()) / "tiny", seed=0))
     rates: dict[int, list[float]] = {1: [], 2: []}
@@ -217,16 +256,22 @@ def throughput(args: argparse.Namespace) -> None:
     med = {w: sorted(v)[len(v) // 2] for w, v in rates.items()}
     print(f"(a) learner update, tiny model, {args.rows} x {args.tokens} tokens per step, CPU fp32, 1 thread per rank")
     for w in (1, 2):
-        print(f"    {w} rank{'s' if w > 1 else ' '}: {med[w]:9.0f} tokens/s   (rounds: {', '.join(f'{x:.0f}' for x in rates[w])})")
+        print(
+            f"    {w} rank{'s' if w > 1 else ' '}: {med[w]:9.0f} tokens/s   (rounds: {', '.join(f'{x:.0f}' for x in rates[w])})"
+        )
     print(f"    ratio 2 ranks / 1 rank: {med[2] / med[1]:.2f}")
 
 
 def memory(args: argparse.Namespace) -> None:
     mem = {path: peak_extra_mib(path, args.mem_rows, args.mem_tokens) for path in ("direct", "chunked")}
-    print(f"(b) logprobs + entropy, forward + backward, vocab 32768, {args.mem_rows} x {args.mem_tokens} tokens: peak RSS above the warm baseline")
+    print(
+        f"(b) logprobs + entropy, forward + backward, vocab 32768, {args.mem_rows} x {args.mem_tokens} tokens: peak RSS above the warm baseline"
+    )
     print(f"    direct  [B, T, V] logits: {mem['direct']:8.1f} MiB")
     print(f"    chunked (1024 tokens):    {mem['chunked']:8.1f} MiB")
-    print(f"    saved: {mem['direct'] - mem['chunked']:.1f} MiB ({mem['direct'] / max(mem['chunked'], 1e-9):.1f}x less)")
+    print(
+        f"    saved: {mem['direct'] - mem['chunked']:.1f} MiB ({mem['direct'] / max(mem['chunked'], 1e-9):.1f}x less)"
+    )
 
 
 if __name__ == "__main__":

@@ -39,18 +39,28 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent_rl.config import LearnerConfig, LoraConfig
-from agent_rl.learner import lora
 from agent_rl.learner.learner import Learner
-from agent_rl.progress import script_progress
-from agent_rl.rollout.backends.hf import HfBackend, load_model
+from agent_rl.models import lora
+from agent_rl.models.loading import load_model
+from agent_rl.rollout.backends.hf import HfBackend
+from agent_rl.run.progress import script_progress
 
 
 def build_100m(tiny: str, out: Path) -> str:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     cfg = AutoConfig.from_pretrained(tiny)
-    cfg.update({"hidden_size": 768, "num_hidden_layers": 16, "intermediate_size": 2048, "num_attention_heads": 12,
-                "num_key_value_heads": 2, "head_dim": 64, "layer_types": ["full_attention"] * 16})
+    cfg.update(
+        {
+            "hidden_size": 768,
+            "num_hidden_layers": 16,
+            "intermediate_size": 2048,
+            "num_attention_heads": 12,
+            "num_key_value_heads": 2,
+            "head_dim": 64,
+            "layer_types": ["full_attention"] * 16,
+        }
+    )
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(cfg).save_pretrained(out)
     AutoTokenizer.from_pretrained(tiny).save_pretrained(out)
@@ -74,13 +84,30 @@ def sync_hf(path: str, cfg: LoraConfig, rounds: int) -> list[dict]:
     out = []
     trainer_full, sampler_full = load_model(path), HfBackend(load_model(path), 0)
     sd = {k: v.detach().clone() for k, v in trainer_full.state_dict().items()}
-    out.append({"sync": "hf", "weights": "full", "bytes": nbytes(sd), "seconds": timed(lambda: sampler_full.update_weights(
-        {k: v.detach().clone() for k, v in trainer_full.state_dict().items()}, 1), rounds)})
+    out.append(
+        {
+            "sync": "hf",
+            "weights": "full",
+            "bytes": nbytes(sd),
+            "seconds": timed(
+                lambda: sampler_full.update_weights(
+                    {k: v.detach().clone() for k, v in trainer_full.state_dict().items()}, 1
+                ),
+                rounds,
+            ),
+        }
+    )
     trainer = lora.apply_lora(load_model(path), cfg)
     sampler = HfBackend(lora.apply_lora(load_model(path), cfg), 0)
     adapter = lora.adapter_state(trainer)
-    out.append({"sync": "hf", "weights": "lora", "bytes": nbytes(adapter), "seconds": timed(lambda: sampler.update_weights(
-        lora.adapter_state(trainer), 1), rounds)})
+    out.append(
+        {
+            "sync": "hf",
+            "weights": "lora",
+            "bytes": nbytes(adapter),
+            "seconds": timed(lambda: sampler.update_weights(lora.adapter_state(trainer), 1), rounds),
+        }
+    )
     assert sampler.adapter.sha256 == lora.content_hash(adapter)
     return out
 
@@ -104,16 +131,35 @@ def sync_vllm(path: str, cfg: LoraConfig, rounds: int) -> list[dict]:
     from agent_rl.config import load_config
     from agent_rl.rollout.backends import BACKENDS
 
-    run_cfg = load_config(None, ["rollout.backend.name=vllm", f"model.path={path}", "rollout.backend.enforce_eager=true",
-                                 "rollout.backend.kv_cache_gb=1", "rollout.backend.max_model_len=256"])
+    run_cfg = load_config(
+        None,
+        [
+            "rollout.backend.name=vllm",
+            f"model.path={path}",
+            "rollout.backend.enforce_eager=true",
+            "rollout.backend.kv_cache_gb=1",
+            "rollout.backend.max_model_len=256",
+        ],
+    )
     policy = lora.apply_lora(load_model(path), cfg)
     backend = BACKENDS(run_cfg.rollout.backend)(run_cfg.rollout.backend, run_cfg.model, model=policy)
     version = iter(range(1, 10**6))
     try:
         full = {k: v.detach().clone() for k, v in load_model(path).state_dict().items()}
-        out = [{"sync": "vllm", "weights": "full", "bytes": nbytes(full), "seconds": timed(lambda: backend.update_weights(full, next(version)), rounds)},
-               {"sync": "vllm", "weights": "lora", "bytes": nbytes(lora.adapter_state(policy)),
-                "seconds": timed(lambda: backend.update_weights(None, next(version)), rounds)}]
+        out = [
+            {
+                "sync": "vllm",
+                "weights": "full",
+                "bytes": nbytes(full),
+                "seconds": timed(lambda: backend.update_weights(full, next(version)), rounds),
+            },
+            {
+                "sync": "vllm",
+                "weights": "lora",
+                "bytes": nbytes(lora.adapter_state(policy)),
+                "seconds": timed(lambda: backend.update_weights(None, next(version)), rounds),
+            },
+        ]
     finally:
         backend.close()
     return out
@@ -133,10 +179,23 @@ def memory(path: str, cfg: LoraConfig) -> list[dict]:
         batch.loss_mask_BT[:, :] = batch.attention_mask_BT
         learner.update(batch, adv_BT, parts("token_mean"))
         grads = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters() if p.grad is not None)
-        state = sum(t.numel() * t.element_size() for s in learner.optimizer.state.values() for t in s.values() if torch.is_tensor(t) and t.dim() > 0)
+        state = sum(
+            t.numel() * t.element_size()
+            for s in learner.optimizer.state.values()
+            for t in s.values()
+            if torch.is_tensor(t) and t.dim() > 0
+        )
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        out.append({"memory": kind, "parameters": sum(p.numel() for p in model.parameters()), "trainable": trainable,
-                    "grad_bytes": grads, "optimizer_state_bytes": state, "total_bytes": grads + state})
+        out.append(
+            {
+                "memory": kind,
+                "parameters": sum(p.numel() for p in model.parameters()),
+                "trainable": trainable,
+                "grad_bytes": grads,
+                "optimizer_state_bytes": state,
+                "total_bytes": grads + state,
+            }
+        )
     return out
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import torch
 
 from agent_rl.config import LearnerConfig
+from agent_rl.core.types import TrainBatch
 from agent_rl.learner import prefix
 from agent_rl.learner.learner import Learner
-from agent_rl.types import TrainBatch
 
 MODES = {
     "padded": {},
@@ -38,11 +38,16 @@ def env_batch(rows: list[dict]) -> tuple[TrainBatch, torch.Tensor]:
     groups = {g: k for k, g in enumerate(dict.fromkeys(r["group"] for r in rows))}
     g = torch.Generator().manual_seed(0)
     batch = TrainBatch(
-        input_ids_BT=ids_BT, attention_mask_BT=attn_BT, loss_mask_BT=loss_BT,
+        input_ids_BT=ids_BT,
+        attention_mask_BT=attn_BT,
+        loss_mask_BT=loss_BT,
         position_ids_BT=torch.arange(T).expand(B, T).clone(),
-        rollout_logprobs_BT=-torch.rand(B, T, generator=g) * loss_BT, old_logprobs_BT=None,
-        rewards_B=torch.rand(B, generator=g), group_index_B=torch.tensor([groups[r["group"]] for r in rows]),
-        turn_index_BT=torch.zeros(B, T, dtype=torch.long), policy_version_B=torch.zeros(B, dtype=torch.long),
+        rollout_logprobs_BT=-torch.rand(B, T, generator=g) * loss_BT,
+        old_logprobs_BT=None,
+        rewards_B=torch.rand(B, generator=g),
+        group_index_B=torch.tensor([groups[r["group"]] for r in rows]),
+        turn_index_BT=torch.zeros(B, T, dtype=torch.long),
+        policy_version_B=torch.zeros(B, dtype=torch.long),
     )
     return batch, torch.randn(B, T, generator=g) * loss_BT
 
@@ -77,18 +82,20 @@ def matmul_peak(seconds: float = 2.0, n: int = 512) -> float:
 
 
 def packing_table(args: argparse.Namespace) -> None:
-    from agent_rl.rollout.backends.hf import load_model
+    from agent_rl.models.loading import load_model
 
     torch.set_num_threads(1)
     model_dir = args.model
     if model_dir is None:
-        from agent_rl.tiny import init_tiny
+        from agent_rl.run.envloader import init_tiny
 
         model_dir = str(init_tiny(Path(tempfile.mkdtemp()) / "tiny", seed=0))
     data = json.loads(Path(args.trajectories).read_text())["trajectories"]
     peak = matmul_peak()
-    print(f"(c) packing: one update per env on its sampled trajectories, micro-batches of {ROWS_PER_MICRO_BATCH} rows, "
-          f"CPU fp32, 1 thread; fp32 matmul peak {peak / 1e9:.1f} GFLOP/s")
+    print(
+        f"(c) packing: one update per env on its sampled trajectories, micro-batches of {ROWS_PER_MICRO_BATCH} rows, "
+        f"CPU fp32, 1 thread; fp32 matmul peak {peak / 1e9:.1f} GFLOP/s"
+    )
     from bench.learner_throughput import parts
 
     for env in args.packing_envs or dict.fromkeys(r["env"] for r in data):
@@ -113,13 +120,17 @@ def packing_table(args: argparse.Namespace) -> None:
         params = sum(p.numel() for p in model.parameters())
         layers, hidden = model.config.num_hidden_layers, model.config.hidden_size
         base_tokens, base_flops = computed_flops(batch, "padded", params, layers, hidden)
-        print(f"    {env}: {len(rows)} rows, tokens min {lengths[0]} median {lengths[len(lengths) // 2]} max {lengths[-1]}, "
-              f"turns {min(r['turns'] for r in rows)}-{max(r['turns'] for r in rows)}, {real} real tokens")
+        print(
+            f"    {env}: {len(rows)} rows, tokens min {lengths[0]} median {lengths[len(lengths) // 2]} max {lengths[-1]}, "
+            f"turns {min(r['turns'] for r in rows)}-{max(r['turns'] for r in rows)}, {real} real tokens"
+        )
         for mode in MODES:
             step = sorted(times[mode])[len(times[mode]) // 2]
             tokens, flops = computed_flops(batch, mode, params, layers, hidden)
             waste = 1 - real / base_tokens if mode == "padded" else 0.0
-            print(f"      {mode:<14} {real / step:8.0f} tokens/s  step {step:6.2f} s  computed tokens {tokens:6d}  "
-                  f"padding {100 * waste:4.1f}%  FLOPs saved {100 * (1 - flops / base_flops):5.1f}%  "
-                  f"{flops / step / 1e9:5.2f} GFLOP/s = {100 * flops / step / peak:4.1f}% of peak  "
-                  f"x{sorted(times['padded'])[len(times['padded']) // 2] / step:.2f} vs padded")
+            print(
+                f"      {mode:<14} {real / step:8.0f} tokens/s  step {step:6.2f} s  computed tokens {tokens:6d}  "
+                f"padding {100 * waste:4.1f}%  FLOPs saved {100 * (1 - flops / base_flops):5.1f}%  "
+                f"{flops / step / 1e9:5.2f} GFLOP/s = {100 * flops / step / peak:4.1f}% of peak  "
+                f"x{sorted(times['padded'])[len(times['padded']) // 2] / step:.2f} vs padded"
+            )

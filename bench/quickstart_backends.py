@@ -30,9 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from agent_rl.commands.quickstart import QUICKSTART_CONFIG, _eval  # noqa: E402
 from agent_rl.config import load_config  # noqa: E402
-from agent_rl.progress import PartProgress, TaskProgress, script_progress  # noqa: E402
-from agent_rl.quickstart import QUICKSTART_CONFIG, _eval  # noqa: E402
+from agent_rl.run.progress import PartProgress, TaskProgress, script_progress  # noqa: E402
 
 
 @contextmanager
@@ -80,8 +80,10 @@ def backend_overrides(name: str, sft_dir: Path, url: str | None) -> list[str]:
     ]  # fmt: skip
 
 
-def train_and_eval(name: str, root: Path, sft_dir: Path, overrides: list[str], url: str | None, progress: TaskProgress, label: str) -> dict:
-    from agent_rl.trainer import Trainer
+def train_and_eval(
+    name: str, root: Path, sft_dir: Path, overrides: list[str], url: str | None, progress: TaskProgress, label: str
+) -> dict:
+    from agent_rl.train.trainer import Trainer
 
     cfg = load_config(QUICKSTART_CONFIG, [
         f"run.root={root / 'backends'}", f"run.name=rl_{name}", f"model.path={sft_dir}", "tracking.progress=false",
@@ -121,8 +123,8 @@ def main() -> int:
     progress = script_progress("bench/quickstart_backends", len(names) * cfg.trainer.steps, unit="step")
     if not (sft_dir / "config.json").exists():
         progress.phase("SFT of the quickstart's start")
-        from agent_rl.sft import sft
-        from agent_rl.tiny import init_tiny
+        from agent_rl.commands.sft import sft
+        from agent_rl.run.envloader import init_tiny
 
         model_dir = root / "models" / "tiny"
         if not (model_dir / "config.json").exists():
@@ -130,7 +132,9 @@ def main() -> int:
         cfg.model.path, cfg.sft.out = str(model_dir), str(sft_dir)
         sft(cfg, log=print)
     progress.phase("held-out eval of the SFT start (hf)")
-    before = _eval(load_config(QUICKSTART_CONFIG, [f"run.root={root}", *args.overrides, "rollout.backend.name=hf"]), sft_dir)
+    before = _eval(
+        load_config(QUICKSTART_CONFIG, [f"run.root={root}", *args.overrides, "rollout.backend.name=hf"]), sft_dir
+    )
     rows = []
     for i, name in enumerate(names):
         label = f"run {i + 1}/{len(names)} {name}"

@@ -19,8 +19,8 @@ from pathlib import Path
 import gymnasium as gym
 
 import envs  # noqa: F401  (registers the envs)
-from agent_rl.progress import script_progress
-from agent_rl.reward_model import RewardModelConfig, train_reward_model
+from agent_rl.commands.train_rm import RewardModelConfig, train_reward_model
+from agent_rl.run.progress import script_progress
 from envs.arithmetic.policies import answer_text, tool_call_text
 
 
@@ -63,7 +63,15 @@ def main() -> None:
             progress.advance()
     env.close()
     progress.phase(f"training the reward model ({args.steps} steps)")
-    cfg = RewardModelConfig(data=str(data), model=args.model, out=str(out / "rm"), steps=args.steps, batch_pairs=16, lr=1e-3, heldout_frac=0.2)
+    cfg = RewardModelConfig(
+        data=str(data),
+        model=args.model,
+        out=str(out / "rm"),
+        steps=args.steps,
+        batch_pairs=16,
+        lr=1e-3,
+        heldout_frac=0.2,
+    )
     metrics = train_reward_model(cfg, log=progress.phase)  # its step lines ("train-rm step k/n: loss x") as phases
     print(json.dumps(metrics))
     progress.finish([data, out / "rm" / "metrics.json"], {"held-out accuracy": metrics["heldout_accuracy"]})

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent_rl.progress import script_progress  # noqa: E402 (after the path of a checkout)
+from agent_rl.run.progress import script_progress  # noqa: E402 (after the path of a checkout)
 
 
 def make_env_class() -> Any:
@@ -66,11 +66,12 @@ def make_env_class() -> Any:
 def build(hidden: int, layers: int, workdir: Path) -> tuple[Any, Any]:
     import torch
 
-    from agent_rl.rollout.backends.hf import load_tokenizer
-    from agent_rl.tiny import build_model, build_tokenizer
+    from agent_rl.models.loading import load_tokenizer
+    from agent_rl.models.tiny import build_model, build_tokenizer
+    from agent_rl.run.envloader import tokenizer_corpus
 
     tok_dir = workdir / "tokenizer"
-    build_tokenizer().save_pretrained(tok_dir)
+    build_tokenizer(tokenizer_corpus(6000, 0)).save_pretrained(tok_dir)
     tokenizer = load_tokenizer(str(tok_dir))
     model = build_model(len(tokenizer), seed=0, hidden_size=hidden, layers=layers).eval()
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -100,7 +101,9 @@ def timed(fn: Any) -> tuple[float, Any]:
     return time.perf_counter() - t0, out
 
 
-def bench_generate(model: Any, tokenizer: Any, batch: int, new_tokens: int, rounds: int, progress: Any) -> dict[str, float]:
+def bench_generate(
+    model: Any, tokenizer: Any, batch: int, new_tokens: int, rounds: int, progress: Any
+) -> dict[str, float]:
     """(a): engine + hf backend vs model.generate, tokens/s; (c): caller thread vs worker thread."""
     import torch
 
@@ -112,7 +115,10 @@ def bench_generate(model: Any, tokenizer: Any, batch: int, new_tokens: int, roun
     if len({len(p) for p in prompts}) != 1:
         raise RuntimeError("the bench prompts must have one length (no padding on either side)")
     input_ids = torch.tensor(prompts)
-    requests = [GenerationRequest(prompt_ids=p, max_new_tokens=new_tokens, ignore_eos=True, seed=i) for i, p in enumerate(prompts)]
+    requests = [
+        GenerationRequest(prompt_ids=p, max_new_tokens=new_tokens, ignore_eos=True, seed=i)
+        for i, p in enumerate(prompts)
+    ]
     backend = engine.backend
 
     def raw_generate() -> Any:
@@ -140,17 +146,26 @@ def bench_generate(model: Any, tokenizer: Any, batch: int, new_tokens: int, roun
         out["generate"].append(s)
         out["caller_thread"].append(timed(lambda: backend.generate_sync(requests))[0])
         out["worker_thread"].append(timed(lambda: asyncio.run(backend.generate(requests)))[0])
-        progress.advance({"engine tok/s": batch * new_tokens / out["engine"][-1], "generate tok/s": batch * new_tokens / out["generate"][-1]})
+        progress.advance(
+            {
+                "engine tok/s": batch * new_tokens / out["engine"][-1],
+                "generate tok/s": batch * new_tokens / out["generate"][-1],
+            }
+        )
     engine.close()
     backend.close()
     return {k: statistics.median(v) for k, v in out.items()}
 
 
-def bench_tools(model: Any, tokenizer: Any, episodes: int, turns: int, new_tokens: int, tool_s: float, rounds: int, progress: Any) -> dict[str, float]:
+def bench_tools(
+    model: Any, tokenizer: Any, episodes: int, turns: int, new_tokens: int, tool_s: float, rounds: int, progress: Any
+) -> dict[str, float]:
     """(b): E episodes x turns, each env step sleeping tool_s, vs instant env steps; the tool runs
     once with batches of everything waiting and once capped at E/2 requests (two cohorts)."""
     engines = {
-        cap: engine_for(model, tokenizer, max_turns=turns, max_new_tokens=new_tokens, concurrency=episodes, max_batch_requests=cap)
+        cap: engine_for(
+            model, tokenizer, max_turns=turns, max_new_tokens=new_tokens, concurrency=episodes, max_batch_requests=cap
+        )
         for cap in (None, episodes // 2)
     }
     engines[None].run_sync(specs(episodes, turns=1))  # warm-up
@@ -161,7 +176,9 @@ def bench_tools(model: Any, tokenizer: Any, episodes: int, turns: int, new_token
         for key, (cap, latency) in runs.items():
             engine = engines[cap]
             engine.metrics.clear()
-            s, trajectories = timed(lambda engine=engine, latency=latency: engine.run_sync(specs(episodes, turns=turns, latency=latency)))
+            s, trajectories = timed(
+                lambda engine=engine, latency=latency: engine.run_sync(specs(episodes, turns=turns, latency=latency))
+            )
             assert all(len(t.turns_N) == turns for t in trajectories)
             out[key].append(s)
             out["calls_" + key].append(engine.metrics["rollout/generate_calls"])
@@ -191,27 +208,35 @@ def main() -> None:
     import transformers
 
     torch.set_num_threads(a.threads)
-    from agent_rl.rollout.backends.hf import quiet_transformers
+    from agent_rl.models.loading import quiet_transformers
 
     quiet_transformers()
-    progress = script_progress("bench/rollout_throughput", a.rounds * (("a" in a.parts) + ("b" in a.parts)), unit="round")
+    progress = script_progress(
+        "bench/rollout_throughput", a.rounds * (("a" in a.parts) + ("b" in a.parts)), unit="round"
+    )
     progress.phase("building the model")
     with tempfile.TemporaryDirectory() as tmp:
         model, tokenizer = build(a.hidden, a.layers, Path(tmp))
     params = sum(p.numel() for p in model.parameters()) / 1e6
-    print(f"torch {torch.__version__}, transformers {transformers.__version__}; torch threads {a.threads}, "
-          f"cpu cores {os.cpu_count()}, load avg {os.getloadavg()[0]:.1f}")
+    print(
+        f"torch {torch.__version__}, transformers {transformers.__version__}; torch threads {a.threads}, "
+        f"cpu cores {os.cpu_count()}, load avg {os.getloadavg()[0]:.1f}"
+    )
     print(f"model: random-init Qwen2, hidden {a.hidden}, {a.layers} layers, {params:.1f}M parameters, fp32 CPU")
 
     if "a" in a.parts:
         g = bench_generate(model, tokenizer, a.batch, a.new_tokens, a.rounds, progress)
         tokens = a.batch * a.new_tokens
-        print(f"\n(a) {a.batch} sequences x {a.new_tokens} new tokens (EOS ignored), median of {a.rounds} interleaved rounds")
+        print(
+            f"\n(a) {a.batch} sequences x {a.new_tokens} new tokens (EOS ignored), median of {a.rounds} interleaved rounds"
+        )
         print(f"    engine + hf backend   {g['engine']:7.3f} s  {tokens / g['engine']:8.0f} tok/s")
         print(f"    model.generate        {g['generate']:7.3f} s  {tokens / g['generate']:8.0f} tok/s")
         print(f"    ratio engine/generate tokens/s = {g['generate'] / g['engine']:.2f}x   (must be >= 0.9)")
-        print(f"\n(c) the same batch through HfBackend: caller's thread {g['caller_thread']:.3f} s, "
-              f"its worker thread {g['worker_thread']:.3f} s (ratio {g['worker_thread'] / g['caller_thread']:.2f}x)")
+        print(
+            f"\n(c) the same batch through HfBackend: caller's thread {g['caller_thread']:.3f} s, "
+            f"its worker thread {g['worker_thread']:.3f} s (ratio {g['worker_thread'] / g['caller_thread']:.2f}x)"
+        )
     if "b" not in a.parts:
         progress.finish()
         return
@@ -219,12 +244,20 @@ def main() -> None:
     lockstep = t["instant"] + a.turns * a.tool_ms / 1000
     print(f"\n(b) {a.episodes} episodes x {a.turns} turns x {a.turn_tokens} tokens, every env step {a.tool_ms:.0f} ms")
     print(f"    instant env steps                 {t['instant']:7.3f} s   ({t['calls_instant']:.0f} generate calls)")
-    print(f"    {a.tool_ms:.0f} ms env steps, batch all waiting  {t['tool']:7.3f} s   ({t['calls_tool']:.0f} generate calls)")
-    print(f"    {a.tool_ms:.0f} ms env steps, batch <= {a.episodes // 2:3d}       {t['tool_cohorts']:7.3f} s   "
-          f"({t['calls_tool_cohorts']:.0f} generate calls)")
-    print(f"    lockstep bound                    {lockstep:7.3f} s   (generation + every turn's tool wait, not overlapped)")
-    print(f"    ratio tool/instant wall time = {t['tool'] / t['instant']:.2f}x (all waiting), "
-          f"{t['tool_cohorts'] / t['instant']:.2f}x (two cohorts)   (must be <= 1.3; lockstep {lockstep / t['instant']:.2f}x)")
+    print(
+        f"    {a.tool_ms:.0f} ms env steps, batch all waiting  {t['tool']:7.3f} s   ({t['calls_tool']:.0f} generate calls)"
+    )
+    print(
+        f"    {a.tool_ms:.0f} ms env steps, batch <= {a.episodes // 2:3d}       {t['tool_cohorts']:7.3f} s   "
+        f"({t['calls_tool_cohorts']:.0f} generate calls)"
+    )
+    print(
+        f"    lockstep bound                    {lockstep:7.3f} s   (generation + every turn's tool wait, not overlapped)"
+    )
+    print(
+        f"    ratio tool/instant wall time = {t['tool'] / t['instant']:.2f}x (all waiting), "
+        f"{t['tool_cohorts'] / t['instant']:.2f}x (two cohorts)   (must be <= 1.3; lockstep {lockstep / t['instant']:.2f}x)"
+    )
     progress.finish()
 
 

@@ -27,11 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agent_rl.run.progress import script_progress  # noqa: E402
 from sandbox import ExecStatus, SandboxLimits, available_backends, make_sandbox  # noqa: E402
 from sandbox.bwrap import BWRAP_UID_BASE, PYTHON, _host_binds  # noqa: E402
 from sandbox.image import DEFAULT_IMAGE  # noqa: E402
-
-from agent_rl.progress import script_progress  # noqa: E402
 
 PROGRAM = ["-S", "-c", "print(1)"]
 LIMITS = SandboxLimits(timeout_s=10.0, memory_mb=512)
@@ -58,16 +57,21 @@ class Peers:
 
     def __init__(self, image: str):
         self.image = image
-        self.cid = subprocess.run(["docker", "run", "-d", "--rm", "--network", "none", image, "sleep", "600"],
-                                  capture_output=True, text=True, check=True).stdout.strip()
+        self.cid = subprocess.run(
+            ["docker", "run", "-d", "--rm", "--network", "none", image, "sleep", "600"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
 
     def docker_exec(self) -> None:
         out = subprocess.run(["docker", "exec", self.cid, "python3", *PROGRAM], capture_output=True)
         assert out.stdout == b"1\n", out
 
     def docker_run(self) -> None:
-        out = subprocess.run(["docker", "run", "--rm", "--network", "none", self.image, "python3", *PROGRAM],
-                             capture_output=True)
+        out = subprocess.run(
+            ["docker", "run", "--rm", "--network", "none", self.image, "python3", *PROGRAM], capture_output=True
+        )
         assert out.stdout == b"1\n", out
 
     def close(self) -> None:
@@ -77,8 +81,20 @@ class Peers:
 def bwrap_oneshot() -> None:
     import os
 
-    cmd = ["bwrap", "--unshare-all", "--die-with-parent", *_host_binds(), "--proc", "/proc", "--dev", "/dev",
-           "--tmpfs", "/work", PYTHON, *PROGRAM]
+    cmd = [
+        "bwrap",
+        "--unshare-all",
+        "--die-with-parent",
+        *_host_binds(),
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/work",
+        PYTHON,
+        *PROGRAM,
+    ]
     if os.geteuid() == 0:
         uid = BWRAP_UID_BASE + 4000
         cmd = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *cmd]
@@ -118,7 +134,9 @@ def main() -> int:
     works = {name: ok for name, (ok, _) in available_backends().items()}
     pools = {b: make_sandbox(backend=b, limits=LIMITS) for b in ("bwrap", "docker") if works[b]}
     # progress: the hot rounds, then one unit per cold variant and per throughput backend
-    progress = script_progress("bench/sandbox_latency", args.rounds + works["docker"] + works["bwrap"] + len(pools), unit="part")
+    progress = script_progress(
+        "bench/sandbox_latency", args.rounds + works["docker"] + works["bwrap"] + len(pools), unit="part"
+    )
     progress.phase(f"warming the pools ({', '.join(pools) or 'none'})")
     for sb in pools.values():
         asyncio.run(sb.pool.wait_warm(60))
@@ -132,6 +150,7 @@ def main() -> int:
         def call():
             res = loop.run_until_complete(pools[b].exec(argv=argv))
             assert res.status == ExecStatus.OK and res.stdout == "1\n", res
+
         return call
 
     hot = {"bare process": bare}
@@ -148,7 +167,10 @@ def main() -> int:
         progress.advance({f"{name} p50 ms": statistics.median(xs) * 1e3 for name, xs in times.items()})
     loop.close()
     cold = {}
-    for name, fn, ok in (("docker run --rm", peers.docker_run if peers else None, peers), ("bwrap one-shot", bwrap_oneshot, works["bwrap"])):
+    for name, fn, ok in (
+        ("docker run --rm", peers.docker_run if peers else None, peers),
+        ("bwrap one-shot", bwrap_oneshot, works["bwrap"]),
+    ):
         if ok:
             progress.phase(f"cold starts: {name} x {args.cold_rounds}")
             cold[name] = [timed(fn) for _ in range(args.cold_rounds)]
@@ -156,8 +178,10 @@ def main() -> int:
     if peers:
         peers.close()
 
-    print(f"program: python3 {' '.join(PROGRAM)!s}   rounds: {args.rounds} (interleaved)   "
-          f"machine load: {open('/proc/loadavg').read().split()[0]}")
+    print(
+        f"program: python3 {' '.join(PROGRAM)!s}   rounds: {args.rounds} (interleaved)   "
+        f"machine load: {open('/proc/loadavg').read().split()[0]}"
+    )
     print(f"{'variant':<18} {'p50 ms':>8} {'p90 ms':>8}")
     for name, xs in {**times, **cold}.items():
         print(f"{name:<18} {statistics.median(xs) * 1e3:>8.1f} {pct(xs, 0.9) * 1e3:>8.1f}")

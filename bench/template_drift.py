@@ -1,6 +1,6 @@
 """Token parity per model family: family x layout -> render_drift rate (issue 19, item 4).
 
-For each family of ``agent_rl/families.py`` a tiny tokenizer is built locally (``init_tiny``), and
+For each family of ``agent_rl/models/families.py`` a tiny tokenizer is built locally (``init_tiny``), and
 a scripted policy plays multi-turn episodes with tool calls in that family's own sampled format:
 
     user task -> call the tool -> tool result -> answer -> user follow-up -> call -> tool result -> answer
@@ -29,13 +29,13 @@ import gymnasium as gym
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent_rl.families import FAMILIES  # noqa: E402
-from agent_rl.progress import script_progress  # noqa: E402
+from agent_rl.models.families import FAMILIES  # noqa: E402
 from agent_rl.rollout.backends.scripted import ScriptedBackend  # noqa: E402
 from agent_rl.rollout.config import RolloutConfig  # noqa: E402
 from agent_rl.rollout.engine import RolloutEngine  # noqa: E402
 from agent_rl.rollout.episode import EpisodeSpec  # noqa: E402
 from agent_rl.rollout.render import ChatRenderer  # noqa: E402
+from agent_rl.run.progress import script_progress  # noqa: E402
 
 TOOLS = [
     {
@@ -43,7 +43,11 @@ TOOLS = [
         "function": {
             "name": "python",
             "description": "Run Python code and return what it prints.",
-            "parameters": {"type": "object", "properties": {"code": {"type": "string", "description": "the code"}}, "required": ["code"]},
+            "parameters": {
+                "type": "object",
+                "properties": {"code": {"type": "string", "description": "the code"}},
+                "required": ["code"],
+            },
         },
     }
 ]
@@ -61,7 +65,10 @@ class TwoQuestionEnv(gym.Env):
         self.pairs = [(rng.randint(1, 99), rng.randint(1, 99)) for _ in range(2)]
         self.turn = 0
         a, b = self.pairs[0]
-        obs = [{"role": "system", "content": "Use the tool, then answer."}, {"role": "user", "content": f"What is {a}+{b}?"}]
+        obs = [
+            {"role": "system", "content": "Use the tool, then answer."},
+            {"role": "user", "content": f"What is {a}+{b}?"},
+        ]
         return obs, {"tools": TOOLS, "task_id": f"two-{seed}"}
 
     def step(self, action: str):
@@ -95,7 +102,9 @@ def family_policy(family: str):
             "qwen3": "<think>\nI add them with the tool.\n</think>\n\n"
             f"<tool_call>\n{json.dumps({'name': 'python', 'arguments': {'code': code}})}\n</tool_call>",
             # the code interpreter through <|python_tag|> ends <|eom_id|>; a JSON call ends <|eot_id|>
-            "llama3": f"<|python_tag|>{code}<|eom_id|>" if first else json.dumps({"name": "python", "parameters": {"code": code}}),
+            "llama3": f"<|python_tag|>{code}<|eom_id|>"
+            if first
+            else json.dumps({"name": "python", "parameters": {"code": code}}),
             "mistral": f"[TOOL_CALLS] {json.dumps([{'name': 'python', 'arguments': {'code': code}}])}",
             "gpt-oss": "<|channel|>analysis<|message|>I add them with the tool.<|end|>"
             f"<|start|>assistant<|channel|>commentary to=functions.python <|constrain|>json<|message|>{json.dumps({'code': code})}<|call|>",
@@ -107,7 +116,9 @@ def family_policy(family: str):
 def measure(tokenizer: Any, family: str, layout: str, episodes: int, on_drift: str = "count") -> dict[str, float]:
     """Run ``episodes`` scripted episodes; drift checks, drifting checks, rate, dropped episodes."""
     cfg = RolloutConfig(layout=layout, max_turns=4, max_new_tokens=256, max_total_tokens=4096, on_drift=on_drift)
-    engine = RolloutEngine(ScriptedBackend(family_policy(family), tokenizer), ChatRenderer(tokenizer), TwoQuestionEnv, cfg)
+    engine = RolloutEngine(
+        ScriptedBackend(family_policy(family), tokenizer), ChatRenderer(tokenizer), TwoQuestionEnv, cfg
+    )
     trajectories = engine.run_sync([EpisodeSpec(seed=i, group_id=f"g{i}") for i in range(episodes)])
     engine.close()
     checks = sum(u.obs_end > u.obs_start for t in trajectories for u in t.turns_N)
@@ -123,8 +134,8 @@ def measure(tokenizer: Any, family: str, layout: str, episodes: int, on_drift: s
 
 
 def family_tokenizers(root: Path) -> dict[str, Any]:
-    from agent_rl.rollout.backends.hf import load_tokenizer
-    from agent_rl.tiny import init_tiny
+    from agent_rl.models.loading import load_tokenizer
+    from agent_rl.run.envloader import init_tiny
 
     return {name: load_tokenizer(str(init_tiny(root / name, family=name))) for name in FAMILIES}
 
@@ -137,7 +148,9 @@ def main() -> None:
     progress.phase("building each family's tiny tokenizer")
     with tempfile.TemporaryDirectory() as tmp:
         tokenizers = family_tokenizers(Path(tmp))
-        print("| family | rewrites history | concat drift rate | per_turn drift rate | concat + on_drift=drop: episodes dropped |")
+        print(
+            "| family | rewrites history | concat drift rate | per_turn drift rate | concat + on_drift=drop: episodes dropped |"
+        )
         print("|---|---|---|---|---|")
         for name, tok in tokenizers.items():
             progress.phase(f"{name}: concat, per_turn, concat + drop ({args.episodes} episodes each)")

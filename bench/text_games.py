@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent_rl.progress import script_progress  # noqa: E402 (after the path of a checkout)
+from agent_rl.run.progress import script_progress  # noqa: E402 (after the path of a checkout)
 
 
 def rss_mb(pid: int) -> float:
@@ -209,9 +209,9 @@ def rollout(n: int, model: str | None, progress) -> None:
     import torch
 
     from agent_rl.config import load_config
-    from agent_rl.eval import eval_specs
-    from agent_rl.runtime import Components
-    from agent_rl.tiny import init_tiny
+    from agent_rl.train.evaluation import eval_specs
+    from agent_rl.run.runtime import Components
+    from agent_rl.run.envloader import init_tiny
 
     torch.set_num_threads(1)
     tmp = tempfile.TemporaryDirectory()

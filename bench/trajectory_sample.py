@@ -30,15 +30,23 @@ ENVS = {
     "maze": ("configs/maze.yaml", ["eval.policy=envs.maze.policies:weak_teacher"]),
     "shell_task": (
         "configs/quickstart.yaml",
-        ["env.id=agent_rl/ShellTask-v0", "env.options={}", "rollout.max_turns=8", "rollout.max_new_tokens=128",
-         "rollout.max_total_tokens=4096", "eval.policy=envs.shell_task.policies:oracle", "sandbox.backend=process"],
+        [
+            "env.id=agent_rl/ShellTask-v0",
+            "env.options={}",
+            "rollout.max_turns=8",
+            "rollout.max_new_tokens=128",
+            "rollout.max_total_tokens=4096",
+            "eval.policy=envs.shell_task.policies:oracle",
+            "sandbox.backend=process",
+        ],
     ),
 }
 
 
 def sample(name: str, model_dir: str, tasks: int, group: int) -> list[dict]:
+    from agent_rl.commands.eval import _engine
     from agent_rl.config import load_config
-    from agent_rl.eval import _engine, evaluate
+    from agent_rl.train.evaluation import evaluate
 
     config, overrides = ENVS[name]
     cfg = load_config(ROOT / config, [f"model.path={model_dir}", *overrides])
@@ -49,7 +57,13 @@ def sample(name: str, model_dir: str, tasks: int, group: int) -> list[dict]:
         engine.close()
         engine.backend.close()
     return [
-        {"env": name, "group": t.task_id, "token_ids": t.token_ids_T, "loss_mask": t.loss_mask_T, "turns": len(t.turns_N)}
+        {
+            "env": name,
+            "group": t.task_id,
+            "token_ids": t.token_ids_T,
+            "loss_mask": t.loss_mask_T,
+            "turns": len(t.turns_N),
+        }
         for t in trajectories
     ]
 
@@ -60,14 +74,16 @@ def main() -> None:
     p.add_argument("--group", type=int, default=8)
     p.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
     p.add_argument("--out", default=str(DEFAULT_OUT))
-    p.add_argument("--model", default=None, help="tiny checkpoint dir (its tokenizer; default: built in a temp dir, seed 0)")
+    p.add_argument(
+        "--model", default=None, help="tiny checkpoint dir (its tokenizer; default: built in a temp dir, seed 0)"
+    )
     args = p.parse_args()
-    from agent_rl.progress import script_progress
+    from agent_rl.run.progress import script_progress
 
     progress = script_progress("bench/trajectory_sample", len(args.envs), unit="env")
     model_dir = args.model
     if model_dir is None:
-        from agent_rl.tiny import init_tiny
+        from agent_rl.run.envloader import init_tiny
 
         progress.phase("building the tiny model")
         model_dir = str(init_tiny(Path(tempfile.mkdtemp()) / "tiny", seed=0))
@@ -77,10 +93,14 @@ def main() -> None:
         rows += sample(name, model_dir, args.tasks, args.group)
         progress.advance({"trajectories": len(rows)})
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"tokenizer": "agent_rl.tiny (seed 0)", "trajectories": rows}, separators=(",", ":")))
+    Path(args.out).write_text(
+        json.dumps({"tokenizer": "agent_rl.models.tiny (seed 0)", "trajectories": rows}, separators=(",", ":"))
+    )
     for name in args.envs:
         lengths = sorted(len(r["token_ids"]) for r in rows if r["env"] == name)
-        print(f"{name:<11} {len(lengths)} trajectories, tokens min {lengths[0]} median {lengths[len(lengths) // 2]} max {lengths[-1]}")
+        print(
+            f"{name:<11} {len(lengths)} trajectories, tokens min {lengths[0]} median {lengths[len(lengths) // 2]} max {lengths[-1]}"
+        )
     progress.finish([args.out])
 
 

@@ -86,14 +86,16 @@ def main() -> None:
     args = ap.parse_args()
     from vllm import LLM, SamplingParams
 
-    from agent_rl.rollout.backends.hf import HfBackend, load_model, load_tokenizer
-
-    from agent_rl.progress import script_progress
+    from agent_rl.models.loading import load_model, load_tokenizer
+    from agent_rl.rollout.backends.hf import HfBackend
+    from agent_rl.run.progress import script_progress
 
     results: dict[str, Any] = {"args": vars(args) | {"out": str(args.out)}}
     work = Path(tempfile.mkdtemp(prefix="bench_vllm_"))
     n, new = args.episodes, args.new_tokens
-    progress = script_progress("bench/vllm_rollout", len(SIZES) * args.rounds + 2, unit="round")  # + prefix caching on/off
+    progress = script_progress(
+        "bench/vllm_rollout", len(SIZES) * args.rounds + 2, unit="round"
+    )  # + prefix caching on/off
     for size, (hidden, layers) in SIZES.items():
         progress.phase(f"{size}: building the model, starting the engines")
         path, params = save(hidden, layers, work / size)
@@ -115,10 +117,15 @@ def main() -> None:
             timings["engine_vllm"].append(engine_tokens_per_s(ours, n, new))
             timings["engine_hf"].append(engine_tokens_per_s(hf, n, new))
             if raw is not None:
-                params_i = [SamplingParams(max_tokens=new, ignore_eos=True, temperature=1.0, seed=i, logprobs=0) for i in range(n)]
+                params_i = [
+                    SamplingParams(max_tokens=new, ignore_eos=True, temperature=1.0, seed=i, logprobs=0)
+                    for i in range(n)
+                ]
                 start = time.perf_counter()
                 out = raw.generate([{"prompt_token_ids": p} for p in prompts], params_i, use_tqdm=False)
-                timings["raw_vllm"].append(sum(len(o.outputs[0].token_ids) for o in out) / (time.perf_counter() - start))
+                timings["raw_vllm"].append(
+                    sum(len(o.outputs[0].token_ids) for o in out) / (time.perf_counter() - start)
+                )
             progress.advance({f"{k} tok/s": v[-1] for k, v in timings.items() if v})
         med = {k: statistics.median(v) for k, v in timings.items() if v}
         row = {"params": params, **{f"{k}_tokens_per_s": round(v, 1) for k, v in med.items()}}
@@ -126,21 +133,33 @@ def main() -> None:
         if "raw_vllm" in med:
             row["engine_over_raw_vllm"] = round(med["engine_vllm"] / med["raw_vllm"], 3)
         results[size] = row
-        print(f"{size} ({params / 1e6:.1f}M params): " + ", ".join(f"{k} {v}" for k, v in row.items() if k != "params"), flush=True)
+        print(
+            f"{size} ({params / 1e6:.1f}M params): " + ", ".join(f"{k} {v}" for k, v in row.items() if k != "params"),
+            flush=True,
+        )
         del raw
         ours.close()
         hf.close()
         backend.close()
         if size == "10m":  # (c) prefix caching over multi-turn episodes, on the small model
             for caching in (True, False):
-                progress.phase(f"{size}: prefix caching {'on' if caching else 'off'}, {n} episodes x {args.turns} turns")
+                progress.phase(
+                    f"{size}: prefix caching {'on' if caching else 'off'}, {n} episodes x {args.turns} turns"
+                )
                 b = vllm_backend(path, prefix_caching=caching, block_size=32)
                 eng = engine(b, tokenizer, max_new_tokens=32, ignore_eos=True, concurrency=n, max_turns=args.turns)
                 eng.run_sync(specs(n, turns=args.turns), seed=0)
                 prompt, cached = b.metrics["vllm/prompt_tokens"], b.metrics["vllm/cached_prompt_tokens"]
                 key = "prefix_caching_on" if caching else "prefix_caching_off"
-                results[key] = {"prompt_tokens": prompt, "cached_prompt_tokens": cached, "saved_frac": round(cached / max(prompt, 1), 3)}
-                print(f"{key}: {cached} of {prompt} prompt tokens from the prefix cache ({results[key]['saved_frac']:.1%})", flush=True)
+                results[key] = {
+                    "prompt_tokens": prompt,
+                    "cached_prompt_tokens": cached,
+                    "saved_frac": round(cached / max(prompt, 1), 3),
+                }
+                print(
+                    f"{key}: {cached} of {prompt} prompt tokens from the prefix cache ({results[key]['saved_frac']:.1%})",
+                    flush=True,
+                )
                 progress.advance({"prompt tokens from the cache": results[key]["saved_frac"]})
                 eng.close()
                 b.close()

@@ -110,7 +110,7 @@ def step_prompts(step: int) -> list[tuple[list[dict], int]]:
     import gymnasium as gym
 
     import envs  # noqa: F401  (registers agent_rl/Arithmetic-v0)
-    from agent_rl.task_sampler import TaskSampler
+    from agent_rl.train.task_sampler import TaskSampler
 
     env = gym.make("agent_rl/Arithmetic-v0", difficulty=[1], use_tool=False, max_turns=1)
     out = []
@@ -132,7 +132,7 @@ class Ours:
 
     def __init__(self, model_dir: str, run_root: str, extra: list[str] = ()):
         from agent_rl.config import load_config
-        from agent_rl.trainer import Trainer
+        from agent_rl.train.trainer import Trainer
 
         overrides = [
             f"model.path={model_dir}",
@@ -276,6 +276,7 @@ def run_trl(model_dir: str, steps: int, out_dir: str, after_step) -> tuple[Timin
         def f(wall: float, cpu: float) -> None:
             if not (only_no_grad and torch.is_grad_enabled()):
                 t.add(phase, wall, cpu)
+
         return f
 
     # the phases inside TRL's generate-and-score (wrappers on the instance; TRL's code is unchanged)
@@ -308,7 +309,9 @@ def main() -> None:
     p.add_argument("--model", default=None, help="tiny checkpoint dir (default: built into a temp dir)")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads for both sides (default: torch's)")
     p.add_argument("--ours-defaults", action="store_true", help="our side without OURS_FAST (our config defaults)")
-    p.add_argument("--turn-steps", type=int, default=3, help="part 2: timed updates per env on multi-turn rows (0: skip)")
+    p.add_argument(
+        "--turn-steps", type=int, default=3, help="part 2: timed updates per env on multi-turn rows (0: skip)"
+    )
     a = p.parse_args()
     if a.steps < 1:
         raise SystemExit("--steps must be >= 1")
@@ -330,7 +333,7 @@ def main() -> None:
         f"{NEW_TOKENS} new tokens each (EOS ignored), T={TEMPERATURE}, lr={LR}, no KL, fp32 CPU; "
         f"1 warm-up + {a.steps} timed steps per side, interleaved"
     )
-    from agent_rl.progress import script_progress
+    from agent_rl.run.progress import script_progress
 
     # on stderr: one unit per interleaved step pair (TRL's step k, then ours), and the multi-turn part
     progress = script_progress("bench/vs_trl", a.steps + 1 + (1 if a.turn_steps else 0), unit="part")
@@ -338,7 +341,7 @@ def main() -> None:
         progress.phase("building the tiny model and both trainers")
         model_dir = a.model
         if model_dir is None:
-            from agent_rl.tiny import init_tiny
+            from agent_rl.run.envloader import init_tiny
 
             model_dir = str(init_tiny(Path(tmp) / "tiny"))
         extra = [] if a.ours_defaults else OURS_FAST
@@ -401,12 +404,15 @@ def report(trl_t: Timings, ours_t: Timings, steps: int) -> None:
     print(f"trl_s_per_step = {trl_s:.3f}, ours_s_per_step = {ours_s:.3f} (ratio of medians {median_ratio:.2f})")
     print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     trl_cpu, ours_cpu = mean(trl_t.cpu_s), mean(o.cpu_s)
-    print(f"cpu speedup = {trl_cpu / ours_cpu:.2f} (process CPU seconds per step; less sensitive to the machine's load)")
+    print(
+        f"cpu speedup = {trl_cpu / ours_cpu:.2f} (process CPU seconds per step; less sensitive to the machine's load)"
+    )
     print(f"speedup = {trl_s / ours_s:.2f}")
 
 
 def print_phases(res: dict[str, Timings]) -> None:
     """Mean wall and CPU seconds per timed step of each phase, per side, and TRL's over ours."""
+
     def means(rows: list[dict[str, float]]) -> dict[str, float]:
         m = {ph: statistics.mean(p[ph] for p in rows[1:]) for ph in PHASES}
         return {**m, "total": sum(m.values())}
@@ -417,7 +423,9 @@ def print_phases(res: dict[str, Timings]) -> None:
     def ratio(a: float, b: float) -> str:
         return f"{a / b:8.2f}" if b > 1e-4 else f"{'-':>8}"
 
-    print(f"{'phase (s/step)':<18} {'trl wall':>8} {'ours':>7} {'trl/ours':>8}   {'trl cpu':>7} {'ours':>7} {'trl/ours':>8}")
+    print(
+        f"{'phase (s/step)':<18} {'trl wall':>8} {'ours':>7} {'trl/ours':>8}   {'trl cpu':>7} {'ours':>7} {'trl/ours':>8}"
+    )
     for ph in (*PHASES, "total"):
         tw, ow, tc, oc = wall["trl"][ph], wall["ours"][ph], cpu["trl"][ph], cpu["ours"][ph]
         print(f"{ph:<18} {tw:>8.3f} {ow:>7.3f} {ratio(tw, ow)}   {tc:>7.3f} {oc:>7.3f} {ratio(tc, oc)}")

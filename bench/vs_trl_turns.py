@@ -52,9 +52,14 @@ def trl_inputs(rows: list[dict], advantages_B: torch.Tensor) -> dict[str, torch.
         comp_ids[b, : n - k], comp_mask[b, : n - k] = torch.tensor(ids[k:]), 1
         tool_mask[b, : n - k] = torch.tensor(r["loss_mask"][k:])
     return {
-        "prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": comp_ids,
-        "completion_mask": comp_mask, "tool_mask": tool_mask, "advantages": advantages_B,
-        "old_per_token_logps": None, "ref_per_token_logps": None,
+        "prompt_ids": prompt_ids,
+        "prompt_mask": prompt_mask,
+        "completion_ids": comp_ids,
+        "completion_mask": comp_mask,
+        "tool_mask": tool_mask,
+        "advantages": advantages_B,
+        "old_per_token_logps": None,
+        "ref_per_token_logps": None,
         "num_items_in_batch": (comp_mask * tool_mask).sum(),
     }
 
@@ -83,9 +88,13 @@ def compare(trl_trainer, ours_trainer, steps: int) -> None:
     from bench.packing_throughput import env_batch
 
     vocab = int(ours_trainer.components.model.config.vocab_size)
-    print(f"\nmulti-turn (update only, {DATA.parent.name}/{DATA.name}; TRL cannot sample these episodes here): "
-          f"{steps} timed updates per side after one warm-up, interleaved")
-    print(f"{'env':<11} {'rows':>4} {'tokens':>11} {'turns':>5} {'trained':>7} {'trl s':>7} {'ours s':>7} {'speedup':>7}")
+    print(
+        f"\nmulti-turn (update only, {DATA.parent.name}/{DATA.name}; TRL cannot sample these episodes here): "
+        f"{steps} timed updates per side after one warm-up, interleaved"
+    )
+    print(
+        f"{'env':<11} {'rows':>4} {'tokens':>11} {'turns':>5} {'trained':>7} {'trl s':>7} {'ours s':>7} {'speedup':>7}"
+    )
     for env, rows in load_rows().items():
         if max(max(r["token_ids"]) for r in rows) >= vocab:
             raise SystemExit(f"{env}: trajectories.json was made with another tokenizer than the model's")
@@ -101,6 +110,8 @@ def compare(trl_trainer, ours_trainer, steps: int) -> None:
                 times["ours"].append(t_ours)
         lengths = [len(r["token_ids"]) for r in rows]
         trl_s, ours_s = statistics.median(times["trl"]), statistics.median(times["ours"])
-        print(f"{env:<11} {len(rows):>4} {min(lengths):>5}-{max(lengths):<5} {max(r['turns'] for r in rows):>5} "
-              f"{int(batch.loss_mask_BT.sum()):>7} {trl_s:>7.3f} {ours_s:>7.3f} {trl_s / ours_s:>7.2f}")
+        print(
+            f"{env:<11} {len(rows):>4} {min(lengths):>5}-{max(lengths):<5} {max(r['turns'] for r in rows):>5} "
+            f"{int(batch.loss_mask_BT.sum()):>7} {trl_s:>7.3f} {ours_s:>7.3f} {trl_s / ours_s:>7.2f}"
+        )
     print(" (tokens: row lengths; trained: tokens with loss; s: median seconds per update)")

@@ -46,10 +46,14 @@ from typing import Any, ClassVar
 import gymnasium as gym
 
 from agent_rl.core.preference_records import load_records, parse_record
+from envs.arithmetic.env import question_text
+from envs.arithmetic.tasks import LEVELS, sample_problem
 from envs.spaces import AnyText, Messages
-from envs.splits import check_split, split_of
+from envs.splits import check_difficulties, check_split, split_of
 
-SYSTEM_PROMPT = "You are a judge. Read the conversation and the responses, then give your verdict as <answer>V</answer>."
+SYSTEM_PROMPT = (
+    "You are a judge. Read the conversation and the responses, then give your verdict as <answer>V</answer>."
+)
 VERDICTS = {"pairwise": ("A", "B"), "pointwise": ("good", "bad")}
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
@@ -110,19 +114,25 @@ def _file_records(path: str) -> tuple[dict, ...]:
 
 def arithmetic_pair(seed: int, split: str, difficulties: tuple[int, ...]) -> dict:
     """A verifier-labelled pair of Arithmetic-v0's question of ``seed``: right vs off by 1-3."""
-    from envs.arithmetic.env import question_text
-    from envs.arithmetic.tasks import sample_problem
 
     problem = sample_problem(seed, split, difficulties)
     off = random.Random(f"judge-off:{seed}").choice([-3, -2, -1, 1, 2, 3])
-    rec = {"prompt": question_text(problem.expression), "chosen": verdict_text(str(problem.answer)), "rejected": verdict_text(str(problem.answer + off))}
+    rec = {
+        "prompt": question_text(problem.expression),
+        "chosen": verdict_text(str(problem.answer)),
+        "rejected": verdict_text(str(problem.answer + off)),
+    }
     return parse_record(rec, f"Arithmetic-v0 question {problem.task_id}")
 
 
 class PreferenceJudgeEnv(gym.Env):
     """Judge a preference record (pairwise A/B or pointwise good/bad); reward 1 for the label's verdict."""
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": [], "tools": ("verdict",), "reward": "1 when the verdict matches the preference label, else 0"}
+    metadata: ClassVar[dict[str, Any]] = {
+        "render_modes": [],
+        "tools": ("verdict",),
+        "reward": "1 when the verdict matches the preference label, else 0",
+    }
     tokenizer_corpus = "envs.judge:corpus_conversations"
     sft_teacher = "envs.judge:weak_judge"
 
@@ -148,9 +158,6 @@ class PreferenceJudgeEnv(gym.Env):
                     continue
                 self._by_split[split_of(_key([rec["prompt"], rec["rows"], rec["tools"]]))].append(rec)
         else:
-            from envs.arithmetic.tasks import LEVELS
-            from envs.splits import check_difficulties
-
             check_difficulties(self.difficulties, LEVELS)
         self.action_space = AnyText(max_length=max_action_chars)
         self.observation_space = Messages()
@@ -174,9 +181,19 @@ class PreferenceJudgeEnv(gym.Env):
             if order not in ("AB", "BA"):
                 raise ValueError(f"options['order'] must be 'AB' or 'BA', got {order!r}")
             a, b = (chosen, rejected) if order == "AB" else (rejected, chosen)
-            return {"prompt": rec["prompt"], "responses": [a, b], "tools": rec["tools"], "answer": "A" if order == "AB" else "B"}
+            return {
+                "prompt": rec["prompt"],
+                "responses": [a, b],
+                "tools": rec["tools"],
+                "answer": "A" if order == "AB" else "B",
+            }
         completion, reward = rec["rows"][rng.randrange(len(rec["rows"]))]
-        return {"prompt": rec["prompt"], "responses": [completion], "tools": rec["tools"], "answer": "good" if reward > 0.5 else "bad"}
+        return {
+            "prompt": rec["prompt"],
+            "responses": [completion],
+            "tools": rec["tools"],
+            "answer": "good" if reward > 0.5 else "bad",
+        }
 
     def _messages(self) -> list[dict]:
         t = self._task

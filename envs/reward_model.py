@@ -71,7 +71,9 @@ class RewardModelScorer:
     def score(self, messages: list[dict], tools: list[dict] | None = None) -> float:
         if not messages or messages[-1].get("role") != "assistant":
             raise ValueError("a reward model scores a conversation that ends with an assistant message")
-        text = self.tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=False, tokenize=False)
+        text = self.tokenizer.apply_chat_template(
+            messages, tools=tools or None, add_generation_prompt=False, tokenize=False
+        )
         ids = self.tokenizer.encode(text, add_special_tokens=False)
         ends = [i for i, t in enumerate(ids) if t == self.tokenizer.eos_token_id]
         if not ends:
@@ -120,7 +122,9 @@ class GenerativeScorer:
         if not messages or messages[-1].get("role") != "assistant":
             raise ValueError("a reward model scores a conversation that ends with an assistant message")
         first = next(i for i, m in enumerate(messages) if m.get("role") == "assistant")
-        good, bad = self.judge(pointwise_prompt(messages[:first], messages[first:], tools), [verdict_text("good"), verdict_text("bad")])
+        good, bad = self.judge(
+            pointwise_prompt(messages[:first], messages[first:], tools), [verdict_text("good"), verdict_text("bad")]
+        )
         return 1.0 / (1.0 + math.exp(min(bad - good, 700.0)))
 
 
@@ -135,7 +139,9 @@ def load_scorer(path: str, device: str = "cpu", kind: str = "bradley_terry") -> 
 class RewardModelEnv(ShapedEnv):
     """``env`` whose reward comes from ``scorer`` (weight) and its own verifier (verifier_weight)."""
 
-    def __init__(self, env: gym.Env, scorer: Any, weight: float = 1.0, verifier_weight: float = 0.0, level: str = "sequence"):
+    def __init__(
+        self, env: gym.Env, scorer: Any, weight: float = 1.0, verifier_weight: float = 0.0, level: str = "sequence"
+    ):
         if level not in LEVELS:
             raise ValueError(f"reward model level must be one of {', '.join(LEVELS)}, got {level!r}")
         super().__init__(env, [])
@@ -185,5 +191,8 @@ def register_reward_model(
     if level not in LEVELS:
         raise ValueError(f"reward model level must be one of {', '.join(LEVELS)}, got {level!r}")
     _register_wrapped(
-        env_id, base_id, lambda env: RewardModelEnv(env, load_scorer(path, device, kind), weight, verifier_weight, level), **register_kwargs
+        env_id,
+        base_id,
+        lambda env: RewardModelEnv(env, load_scorer(path, device, kind), weight, verifier_weight, level),
+        **register_kwargs,
     )

@@ -5,7 +5,8 @@ A component sees every step (the action text, the env's reward and info) and ret
 it adds there; the episode's reward is the sum of its step rewards, so a component that scores the
 whole episode adds its score on the last step (when the env ends the episode: terminated or
 truncated). ``info["reward_components"]`` holds the episode's reward so far split by component
-(``env`` = the env's own), so the finished trajectory's info has the totals (``sa_mrpo`` reads them). Make a shaped env directly, or register it under an id of its own (in a
+(``env`` = the env's own), so the finished trajectory's info has the totals (``sa_mrpo`` reads them). Make a shaped
+env directly, or register it under an id of its own (in a
 plugin named by ``env.plugins``)::
 
     ShapedEnv(gym.make("Arithmetic-v0"), [R1Format(), LanguageConsistency("en")])
@@ -200,13 +201,19 @@ class ShapedEnv(AsyncTextEnv):
         self.env.close()
 
 
-# declarations of an env class the registered id keeps (``agent_rl/envloader.py`` reads them)
+# declarations of an env class the registered id keeps (``agent_rl/run/envloader.py`` reads them)
 _DECLARATIONS = ("sft_teacher", "tokenizer_corpus", "task_category")
 
 
-def _register_wrapped(env_id: str, base_id: str, wrap: Callable[[gym.Env], AsyncTextEnv], **register_kwargs: Any) -> None:
+def _register_wrapped(
+    env_id: str, base_id: str, wrap: Callable[[gym.Env], AsyncTextEnv], **register_kwargs: Any
+) -> None:
     base = gym.spec(base_id).entry_point
-    base_cls = base if not isinstance(base, str) else getattr(importlib.import_module(base.partition(":")[0]), base.partition(":")[2])
+    base_cls = (
+        base
+        if not isinstance(base, str)
+        else getattr(importlib.import_module(base.partition(":")[0]), base.partition(":")[2])
+    )
 
     def make(**kwargs: Any) -> AsyncTextEnv:
         return wrap(gym.make(base_id, **kwargs))
@@ -218,7 +225,9 @@ def _register_wrapped(env_id: str, base_id: str, wrap: Callable[[gym.Env], Async
     gym.register(env_id, entry_point=make, disable_env_checker=True, **register_kwargs)
 
 
-def register_shaped(env_id: str, base_id: str, components: Callable[[], list[RewardComponent]], **register_kwargs: Any) -> None:
+def register_shaped(
+    env_id: str, base_id: str, components: Callable[[], list[RewardComponent]], **register_kwargs: Any
+) -> None:
     """Register ``env_id``: ``base_id`` (made with the same keywords) with ``components()`` added."""
     _register_wrapped(env_id, base_id, lambda env: ShapedEnv(env, components()), **register_kwargs)
 

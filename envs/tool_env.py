@@ -43,6 +43,7 @@ from agent_rl.core.errors import InfraError
 from envs.async_env import AsyncTextEnv
 from envs.spaces import AnyText, Messages
 from envs.splits import SPLITS, check_split
+from sandbox import ExecStatus, make_sandbox
 from tools.base import Tool, ToolCall, ToolError, tool_schema
 from tools.formats import ToolFormat, get_format
 from tools.parsers import ParsedAction
@@ -148,7 +149,9 @@ class ToolEnv(AsyncTextEnv):
             turn.valid = turn.valid and ok
         problems = list(parsed.errors)
         if len(parsed.tool_calls) > self.max_calls_per_turn:
-            problems.append(f"{len(parsed.tool_calls)} tool calls in one turn; only the first {self.max_calls_per_turn} ran")
+            problems.append(
+                f"{len(parsed.tool_calls)} tool calls in one turn; only the first {self.max_calls_per_turn} ran"
+            )
         if problems:
             turn.messages.append(self.error_message("; ".join(problems)))
             turn.valid = False
@@ -173,7 +176,12 @@ class ToolEnv(AsyncTextEnv):
         start = await self.new_task(task_seed, split, options)
         self._turn = 0
         self._seen = [m["content"] for m in start.messages if m["role"] != "system"]
-        info = {"tools": self.tool_schemas(), "task_id": start.task_id, "task": start.task, "state_key": self.state_key()}
+        info = {
+            "tools": self.tool_schemas(),
+            "task_id": start.task_id,
+            "task": start.task,
+            "state_key": self.state_key(),
+        }
         if start.teacher_context is not None:
             info["teacher_context"] = start.teacher_context
         return start.messages, info
@@ -250,10 +258,10 @@ class ToolEnv(AsyncTextEnv):
     def sandbox(self) -> Any:
         """This episode's sandbox (and its tools), started on first use."""
         if self._sandbox is None:
-            from sandbox import make_sandbox
-
             try:
-                sandbox = make_sandbox(backend=self.sandbox_backend, timeout_s=self.tool_timeout_s, **self.sandbox_options)
+                sandbox = make_sandbox(
+                    backend=self.sandbox_backend, timeout_s=self.tool_timeout_s, **self.sandbox_options
+                )
             except (OSError, RuntimeError) as e:  # no usable backend here: infrastructure, not the agent
                 raise InfraError(f"cannot start a '{self.sandbox_backend}' sandbox: {e}") from e
             self._sandbox = sandbox
@@ -263,7 +271,6 @@ class ToolEnv(AsyncTextEnv):
     async def sandbox_exec(self, **kwargs: Any) -> Any:
         """``exec`` in this episode's sandbox (an ``ExecResult``); a failure of the sandbox itself
         raises ``InfraError``."""
-        from sandbox import ExecStatus
 
         res = await self.sandbox().exec(**kwargs)
         if res.status == ExecStatus.INFRA_ERROR:

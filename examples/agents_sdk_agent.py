@@ -30,7 +30,9 @@ async def solve(base_url: str, task: dict) -> str | None:
     """The answer to ``task["messages"]`` (a system prompt and a question), or None."""
     system, question = task["messages"][0]["content"], task["messages"][-1]["content"]
     async with AsyncOpenAI(base_url=base_url, api_key="unused") as client:
-        agent = Agent(name="arithmetic", instructions=system, tools=[python], model=OpenAIResponsesModel(task["model"], client))
+        agent = Agent(
+            name="arithmetic", instructions=system, tools=[python], model=OpenAIResponsesModel(task["model"], client)
+        )
         try:
             result = await Runner.run(agent, question, max_turns=3)
         except (MaxTurnsExceeded, ModelBehaviorError):  # no answer in 3 turns; a reply cut at the token limit

@@ -48,7 +48,13 @@ def _code(arguments: str) -> str:
 
 if __name__ == "__main__":  # python examples/arithmetic_agent.py BASE_URL "What is 12 * 7?"
     system = "Use the python tool if it helps, then reply <answer>N</answer>."
-    tool = {"type": "function", "function": {"name": "python", "description": "Run Python code; returns what it prints.",
-                                             "parameters": {"type": "object", "properties": {"code": {"type": "string"}}}}}
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "python",
+            "description": "Run Python code; returns what it prints.",
+            "parameters": {"type": "object", "properties": {"code": {"type": "string"}}},
+        },
+    }
     question = [{"role": "system", "content": system}, {"role": "user", "content": sys.argv[2]}]
     print(solve(sys.argv[1], {"messages": question, "tools": [tool], "model": "policy"}))

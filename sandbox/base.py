@@ -21,13 +21,13 @@ from typing import Mapping, Protocol, Sequence, runtime_checkable
 class ExecStatus(StrEnum):
     """Why an ``exec`` call ended, most specific first (see :func:`classify`)."""
 
-    OK = "ok"                              # exit code 0, output complete
-    NONZERO_EXIT = "nonzero_exit"          # the program failed (exit code != 0)
-    TIMEOUT = "timeout"                    # wall-clock limit hit; the program was killed
-    MEMORY_EXCEEDED = "memory_exceeded"    # memory limit hit (MemoryError or OOM kill)
+    OK = "ok"  # exit code 0, output complete
+    NONZERO_EXIT = "nonzero_exit"  # the program failed (exit code != 0)
+    TIMEOUT = "timeout"  # wall-clock limit hit; the program was killed
+    MEMORY_EXCEEDED = "memory_exceeded"  # memory limit hit (OOM kill, or the allocation limit reached)
     OUTPUT_TRUNCATED = "output_truncated"  # exit 0 but output was capped, or killed for flooding
-    KILLED = "killed"                      # ended by a signal (other than our timeout / OOM)
-    INFRA_ERROR = "infra_error"            # the sandbox failed, not the program: never a reward
+    KILLED = "killed"  # ended by a signal (other than our timeout / OOM)
+    INFRA_ERROR = "infra_error"  # the sandbox failed, not the program: never a reward
 
 
 @dataclass(frozen=True)
@@ -56,20 +56,28 @@ class ExecResult:
 class SandboxLimits:
     """Per-call limits. Hashable: the docker / bwrap pools are shared per (backend, image, limits)."""
 
-    timeout_s: float = 5.0           # default wall-clock limit of one call (``exec`` may override)
-    memory_mb: int = 512             # memory of one call (cgroup where available, else RLIMIT_AS)
-    max_output_bytes: int = 65536    # kept per stream: the first and last halves, with a marker
-    flood_bytes: int = 8 << 20       # a stream producing more than this is killed (OUTPUT_TRUNCATED)
-    nproc: int = 64                  # processes + threads of one call (pids cgroup / RLIMIT_NPROC)
-    disk_mb: int = 64                # size of the work directory (tmpfs) and largest file
-    max_files: int = 4096            # inodes of the work directory (0 would mean unbounded: refused)
-    cpus: float = 1.0                # CPU share of one container (docker)
-    persist_mb: int = 16             # work-directory changes kept between calls of one sandbox
-    kill_grace_s: float = 2.0        # the caller waits this long past the timeout before giving up
+    timeout_s: float = 5.0  # default wall-clock limit of one call (``exec`` may override)
+    memory_mb: int = 512  # memory of one call (cgroup where available, else RLIMIT_AS)
+    max_output_bytes: int = 65536  # kept per stream: the first and last halves, with a marker
+    flood_bytes: int = 8 << 20  # a stream producing more than this is killed (OUTPUT_TRUNCATED)
+    nproc: int = 64  # processes + threads of one call (pids cgroup / RLIMIT_NPROC)
+    disk_mb: int = 64  # size of the work directory (tmpfs) and largest file
+    max_files: int = 4096  # inodes of the work directory (0 would mean unbounded: refused)
+    cpus: float = 1.0  # CPU share of one container (docker)
+    persist_mb: int = 16  # work-directory changes kept between calls of one sandbox
+    kill_grace_s: float = 2.0  # the caller waits this long past the timeout before giving up
 
     def __post_init__(self):
-        for name in ("timeout_s", "memory_mb", "max_output_bytes", "flood_bytes", "nproc", "disk_mb", "max_files",
-                     "cpus"):
+        for name in (
+            "timeout_s",
+            "memory_mb",
+            "max_output_bytes",
+            "flood_bytes",
+            "nproc",
+            "disk_mb",
+            "max_files",
+            "cpus",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"sandbox limit {name} must be > 0, got {getattr(self, name)!r}")
 
@@ -207,12 +215,14 @@ def classify(
     oom_killed: bool = False,
     flooded: bool = False,
     truncated: bool = False,
-    stderr_tail: bytes = b"",
+    memory_limit_hit: bool = False,
 ) -> ExecStatus:
-    """The status of a finished call, from the facts the runner observed."""
+    """The status of a finished call, from facts the kernel and the runner's clock gave, never from
+    the program's text: ``timed_out`` (the runner's clock), ``oom_killed`` (the cgroup's OOM-kill
+    counter went up), ``memory_limit_hit`` (see ``executor.run_child``), the exit status."""
     if timed_out:
         return ExecStatus.TIMEOUT
-    if oom_killed or (exit_code not in (0, None) and b"MemoryError" in stderr_tail[-2048:]):
+    if oom_killed or (memory_limit_hit and exit_code not in (0, None)):
         return ExecStatus.MEMORY_EXCEEDED
     if flooded:
         return ExecStatus.OUTPUT_TRUNCATED
@@ -234,27 +244,37 @@ def oom_report(wall_s: float) -> dict:
     """
     empty = {"head": b"", "tail": b"", "total": 0}
     note = "the program exhausted the worker's memory and the executor was killed with it; worker replaced"
-    return {"op": "result", "exit_code": -9, "timed_out": False, "oom_killed": True, "flooded": False,
-            "stdout": empty, "stderr": empty, "wall_s": wall_s, "cpu_s": 0.0, "notes": [note],
-            "changed": [], "deleted": []}
+    return {
+        "op": "result",
+        "exit_code": -9,
+        "timed_out": False,
+        "oom_killed": True,
+        "flooded": False,
+        "stdout": empty,
+        "stderr": empty,
+        "wall_s": wall_s,
+        "cpu_s": 0.0,
+        "notes": [note],
+        "changed": [],
+        "deleted": [],
+    }
 
 
 def result_from_report(report: Mapping, wall_s: float | None = None) -> ExecResult:
     """An :class:`ExecResult` from the runner's report (see ``executor.run_child``)."""
     out, err = report["stdout"], report["stderr"]
     truncated = out["total"] > len(out["head"]) + len(out["tail"]) or err["total"] > len(err["head"]) + len(err["tail"])
-    stderr_tail = (err["head"] + err["tail"])[-2048:]
     status = classify(
         report["exit_code"],
         timed_out=report["timed_out"],
         oom_killed=report["oom_killed"],
         flooded=report["flooded"],
         truncated=truncated,
-        stderr_tail=stderr_tail,
+        memory_limit_hit=report.get("memory_limit_hit", False),
     )
     stderr = cap_output(err["head"], err["tail"], err["total"])
-    for note in report.get("notes", ()):
-        stderr += f"\n[sandbox] {note}"
+    for note in report.get("notes", ()):  # a note may quote a file name that is not UTF-8
+        stderr += "\n[sandbox] " + note.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     return ExecResult(
         status=status,
         exit_code=report["exit_code"],
@@ -275,7 +295,7 @@ def check_relpath(path: str) -> str:
         raise ValueError(f"invalid sandbox path {path!r}")
     if path.startswith("/"):
         if path == "/work" or path.startswith("/work/"):
-            path = path[len("/work/"):]
+            path = path[len("/work/") :]
         else:
             raise ValueError(f"sandbox paths are relative to the work directory, got {path!r}")
     norm = posixpath.normpath(path)

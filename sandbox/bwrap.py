@@ -35,7 +35,7 @@ import threading
 
 from sandbox import cgroups, executor
 from sandbox.base import SandboxLimits, scratch_mounts, worker_memory_mb
-from sandbox.pool import PooledSandbox, Worker, WorkerPool
+from sandbox.pool import PooledSandbox, Worker, WorkerPool, in_thread
 
 log = logging.getLogger("sandbox.bwrap")
 
@@ -121,13 +121,37 @@ def bwrap_command(limits: SandboxLimits, uid: int | None, cfg: dict, bounded_scr
     if uid is not None:
         cmd += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
     cmd += [
-        "bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+        "bwrap",
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
         "--as-pid-1",
-        "--cap-drop", "ALL", "--hostname", "sandbox", *_host_binds(),
-        "--proc", "/proc", "--dev", "/dev", *scratch,
-        "--mqueue", "/dev/mqueue", "--remount-ro", "/dev",
-        "--chdir", "/work", "--remount-ro", "/",
-        PYTHON, "-I", "-S", "-c", _EXECUTOR_SRC, json.dumps(cfg),
+        "--cap-drop",
+        "ALL",
+        "--hostname",
+        "sandbox",
+        *_host_binds(),
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        *scratch,
+        "--mqueue",
+        "/dev/mqueue",
+        "--remount-ro",
+        "/dev",
+        "--chdir",
+        "/work",
+        "--remount-ro",
+        "/",
+        PYTHON,
+        "-I",
+        "-S",
+        "-c",
+        _EXECUTOR_SRC,
+        json.dumps(cfg),
     ]
     return cmd
 
@@ -151,21 +175,40 @@ def can_mount_scratch() -> bool:
     target = shlex.quote(SCRATCH_DIR + "/work")
     try:
         _make_scratch_dirs(SandboxLimits())
-        out = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-ec",
-                              f"mount -t tmpfs -o size=1m,nr_inodes=16 agent_rl_probe {target}"],
-                             capture_output=True, text=True, timeout=10, check=False)
+        out = subprocess.run(
+            [
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "--",
+                "/bin/sh",
+                "-ec",
+                f"mount -t tmpfs -o size=1m,nr_inodes=16 agent_rl_probe {target}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         log.warning("bwrap: no inode-bounded scratch tmpfs (%s); using bwrap's --tmpfs --size", exc)
         return False
     if out.returncode != 0:
-        log.warning("bwrap: no inode-bounded scratch tmpfs (%s); using bwrap's --tmpfs --size",
-                    out.stderr.strip()[:200])
+        log.warning(
+            "bwrap: no inode-bounded scratch tmpfs (%s); using bwrap's --tmpfs --size", out.stderr.strip()[:200]
+        )
     return out.returncode == 0
 
 
 def rlimits_for(limits: SandboxLimits) -> dict[str, int]:
-    return {"as": limits.memory_mb << 20, "fsize": limits.disk_mb << 20, "core": 0, "nofile": 256,
-            "nproc": limits.nproc}
+    return {
+        "as": limits.memory_mb << 20,
+        "fsize": limits.disk_mb << 20,
+        "core": 0,
+        "nofile": 256,
+        "nproc": limits.nproc,
+    }
 
 
 async def launch_worker(limits: SandboxLimits) -> Worker:
@@ -174,12 +217,10 @@ async def launch_worker(limits: SandboxLimits) -> Worker:
     slot = _take_slot() if root else next(_names)  # unprivileged: the slot only names the worker
     uid = BWRAP_UID_BASE + slot if root else None
     name = f"bwrap-{os.getpid()}-{slot}"
-    cfg = {"workdir": "/work", "wipe": ["/work", "/tmp", "/dev/shm", "/dev/mqueue"],
-           "ttl_s": 3600, "idle_ttl_s": 900}
+    cfg = {"workdir": "/work", "wipe": ["/work", "/tmp", "/dev/shm", "/dev/mqueue"], "ttl_s": 3600, "idle_ttl_s": 900}
     bounded = root and can_mount_scratch()
     cmd = bwrap_command(limits, uid, cfg, bounded_scratch=bounded)
-    cg = cgroups.WorkerCgroup(f"{os.getpid()}-{slot}", worker_memory_mb(limits) << 20,
-                              limits.nproc + 8, limits.cpus)
+    cg = cgroups.WorkerCgroup(f"{os.getpid()}-{slot}", worker_memory_mb(limits) << 20, limits.nproc + 8, limits.cpus)
     # join the cgroups before bwrap starts, so every process is inside
     prelude = [f"echo $$ > {shlex.quote(p)}" for p in cg.procs_files]
     if bounded:
@@ -192,9 +233,14 @@ async def launch_worker(limits: SandboxLimits) -> Worker:
         if bounded:
             _make_scratch_dirs(limits)
         proc = await asyncio.create_subprocess_exec(
-            *cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}, start_new_session=True,
-            limit=1 << 20)
+            *cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
+            start_new_session=True,
+            limit=1 << 20,
+        )
     except OSError:
         cg.remove(0)
         _free_slot(slot)
@@ -210,7 +256,7 @@ async def launch_worker(limits: SandboxLimits) -> Worker:
         except ProcessLookupError:
             pass
         await proc.wait()
-        await asyncio.to_thread(cg.remove)
+        await in_thread(cg.remove)
         _free_slot(slot)
 
     async def log_stderr() -> None:
@@ -249,8 +295,24 @@ def probe() -> tuple[bool, str]:
         return False, "bwrap not installed (apt-get install bubblewrap)"
     if not os.path.exists(PYTHON):
         return False, f"{PYTHON} not found (the bwrap backend runs the host's Debian python)"
-    cmd = ["bwrap", "--unshare-all", "--die-with-parent", "--as-pid-1", *_host_binds(),
-           "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/work", PYTHON, "-I", "-S", "-c", "print(1)"]
+    cmd = [
+        "bwrap",
+        "--unshare-all",
+        "--die-with-parent",
+        "--as-pid-1",
+        *_host_binds(),
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/work",
+        PYTHON,
+        "-I",
+        "-S",
+        "-c",
+        "print(1)",
+    ]
     if os.geteuid() == 0:
         cmd = ["setpriv", f"--reuid={BWRAP_UID_BASE}", f"--regid={BWRAP_UID_BASE}", "--clear-groups", "--", *cmd]
     try:

@@ -123,7 +123,7 @@ def reap_stale() -> int:
             if not name.startswith(PREFIX):
                 continue
             try:
-                pid = int(name[len(PREFIX):].split("-")[0])
+                pid = int(name[len(PREFIX) :].split("-")[0])
             except ValueError:
                 continue
             if pid != os.getpid() and not os.path.exists(f"/proc/{pid}"):

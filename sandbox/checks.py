@@ -31,8 +31,8 @@ _os.write(1, ("\\n" + _token + "\\n").encode())
 
 @dataclass(frozen=True)
 class Harness:
-    code: str      # python source to exec
-    stdin: str     # carries the token; the solution never sees it (stdin is replaced first)
+    code: str  # python source to exec
+    stdin: str  # carries the token; the solution never sees it (stdin is replaced first)
     token: str
 
 

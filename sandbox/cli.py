@@ -89,8 +89,10 @@ def doctor(calls: int = 20) -> int:
     auto = resolve_backend("auto")
     print(f"backend auto -> {auto}")
     if not isolated_ok:
-        print("WARNING: only the process backend works: model-written code is NOT isolated here. "
-              "Install bubblewrap (apt-get install bubblewrap) or Docker.")
+        print(
+            "WARNING: only the process backend works: model-written code is NOT isolated here. "
+            "Install bubblewrap (apt-get install bubblewrap) or Docker."
+        )
         return 2
     return 0
 

@@ -29,7 +29,7 @@ from typing import Any
 from sandbox import executor
 from sandbox.base import SandboxLimits, scratch_mounts, worker_memory_mb
 from sandbox.image import DEFAULT_IMAGE
-from sandbox.pool import PooledSandbox, Worker, WorkerPool
+from sandbox.pool import PooledSandbox, Worker, WorkerPool, in_thread
 
 log = logging.getLogger("sandbox.docker")
 
@@ -60,8 +60,11 @@ def client(base_url: str | None = None, timeout: int = 30):
 
 def labels() -> dict[str, str]:
     return {
-        LABEL: "1", "agent_rl.run_id": RUN_ID, "agent_rl.owner_pid": str(os.getpid()),
-        "agent_rl.owner_start": _start_time(os.getpid()), "agent_rl.owner_host": socket.gethostname(),
+        LABEL: "1",
+        "agent_rl.run_id": RUN_ID,
+        "agent_rl.owner_pid": str(os.getpid()),
+        "agent_rl.owner_start": _start_time(os.getpid()),
+        "agent_rl.owner_host": socket.gethostname(),
         "agent_rl.expires": str(int(time.time()) + TTL_S + 300),
     }
 
@@ -73,8 +76,9 @@ def reap_orphans(cli) -> int:
     for c in cli.api.containers(all=True, filters={"label": LABEL}):
         lab = c.get("Labels") or {}
         pid = int(lab.get("agent_rl.owner_pid", "0") or 0)
-        owner_alive = (lab.get("agent_rl.owner_host") == host and pid > 0
-                       and _start_time(pid) == lab.get("agent_rl.owner_start"))
+        owner_alive = (
+            lab.get("agent_rl.owner_host") == host and pid > 0 and _start_time(pid) == lab.get("agent_rl.owner_start")
+        )
         expired = now > float(lab.get("agent_rl.expires", "0") or 0)
         same_host = lab.get("agent_rl.owner_host") == host
         if (same_host and not owner_alive) or expired:
@@ -168,23 +172,43 @@ def oom_watch(base_url: str | None) -> _OomWatch:
 
 def container_config(cli, image: str, limits: SandboxLimits, cgroup_parent: str | None = None) -> dict:
     mb = worker_memory_mb(limits)
-    cfg = {"workdir": "/work", "wipe": ["/work", "/tmp", "/dev/shm", "/dev/mqueue"], "ttl_s": TTL_S,
-           "idle_ttl_s": 900, "oom_files": ["/sys/fs/cgroup/memory/memory.oom_control",
-                                            "/sys/fs/cgroup/memory.events"]}
+    cfg = {
+        "workdir": "/work",
+        "wipe": ["/work", "/tmp", "/dev/shm", "/dev/mqueue"],
+        "ttl_s": TTL_S,
+        "idle_ttl_s": 900,
+        "oom_files": ["/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events"],
+    }
     host_config = cli.api.create_host_config(
-        network_mode="none", read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges"],
-        tmpfs=tmpfs_options(limits), ipc_mode="private", pids_limit=limits.nproc + 8,
-        mem_limit=f"{mb}m", memswap_limit=f"{mb}m", nano_cpus=int(limits.cpus * 1e9),
-        auto_remove=True, log_config={"type": "none", "config": {}},
+        network_mode="none",
+        read_only=True,
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        tmpfs=tmpfs_options(limits),
+        ipc_mode="private",
+        pids_limit=limits.nproc + 8,
+        mem_limit=f"{mb}m",
+        memswap_limit=f"{mb}m",
+        nano_cpus=int(limits.cpus * 1e9),
+        auto_remove=True,
+        log_config={"type": "none", "config": {}},
         init=False,  # the executor is the init: it reaps, and signals from inside cannot kill it
         cgroup_parent=cgroup_parent,
     )
     return cli.api.create_container_config(
-        image, command=["python3", "-I", "-S", "-c", _EXECUTOR_SRC, json.dumps(cfg)], hostname="sandbox",
+        image,
+        command=["python3", "-I", "-S", "-c", _EXECUTOR_SRC, json.dumps(cfg)],
+        hostname="sandbox",
         stop_signal="SIGKILL",  # nothing to stop gracefully: `docker stop` / daemon shutdown are instant
-        user=SANDBOX_USER, detach=False, stdin_open=True, tty=False, working_dir="/work",
-        environment={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}, labels=labels(),
-        network_disabled=True, host_config=host_config,
+        user=SANDBOX_USER,
+        detach=False,
+        stdin_open=True,
+        tty=False,
+        working_dir="/work",
+        environment={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"},
+        labels=labels(),
+        network_disabled=True,
+        host_config=host_config,
     )
 
 
@@ -204,8 +228,13 @@ async def _demux(sock_reader: asyncio.StreamReader, out: asyncio.StreamReader, n
         out.feed_eof()
 
 
-async def launch_worker(cli, image: str, limits: SandboxLimits, cgroup_parent: str | None = None,
-                        oom_counts: collections.Counter | None = None) -> Worker:
+async def launch_worker(
+    cli,
+    image: str,
+    limits: SandboxLimits,
+    cgroup_parent: str | None = None,
+    oom_counts: collections.Counter | None = None,
+) -> Worker:
     """Create, attach and start one container; wait for its executor's hello.
 
     ``oom_counts``: container id -> OOM kills seen so far (an :class:`_OomWatch`'s counts)."""
@@ -247,7 +276,7 @@ async def launch_worker(cli, image: str, limits: SandboxLimits, cgroup_parent: s
         except OSError:
             pass
 
-        await loop.run_in_executor(_THREADS, _remove, cli, cid)
+        await in_thread(_remove, cli, cid, executor=_THREADS)
 
     worker = Worker(name, out, write, destroy)
     worker.container_id, worker.attach = cid, sock
@@ -279,14 +308,21 @@ def default_pool_size() -> int:
 class DockerSandbox(PooledSandbox):
     """``make_sandbox(backend="docker")``: a cheap handle on the shared container pool."""
 
-    def __init__(self, limits: SandboxLimits, image: str | None = None, pool_size: int | None = None,
-                 base_url: str | None = None, python: str = "python3"):
+    def __init__(
+        self,
+        limits: SandboxLimits,
+        image: str | None = None,
+        pool_size: int | None = None,
+        base_url: str | None = None,
+        python: str = "python3",
+    ):
         image = image or os.environ.get("AGENT_RL_SANDBOX_IMAGE") or DEFAULT_IMAGE
         size = pool_size or default_pool_size()
         key = ("docker", base_url, image, limits, size)
         rlimits = {"as": limits.memory_mb << 20, "fsize": limits.disk_mb << 20, "core": 0, "nofile": 256}
-        super().__init__("docker", key, lambda: _make_pool(base_url, image, limits, size), limits, rlimits,
-                         python=python)
+        super().__init__(
+            "docker", key, lambda: _make_pool(base_url, image, limits, size), limits, rlimits, python=python
+        )
         self.image = image
 
 

@@ -86,7 +86,7 @@ class _Capture:
                 del self.tail[: -self.half]
 
     def report(self):
-        return {"head": bytes(self.head), "tail": bytes(self.tail[-self.half:]), "total": self.total}
+        return {"head": bytes(self.head), "tail": bytes(self.tail[-self.half :]), "total": self.total}
 
 
 def _oom_count(path):
@@ -104,11 +104,19 @@ def _oom_count(path):
 
 def _spawn_error_report(exc, t0):
     code = 127 if exc.errno in (errno.ENOENT, errno.ENOTDIR) else 126
-    msg = f"cannot run program: {exc.strerror}: {exc.filename or ''}\n".encode()
+    msg = f"cannot run program: {exc.strerror}: {exc.filename or ''}\n".encode("utf-8", "backslashreplace")
     empty = {"head": b"", "tail": b"", "total": 0}
-    return {"exit_code": code, "timed_out": False, "oom_killed": False, "flooded": False,
-            "stdout": empty, "stderr": {"head": msg, "tail": b"", "total": len(msg)},
-            "wall_s": time.monotonic() - t0, "cpu_s": 0.0, "notes": []}
+    return {
+        "exit_code": code,
+        "timed_out": False,
+        "oom_killed": False,
+        "flooded": False,
+        "stdout": empty,
+        "stderr": {"head": msg, "tail": b"", "total": len(msg)},
+        "wall_s": time.monotonic() - t0,
+        "cpu_s": 0.0,
+        "notes": [],
+    }
 
 
 def _kill(pid, kill_all):
@@ -135,17 +143,19 @@ def _limit_self(rlimits):
     return True
 
 
-def run_child(req, kill_all=False):
+def run_child(req, kill_all=False, on_spawn=None):
     """Run ``req["argv"]`` to completion under the request's limits; returns the facts.
 
     ``req``: argv, env, cwd, stdin (bytes or None), timeout_s, rlimits ({"as": bytes, ...}),
     max_output, flood_bytes, optional uid/gid (drop to them; needs root), optional oom_file.
     ``kill_all`` kills every process but the caller when the program ends (PID-1 mode only).
+    ``on_spawn(pid)`` is called once the program runs (the ``process`` backend's helper reports it).
     """
     t0 = time.monotonic()
     if kill_all and os.getpid() != 1:
         raise RuntimeError("kill_all is only allowed as PID 1 of a private PID namespace")
     rlimits = dict(req.get("rlimits") or {})
+    as_limit = rlimits.get("as")
     oom_file = req.get("oom_file")
     oom_before = _oom_count(oom_file)
     cpu = rlimits.pop("cpu", None)
@@ -155,6 +165,7 @@ def run_child(req, kill_all=False):
     if kill_all and _limit_self(rlimits):
         rlimits = {}
     if rlimits:
+
         def preexec():  # in the child, after setsid and the uid drop, before exec
             for name, value in rlimits.items():
                 resource.setrlimit(getattr(resource, "RLIMIT_" + name.upper()), (value, value))
@@ -165,18 +176,32 @@ def run_child(req, kill_all=False):
     stdin_data = req.get("stdin")
     try:
         proc = subprocess.Popen(
-            req["argv"], stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=req["cwd"], env=req["env"],
-            start_new_session=True, preexec_fn=preexec, close_fds=True, umask=0o022, **drop)
+            req["argv"],
+            stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=req["cwd"],
+            env=req["env"],
+            start_new_session=True,
+            preexec_fn=preexec,
+            close_fds=True,
+            umask=0o022,
+            **drop,
+        )
     except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
         return _spawn_error_report(exc, t0)
     except OSError as exc:
         if exc.errno == errno.ENOEXEC:
             return _spawn_error_report(exc, t0)
         raise
+    if on_spawn is not None:
+        on_spawn(proc.pid)
     try:
-        if cpu is not None:
+        if cpu is not None:  # refused under guard_executor(): the wall-clock timeout bounds it then
             resource.prlimit(proc.pid, resource.RLIMIT_CPU, (cpu, cpu))
+    except OSError:
+        pass
+    try:
         with open(f"/proc/{proc.pid}/oom_score_adj", "w") as f:
             f.write("1000")  # the OOM killer takes the program, never the executor
     except OSError:
@@ -229,7 +254,7 @@ def run_child(req, kill_all=False):
                     _kill(proc.pid, kill_all)
             elif fd == stdin_fd:
                 try:
-                    n = os.write(fd, pending[:1 << 16])
+                    n = os.write(fd, pending[: 1 << 16])
                     pending = pending[n:]
                 except BlockingIOError:
                     continue
@@ -270,9 +295,25 @@ def run_child(req, kill_all=False):
         os.close(pidfd)
     code = proc.returncode
     oom = code == -signal.SIGKILL and not timed_out and not flooded and _oom_count(oom_file) > oom_before
-    return {"exit_code": code, "timed_out": timed_out, "oom_killed": oom, "flooded": flooded,
-            "stdout": out.report(), "stderr": err.report(), "wall_s": wall,
-            "cpu_s": rusage.ru_utime + rusage.ru_stime, "notes": []}
+    # RLIMIT_AS refusals leave no kernel record, and "MemoryError" on stderr is text anyone can print.
+    # So a failed program hit its allocation limit only when it says so AND the kernel's peak RSS of
+    # it (and its reaped children) reached half that limit (a bomb reaches 85-98%); a single request
+    # beyond the limit, refused at once, is its plain failure (nonzero_exit).
+    said = b"MemoryError" in (err.head + err.tail)[-2048:]
+    limit_hit = bool(code and as_limit and said and rusage.ru_maxrss * 1024 >= as_limit // 2)
+    return {
+        "exit_code": code,
+        "timed_out": timed_out,
+        "oom_killed": oom,
+        "flooded": flooded,
+        "memory_limit_hit": limit_hit,
+        "stdout": out.report(),
+        "stderr": err.report(),
+        "wall_s": wall,
+        "cpu_s": rusage.ru_utime + rusage.ru_stime,
+        "maxrss_kb": rusage.ru_maxrss,
+        "notes": [],
+    }
 
 
 # ---------------------------------------------------------------- the work directory
@@ -293,7 +334,7 @@ def restore_tree(root, entries, uid=None, gid=None):
             os.makedirs(full, exist_ok=True)
             os.chmod(full, (e["mode"] & 0o777) | 0o700)
         elif e["kind"] == "l":
-            os.symlink(e["data"].decode(), full)
+            os.symlink(bytes(e["data"]), os.fsencode(full))  # a target is bytes, UTF-8 or not
         else:
             fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "wb") as f:
@@ -338,7 +379,7 @@ def collect_changes(root, before, max_bytes, max_entries=4096):
         kind, mode = meta[0], meta[1]
         full = os.path.join(root, path)
         if kind == "l":
-            data = os.readlink(full).encode()
+            data = os.readlink(os.fsencode(full))  # bytes: a target need not be UTF-8
         elif kind == "f":
             size += meta[2]
             if size > max_bytes:
@@ -415,22 +456,26 @@ def _read_exact(n):
     return bytes(buf)
 
 
-def _send(msg):
-    body = _body(msg)  # header and body written apart, and through a view: no copy of a large result
-    for data in (memoryview(_LEN.pack(len(body))), memoryview(body)):
+def _write_frame(body):
+    for data in (memoryview(_LEN.pack(len(body))), memoryview(body)):  # no copy of a large result
         while data:
             n = os.write(1, data)
             data = data[n:]
 
 
+def _send(msg):
+    _write_frame(_body(msg))
+
+
 def _send_result(result):
-    """Send a call's result; if encoding the changed files exhausts our memory (we carry the
-    program's RLIMIT_AS), send it without them, as for changes over ``persist_bytes``."""
+    """Send a call's result; if encoding the changed files fails (we carry the program's RLIMIT_AS,
+    which the program may even have lowered), send it without them, as for changes over ``persist_bytes``."""
     try:
-        _send(result)
-    except MemoryError:
+        body = _body(result)
+    except BaseException:  # noqa: BLE001 - MemoryError, or limits the program changed
         note = "work directory changes too large to send back (executor memory); dropped"
-        _send(dict(result, changed=[], deleted=[], notes=[*result.get("notes", []), note]))
+        body = _body(dict(result, changed=[], deleted=[], notes=[*result.get("notes", []), note]))
+    _write_frame(body)
 
 
 def _no_dump():
@@ -442,22 +487,211 @@ def _no_dump():
         pass
 
 
-def execute(req, workdir, kill_all, oom_file=None):
+# Syscalls by which a program could change ANOTHER process of its uid (the executor: the same uid)
+# that the kernel's PID-1 protection does not cover. ``prlimit`` is the dangerous one: a hard
+# RLIMIT_CPU of 0 on PID 1 makes the kernel SIGKILL the executor (a forced signal), and a lowered
+# RLIMIT_NOFILE breaks it. Each entry: (syscall, [(argument index, value that is allowed), ...]);
+# a call with any listed argument different from its allowed value fails with EPERM. Only the
+# caller itself (pid 0) is allowed; ``add_key`` / ``keyctl`` / ``request_key`` fail always (keys
+# outlive a call; docker's default profile refuses them too).
+_GUARDED = [
+    ("prlimit64", [(0, 0)], 2),  # (pid, resource, new_limit, old): reading another's is fine
+    ("setpriority", [(0, 0), (1, 0)]),  # (which=PRIO_PROCESS, who=0) only
+    ("ioprio_set", [(0, 1), (1, 0)]),  # (which=IOPRIO_WHO_PROCESS, who=0) only
+    ("sched_setaffinity", [(0, 0)]),
+    ("sched_setscheduler", [(0, 0)]),
+    ("sched_setparam", [(0, 0)]),
+    ("sched_setattr", [(0, 0)]),
+    ("add_key", None),
+    ("keyctl", None),
+    ("request_key", None),
+]
+
+
+def guard_executor():
+    """Install a seccomp filter (libseccomp, through ctypes; inherited by every program) that makes
+    the syscalls of :data:`_GUARDED` fail with EPERM when aimed at another process. Returns whether
+    it is in place (False without libseccomp: then only :func:`fingerprint` catches such changes)."""
+    try:
+        import ctypes
+        import ctypes.util
+
+        lib = ctypes.CDLL(ctypes.util.find_library("seccomp") or "libseccomp.so.2")
+    except (ImportError, OSError):
+        return False
+
+    class Cmp(ctypes.Structure):  # struct scmp_arg_cmp
+        _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("a", ctypes.c_uint64), ("b", ctypes.c_uint64)]
+
+    ne, allow, eperm = 1, 0x7FFF0000, 0x00050000 | errno.EPERM  # SCMP_CMP_NE, SCMP_ACT_ALLOW, SCMP_ACT_ERRNO
+    lib.seccomp_init.restype = ctypes.c_void_p
+    lib.seccomp_rule_add_array.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_uint32,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.POINTER(Cmp),
+    ]
+    lib.seccomp_load.argtypes = lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    ctx = lib.seccomp_init(allow)
+    if not ctx:
+        return False
+    try:
+        for entry in _GUARDED:
+            nr = lib.seccomp_syscall_resolve_name(entry[0].encode())
+            if nr < 0:
+                continue  # not on this architecture
+            if entry[1] is None:
+                rules = [[]]
+            else:  # one rule per argument that must keep its allowed value (rules of a syscall OR)
+                extra = [Cmp(entry[2], ne, 0, 0)] if len(entry) > 2 else []  # prlimit: only when setting
+                rules = [[Cmp(i, ne, v, 0), *extra] for i, v in entry[1]]
+            for cmps in rules:
+                arr = (Cmp * max(1, len(cmps)))(*cmps)
+                if lib.seccomp_rule_add_array(ctx, eperm, nr, len(cmps), arr) != 0:
+                    return False
+        return lib.seccomp_load(ctx) == 0
+    finally:
+        lib.seccomp_release(ctx)
+
+
+def _default_signals():
+    """No signal handler at all: the kernel then drops every signal sent to a namespace's init from
+    inside the namespace. (CPython installs one for SIGINT: ``kill(1, SIGINT)`` from the program
+    used to raise KeyboardInterrupt here and end the worker.) Ignored signals stay ignored."""
+    for sig in signal.valid_signals():
+        try:
+            if signal.getsignal(sig) not in (signal.SIG_DFL, signal.SIG_IGN, None):
+                signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+
+
+# ---------------------------------------------------------------- what a call may not change
+#
+# The program runs under the executor's own uid, so it may change some of the executor's settings
+# (prlimit, setpriority, sched_setaffinity, ioprio_set need only the same uid) and the settings of
+# its namespaces that are writable from inside (some /proc/sys files, keys). The next program would
+# inherit or read them: a channel between calls, or a worker the next call finds broken (a lowered
+# RLIMIT_NOFILE). The executor takes a fingerprint before the first program and compares it after
+# every call; a difference taints the worker (it is replaced), and an executor failure in a call
+# that changed it is that program's failure, not the sandbox's.
+
+#: /proc/sys files that change by themselves: never compared (ns_last_pid: the last pid handed out).
+_VOLATILE_SYSCTLS = ("/proc/sys/kernel/ns_last_pid",)
+#: Keyrings the kernel makes for a uid on first use; empty unless a program links keys into them.
+_STANDARD_KEYRINGS = ("_uid.", "_uid_ses.", ".user_reg")
+_IOPRIO_GET = {"x86_64": 252, "aarch64": 31}
+
+
+def writable_sysctls():
+    """The /proc/sys files this process may write: settings of its own namespaces."""
+    found = []
+    for root, _dirs, files in os.walk("/proc/sys"):
+        for name in files:
+            path = os.path.join(root, name)
+            if path not in _VOLATILE_SYSCTLS and os.access(path, os.W_OK):
+                found.append(path)
+    return sorted(found)
+
+
+def _keys():
+    """Keys a program of this uid could find in the next call, besides the standard keyrings."""
+    try:
+        with open("/proc/keys") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return ()
+    found = []
+    for line in lines:  # id flags usage timeout perm uid gid type description
+        fields = line.split(None, 8)
+        if len(fields) == 9 and not (fields[7] == "keyring" and fields[8].startswith(_STANDARD_KEYRINGS)):
+            found.append(f"{fields[7]} {fields[8]}")
+    return sorted(found)
+
+
+def _ioprio():
+    nr = _IOPRIO_GET.get(os.uname().machine)
+    if nr is None:
+        return None
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True).syscall(nr, 1, 0)  # IOPRIO_WHO_PROCESS, ourselves
+
+
+def fingerprint(sysctls):
+    """What a program could change that outlives it in this worker (see above)."""
+
+    def read(path):
+        with open(path, "rb") as f:
+            return f.read()
+
+    rlimits = sorted(n for n in dir(resource) if n.startswith("RLIMIT_"))
+    return {
+        "rlimits": [(n, resource.getrlimit(getattr(resource, n))) for n in rlimits],
+        "nice": os.getpriority(os.PRIO_PROCESS, 0),
+        "sched": os.sched_getscheduler(0),
+        "affinity": sorted(os.sched_getaffinity(0)),
+        "ioprio": _ioprio(),
+        "uts": [read("/proc/sys/kernel/hostname"), read("/proc/sys/kernel/domainname")],
+        "mounts": read("/proc/self/mountinfo"),
+        "sysctls": [(p, read(p)) for p in sysctls],
+        "keys": _keys(),
+    }
+
+
+def changed_since(baseline, sysctls):
+    """Names of what differs from ``baseline``; ``["unreadable"]`` when we cannot even look
+    (the program lowered our RLIMIT_NOFILE, for instance)."""
+    try:
+        now = fingerprint(sysctls)
+    except BaseException:  # noqa: BLE001 - whatever stops us from looking is a change
+        return ["unreadable"]
+    return [k for k in baseline if baseline[k] != now[k]]
+
+
+def _program_broke_executor(exc, what, t0):
+    """The report of a call whose program changed the executor's settings so that the executor
+    failed (``exc``): the program's failure (status ``killed``), never the sandbox's."""
+    note = (
+        f"the program changed the sandbox's own settings ({', '.join(what)}) and the executor "
+        f"failed ({type(exc).__name__}); the program was killed and the worker is replaced"
+    )
+    empty = {"head": b"", "tail": b"", "total": 0}
+    return {
+        "op": "result",
+        "exit_code": -signal.SIGKILL,
+        "timed_out": False,
+        "oom_killed": False,
+        "flooded": False,
+        "stdout": empty,
+        "stderr": empty,
+        "wall_s": time.monotonic() - t0,
+        "cpu_s": 0.0,
+        "maxrss_kb": 0,
+        "notes": [note],
+        "changed": [],
+        "deleted": [],
+    }
+
+
+def execute(req, workdir, kill_all, oom_file=None, on_spawn=None):
     """One call: restore the files, run the program, collect the changes. Returns the result."""
     try:
         restore_tree(workdir, req.get("files") or [])
     except (OSError, ValueError) as exc:
-        return {"op": "result", "error": f"cannot restore the work directory: {exc}"}
+        return {"op": "result", "error": f"cannot restore the work directory: {exc!r}"}
     before = scan_tree(workdir)
     req = dict(req, cwd=workdir, oom_file=oom_file)
-    report = run_child(req, kill_all=kill_all)
+    report = run_child(req, kill_all=kill_all, on_spawn=on_spawn)
     report["op"] = "result"
-    try:
-        changed, deleted = collect_changes(workdir, before, req.get("persist_bytes", 16 << 20),
-                                           req.get("persist_files", 4096))
-    except (OSError, RecursionError, MemoryError) as exc:
+    try:  # the program shaped the directory: whatever fails here is its failure, not ours
+        changed, deleted = collect_changes(
+            workdir, before, req.get("persist_bytes", 16 << 20), req.get("persist_files", 4096)
+        )
+    except Exception as exc:  # noqa: BLE001
         changed = None
-        report["notes"].append(f"cannot read the work directory back: {type(exc).__name__} {exc}")
+        report["notes"].append(f"cannot read the work directory back: {type(exc).__name__} {exc!r}")
     if changed is None:
         report["notes"].append("work directory changes too large to keep (size or file count); dropped")
         changed, deleted = [], []
@@ -467,27 +701,66 @@ def execute(req, workdir, kill_all, oom_file=None):
 
 def _cleanup(cfg):
     """After a call: no process, no file, no IPC object of it may remain. Returns tainted."""
-    clean = _reap_all()
-    for d in cfg.get("wipe", []):
-        try:
-            wipe_tree(d)
-        except FileNotFoundError:
-            pass
-        except Exception:  # noqa: BLE001 - whatever the program left: recycle this worker
-            clean = False
-    return not clean or _sysv_ipc_used()
+    try:
+        clean = _reap_all()
+        for d in cfg.get("wipe", []):
+            try:
+                wipe_tree(d)
+            except FileNotFoundError:
+                pass
+            except Exception:  # noqa: BLE001 - whatever the program left: recycle this worker
+                clean = False
+        return not clean or _sysv_ipc_used()
+    except BaseException:  # noqa: BLE001 - e.g. limits the program lowered: recycle this worker
+        return True
+
+
+def _serve_exec(req, cfg, state):
+    """One ``exec`` request as PID 1: every exception ends as the call's result (see ``fingerprint``)."""
+    t0 = time.monotonic()
+    if state.get("baseline") is None:  # the pool's fixed limits first: the fingerprint includes them
+        _limit_self({k: v for k, v in (req.get("rlimits") or {}).items() if k != "cpu"})
+        state["sysctls"] = writable_sysctls()
+        state["baseline"] = fingerprint(state["sysctls"])
+    try:
+        result = execute(req, cfg["workdir"], kill_all=True, oom_file=cfg.get("oom_file"))
+    except BaseException as exc:  # noqa: BLE001 - never let a call end the executor
+        what = changed_since(state["baseline"], state["sysctls"])
+        if what:
+            try:
+                os.kill(-1, signal.SIGKILL)  # the program and all it started; _cleanup reaps them
+            except OSError:
+                pass
+            result = _program_broke_executor(exc, what, t0)
+        else:
+            result = {"op": "result", "error": f"executor failed: {type(exc).__name__}: {exc!r}"}
+    _send_result(result)
+    tainted = _cleanup(cfg) or "error" in result
+    changed = changed_since(state["baseline"], state["sysctls"])
+    _send({"op": "ready", "tainted": tainted or bool(changed), "changed": changed})
 
 
 def serve(cfg):
     """The resident loop: ``hello``, then ``ping`` / ``exec`` requests until EOF or the TTL."""
     if os.getpid() != 1:
         raise SystemExit("executor: serve() must run as PID 1 of its own PID namespace")
+    _default_signals()
     _no_dump()
+    guarded = guard_executor()
     os.umask(0o022)
     cfg.setdefault("oom_file", next((p for p in cfg.get("oom_files", []) if os.path.exists(p)), None))
     born = time.monotonic()
     ttl, idle_ttl = cfg.get("ttl_s", 3600), cfg.get("idle_ttl_s", 900)
-    _send({"op": "hello", "version": PROTOCOL_VERSION, "uid": os.getuid(), "python": sys.version.split()[0]})
+    state = {}
+    _send(
+        {
+            "op": "hello",
+            "version": PROTOCOL_VERSION,
+            "uid": os.getuid(),
+            "python": sys.version.split()[0],
+            "guarded": guarded,
+        }
+    )
     while True:
         now = time.monotonic()
         remaining = min(ttl - (now - born), idle_ttl)
@@ -505,14 +778,10 @@ def serve(cfg):
         req = decode(body)
         op = req.get("op")
         if op == "ping":
-            _send({"op": "pong", "tainted": _sysv_ipc_used()})
+            changed = changed_since(state["baseline"], state["sysctls"]) if state.get("baseline") else []
+            _send({"op": "pong", "tainted": _sysv_ipc_used() or bool(changed)})
         elif op == "exec":
-            try:
-                result = execute(req, cfg["workdir"], kill_all=True, oom_file=cfg.get("oom_file"))
-            except Exception as exc:  # noqa: BLE001 - report it; the controller recycles us
-                result = {"op": "result", "error": f"executor failed: {type(exc).__name__}: {exc}"}
-            _send_result(result)
-            _send({"op": "ready", "tainted": _cleanup(cfg) or "error" in result})
+            _serve_exec(req, cfg, state)
         elif op == "exit":
             return
         else:
@@ -520,10 +789,17 @@ def serve(cfg):
 
 
 def once(workdir):
-    """One request on stdin, its result on stdout (the ``process`` backend's helper under root)."""
+    """One request on stdin, its result on stdout (the ``process`` backend's helper under root).
+
+    It first sends ``{"op": "started", "pid": ...}`` once the program runs: the program runs under
+    the helper's uid and may kill it, and the caller then kills the program's process group."""
     head = _read_exact(4)
     req = decode(_read_exact(_LEN.unpack(head)[0]))
-    _send(execute(req, workdir, kill_all=False))
+    try:
+        result = execute(req, workdir, kill_all=False, on_spawn=lambda pid: _send({"op": "started", "pid": pid}))
+    except BaseException as exc:  # noqa: BLE001 - reported; the caller decides
+        result = {"op": "result", "error": f"executor failed: {type(exc).__name__}: {exc!r}"}
+    _send_result(result)
 
 
 if __name__ == "__main__":

@@ -29,8 +29,15 @@ WORKDIR /work
 LABEL agent_rl.image="1"
 """
 #: Removed from the debootstrap tree: caches and docs the sandbox never needs.
-TRIM = ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man",
-        "usr/share/info", "usr/share/locale", "var/log")
+TRIM = (
+    "var/cache/apt/archives",
+    "var/lib/apt/lists",
+    "usr/share/doc",
+    "usr/share/man",
+    "usr/share/info",
+    "usr/share/locale",
+    "var/log",
+)
 
 
 class ImageBuildError(RuntimeError):
@@ -87,8 +94,7 @@ def build_from_dockerfile(name: str, say: Callable[[str], None]) -> None:
 
 def build_from_rootfs(name: str, say: Callable[[str], None], mirror: str | None = None) -> None:
     if shutil.which("debootstrap") is None:
-        raise ImageBuildError("no registry is reachable and debootstrap is missing "
-                              "(apt-get install -y debootstrap)")
+        raise ImageBuildError("no registry is reachable and debootstrap is missing (apt-get install -y debootstrap)")
     if os.geteuid() != 0:
         raise ImageBuildError("building the image from a root filesystem needs root (debootstrap)")
     mirror = mirror or _apt_mirror()
@@ -96,8 +102,13 @@ def build_from_rootfs(name: str, say: Callable[[str], None], mirror: str | None 
         rootfs = os.path.join(tmp, "rootfs")
         say(f"debootstrap --variant=minbase --include=python3 {SUITE} (mirror {mirror}); takes ~1 min")
         t0 = time.monotonic()
-        out = subprocess.run(["debootstrap", "--variant=minbase", "--include=python3", SUITE, rootfs, mirror],
-                             capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL)
+        out = subprocess.run(
+            ["debootstrap", "--variant=minbase", "--include=python3", SUITE, rootfs, mirror],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            stdin=subprocess.DEVNULL,
+        )
         if out.returncode != 0:
             raise ImageBuildError(f"debootstrap failed: {(out.stderr or out.stdout).strip()[-1500:]}")
         for rel in TRIM:
@@ -108,15 +119,27 @@ def build_from_rootfs(name: str, say: Callable[[str], None], mirror: str | None 
         say(f"root filesystem ready in {time.monotonic() - t0:.0f} s; importing it into docker as {name}")
         tar = subprocess.Popen(["tar", "-C", rootfs, "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
         try:
-            _docker("import", "--change", "WORKDIR /work", "--change", 'LABEL agent_rl.image="1"',
-                    "--change", "ENV PATH=/usr/local/bin:/usr/bin:/bin", "-", name, stdin=tar.stdout, timeout=1800)
+            _docker(
+                "import",
+                "--change",
+                "WORKDIR /work",
+                "--change",
+                'LABEL agent_rl.image="1"',
+                "--change",
+                "ENV PATH=/usr/local/bin:/usr/bin:/bin",
+                "-",
+                name,
+                stdin=tar.stdout,
+                timeout=1800,
+            )
         finally:
             tar.stdout.close()
             tar.wait()
 
 
-def build_image(name: str | None = None, force: bool = False, method: str = "auto",
-                say: Callable[[str], None] = print) -> str:
+def build_image(
+    name: str | None = None, force: bool = False, method: str = "auto", say: Callable[[str], None] = print
+) -> str:
     """Make sure image ``name`` exists (built as above); returns its name. ``method``: auto |
     dockerfile | rootfs."""
     name = name or DEFAULT_IMAGE
@@ -131,8 +154,18 @@ def build_image(name: str | None = None, force: bool = False, method: str = "aut
         if method == "auto":
             say("no registry reachable: building from a local Debian root filesystem")
         build_from_rootfs(name, say)
-    check = _docker("run", "--rm", "--network", "none", name, "python3", "-c",
-                    "import json, sys; print(json.dumps(sys.version_info[:2]))", check=False, timeout=120)
+    check = _docker(
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        name,
+        "python3",
+        "-c",
+        "import json, sys; print(json.dumps(sys.version_info[:2]))",
+        check=False,
+        timeout=120,
+    )
     if check.returncode != 0:
         raise ImageBuildError(f"the new image {name} cannot run python3: {check.stderr.strip()[-500:]}")
     say(f"image {name} ready (python {'.'.join(check.stdout.strip()[1:-1].split(', '))})")

@@ -82,14 +82,29 @@ async def on_io(coro: Coroutine) -> Any:
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
 
 
+async def in_thread(fn: Callable, *args: Any, executor: Any = None) -> Any:
+    """``fn(*args)`` in a thread, or right here once the interpreter is shutting down: then no
+    executor takes new work (``threading._register_atexit`` runs before ``atexit``), and a clean exit
+    would otherwise skip the cleanup it asked for (a worker's cgroups, a container's removal)."""
+    try:
+        return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
+    except RuntimeError:  # "cannot schedule new futures after (interpreter) shutdown"
+        return fn(*args)
+
+
 # ---------------------------------------------------------------- workers
 
 
 class Worker:
     """A connection to one resident executor: length-prefixed JSON frames both ways."""
 
-    def __init__(self, name: str, reader: asyncio.StreamReader, write: Callable[[bytes], Any],
-                 destroy: Callable[[], Awaitable[None]]):
+    def __init__(
+        self,
+        name: str,
+        reader: asyncio.StreamReader,
+        write: Callable[[bytes], Any],
+        destroy: Callable[[], Awaitable[None]],
+    ):
         self.name = name
         self.reader = reader
         self._write = write
@@ -148,8 +163,8 @@ class PoolStats:
     recycled: int = 0
     calls: int = 0
     infra_errors: int = 0
-    last_error: str = ""      # the last infrastructure error of a call
-    start_error: str = ""     # why the last worker start failed ("" after a success)
+    last_error: str = ""  # the last infrastructure error of a call
+    start_error: str = ""  # why the last worker start failed ("" after a success)
     extra: dict = field(default_factory=dict)
 
 
@@ -170,9 +185,18 @@ async def _oom_killed_since(worker: Worker, before: int | None, wait_s: float = 
 class WorkerPool:
     """Leases workers one call at a time; starts them ahead of need, at most ``size`` at once."""
 
-    def __init__(self, name: str, launch: Callable[[], Awaitable[Worker]], size: int,
-                 max_calls: int = 500, max_age_s: float = 1800.0, max_idle_s: float = 600.0,
-                 ping_after_s: float = 5.0, lease_timeout_s: float = 120.0, parallel_starts: int = 4):
+    def __init__(
+        self,
+        name: str,
+        launch: Callable[[], Awaitable[Worker]],
+        size: int,
+        max_calls: int = 500,
+        max_age_s: float = 1800.0,
+        max_idle_s: float = 600.0,
+        ping_after_s: float = 5.0,
+        lease_timeout_s: float = 120.0,
+        parallel_starts: int = 4,
+    ):
         self.name = name
         self.size = size
         self._launch = launch
@@ -204,8 +228,12 @@ class WorkerPool:
         return self._cond
 
     def _fill(self) -> None:
-        while (not self.closed and len(self._idle) + self._busy + self._starting < self.size
-               and self._starting < self.parallel_starts and time.monotonic() >= self._retry_at):
+        while (
+            not self.closed
+            and len(self._idle) + self._busy + self._starting < self.size
+            and self._starting < self.parallel_starts
+            and time.monotonic() >= self._retry_at
+        ):
             self._starting += 1
             self._spawn(self._start_one())
 
@@ -240,8 +268,12 @@ class WorkerPool:
 
     async def _usable(self, worker: Worker) -> bool:
         now = time.monotonic()
-        if (not worker.alive or worker.calls >= self.max_calls or now - worker.born > self.max_age_s
-                or now - worker.last_used > self.max_idle_s):
+        if (
+            not worker.alive
+            or worker.calls >= self.max_calls
+            or now - worker.born > self.max_age_s
+            or now - worker.last_used > self.max_idle_s
+        ):
             return False
         if now - worker.last_used > self.ping_after_s:  # health check after a quiet spell
             try:
@@ -366,6 +398,7 @@ class WorkerPool:
 
     async def wait_warm(self, timeout_s: float = 60.0) -> int:
         """Wait until ``size`` workers are idle (or timeout); returns how many are."""
+
         async def _wait():
             end = time.monotonic() + timeout_s
             while time.monotonic() < end:
@@ -377,10 +410,14 @@ class WorkerPool:
                         break
                 await asyncio.sleep(0.05)
             return len(self._idle)
+
         return await on_io(_wait())
 
-    async def close(self) -> None:
-        """Destroy every worker (idle now, busy ones when their call ends)."""
+    async def close(self, wait_s: float = 15.0) -> None:
+        """Destroy every worker (idle now, busy ones when their call ends), and wait up to ``wait_s``
+        for what is in flight (workers being retired or started): a clean shutdown leaves no
+        container, worker or cgroup behind, even when the process exits right after."""
+
         async def _close():
             async with self._c:
                 self.closed = True
@@ -388,6 +425,10 @@ class WorkerPool:
                 self.workers.difference_update(idle)
                 self._c.notify_all()
             await asyncio.gather(*(w.destroy() for w in idle), return_exceptions=True)
+            end = time.monotonic() + wait_s
+            while self._tasks and time.monotonic() < end:  # retirements, starts (destroyed when done)
+                await asyncio.wait(list(self._tasks), timeout=max(0.0, end - time.monotonic()))
+
         await on_io(_close())
 
 
@@ -397,8 +438,15 @@ class WorkerPool:
 class PooledSandbox(FileBackedSandbox):
     """A sandbox whose calls lease a worker from a shared pool; its files live in a FileStore."""
 
-    def __init__(self, backend_name: str, pool_key: tuple, make_pool: Callable[[], WorkerPool],
-                 limits: SandboxLimits, rlimits: dict, python: str = "python3"):
+    def __init__(
+        self,
+        backend_name: str,
+        pool_key: tuple,
+        make_pool: Callable[[], WorkerPool],
+        limits: SandboxLimits,
+        rlimits: dict,
+        python: str = "python3",
+    ):
         self.backend_name = backend_name
         self.limits = limits
         self._pool_key, self._make_pool = pool_key, make_pool
@@ -410,10 +458,16 @@ class PooledSandbox(FileBackedSandbox):
     def _request(self, argv: list[str], stdin: bytes | None, timeout_s: float, env: Mapping[str, str] | None) -> dict:
         rlimits = dict(self._rlimits, cpu=int(timeout_s) + 2)
         return {
-            "op": "exec", "argv": argv, "stdin": stdin, "timeout_s": timeout_s,
-            "env": build_env(env, home="/work"), "rlimits": rlimits,
-            "max_output": self.limits.max_output_bytes, "flood_bytes": self.limits.flood_bytes,
-            "persist_bytes": self.limits.persist_mb << 20, "persist_files": self.limits.max_files,
+            "op": "exec",
+            "argv": argv,
+            "stdin": stdin,
+            "timeout_s": timeout_s,
+            "env": build_env(env, home="/work"),
+            "rlimits": rlimits,
+            "max_output": self.limits.max_output_bytes,
+            "flood_bytes": self.limits.flood_bytes,
+            "persist_bytes": self.limits.persist_mb << 20,
+            "persist_files": self.limits.max_files,
             "files": self._files.wire(),
         }
 
@@ -437,8 +491,9 @@ class PooledSandbox(FileBackedSandbox):
             return ExecResult.infra(str(exc), time.monotonic() - t0)
         if msg.get("op") == "caller_timeout":  # the executor itself did not answer in time
             wall = time.monotonic() - t0
-            return ExecResult(ExecStatus.TIMEOUT, None, "", "[sandbox] no answer from the executor; worker recycled",
-                              wall, 0.0, False)
+            return ExecResult(
+                ExecStatus.TIMEOUT, None, "", "[sandbox] no answer from the executor; worker recycled", wall, 0.0, False
+            )
         if msg.get("error"):
             return ExecResult.infra(msg["error"], time.monotonic() - t0)
         self._files.apply(msg.get("changed", []), msg.get("deleted", []))
@@ -476,8 +531,10 @@ def close_all_pools(timeout_s: float = 20.0) -> None:
     pools = all_pools()
     if not pools or _io is None or _io.pid != os.getpid():
         return
+
     async def _close():
         await asyncio.gather(*(p.close() for p in pools), return_exceptions=True)
+
     try:
         submit(_close()).result(timeout_s)
     except Exception:  # noqa: BLE001 - at exit, best effort; TTLs and reaping cover the rest

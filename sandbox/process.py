@@ -54,8 +54,10 @@ def _warn_once() -> None:
     global _warned
     if not _warned:
         _warned = True
-        msg = ("sandbox backend 'process' is NOT isolated: programs can read host files and use the "
-               "network. Install bubblewrap or Docker (see `agent-rl sandbox doctor`).")
+        msg = (
+            "sandbox backend 'process' is NOT isolated: programs can read host files and use the "
+            "network. Install bubblewrap or Docker (see `agent-rl sandbox doctor`)."
+        )
         log.warning(msg)
         warnings.warn(msg, SandboxIsolationWarning, stacklevel=3)
 
@@ -134,22 +136,85 @@ class ProcessSandbox(FileBackedSandbox):
 
     def _run_as_uid(self, req: dict, work: str) -> dict:
         """Under root, even the file copying runs as the unprivileged uid, in a helper process:
-        a root controller must never follow a path the program could have swapped for a symlink."""
+        a root controller must never follow a path the program could have swapped for a symlink.
+
+        The program runs under the helper's uid, so it can kill the helper (``os.kill(os.getppid(),
+        9)``). The helper first reports the program's pid; a helper that dies by a signal we did not
+        send after the program started was killed by the program (only it and root can): the
+        program's process group is killed and the call is the program's failure (``killed``)."""
         helper = subprocess.Popen(
-            [self.python, "-I", "-S", "-c", _EXECUTOR_SRC, "--once", work], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=work, start_new_session=True,
-            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, user=self.uid, group=self.uid, extra_groups=[])
+            [self.python, "-I", "-S", "-c", _EXECUTOR_SRC, "--once", work],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=work,
+            start_new_session=True,
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            user=self.uid,
+            group=self.uid,
+            extra_groups=[],
+        )
+        t0 = time.monotonic()
         try:
             wait_s = req["timeout_s"] + self.limits.kill_grace_s + 10
             out, err = helper.communicate(executor.encode(req), timeout=wait_s)
         except subprocess.TimeoutExpired:
             os.killpg(helper.pid, 9)
-            helper.communicate()
+            out, _ = helper.communicate()
+            self._kill_program(_frames(out))
             return {"error": "the process backend's helper did not finish in time"}
-        if helper.returncode != 0 or len(out) < 4:
-            why = err.decode(errors="replace")[-500:]
-            return {"error": f"the process backend's helper failed (rc={helper.returncode}): {why}"}
-        return executor.decode(out[4:])
+        frames = _frames(out)
+        result = next((f for f in frames if f.get("op") == "result"), None)
+        if result is not None and helper.returncode == 0:
+            return result
+        pid = self._kill_program(frames)
+        if pid is not None and helper.returncode < 0:
+            return _helper_killed_report(-helper.returncode, time.monotonic() - t0)
+        why = err.decode(errors="replace")[-500:]
+        return {"error": f"the process backend's helper failed (rc={helper.returncode}): {why}"}
+
+    def _kill_program(self, frames: list[dict]) -> int | None:
+        """Kill the process group of the program the helper started (if any and still ours)."""
+        pid = next((f["pid"] for f in frames if f.get("op") == "started"), None)
+        if pid is None:
+            return None
+        try:
+            if os.stat(f"/proc/{pid}").st_uid == self.uid:  # not a recycled pid of someone else
+                os.killpg(pid, 9)  # the program leads its own session and group
+        except OSError:
+            pass
+        return pid
+
+
+def _frames(out: bytes) -> list[dict]:
+    """The helper's frames (``started``, then ``result``), as far as they arrived whole."""
+    frames, i = [], 0
+    while i + 4 <= len(out):
+        n = int.from_bytes(out[i : i + 4], "big")
+        if i + 4 + n > len(out):
+            break
+        frames.append(executor.decode(out[i + 4 : i + 4 + n]))
+        i += 4 + n
+    return frames
+
+
+def _helper_killed_report(sig: int, wall_s: float) -> dict:
+    empty = {"head": b"", "tail": b"", "total": 0}
+    note = f"the program killed its sandbox helper (signal {sig}); the program was killed"
+    return {
+        "op": "result",
+        "exit_code": -9,
+        "timed_out": False,
+        "oom_killed": False,
+        "flooded": False,
+        "stdout": empty,
+        "stderr": empty,
+        "wall_s": wall_s,
+        "cpu_s": 0.0,
+        "notes": [note],
+        "changed": [],
+        "deleted": [],
+    }
 
 
 def probe() -> tuple[bool, str]:

@@ -21,9 +21,9 @@ log = logging.getLogger("sandbox")
 @dataclass(frozen=True)
 class Backend:
     name: str
-    module: str        # imported on first use
-    factory: str       # callable(limits, **options) -> Sandbox
-    probe: str         # callable() -> (works: bool, reason: str), cached by the module
+    module: str  # imported on first use
+    factory: str  # callable(limits, **options) -> Sandbox
+    probe: str  # callable() -> (works: bool, reason: str), cached by the module
     isolated: bool
 
     def load(self, attr: str) -> Callable[..., Any]:

@@ -14,14 +14,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
-    from agent_rl.tiny import init_tiny
+    from agent_rl.run.envloader import init_tiny
 
     return init_tiny(tmp_path_factory.mktemp("models") / "tiny", seed=0)
 
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer(tiny_model_dir):
-    from agent_rl.rollout.backends.hf import load_tokenizer
+    from agent_rl.models.loading import load_tokenizer
 
     return load_tokenizer(str(tiny_model_dir))
 

@@ -12,7 +12,7 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from agent_rl.envloader import load_plugins
+from agent_rl.run.envloader import load_plugins
 from tests.conftest import ROOT, cli_env
 
 GUIDE = ROOT / "docs" / "adding-an-environment.md"
@@ -76,7 +76,9 @@ def test_check_env_and_episodes(plugin):
         obs, reward, terminated, _, info = env.step("no code here")
         assert (reward, terminated, info["action_valid"]) == (0.0, False, False)
         assert obs[0]["content"].startswith("error: no tool call and no <answer>")
-        obs, _, _, truncated, info = env.step('<tool_call>{"name": "python", "arguments": {"code": "print(6 * 7)"}}</tool_call>')
+        obs, _, _, truncated, info = env.step(
+            '<tool_call>{"name": "python", "arguments": {"code": "print(6 * 7)"}}</tool_call>'
+        )
         assert obs == [{"role": "tool", "content": "42"}] and info["action_valid"] and not truncated
         assert env.step("still thinking")[3]  # the third turn without an answer truncates
     finally:
@@ -105,13 +107,25 @@ def test_the_commands_run_as_written(workdir):
             name, _, value = words.pop(0).partition("=")
             env[name] = value
         assert words[0] == "agent-rl", command
-        r = subprocess.run([sys.executable, "-m", "agent_rl.cli", *words[1:]], capture_output=True, text=True,
-                           cwd=workdir, env=env, timeout=600, check=False)
+        r = subprocess.run(
+            [sys.executable, "-m", "agent_rl.cli", *words[1:]],
+            capture_output=True,
+            text=True,
+            cwd=workdir,
+            env=env,
+            timeout=600,
+            check=False,
+        )
         assert r.returncode == 0, (command, r.stdout[-2000:], r.stderr[-4000:])
         outputs.append(r.stdout)
     row = next(line for line in outputs[1].splitlines() if "listfun/ListFun-v0" in line)
     assert "python" in row and "1 if f is right on the hidden inputs" in row and "3" in row
     assert "mean@1 1.000" in outputs[2]
     summary = json.loads((workdir / "runs" / "listfun-eval" / "eval.json").read_text())
-    assert (summary["env"], summary["split"], summary["success"], summary["errors"]) == ("listfun/ListFun-v0", "test", 1.0, 0)
+    assert (summary["env"], summary["split"], summary["success"], summary["errors"]) == (
+        "listfun/ListFun-v0",
+        "test",
+        1.0,
+        0,
+    )
     assert len((workdir / "runs" / "listfun-eval" / "trajectories" / "eval.jsonl").read_text().splitlines()) == 4

@@ -22,12 +22,16 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_documented_commands_run(tmp_path):
     (tmp_path / "configs").symlink_to(ROOT / "configs")
     section = (ROOT / "docs" / "bfcl.md").read_text().split("\n## Check it", 1)[1].split("\n## ", 1)[0]
-    [block] = re.findall(r"^```bash\n(.*?)^```$", section, re.DOTALL | re.MULTILINE)  # the training block: test_bfcl_recipe.py
+    [block] = re.findall(
+        r"^```bash\n(.*?)^```$", section, re.DOTALL | re.MULTILINE
+    )  # the training block: test_bfcl_recipe.py
     env = {**cli_env(), "PYTHONPATH": str(ROOT)}
     outputs = []
     for line in block.splitlines():
         argv = shlex.split(line)
-        cmd = [sys.executable, "-m", "agent_rl.cli", *argv[1:]] if argv[0] == "agent-rl" else [sys.executable, *argv[1:]]
+        cmd = (
+            [sys.executable, "-m", "agent_rl.cli", *argv[1:]] if argv[0] == "agent-rl" else [sys.executable, *argv[1:]]
+        )
         assert argv[0] in ("agent-rl", "python")
         done = subprocess.run(cmd, cwd=tmp_path, env=env, check=True, timeout=600, capture_output=True, text=True)
         outputs.append(done.stdout)

@@ -44,16 +44,23 @@ def test_diagnosis_finds_the_parts_of_a_call():
     spans = _spans(hermes, [call])  # the key "a", not the first letter of "arguments"
     assert spans == {"name": [(22, 25)], "arg names": [(43, 44), (52, 53)], "values": [(47, 49), (56, 61)]}
     assert [_part(i + 0.5, spans) for i in (0, 22, 30, 43, 47, 56, 61)] == [
-        "syntax", "name", "syntax", "arg names", "values", "values", "syntax"]
+        "syntax",
+        "name",
+        "syntax",
+        "arg names",
+        "values",
+        "values",
+        "syntax",
+    ]
     pythonic = "[f.g(a=50, b='x y')]"
     assert _spans(pythonic, [call]) == {"name": [(1, 4)], "arg names": [(5, 6), (11, 12)], "values": [(7, 9), (13, 18)]}
 
 
 def test_demonstrations_are_the_ground_truth(tiny_model_dir):
+    from agent_rl.commands.sft import demonstrations
     from agent_rl.config import load_config
-    from agent_rl.envloader import bind_tool_format
-    from agent_rl.runtime import Components
-    from agent_rl.sft import demonstrations
+    from agent_rl.run.envloader import bind_tool_format
+    from agent_rl.run.runtime import Components
     from envs.bfcl import policies
     from envs.bfcl.calls import BfclCallsEnv
 
@@ -82,15 +89,32 @@ def test_documented_recipe_runs_with_a_small_budget(tmp_path):
     argv = shlex.split(line)
     assert argv[:2] == ["agent-rl", "quickstart"]
     small = [
-        "sft.demos=16", "sft.batch_size=8", "sft.max_steps=2", "sft.eval_every_steps=2", "sft.eval_episodes=4",
-        "rollout.group_size=2", "trainer.prompts_per_step=2", "trainer.steps=2",
-        "eval.episodes=4", "eval.k=2", "tracking.progress=false",
+        "sft.demos=16",
+        "sft.batch_size=8",
+        "sft.max_steps=2",
+        "sft.eval_every_steps=2",
+        "sft.eval_episodes=4",
+        "rollout.group_size=2",
+        "trainer.prompts_per_step=2",
+        "trainer.steps=2",
+        "eval.episodes=4",
+        "eval.k=2",
+        "tracking.progress=false",
     ]
-    done = subprocess.run([sys.executable, "-m", "agent_rl.cli", *argv[1:], *small], check=False, cwd=tmp_path,
-                          env={**cli_env(), "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "agent_rl.cli", *argv[1:], *small],
+        check=False,
+        cwd=tmp_path,
+        env={**cli_env(), "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "SFT + RL" in done.stdout
-    assert float(re.search(r"teacher success ([0-9.]+)", done.stdout).group(1)) >= 0.9  # the ground truth (a few cut at max_new_tokens)
+    assert (
+        float(re.search(r"teacher success ([0-9.]+)", done.stdout).group(1)) >= 0.9
+    )  # the ground truth (a few cut at max_new_tokens)
     root = tmp_path / "runs" / "bfcl_calls"
     summary = json.loads((root / "summary.json").read_text())
     for phase in ("sft", "rl"):
@@ -104,8 +128,15 @@ def test_documented_recipe_runs_with_a_small_budget(tmp_path):
     [line] = _block("Why the tiny model writes no call").splitlines()
     argv = shlex.split(line)
     assert argv[:3] == ["python", "-m", "envs.bfcl.diagnose"]
-    done = subprocess.run([sys.executable, *argv[1:], "--tasks", "2"], check=False, cwd=tmp_path,
-                          env={**cli_env(), "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, *argv[1:], "--tasks", "2"],
+        check=False,
+        cwd=tmp_path,
+        env={**cli_env(), "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {r.split()[0]: r for r in done.stdout.splitlines() if r.split()[:1] in (["train"], ["val"])}
     assert set(rows) == {"train", "val"} and all(r.endswith("/2)") for r in rows.values())  # name whole: of 2 tasks

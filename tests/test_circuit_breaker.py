@@ -6,10 +6,10 @@ import subprocess
 
 import pytest
 
-from agent_rl.breaker import InfraBreaker, InfraErrorRateError
 from agent_rl.config import ConfigError, load_config
+from agent_rl.core.types import StopReason, Trajectory
 from agent_rl.rollout.backends.server import bind
-from agent_rl.types import StopReason, Trajectory
+from agent_rl.train.breaker import InfraBreaker, InfraErrorRateError
 from tests.conftest import ROOT
 from tests.learner.helpers import env, train_cmd
 
@@ -19,9 +19,20 @@ def episodes(n: int, failed: int, error: str = "backend: ServerUnavailableError(
     for i in range(n):
         stop = StopReason.INFRA_ERROR if i < failed else StopReason.DONE
         info = {"error": f"{error} #{i}"} if i < failed else {}
-        out.append(Trajectory(task_id="t", group_id="g", episode_id=f"e{i}", token_ids_T=[1], loss_mask_T=[0],
-                              rollout_logprobs_T=[0.0], turns_N=[], reward=None if i < failed else 1.0,
-                              stop_reason=stop, info=info))
+        out.append(
+            Trajectory(
+                task_id="t",
+                group_id="g",
+                episode_id=f"e{i}",
+                token_ids_T=[1],
+                loss_mask_T=[0],
+                rollout_logprobs_T=[0.0],
+                turns_N=[],
+                reward=None if i < failed else 1.0,
+                stop_reason=stop,
+                info=info,
+            )
+        )
     return out
 
 
@@ -42,8 +53,11 @@ def test_more_than_half_failing_for_patience_steps_trips():
     breaker = InfraBreaker(cfg)
     for step, failed in enumerate([3, 3, 1, 3, 3]):  # the good step (1 of 4) resets the count
         breaker.check(step, episodes(4, failed, "step: InfraError('sandbox gone')"))
-    with pytest.raises(InfraErrorRateError, match=r"step 5: 3 of 4 .*more than trainer.sustained_infra_error_frac=0.5 "
-                       r"for trainer.infra_error_patience=3 steps in a row.*environment's infrastructure .*sandbox gone"):
+    with pytest.raises(
+        InfraErrorRateError,
+        match=r"step 5: 3 of 4 .*more than trainer.sustained_infra_error_frac=0.5 "
+        r"for trainer.infra_error_patience=3 steps in a row.*environment's infrastructure .*sandbox gone",
+    ):
         breaker.check(5, episodes(4, 3, "step: InfraError('sandbox gone')"))
     relaxed = InfraBreaker(load_config(None, ["trainer.infra_error_patience=0", "trainer.max_infra_error_frac=0.9"]))
     for step in range(10):
@@ -78,9 +92,14 @@ def test_a_run_against_a_dead_backend_stops_at_its_first_step_and_resumes(tmp_pa
         "tracking.tensorboard=false",
         "tracking.progress=false",
     ]
-    dead = ["rollout.backend.name=openai", f"rollout.backend.base_url=http://127.0.0.1:{closed_port()}/v1",
-            "rollout.backend.max_retries=0"]
-    r = subprocess.run(train_cmd(*args, *dead), cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300, check=False)
+    dead = [
+        "rollout.backend.name=openai",
+        f"rollout.backend.base_url=http://127.0.0.1:{closed_port()}/v1",
+        "rollout.backend.max_retries=0",
+    ]
+    r = subprocess.run(
+        train_cmd(*args, *dead), cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300, check=False
+    )
     assert r.returncode == 3, r.stderr[-3000:]
     [line] = [x for x in r.stderr.splitlines() if x.strip()]
     assert line.startswith("error: step 0: 4 of 4 episodes ended in an infrastructure error"), line
@@ -90,7 +109,14 @@ def test_a_run_against_a_dead_backend_stops_at_its_first_step_and_resumes(tmp_pa
     assert (run_dir / "checkpoints" / "step_000000").is_dir()
 
     # the checkpoint resumes: with the backend fixed, the run goes on from step 0 to its end
-    r = subprocess.run(train_cmd("--resume", str(run_dir), "rollout.backend.name=hf"), cwd=ROOT, env=env(),
-                       capture_output=True, text=True, timeout=300, check=False)
+    r = subprocess.run(
+        train_cmd("--resume", str(run_dir), "rollout.backend.name=hf"),
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"resumed {run_dir} at step 0" in r.stdout

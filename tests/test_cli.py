@@ -45,7 +45,11 @@ def test_init_model(tmp_path):
     assert model.config.model_type == "qwen2"
     assert 0.5e6 < sum(p.numel() for p in model.parameters()) < 1.5e6
     text = tok.apply_chat_template(
-        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "<tool_call>\n{}\n</tool_call>"}, {"role": "tool", "content": "1"}],
+        [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "<tool_call>\n{}\n</tool_call>"},
+            {"role": "tool", "content": "1"},
+        ],
         tokenize=False,
     )
     assert text == (
@@ -57,13 +61,29 @@ def test_init_model(tmp_path):
 def test_sft_train_resume_eval(tmp_path, tiny_model_dir):
     runs = tmp_path / "runs"
     common = [f"model.path={tiny_model_dir}", f"run.root={runs}", *SMALL]
-    r = run("sft", QUICK, *common, "sft.demos=24", "sft.batch_size=8", "sft.max_steps=4", "sft.eval_every_steps=2",
-            "sft.eval_episodes=4", f"sft.out={tmp_path / 'sft'}")
+    r = run(
+        "sft",
+        QUICK,
+        *common,
+        "sft.demos=24",
+        "sft.batch_size=8",
+        "sft.max_steps=4",
+        "sft.eval_every_steps=2",
+        "sft.eval_episodes=4",
+        f"sft.out={tmp_path / 'sft'}",
+    )
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "sft" / "model.safetensors").exists() and "val success" in r.stdout
 
-    r = run("train", QUICK, *common, f"model.path={tmp_path / 'sft'}", "trainer.steps=2", "run.name=smoke",
-            "algorithm.filters=[{name: dynamic_sampling}]")
+    r = run(
+        "train",
+        QUICK,
+        *common,
+        f"model.path={tmp_path / 'sft'}",
+        "trainer.steps=2",
+        "run.name=smoke",
+        "algorithm.filters=[{name: dynamic_sampling}]",
+    )
     assert r.returncode == 0, r.stderr
     [run_dir] = list(runs.glob("smoke-*"))
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -91,8 +111,17 @@ def test_sft_train_resume_eval(tmp_path, tiny_model_dir):
 @pytest.mark.slow
 def test_quickstart_tiny_budget(tmp_path):
     r = run(
-        "quickstart", "--root", str(tmp_path / "qs"), *SMALL, "sft.demos=16", "sft.batch_size=8", "sft.max_steps=2",
-        "sft.eval_every_steps=2", "sft.eval_episodes=4", "trainer.steps=1", timeout=600,
+        "quickstart",
+        "--root",
+        str(tmp_path / "qs"),
+        *SMALL,
+        "sft.demos=16",
+        "sft.batch_size=8",
+        "sft.max_steps=2",
+        "sft.eval_every_steps=2",
+        "sft.eval_episodes=4",
+        "trainer.steps=1",
+        timeout=600,
     )
     assert r.returncode == 0, r.stderr
     assert "SFT + RL" in r.stdout and "RL gain over SFT" in r.stdout

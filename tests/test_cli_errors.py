@@ -91,7 +91,9 @@ def test_hub_offline_mode_is_honoured(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda repo, name: None)
-    monkeypatch.setattr(huggingface_hub, "model_info", lambda *a, **k: pytest.fail("offline mode must not reach the hub"))
+    monkeypatch.setattr(
+        huggingface_hub, "model_info", lambda *a, **k: pytest.fail("offline mode must not reach the hub")
+    )
     err = _error(capsys, ["eval", QUICK, "model.path=Qwen/Qwen2.5-0.5B-Instruct"])
     assert "not in the local cache while offline mode is on (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)" in err
 
@@ -100,11 +102,19 @@ def test_hub_unreachable_subprocess(tmp_path):
     """The real client against a closed port: one line, quickly (no retry loop)."""
     env = {**cli_env(), "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")}
     env.pop("HF_HUB_OFFLINE", None)
-    r = subprocess.run([sys.executable, "-m", "agent_rl.cli", "train", QUICK, "model.path=Org/Model", f"run.root={tmp_path / 'runs'}"],
-                       capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "agent_rl.cli", "train", QUICK, "model.path=Org/Model", f"run.root={tmp_path / 'runs'}"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
     assert r.returncode == 2, r.stderr
-    assert r.stderr.startswith(f"error: model.path=Org/Model: not a local directory ({tmp_path}/Org/Model, relative to the "
-                               "working directory), and the hub cannot be reached (")
+    assert r.stderr.startswith(
+        f"error: model.path=Org/Model: not a local directory ({tmp_path}/Org/Model, relative to the "
+        "working directory), and the hub cannot be reached ("
+    )
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
 
 
@@ -112,11 +122,16 @@ def test_unreadable_checkpoint_leaves_no_run_dir(tmp_path, capsys):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text("{}")
     runs = tmp_path / "runs"
-    err = _error(capsys, ["train", QUICK, f"model.path={tmp_path / 'm'}", f"run.root={runs}", "tracking.progress=false"])
+    err = _error(
+        capsys, ["train", QUICK, f"model.path={tmp_path / 'm'}", f"run.root={runs}", "tracking.progress=false"]
+    )
     assert err.startswith(f"error: model.path={tmp_path / 'm'}: cannot load the tokenizer (")
     assert list(runs.iterdir()) == []  # the run directory made before the load is gone
     err = _error(capsys, ["train", QUICK, f"model.path={tmp_path}"])
-    assert err == f"error: model.path={tmp_path}: the directory has no config.json, so it is not a from_pretrained checkpoint"
+    assert (
+        err
+        == f"error: model.path={tmp_path}: the directory has no config.json, so it is not a from_pretrained checkpoint"
+    )
 
 
 def test_malformed_yaml_names_file_line_column(tmp_path, capsys):

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from agent_rl.cli import main
-from agent_rl.compare import compare, config_differences, curve
+from agent_rl.commands.compare import compare, config_differences, curve
 
 
 def _run(path, rows, config):
@@ -19,21 +19,42 @@ def _run(path, rows, config):
 
 @pytest.fixture
 def runs(tmp_path):
-    a = _run(tmp_path / "a", [
-        {"step": 1, "rollout/reward_mean": 0.1, "rollout/generated_tokens": 100.0},
-        {"step": 2, "rollout/reward_mean": 0.5, "rollout/generated_tokens": 100.0, "eval/success": 0.25},
-        {"step": 2, "rollout/reward_mean": 0.4, "rollout/generated_tokens": 100.0, "eval/success": 0.5},  # resumed: redone
-        {"step": 3, "rollout/reward_mean": 0.3, "rollout/generated_tokens": 50.0},
-    ], {"trainer": {"steps": 3, "seed": 0}, "algorithm": {"loss": {"name": "ppo_clip"}}, "run": {"dir": "x", "name": "a"}})
-    b = _run(tmp_path / "b", [
-        {"step": 1, "rollout/reward_mean": 0.2, "rollout/generated_tokens": 300.0},
-        {"step": 2, "rollout/reward_mean": 0.6, "rollout/generated_tokens": 300.0},
-    ], {"trainer": {"steps": 2, "seed": 0}, "algorithm": {"loss": {"name": "cispo", "eps_high": 5.0}}, "run": {"dir": "y", "name": "b"}})
+    a = _run(
+        tmp_path / "a",
+        [
+            {"step": 1, "rollout/reward_mean": 0.1, "rollout/generated_tokens": 100.0},
+            {"step": 2, "rollout/reward_mean": 0.5, "rollout/generated_tokens": 100.0, "eval/success": 0.25},
+            {
+                "step": 2,
+                "rollout/reward_mean": 0.4,
+                "rollout/generated_tokens": 100.0,
+                "eval/success": 0.5,
+            },  # resumed: redone
+            {"step": 3, "rollout/reward_mean": 0.3, "rollout/generated_tokens": 50.0},
+        ],
+        {
+            "trainer": {"steps": 3, "seed": 0},
+            "algorithm": {"loss": {"name": "ppo_clip"}},
+            "run": {"dir": "x", "name": "a"},
+        },
+    )
+    b = _run(
+        tmp_path / "b",
+        [
+            {"step": 1, "rollout/reward_mean": 0.2, "rollout/generated_tokens": 300.0},
+            {"step": 2, "rollout/reward_mean": 0.6, "rollout/generated_tokens": 300.0},
+        ],
+        {
+            "trainer": {"steps": 2, "seed": 0},
+            "algorithm": {"loss": {"name": "cispo", "eps_high": 5.0}},
+            "run": {"dir": "y", "name": "b"},
+        },
+    )
     return a, b
 
 
 def test_curves_by_step_and_tokens(runs):
-    from agent_rl.tracking import read_metrics
+    from agent_rl.run.tracking import read_metrics
 
     rows = read_metrics(runs[0])
     assert curve(rows, "rollout/reward_mean", "step") == [(1.0, 0.1), (2.0, 0.4), (3.0, 0.3)]
@@ -45,9 +66,18 @@ def test_curves_by_step_and_tokens(runs):
 
 def test_config_differences_ignore_the_run_names():
     a = {"trainer.steps": 3, "algorithm.loss.name": "ppo_clip", "run.dir": "x", "trainer.seed": 0}
-    b = {"trainer.steps": 2, "algorithm.loss.name": "cispo", "algorithm.loss.eps_high": 5.0, "run.dir": "y", "trainer.seed": 0}
+    b = {
+        "trainer.steps": 2,
+        "algorithm.loss.name": "cispo",
+        "algorithm.loss.eps_high": 5.0,
+        "run.dir": "y",
+        "trainer.seed": 0,
+    }
     assert config_differences([a, b]) == {
-        "algorithm.loss.eps_high": [None, 5.0], "algorithm.loss.name": ["ppo_clip", "cispo"], "trainer.steps": [3, 2]}
+        "algorithm.loss.eps_high": [None, 5.0],
+        "algorithm.loss.name": ["ppo_clip", "cispo"],
+        "trainer.steps": [3, 2],
+    }
 
 
 def test_compare_writes_png_and_table(runs, tmp_path):
@@ -71,24 +101,53 @@ def test_compare_writes_png_and_table(runs, tmp_path):
 
 def test_cli_compare_and_its_errors(runs, tmp_path, capsys):
     png = tmp_path / "c.png"
-    assert main(["compare", str(runs[0]), str(runs[1]), "--metrics", "rollout/reward_mean", "--labels", "ppo,cispo",
-                 "--out", str(png)]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                str(runs[0]),
+                str(runs[1]),
+                "--metrics",
+                "rollout/reward_mean",
+                "--labels",
+                "ppo,cispo",
+                "--out",
+                str(png),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "| cispo | rollout/reward_mean | 0.6000 |" in out and f"plot written to {png}" in out and png.exists()
     assert main(["compare", str(runs[0]), "--metrics", "train/nope"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: --metrics: train/nope logged by none of the runs; logged: eval/success, rollout/generated_tokens")
+    assert err.startswith(
+        "error: --metrics: train/nope logged by none of the runs; logged: eval/success, rollout/generated_tokens"
+    )
     assert main(["compare", str(tmp_path / "missing")]) == 2
     assert "no metrics.jsonl with rows" in capsys.readouterr().err
 
 
 def test_runs_with_one_label_are_a_group(runs, tmp_path):
     """Seeds of one method: the mean curve's best, final and mean as mean ± std over the runs."""
-    c = _run(tmp_path / "c", [
-        {"step": 1, "rollout/reward_mean": 0.3, "rollout/generated_tokens": 100.0},
-        {"step": 2, "rollout/reward_mean": 0.2, "rollout/generated_tokens": 100.0},
-    ], {"trainer": {"steps": 2, "seed": 1}, "algorithm": {"loss": {"name": "cispo", "eps_high": 5.0}}, "run": {"dir": "z", "name": "c"}})
-    out, report = compare([str(runs[0]), str(runs[1]), str(c)], ("rollout/reward_mean",), out=tmp_path / "g.png", labels=["ppo", "cispo", "cispo"])
+    c = _run(
+        tmp_path / "c",
+        [
+            {"step": 1, "rollout/reward_mean": 0.3, "rollout/generated_tokens": 100.0},
+            {"step": 2, "rollout/reward_mean": 0.2, "rollout/generated_tokens": 100.0},
+        ],
+        {
+            "trainer": {"steps": 2, "seed": 1},
+            "algorithm": {"loss": {"name": "cispo", "eps_high": 5.0}},
+            "run": {"dir": "z", "name": "c"},
+        },
+    )
+    out, report = compare(
+        [str(runs[0]), str(runs[1]), str(c)],
+        ("rollout/reward_mean",),
+        out=tmp_path / "g.png",
+        labels=["ppo", "cispo", "cispo"],
+    )
     assert out.exists()
     assert report.splitlines()[2:4] == [
         "| ppo | rollout/reward_mean | 0.3000 | 0.4000 | 2 | 0.2667 | 3 |",

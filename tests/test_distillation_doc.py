@@ -22,7 +22,9 @@ def test_distillation_comparison_commands(tmp_path, tiny_model_dir):
         _run(command, cwd, *SMALL)
     for arm, command in (("opsd", eval_opsd), ("g_opd", eval_g_opd)):
         checkpoints = cwd / "runs" / "distill_cmp" / arm / "checkpoints"
-        (checkpoints / "step_000040").symlink_to(checkpoints / "step_000001")  # the page's step 40 is this budget's step 1
+        (checkpoints / "step_000040").symlink_to(
+            checkpoints / "step_000001"
+        )  # the page's step 40 is this budget's step 1
         _run(command, cwd, "eval.episodes=4")
     config = (cwd / "runs" / "distill_cmp" / "g_opd" / "config.yaml").read_text()  # the resolved config of the run
     assert "teacher_path: runs/distill_cmp/teacher_rl40" in config and "name: g_opd" in config

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent_rl.config import load_config
-from agent_rl.envloader import sft_teacher
+from agent_rl.run.envloader import sft_teacher
 
 
 def test_sft_teacher_null_means_the_envs_declared_teacher():

@@ -8,9 +8,11 @@ import sys
 
 import pytest
 
+from agent_rl.commands.eval import run_eval
 from agent_rl.config import load_config
-from agent_rl.eval import bootstrap_ci, pass_at_k, run_eval, score
-from agent_rl.types import StopReason, Trajectory
+from agent_rl.core.types import StopReason, Trajectory
+from agent_rl.train.evaluation import bootstrap_ci, pass_at_k, score
+from tests.builders import trajectory
 from tests.conftest import ROOT, cli_env
 
 CODE = str(ROOT / "configs" / "code_exec.yaml")
@@ -34,14 +36,11 @@ def test_bootstrap_interval_over_tasks():
 
 
 def _traj(group: str, reward: float | None, turns: int = 1) -> Trajectory:
-    from agent_rl.types import Turn
+    from agent_rl.core.types import Turn
 
     stop = StopReason.DONE if reward is not None else StopReason.INFRA_ERROR
-    return Trajectory(
-        task_id=f"task-{group}", group_id=group, episode_id=f"{group}-{id(object())}", token_ids_T=[1, 2],
-        loss_mask_T=[0, 1], rollout_logprobs_T=[0.0, 0.0], turns_N=[Turn(1, 2, 2, 2)] * turns, reward=reward,
-        stop_reason=stop,
-    )
+    return trajectory(f"{group}-{id(object())}", reward, ids=[1, 2], mask=[0, 1], turns=[Turn(1, 2, 2, 2)] * turns,
+                      task=f"task-{group}", group=group, stop=stop)  # fmt: skip
 
 
 def test_score_per_task_errors_excluded_and_counted():
@@ -57,7 +56,10 @@ def test_score_per_task_errors_excluded_and_counted():
     assert r.pass_at_k == pytest.approx(2 / 3)
     assert r.multi_turn == pytest.approx(4 / 14)
     assert [(t.group_id, t.samples, t.correct, t.errors, t.pass_at_k) for t in r.per_task] == [
-        ("a", 4, 2, 0, 1.0), ("b", 4, 0, 0, 0.0), ("c", 3, 3, 1, 1.0), ("d", 0, 0, 2, 0.0),
+        ("a", 4, 2, 0, 1.0),
+        ("b", 4, 0, 0, 0.0),
+        ("c", 3, 3, 1, 1.0),
+        ("d", 0, 0, 2, 0.0),
     ]
     assert r.pass_at_k_ci == bootstrap_ci([1.0, 0.0, 1.0]) and r.success_ci == bootstrap_ci([0.5, 0.125, 1.0])
 
@@ -66,9 +68,24 @@ def test_cli_eval_with_a_scripted_policy(tmp_path, tiny_model_dir):
     """`agent-rl eval` on CodeExec-v0 with the canonical solutions standing in for the model."""
     run_dir = tmp_path / "run"
     r = subprocess.run(
-        [sys.executable, "-m", "agent_rl.cli", "eval", CODE, f"model.path={tiny_model_dir}", "eval.episodes=3", "eval.k=2",
-         "eval.policy=envs.code_exec.policies:canonical", f"run.dir={run_dir}"],
-        capture_output=True, text=True, cwd=ROOT, env=cli_env(), timeout=300, check=False,
+        [
+            sys.executable,
+            "-m",
+            "agent_rl.cli",
+            "eval",
+            CODE,
+            f"model.path={tiny_model_dir}",
+            "eval.episodes=3",
+            "eval.k=2",
+            "eval.policy=envs.code_exec.policies:canonical",
+            f"run.dir={run_dir}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=cli_env(),
+        timeout=300,
+        check=False,
     )
     assert r.returncode == 0, r.stderr
     assert "mean@2 1.000 [1.000, 1.000]  pass@2 1.000 [1.000, 1.000]  (tasks=3, n=6, errors=0)" in r.stdout
@@ -88,8 +105,17 @@ def test_cli_eval_with_a_scripted_policy(tmp_path, tiny_model_dir):
 def test_eval_counts_infrastructure_failures_as_errors(tmp_path, tiny_model_dir, monkeypatch):
     """A sandbox that cannot start (here: docker without its image) is an error, never a 0."""
     monkeypatch.setenv("AGENT_RL_SANDBOX_IMAGE", "agent-rl-no-such-image:0")
-    cfg = load_config(CODE, [f"model.path={tiny_model_dir}", "eval.episodes=2", "eval.k=2", "sandbox.backend=docker",
-                             "eval.policy=envs.code_exec.policies:stub", f"run.dir={tmp_path}"])
+    cfg = load_config(
+        CODE,
+        [
+            f"model.path={tiny_model_dir}",
+            "eval.episodes=2",
+            "eval.k=2",
+            "sandbox.backend=docker",
+            "eval.policy=envs.code_exec.policies:stub",
+            f"run.dir={tmp_path}",
+        ],
+    )
     result, _ = run_eval(cfg, log=lambda *a: None)
     assert (result.errors, result.episodes, result.tasks) == (4, 0, 0)
 
@@ -108,10 +134,17 @@ def test_eval_config_mistakes_name_the_key(tiny_model_dir, tmp_path):
 
 
 def test_eval_with_the_model_through_the_hf_backend(tmp_path, tiny_model_dir):
-    cfg = load_config(ROOT / "configs" / "quickstart.yaml", [
-        f"model.path={tiny_model_dir}", "sandbox.backend=process", "rollout.max_new_tokens=8", "eval.episodes=3",
-        "eval.k=2", f"run.dir={tmp_path}",
-    ])
+    cfg = load_config(
+        ROOT / "configs" / "quickstart.yaml",
+        [
+            f"model.path={tiny_model_dir}",
+            "sandbox.backend=process",
+            "rollout.max_new_tokens=8",
+            "eval.episodes=3",
+            "eval.k=2",
+            f"run.dir={tmp_path}",
+        ],
+    )
     result, run_dir = run_eval(cfg, log=lambda *a: None)
     assert (result.tasks, result.episodes + result.errors) == (3, 6) and len(result.per_task) == 3
     rows = [json.loads(line) for line in (run_dir / "trajectories" / "eval.jsonl").read_text().splitlines()]

@@ -7,12 +7,12 @@ import json
 import sys
 
 import pytest
-from tests.conftest import ROOT
 
-from agent_rl.families import FAMILIES
-from agent_rl.rollout.backends.hf import load_tokenizer
+from agent_rl.models.families import FAMILIES
+from agent_rl.models.loading import load_tokenizer
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.tiny import init_tiny
+from agent_rl.run.envloader import init_tiny
+from tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
 from template_drift import measure  # noqa: E402
@@ -30,7 +30,9 @@ def tokenizers(family_dirs):
 
 
 def render(tok, messages, tools=None, add_generation_prompt=False, **kwargs):
-    return tok.apply_chat_template(messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False, **kwargs)
+    return tok.apply_chat_template(
+        messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False, **kwargs
+    )
 
 
 STOPS = {
@@ -75,7 +77,11 @@ def test_qwen3_drops_the_thinking_of_turns_before_the_last_user_message(tokenize
 def test_llama3_adds_the_date_header_and_renders_tool_results_as_ipython(tokenizers):
     messages = [
         {"role": "user", "content": "hi"},
-        {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {"x": 1}}}],
+        },
         {"role": "tool", "content": "7"},
     ]
     assert render(tokenizers["llama3"], messages, add_generation_prompt=True) == (
@@ -112,10 +118,16 @@ def test_harmony_drops_earlier_analysis_and_ends_only_the_last_answer_with_retur
 
 def test_harmony_tool_call_and_result(tokenizers):
     call = '<|channel|>commentary to=functions.python <|constrain|>json<|message|>{"code": "print(1)"}'
-    structured = {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "python", "arguments": {"code": "print(1)"}}}]}
+    structured = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"type": "function", "function": {"name": "python", "arguments": {"code": "print(1)"}}}],
+    }
     tail = [{"role": "tool", "content": "1"}]
     user = [{"role": "user", "content": "go"}]
-    raw = render(tokenizers["gpt-oss"], user + [{"role": "assistant", "content": call}] + tail, add_generation_prompt=True)
+    raw = render(
+        tokenizers["gpt-oss"], user + [{"role": "assistant", "content": call}] + tail, add_generation_prompt=True
+    )
     assert raw == render(tokenizers["gpt-oss"], user + [structured] + tail, add_generation_prompt=True)
     assert raw.endswith(
         '<|start|>assistant<|channel|>commentary to=functions.python <|constrain|>json<|message|>{"code": "print(1)"}<|call|>'
@@ -163,11 +175,15 @@ def test_the_documented_command_builds_that_family(tmp_path):
 
     from tests.conftest import cli_env
 
-    [block] = re.findall(r"^```bash\n(.*?)^```$", (ROOT / "docs" / "model-families.md").read_text(), re.DOTALL | re.MULTILINE)
+    [block] = re.findall(
+        r"^```bash\n(.*?)^```$", (ROOT / "docs" / "model-families.md").read_text(), re.DOTALL | re.MULTILINE
+    )
     for line in block.splitlines():
         argv = shlex.split(line)
         assert argv[0] == "agent-rl"
-        subprocess.run([sys.executable, "-m", "agent_rl.cli", *argv[1:]], cwd=tmp_path, env=cli_env(), check=True, timeout=600)
+        subprocess.run(
+            [sys.executable, "-m", "agent_rl.cli", *argv[1:]], cwd=tmp_path, env=cli_env(), check=True, timeout=600
+        )
     out = tmp_path / "runs" / "models" / "tiny-llama3"
     assert json.loads((out / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
     assert "<|eot_id|>" in load_tokenizer(str(out)).get_added_vocab()

@@ -8,17 +8,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from tests.conftest import ROOT
 
+from agent_rl.commands.eval import run_eval
+from agent_rl.commands.sft import demonstrations, sft
 from agent_rl.config import load_config
-from agent_rl.envloader import bind_tool_format, sft_teacher
-from agent_rl.eval import run_eval
-from agent_rl.families import FAMILIES
-from agent_rl.runtime import Components
-from agent_rl.sft import demonstrations, load_policy, sft
-from agent_rl.tiny import init_tiny
-from agent_rl.trainer import Trainer
-from agent_rl.types import Trajectory
+from agent_rl.core.types import Trajectory
+from agent_rl.models.families import FAMILIES
+from agent_rl.run.envloader import bind_tool_format, init_tiny, load_policy, sft_teacher
+from agent_rl.run.runtime import Components
+from agent_rl.train.trainer import Trainer
+from tests.conftest import ROOT
 from tools.formats import get_format
 
 QUICK = str(ROOT / "configs" / "quickstart.yaml")
@@ -49,11 +48,24 @@ class RecordingBackend:
 
 def overrides(model_dir, tmp_path) -> list[str]:
     return [
-        f"model.path={model_dir}", f"run.root={tmp_path / 'runs'}", "sandbox.backend=process",
-        "rollout.group_size=2", "rollout.max_new_tokens=32", "trainer.prompts_per_step=2", "trainer.steps=2",
-        "tracking.tensorboard=false", "tracking.progress=false", "tracking.save_trajectories=64",
-        "sft.demos=8", "sft.batch_size=4", "sft.max_steps=2", "sft.eval_every_steps=2", "sft.eval_episodes=2",
-        f"sft.out={tmp_path / 'sft'}", "eval.episodes=2", "eval.bootstrap=10",
+        f"model.path={model_dir}",
+        f"run.root={tmp_path / 'runs'}",
+        "sandbox.backend=process",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=32",
+        "trainer.prompts_per_step=2",
+        "trainer.steps=2",
+        "tracking.tensorboard=false",
+        "tracking.progress=false",
+        "tracking.save_trajectories=64",
+        "sft.demos=8",
+        "sft.batch_size=4",
+        "sft.max_steps=2",
+        "sft.eval_every_steps=2",
+        "sft.eval_episodes=2",
+        f"sft.out={tmp_path / 'sft'}",
+        "eval.episodes=2",
+        "eval.bootstrap=10",
     ]
 
 
@@ -114,8 +126,14 @@ def test_family_sft_rl_eval(tmp_path, family):
     assert len(trajectories) == 8
     assert_masks_are_what_was_sampled(trajectories, recorder.calls, layout)
 
-    cfg = load_config(QUICK, [*overrides(model_dir, tmp_path), f"model.path={run_dir / 'checkpoints/step_000002/model'}",
-                              f"run.dir={tmp_path / 'eval'}"])
+    cfg = load_config(
+        QUICK,
+        [
+            *overrides(model_dir, tmp_path),
+            f"model.path={run_dir / 'checkpoints/step_000002/model'}",
+            f"run.dir={tmp_path / 'eval'}",
+        ],
+    )
     result, out = run_eval(cfg, log=lambda *_: None)
     assert result.episodes + result.errors == 2
     assert json.loads((out / "eval.json").read_text())
@@ -123,7 +141,7 @@ def test_family_sft_rl_eval(tmp_path, family):
 
 @pytest.fixture(scope="module")
 def family_tokenizers(tmp_path_factory):
-    from agent_rl.rollout.backends.hf import load_tokenizer
+    from agent_rl.models.loading import load_tokenizer
 
     root = tmp_path_factory.mktemp("family-tokenizers")
     return {name: load_tokenizer(str(init_tiny(root / name, family=name))) for name in ("llama3", "gpt-oss")}
@@ -135,7 +153,9 @@ def test_llama3_ipython_results_are_truncated_like_tool_results(family_tokenizer
     renderer = ChatRenderer(family_tokenizers["llama3"])
     long = " ".join(str(i) for i in range(50))
     n = len(renderer.encode(long))
-    out, cut = renderer.truncate_observation([{"role": "ipython", "content": long}, {"role": "user", "content": long}], 4)
+    out, cut = renderer.truncate_observation(
+        [{"role": "ipython", "content": long}, {"role": "user", "content": long}], 4
+    )
     assert cut == 1 and out[1]["content"] == long  # a user message is never cut
     assert out[0]["content"] == renderer.decode(renderer.encode(long)[:4]) + f"\n...[truncated {n - 4} tokens]"
 

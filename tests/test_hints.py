@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from agent_rl.hints import CAUSES, LearningHints, constant_reward_groups, invalid_actions
-from agent_rl.types import StopReason, Trajectory, Turn
+from agent_rl.core.types import StopReason, Trajectory, Turn
+from agent_rl.train.hints import CAUSES, LearningHints, constant_reward_groups, invalid_actions
+from tests.builders import trajectory
 
 
 def _traj(group: str, reward: float | None, valid: list[bool]) -> Trajectory:
     turns = [Turn(0, 1, 1, 1, action_valid=v) for v in valid]
     stop = StopReason.DONE if reward is not None else StopReason.INFRA_ERROR
-    return Trajectory("t", group, f"{group}-{reward}-{len(valid)}", [1], [1], [0.0], turns, reward, stop)
+    return trajectory(
+        f"{group}-{reward}-{len(valid)}", reward, ids=[1], mask=[1], turns=turns, task="t", group=group, stop=stop
+    )
 
 
 def _step(rewards_by_group: dict[str, list[float | None]], valid: list[bool] | None = None) -> list[Trajectory]:

@@ -12,5 +12,13 @@ from tests.conftest import ROOT, cli_env
 
 def test_lint_imports_keeps_every_contract():
     lint_imports = Path(sys.executable).parent / "lint-imports"
-    r = subprocess.run([str(lint_imports), "--no-cache"], check=False, capture_output=True, text=True, cwd=ROOT, env=cli_env(), timeout=300)
+    r = subprocess.run(
+        [str(lint_imports), "--no-cache"],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=cli_env(),
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]

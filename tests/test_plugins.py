@@ -45,7 +45,7 @@ def register():
     class EchoAdvantageConfig(ComponentConfig):
         pass
 
-    @register_advantage("echo_advantage", config=EchoAdvantageConfig)
+    @register_advantage("echo_advantage", config=EchoAdvantageConfig)  # no status: counted as an interpretation
     def echo_advantage(x, cfg):
         """Echo advantage (a test plugin).
 
@@ -76,15 +76,22 @@ def install(root: Path, dist: str, entry_points: str, modules: dict[str, str]) -
 def run(root: Path, *argv: str) -> subprocess.CompletedProcess:
     env = cli_env()
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
-    return subprocess.run([sys.executable, *argv], check=False, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, *argv], check=False, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300
+    )
 
 
 def echo_plugin(root: Path) -> Path:
-    install(root, "echo-plugin", ENTRY_POINTS, {
-        "echo_plugin/__init__.py": "",
-        "echo_plugin/envs.py": ENV_MODULE,
-        "echo_plugin/objectives.py": OBJECTIVE_MODULE,
-    })
+    install(
+        root,
+        "echo-plugin",
+        ENTRY_POINTS,
+        {
+            "echo_plugin/__init__.py": "",
+            "echo_plugin/envs.py": ENV_MODULE,
+            "echo_plugin/objectives.py": OBJECTIVE_MODULE,
+        },
+    )
     return root
 
 
@@ -93,8 +100,8 @@ def test_an_installed_env_is_creatable_and_its_objective_accepted_by_load_config
         import gymnasium as gym
 
         from agent_rl.config import load_config
-        from agent_rl.envloader import env_factory
-        from agent_rl.plugins import load_entry_points
+        from agent_rl.run.envloader import env_factory
+        from agent_rl.core.plugins import load_entry_points
 
         cfg = load_config(None, ["algorithm.advantage.name=echo_advantage", "env.id=echo_plugin/Echo-v0"])
         load_entry_points()  # again: nothing is registered twice
@@ -119,13 +126,20 @@ def test_envs_list_and_objectives_list_show_the_plugin(tmp_path):
 
 
 def test_a_broken_plugin_fails_in_one_line_naming_it(tmp_path):
-    install(tmp_path, "broken-plugin", "[agent_rl.envs]\nbroken = broken_plugin.envs\n", {
-        "broken_plugin/__init__.py": "",
-        "broken_plugin/envs.py": "raise RuntimeError('no such thing')\n",
-    })
+    install(
+        tmp_path,
+        "broken-plugin",
+        "[agent_rl.envs]\nbroken = broken_plugin.envs\n",
+        {
+            "broken_plugin/__init__.py": "",
+            "broken_plugin/envs.py": "raise RuntimeError('no such thing')\n",
+        },
+    )
     r = run(tmp_path, "-m", "agent_rl.cli", "envs", "list")
     assert r.returncode == 2
-    assert r.stderr.strip().splitlines() == [(
-        "error: plugin 'broken' (entry point group 'agent_rl.envs') of distribution 'broken-plugin': "
-        "loading 'broken_plugin.envs' failed: RuntimeError: no such thing"
-    )]
+    assert r.stderr.strip().splitlines() == [
+        (
+            "error: plugin 'broken' (entry point group 'agent_rl.envs') of distribution 'broken-plugin': "
+            "loading 'broken_plugin.envs' failed: RuntimeError: no such thing"
+        )
+    ]

@@ -58,4 +58,6 @@ def test_e_grm_commands(tmp_path):
     assert (cwd / "runs" / "egrm_scorer" / "metrics.json").exists()
     _run(train, cwd, *SMALL, "rollout.group_size=2")
     rows = [json.loads(line) for line in (cwd / "runs" / "e_grm" / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 1 and 0.0 <= rows[0]["e_grm/judged_frac"] <= 1.0 and 0.0 <= rows[0]["rollout/reward_mean"] <= 1.0
+    assert (
+        len(rows) == 1 and 0.0 <= rows[0]["e_grm/judged_frac"] <= 1.0 and 0.0 <= rows[0]["rollout/reward_mean"] <= 1.0
+    )

@@ -6,7 +6,7 @@ import io
 import os
 import re
 
-from agent_rl.progress import RunProgress, clock
+from agent_rl.run.progress import RunProgress, clock
 
 
 class Tty(io.StringIO):
@@ -28,8 +28,11 @@ def test_piped_lines_per_step_and_summary(tmp_path):
         "train step 3/3 | reward 0.500 | loss 0.1250 | 1.0 s/step",
     ]
     (tmp_path / "metrics.jsonl").write_text("")
-    rows = [{"step": 1, "rollout/reward_mean": 0.25, "train/loss": 0.5}, {"step": 2, "rollout/reward_mean": 0.75, "train/loss": 0.25},
-            {"step": 3, "rollout/reward_mean": 0.5, "train/loss": 0.125}]
+    rows = [
+        {"step": 1, "rollout/reward_mean": 0.25, "train/loss": 0.5},
+        {"step": 2, "rollout/reward_mean": 0.75, "train/loss": 0.25},
+        {"step": 3, "rollout/reward_mean": 0.5, "train/loss": 0.125},
+    ]
     text = p.summary(tmp_path, rows, ["metrics.jsonl", "reward.png"])
     assert text.splitlines() == [
         "train done: 3 step(s) in 0:00:09",
@@ -75,20 +78,45 @@ def test_train_piped_shows_steps_hint_and_summary(tmp_path, tiny_model_dir):
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}  # the CLI itself must keep warnings quiet
     r = subprocess.run(
-        [sys.executable, "-m", "agent_rl.cli", "train", str(ROOT / "configs" / "quickstart.yaml"), f"model.path={tiny_model_dir}",
-         f"run.dir={tmp_path / 'run'}", "trainer.steps=2", "trainer.eval_every=0", "sandbox.backend=process", "rollout.group_size=2",
-         "rollout.max_new_tokens=8", "trainer.prompts_per_step=2", "tracking.loggers=[]"],
-        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "agent_rl.cli",
+            "train",
+            str(ROOT / "configs" / "quickstart.yaml"),
+            f"model.path={tiny_model_dir}",
+            f"run.dir={tmp_path / 'run'}",
+            "trainer.steps=2",
+            "trainer.eval_every=0",
+            "sandbox.backend=process",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=8",
+            "trainer.prompts_per_step=2",
+            "tracking.loggers=[]",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=600,
     )
     assert r.returncode == 0, r.stderr[-3000:]
     lines = r.stdout.splitlines()
     assert lines[0] == f"train: loading {tiny_model_dir} on cpu, env agent_rl/Arithmetic-v0"
-    assert [line.split(" | ")[0] for line in lines if line.startswith("train step")] == ["train step 1/2", "train step 2/2"]
-    hints = [line for line in lines if line.startswith("hint: RL cannot learn here: in the first 2 step(s) every group's")]
+    assert [line.split(" | ")[0] for line in lines if line.startswith("train step")] == [
+        "train step 1/2",
+        "train step 2/2",
+    ]
+    hints = [
+        line for line in lines if line.startswith("hint: RL cannot learn here: in the first 2 step(s) every group's")
+    ]
     assert len(hints) == 1 and "agent-rl sft" in hints[0]
     assert "train done: 2 step(s) in " in r.stdout
     assert "  files: metrics.jsonl, reward.png, checkpoints/step_000002/model, trajectories" in lines
-    assert sorted(p.name for p in (tmp_path / "run" / "trajectories").iterdir()) == ["step_000001.jsonl", "step_000002.jsonl"]
+    assert sorted(p.name for p in (tmp_path / "run" / "trajectories").iterdir()) == [
+        "step_000001.jsonl",
+        "step_000002.jsonl",
+    ]
     assert "UserWarning" not in r.stderr and "Traceback" not in r.stderr
 
 
@@ -99,7 +127,7 @@ def _episode(reward):
 
 
 def test_eval_episode_progress_piped_lines_running_success_and_errors():
-    from agent_rl.progress import EpisodeProgress
+    from agent_rl.run.progress import EpisodeProgress
 
     ticks = iter([0.0, 0.0, 1.0, 2.0, 4.0, 8.0])  # made, entered, then episodes 1-4 end at 1, 2, 4, 8 s
     out = io.StringIO()
@@ -116,7 +144,7 @@ def test_eval_episode_progress_piped_lines_running_success_and_errors():
 
 
 def test_eval_episode_progress_prints_about_20_lines_and_a_bar_on_a_terminal():
-    from agent_rl.progress import EpisodeProgress
+    from agent_rl.run.progress import EpisodeProgress
 
     out = io.StringIO()
     with EpisodeProgress("eval", total=100, stream=out) as p:

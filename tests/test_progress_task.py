@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from agent_rl.progress import PartProgress, TaskProgress, number
+from agent_rl.run.progress import PartProgress, TaskProgress, number
 from tests.test_progress import Tty
 
 
@@ -25,17 +25,20 @@ def test_piped_lines_phases_eta_and_summary(tmp_path):
         p.phase("vllm run")
         p.advance({"tok/s": 2.0}, by=2)
         text = p.finish([written, tmp_path / "missing.png"], {"speedup": 1.5})
-    assert out.getvalue().splitlines() == [
-        "bench/x run 0/4 | loading",
-        "bench/x run 0/4 | hf run",
-        "bench/x run 1/4 | hf run | tok/s 1235 | success 0.703 | episodes 64 | ETA 0:00:12",  # 4 s a run since 2 s, 3 left
-        "bench/x run 2/4 | hf run | tok/s 98.8 | ETA 0:00:10",  # 10 s for 2 runs, 2 left
-        "bench/x run 2/4 | vllm run",
-        "bench/x run 4/4 | vllm run | tok/s 2",
-        "bench/x done: 4 run(s) of 4 in 0:00:20",
-        "  speedup: 1.5",
-        f"  results: {written}",  # the missing file is not named
-    ]
+    assert (
+        out.getvalue().splitlines()
+        == [
+            "bench/x run 0/4 | loading",
+            "bench/x run 0/4 | hf run",
+            "bench/x run 1/4 | hf run | tok/s 1235 | success 0.703 | episodes 64 | ETA 0:00:12",  # 4 s a run since 2 s, 3 left
+            "bench/x run 2/4 | hf run | tok/s 98.8 | ETA 0:00:10",  # 10 s for 2 runs, 2 left
+            "bench/x run 2/4 | vllm run",
+            "bench/x run 4/4 | vllm run | tok/s 2",
+            "bench/x done: 4 run(s) of 4 in 0:00:20",
+            "  speedup: 1.5",
+            f"  results: {written}",  # the missing file is not named
+        ]
+    )
     assert text == "\n".join(out.getvalue().splitlines()[-3:])
 
 
@@ -46,7 +49,11 @@ def test_line_every_keeps_the_last_and_nothing_written_is_said():
             p.advance()
         p.finish()
     lines = out.getvalue().splitlines()
-    assert [line.split(" | ")[0] for line in lines[:3]] == ["bench/y round 2/5", "bench/y round 4/5", "bench/y round 5/5"]
+    assert [line.split(" | ")[0] for line in lines[:3]] == [
+        "bench/y round 2/5",
+        "bench/y round 4/5",
+        "bench/y round 5/5",
+    ]
     assert lines[-1] == "  results: printed above (no file written)"
 
 
@@ -62,16 +69,32 @@ def test_disabled_is_silent_and_terminal_shows_a_bar():
     p.phase("warm-up")
     p.advance({"tok/s": 10.0})
     p.finish()
-    assert "bench/z: warm-up" in tty.getvalue() and "tok/s 10" in tty.getvalue() and "bench/z done: 1 round(s) of 2" in tty.getvalue()
+    assert (
+        "bench/z: warm-up" in tty.getvalue()
+        and "tok/s 10" in tty.getvalue()
+        and "bench/z done: 1 round(s) of 2" in tty.getvalue()
+    )
 
 
 def test_number_text():
-    assert [number(x) for x in (3, 0.70312, 12.345, 99.96, 100.4, 1234.0, -0.5, "n/a")] == ["3", "0.703", "12.3", "100", "100", "1234", "-0.5", "n/a"]
+    assert [number(x) for x in (3, 0.70312, 12.345, 99.96, 100.4, 1234.0, -0.5, "n/a")] == [
+        "3",
+        "0.703",
+        "12.3",
+        "100",
+        "100",
+        "1234",
+        "-0.5",
+        "n/a",
+    ]
 
 
 def test_a_training_run_inside_a_script():
     """PartProgress takes the trainer's calls: its step n is the script's offset + n, with its key metrics."""
-    ticks, part_ticks = iter([0.0, 0.0, 2.0, 6.0, 8.0]), iter([0.0, 0.0, 1.0, 2.0])  # the part's phase comes after step 2
+    ticks, part_ticks = (
+        iter([0.0, 0.0, 2.0, 6.0, 8.0]),
+        iter([0.0, 0.0, 1.0, 2.0]),
+    )  # the part's phase comes after step 2
     out = io.StringIO()
     parent = TaskProgress("bench/q", total=4, unit="step", stream=out, now=lambda: next(ticks)).start()
     parent.step(2, {})  # a first run's two steps, at 2 s
@@ -81,16 +104,19 @@ def test_a_training_run_inside_a_script():
         run.phase("update")
         run.step(2, {"rollout/reward_mean": 0.75})
         assert run.summary(Path("."), [], []) == ""
-    assert out.getvalue().splitlines() == [
-        "bench/q step 2/4 | ETA 0:00:02",
-        "bench/q step 2/4 | run 2/2 vllm",
-        "bench/q step 3/4 | run 2/2 vllm: rollout | reward 0.5 | loss 0.25 | tok/s 100 | ETA 0:00:02",  # 6 s for 3 steps, 1 left
-        "bench/q step 4/4 | run 2/2 vllm: update | reward 0.75",
-    ]
+    assert (
+        out.getvalue().splitlines()
+        == [
+            "bench/q step 2/4 | ETA 0:00:02",
+            "bench/q step 2/4 | run 2/2 vllm",
+            "bench/q step 3/4 | run 2/2 vllm: rollout | reward 0.5 | loss 0.25 | tok/s 100 | ETA 0:00:02",  # 6 s for 3 steps, 1 left
+            "bench/q step 4/4 | run 2/2 vllm: update | reward 0.75",
+        ]
+    )
 
 
 def test_every_bench_script_reports_progress():
-    """Each bench script with a command line reports through agent_rl.progress (script_progress)."""
+    """Each bench script with a command line reports through agent_rl.run.progress (script_progress)."""
     bench = Path(__file__).resolve().parents[1] / "bench"
     scripts = [p for p in sorted(bench.glob("*.py")) if '__name__ == "__main__"' in p.read_text()]
     assert len(scripts) >= 10

@@ -26,7 +26,7 @@ import random
 import gymnasium as gym
 
 import envs  # noqa: F401  (registers the envs)
-from agent_rl.reward_model import RewardModelConfig, train_reward_model
+from agent_rl.commands.train_rm import RewardModelConfig, train_reward_model
 from envs.arithmetic.policies import answer_text, tool_call_text, weak_teacher
 
 PAIRS, HELDOUT_FRAC, STEPS, BATCH, LR = 200, 0.2, 30, 8, 1e-3
@@ -55,7 +55,11 @@ def verified_pairs(n: int, seed: int = 0, check_tool: int = 2) -> list[dict]:
         if (await env.astep(direct))[1] != 0.0:
             return None  # mental arithmetic got it right: no pair
         assert right == 1.0
-        chosen = [{"role": "assistant", "content": call}, *result, {"role": "assistant", "content": answer_text(task["answer"])}]
+        chosen = [
+            {"role": "assistant", "content": call},
+            *result,
+            {"role": "assistant", "content": answer_text(task["answer"])},
+        ]
         return {"prompt": prompt, "chosen": chosen, "rejected": [{"role": "assistant", "content": direct}]}
 
     out, task_seed = [], 0

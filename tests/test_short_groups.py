@@ -7,9 +7,10 @@ from typing import Any, ClassVar
 import gymnasium as gym
 
 from agent_rl.core.errors import InfraError
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
 from agent_rl.rollout.groups import short_groups
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
 from envs.spaces import AnyText, Messages
+from tests.builders import trajectory
 from tests.test_trainer import trainer
 
 ENV_ID = "test/FlakyOneTurn-v0"
@@ -37,8 +38,7 @@ class FlakyOneTurnEnv(gym.Env):
 
 def episode(group: str, i: int, stop: StopReason = StopReason.DONE) -> Trajectory:
     failed = stop == StopReason.INFRA_ERROR
-    return Trajectory(task_id="t", group_id=group, episode_id=f"{group}{i}", token_ids_T=[1], loss_mask_T=[1],
-                      rollout_logprobs_T=[0.0], turns_N=[], reward=None if failed else 1.0, stop_reason=stop)
+    return trajectory(f"{group}{i}", None if failed else 1.0, ids=[1], mask=[1], task="t", group=group, stop=stop)
 
 
 def test_short_groups_are_those_under_the_group_size():

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 from agent_rl.algorithms import FILTERS
-from agent_rl.task_sampler import TaskSampler
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.train.task_sampler import TaskSampler
 
 
 def group(task_id: str, rewards: list[float]) -> TrajectoryGroup:

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from agent_rl.tracking import Tracker  # imports no tracker, and not torch
+from agent_rl.run.tracking import Tracker  # imports no tracker, and not torch
 from tests.conftest import ROOT, cli_env
 
 
@@ -41,15 +41,28 @@ def _log_run(run_dir: Path, loggers: list[str], **tracking: str) -> None:
     The config is a plain namespace here: the subprocess then never imports torch."""
     from types import SimpleNamespace
 
-    from agent_rl.tracking import Tracker
+    from agent_rl.run.tracking import Tracker
 
     (run_dir / "trajectories").mkdir(parents=True)
     for step in (1, 2):
-        ep = {"episode_id": f"e{step}", "task_id": "t", "reward": step - 1.0, "stop_reason": "done",
-              "turns_N": [{}], "loss_mask_T": [0, 1, 1], "token_ids_T": [72, 105, 33]}
+        ep = {
+            "episode_id": f"e{step}",
+            "task_id": "t",
+            "reward": step - 1.0,
+            "stop_reason": "done",
+            "turns_N": [{}],
+            "loss_mask_T": [0, 1, 1],
+            "token_ids_T": [72, 105, 33],
+        }
         (run_dir / "trajectories" / f"step_{step:06d}.jsonl").write_text(json.dumps(ep) + "\n")
-    cfg = SimpleNamespace(**{"jsonl": True, "loggers": loggers, "project": "proj", "mlflow_uri": None, "table_episodes": 32, **tracking})
-    config = {"trainer": {"steps": 100}, "tracking": {"project": "proj"}, "model": {"path": str(run_dir / "no-tokenizer")}}
+    cfg = SimpleNamespace(
+        **{"jsonl": True, "loggers": loggers, "project": "proj", "mlflow_uri": None, "table_episodes": 32, **tracking}
+    )
+    config = {
+        "trainer": {"steps": 100},
+        "tracking": {"project": "proj"},
+        "model": {"path": str(run_dir / "no-tokenizer")},
+    }
     tracker = Tracker(run_dir, cfg, config)
     tracker.log(1, {"rollout/reward_mean": 0.25, "pass@2": 0.5})
     tracker.log(2, {"rollout/reward_mean": 0.75, "pass@2": 1.0, "bad": float("nan")})
@@ -75,8 +88,11 @@ def write_and_read(tmp: str) -> None:
             history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item})
         elif kind == "run":
             config.update({i.key: json.loads(i.value_json) for i in rec.run.config.update})
-    out["wandb"] = {"history": history, "trainer.steps": config.get("trainer", {}).get("steps"),
-                    "media": sorted(p.parent.name for p in wb.parent.glob("files/media/*/*"))}
+    out["wandb"] = {
+        "history": history,
+        "trainer.steps": config.get("trainer", {}).get("steps"),
+        "media": sorted(p.parent.name for p in wb.parent.glob("files/media/*/*")),
+    }
 
     from mlflow import MlflowClient
 
@@ -84,11 +100,13 @@ def write_and_read(tmp: str) -> None:
     [run] = client.search_runs([client.get_experiment_by_name("proj").experiment_id])
     table = json.loads(Path(client.download_artifacts(run.info.run_id, "trajectories.json", str(tmp_path))).read_text())
     out["mlflow"] = {
-        "name": run.info.run_name, "status": run.info.status,
+        "name": run.info.run_name,
+        "status": run.info.status,
         "reward": [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "rollout/reward_mean")],
         "pass": [m.value for m in client.get_metric_history(run.info.run_id, "pass_at_2")],
         "params": {k: run.data.params[k] for k in ("trainer.steps", "tracking.project")},
-        "artifacts": sorted(a.path for a in client.list_artifacts(run.info.run_id)), "table": table,
+        "artifacts": sorted(a.path for a in client.list_artifacts(run.info.run_id)),
+        "table": table,
     }
 
     from trackio.sqlite_storage import SQLiteStorage
@@ -104,21 +122,29 @@ def write_and_read(tmp: str) -> None:
 
 
 def test_every_tracker_offline(tmp_path):
-    env = {**cli_env(), "WANDB_MODE": "offline", "WANDB_SILENT": "true", "TRACKIO_DIR": str(tmp_path / "trackio"),
-           "MLFLOW_ALLOW_FILE_STORE": "true", "HF_HUB_OFFLINE": "1", "NO_PROXY": "*"}
+    env = {
+        **cli_env(),
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+        "TRACKIO_DIR": str(tmp_path / "trackio"),
+        "MLFLOW_ALLOW_FILE_STORE": "true",
+        "HF_HUB_OFFLINE": "1",
+        "NO_PROXY": "*",
+    }
     for key in ("WANDB_API_KEY", "MLFLOW_TRACKING_URI"):
         env.pop(key, None)
     code = f"from tests.test_trackers import write_and_read; write_and_read({str(tmp_path)!r})"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     [line] = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
-    out = json.loads(line[len("RESULT "):])
+    out = json.loads(line[len("RESULT ") :])
     assert {"metrics.jsonl", "reward.png", "wandb"} <= set(out["files"])
 
     rows = [[1, "e1", "t", 0.0, "done", 1, 2, "72 105 33"], [2, "e2", "t", 1.0, "done", 1, 2, "72 105 33"]]
     wb = out["wandb"]
-    assert [(h["_step"], h["rollout/reward_mean"], h["pass@2"]) for h in wb["history"] if "rollout/reward_mean" in h] == [
-        (1, 0.25, 0.5), (2, 0.75, 1.0)]
+    assert [
+        (h["_step"], h["rollout/reward_mean"], h["pass@2"]) for h in wb["history"] if "rollout/reward_mean" in h
+    ] == [(1, 0.25, 0.5), (2, 0.75, 1.0)]
     assert not any("bad" in h for h in wb["history"])  # NaN is never logged
     assert wb["trainer.steps"] == 100 and wb["media"] == ["images", "table"]
 
@@ -144,15 +170,22 @@ def test_deprecated_switches_fold_into_loggers():
     from agent_rl.config import load_config
 
     config._NOTED.clear()
-    with pytest.warns(FutureWarning, match=r"^tracking.tensorboard and tracking.wandb deprecated; use tracking.loggers=\[wandb\]$"):
+    with pytest.warns(
+        FutureWarning, match=r"^tracking.tensorboard and tracking.wandb deprecated; use tracking.loggers=\[wandb\]$"
+    ):
         cfg = load_config(None, ["tracking.tensorboard=false", "tracking.wandb=true"])
     warnings.simplefilter("ignore", FutureWarning)
     assert cfg.tracking.loggers == ["wandb"] and cfg.tracking.tensorboard is None and cfg.tracking.wandb is None
     assert load_config(None, ["tracking.tensorboard=false"]).tracking.loggers == []
-    assert load_config(None, ["tracking.loggers=[mlflow]", "tracking.tensorboard=true"]).tracking.loggers == ["mlflow", "tensorboard"]
+    assert load_config(None, ["tracking.loggers=[mlflow]", "tracking.tensorboard=true"]).tracking.loggers == [
+        "mlflow",
+        "tensorboard",
+    ]
     assert load_config(None).tracking.loggers == ["tensorboard"]
     # config.yaml of such a run reloads without the switches (and without a second note)
-    assert load_config(None, [f"tracking={json.dumps(cfg.model_dump(mode='json')['tracking'])}"]).tracking == cfg.tracking
+    assert (
+        load_config(None, [f"tracking={json.dumps(cfg.model_dump(mode='json')['tracking'])}"]).tracking == cfg.tracking
+    )
 
 
 def test_missing_tracker_package_is_one_line(tmp_path, monkeypatch):
@@ -175,7 +208,9 @@ def test_tensorboard_gets_metrics_config_image_and_table(tmp_path):
     events = EventAccumulator(str(run_dir), size_guidance={"tensors": 0, "images": 0}).Reload()
     assert [(e.step, e.value) for e in events.Scalars("rollout/reward_mean")] == [(1, 0.25), (2, 0.75)]
     assert "bad" not in events.Tags()["scalars"]
-    [image] = events.Images("reward/image/0") if "reward/image/0" in events.Tags()["images"] else events.Images("reward")
+    [image] = (
+        events.Images("reward/image/0") if "reward/image/0" in events.Tags()["images"] else events.Images("reward")
+    )
     assert image.step == 2 and image.encoded_image_string[:8] == b"\x89PNG\r\n\x1a\n"
     texts = {tag: events.Tensors(tag)[-1].tensor_proto.string_val[0].decode() for tag in events.Tags()["tensors"]}
     assert "steps: 100" in texts["config/text_summary"]

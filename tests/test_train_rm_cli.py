@@ -11,7 +11,9 @@ def test_train_rm_missing_model_is_one_line(tmp_path, capsys):
     assert main(["train-rm", "--data", str(data), "--model", str(model), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.splitlines() == [
-        (f"error: --model={model}: no such directory (looked for {model}). Build a tiny model with "
-         f"`agent-rl init-model tiny --out {model}`, or give a checkpoint directory or a hub id (org/name)")
+        (
+            f"error: --model={model}: no such directory (looked for {model}). Build a tiny model with "
+            f"`agent-rl init-model tiny --out {model}`, or give a checkpoint directory or a hub id (org/name)"
+        )
     ]
     assert not out.exists()

@@ -8,7 +8,7 @@ from agent_rl.config import load_config
 from agent_rl.learner.logprobs import token_logprobs
 from agent_rl.rollout.batching import make_batch
 from agent_rl.rollout.groups import group_trajectories
-from agent_rl.trainer import Trainer
+from agent_rl.train.trainer import Trainer
 from tests.conftest import ROOT
 
 SMALL = [
@@ -26,18 +26,19 @@ SMALL = [
 
 def trainer(tmp_path, tiny_model_dir, *overrides: str) -> Trainer:
     cfg = load_config(
-        ROOT / "configs" / "quickstart.yaml", [f"model.path={tiny_model_dir}", f"run.root={tmp_path}", *SMALL, *overrides]
+        ROOT / "configs" / "quickstart.yaml",
+        [f"model.path={tiny_model_dir}", f"run.root={tmp_path}", *SMALL, *overrides],
     )
     return Trainer(cfg, log=lambda *a: None)
 
 
 def test_sdpo_teacher_sees_the_verified_solution(tmp_path, tiny_model_dir):
     t = trainer(tmp_path, tiny_model_dir, "algorithm.loss.name=sdpo")
-    assert t.teacher is not None and t.teacher.decay == 0.99
+    assert t.models["teacher"].teacher is not None and t.models["teacher"].teacher.decay == 0.99
     trajectories = t._rollout(0, 0, 2)
     groups = group_trajectories(trajectories)
     batch = make_batch(groups, t.components.tokenizer.pad_token_id)
-    teacher_BT = t.teaching.logprobs(batch, groups)
+    teacher_BT = t.models["teacher"].teaching.logprobs(batch, groups)
     # by hand for row 0: its prompt messages + a user message with the context, then its tokens
     traj = groups[0].trajectories_G[0]
     renderer = t.components.renderer
@@ -46,7 +47,7 @@ def test_sdpo_teacher_sees_the_verified_solution(tmp_path, tiny_model_dir):
     assert renderer.decode(ctx).startswith("<|im_start|>user\nVerified solution: ")
     row = traj.token_ids_T[:k] + ctx + traj.token_ids_T[k:]
     with torch.no_grad():
-        logp = torch.log_softmax(t.teacher.model(input_ids=torch.tensor([row])).logits[0].float(), -1)
+        logp = torch.log_softmax(t.models["teacher"].teacher.model(input_ids=torch.tensor([row])).logits[0].float(), -1)
     n = len(traj.token_ids_T)
     expected = [0.0] + [float(logp[j - 1, row[j]]) for j in (i if i < k else i + len(ctx) for i in range(1, n))]
     mask = batch.loss_mask_BT[0, :n].bool()
@@ -56,16 +57,18 @@ def test_sdpo_teacher_sees_the_verified_solution(tmp_path, tiny_model_dir):
     assert (student_BT[0, :n][mask] - teacher_BT[0, :n][mask]).abs().max() > 1e-3
     metrics = t.step(1)
     assert "train/loss" in metrics or metrics.get("train/skipped") == 1.0
-    assert t.teacher.num_updates == (1 if "train/loss" in metrics else 0)
+    assert t.models["teacher"].teacher.num_updates == (1 if "train/loss" in metrics else 0)
 
 
 def test_kl_in_loss_uses_a_frozen_reference(tmp_path, tiny_model_dir):
     # an entropy bonus moves the policy even when every reward is 0 (the untrained model)
-    t = trainer(tmp_path, tiny_model_dir, "algorithm.kl.coef=0.1", "algorithm.loss_options.entropy_coef=0.1", "learner.lr=0.01")
-    assert t.ref_model is not None
-    before = {k: v.clone() for k, v in t.ref_model.state_dict().items()}
+    t = trainer(
+        tmp_path, tiny_model_dir, "algorithm.kl.coef=0.1", "algorithm.loss_options.entropy_coef=0.1", "learner.lr=0.01"
+    )
+    assert t.models["reference"].model is not None
+    before = {k: v.clone() for k, v in t.models["reference"].model.state_dict().items()}
     metrics = [t.step(step) for step in range(2)]
-    after = t.ref_model.state_dict()
+    after = t.models["reference"].model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
     # the policy moved away from the reference
     assert any(not torch.equal(p, after[k]) for k, p in t.components.model.state_dict().items())
@@ -100,7 +103,9 @@ def test_popo_replay_switches_on_its_importance_correction(tmp_path, tiny_model_
     assert (ris.level, ris.mode, ris.threshold) == ("token", "truncate", 3.0)
     # a user's own rollout_is wins
     t = trainer(
-        tmp_path, tiny_model_dir, "algorithm.filters=[{name: popo_replay}]",
+        tmp_path,
+        tiny_model_dir,
+        "algorithm.filters=[{name: popo_replay}]",
         "algorithm.loss_options.rollout_is={level: sequence, threshold: 5.0}",
     )
     assert t.parts.loss_options().rollout_is.level == "sequence"

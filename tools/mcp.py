@@ -88,7 +88,10 @@ class McpClient:
 
         params = StdioServerParameters(command=self.cfg.command, args=self.cfg.args, env=self.cfg.env, cwd=self.cfg.cwd)
         try:
-            async with stdio_client(params, errlog=self._errlog) as (read, write), ClientSession(read, write) as session:
+            async with (
+                stdio_client(params, errlog=self._errlog) as (read, write),
+                ClientSession(read, write) as session,
+            ):
                 await session.initialize()
                 listed = await session.list_tools()
                 self._session = session
@@ -172,7 +175,10 @@ class McpToolbox:
     def schemas(self) -> list[dict[str, Any]]:
         """``tools=[...]`` entries with each server's own JSON schema of the arguments."""
         return [
-            {"type": "function", "function": {"name": name, "description": tool.description or "", "parameters": tool.input_schema}}
+            {
+                "type": "function",
+                "function": {"name": name, "description": tool.description or "", "parameters": tool.input_schema},
+            }
             for name, (_, tool) in self._route.items()
         ]
 

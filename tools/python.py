@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from agent_rl.core.errors import InfraError
+from sandbox import ExecStatus
 from tools.base import Tool
 
 
@@ -24,7 +25,6 @@ class PythonTool(Tool):
 
     async def run(self, args: PythonArgs) -> str:
         """Runs the code; an infrastructure failure raises ``InfraError`` (never a reward of 0)."""
-        from sandbox import ExecStatus
 
         res = await self.sandbox.exec(code=args.code, timeout_s=self.timeout_s)
         if res.status == ExecStatus.INFRA_ERROR:

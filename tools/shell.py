@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from agent_rl.core.errors import InfraError
+from sandbox import ExecStatus
 from tools.base import Tool
 
 
@@ -27,7 +28,6 @@ class ShellTool(Tool):
     async def run(self, args: ShellArgs) -> str:
         """stdout then stderr, and ``[status] exit N`` when it did not succeed. An infrastructure
         failure raises ``InfraError`` (the episode ends as INFRA_ERROR, never a reward of 0)."""
-        from sandbox import ExecStatus
 
         res = await self.sandbox.exec(argv=["sh", "-c", args.command], timeout_s=self.timeout_s)
         if res.status == ExecStatus.INFRA_ERROR:

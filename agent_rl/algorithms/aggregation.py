@@ -34,7 +34,9 @@ def aggregation_inputs_for(
     nonempty_B = tokens_B > 0
     _, inverse_B = torch.unique(group_index_B, return_inverse=True)
     num_groups = int(inverse_B.max()) + 1 if inverse_B.numel() else 0
-    group_tokens = torch.zeros(num_groups, dtype=torch.float64, device=tokens_B.device).index_add_(0, inverse_B, tokens_B)
+    group_tokens = torch.zeros(num_groups, dtype=torch.float64, device=tokens_B.device).index_add_(
+        0, inverse_B, tokens_B
+    )
     return AggregationInputs(
         num_tokens=float(tokens_B.sum()),
         num_sequences=float(nonempty_B.sum()),
@@ -56,8 +58,16 @@ def _row_sums(loss_BT: torch.Tensor, mask_BT: torch.Tensor) -> tuple[torch.Tenso
     return (loss_BT * mask).sum(-1), mask.sum(-1)
 
 
-@register_aggregation("token_mean", config=ComponentConfig)
-def token_mean(loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: AggregationInputs, cfg: ComponentConfig) -> torch.Tensor:
+@register_aggregation(
+    "token_mean",
+    config=ComponentConfig,
+    status="reference",
+    evidence="tests/algorithms/test_aggregation.py: equals verl 0.9.1 agg_loss token-mean, "
+    "whole-batch and micro-batched (run outside CI)",
+)
+def token_mean(
+    loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: AggregationInputs, cfg: ComponentConfig
+) -> torch.Tensor:
     """Token-level mean over the whole step (DAPO, Yu et al. 2025).
 
     L = sum_{i,t} m_it * l_it / N_tokens, with N_tokens the masked tokens of the whole step.
@@ -65,8 +75,16 @@ def token_mean(loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: AggregationInput
     return (loss_BT * mask_BT.to(loss_BT.dtype)).sum() / max(x.num_tokens, 1.0)
 
 
-@register_aggregation("seq_mean_token_mean", config=ComponentConfig)
-def seq_mean_token_mean(loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: AggregationInputs, cfg: ComponentConfig) -> torch.Tensor:
+@register_aggregation(
+    "seq_mean_token_mean",
+    config=ComponentConfig,
+    status="reference",
+    evidence="tests/algorithms/test_aggregation.py: equals verl 0.9.1 agg_loss "
+    "seq-mean-token-mean, whole-batch and micro-batched (run outside CI)",
+)
+def seq_mean_token_mean(
+    loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: AggregationInputs, cfg: ComponentConfig
+) -> torch.Tensor:
     """Sequence mean of per-sequence token means (GRPO, Shao et al. 2024).
 
     L = (1 / N_seq) * sum_i (1 / L_i) sum_t m_it * l_it, N_seq the step's rows with L_i > 0.
@@ -75,8 +93,16 @@ def seq_mean_token_mean(loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: Aggrega
     return (sums_B / tokens_B.clamp(min=1)).sum() / max(x.num_sequences, 1.0)
 
 
-@register_aggregation("seq_mean_token_sum", config=ComponentConfig)
-def seq_mean_token_sum(loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: AggregationInputs, cfg: ComponentConfig) -> torch.Tensor:
+@register_aggregation(
+    "seq_mean_token_sum",
+    config=ComponentConfig,
+    status="reference",
+    evidence="tests/algorithms/test_aggregation.py: equals verl 0.9.1 agg_loss "
+    "seq-mean-token-sum, whole-batch and micro-batched (run outside CI)",
+)
+def seq_mean_token_sum(
+    loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: AggregationInputs, cfg: ComponentConfig
+) -> torch.Tensor:
     """Sequence mean of per-sequence token sums (Dr. GRPO, Liu et al. 2025; verl ``seq-mean-token-sum``).
 
     L = (1 / N_seq) * sum_i sum_t m_it * l_it.
@@ -87,11 +113,18 @@ def seq_mean_token_sum(loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: Aggregat
 
 class SeqMeanTokenSumNormConfig(ComponentConfig):
     normalizer: float | None = Field(
-        None, description="constant divisor (Dr. GRPO: the generation budget); None = AggregationInputs.max_response_tokens"
+        None,
+        description="constant divisor (Dr. GRPO: the generation budget); None = AggregationInputs.max_response_tokens",
     )
 
 
-@register_aggregation("seq_mean_token_sum_norm", config=SeqMeanTokenSumNormConfig)
+@register_aggregation(
+    "seq_mean_token_sum_norm",
+    config=SeqMeanTokenSumNormConfig,
+    status="reference",
+    evidence="tests/algorithms/test_aggregation.py: equals verl 0.9.1 agg_loss "
+    "seq-mean-token-sum-norm (horizon 3), micro-batched too (run outside CI)",
+)
 def seq_mean_token_sum_norm(
     loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: AggregationInputs, cfg: SeqMeanTokenSumNormConfig
 ) -> torch.Tensor:
@@ -99,13 +132,23 @@ def seq_mean_token_sum_norm(
 
     L = (1 / (N_seq * C)) * sum_i sum_t m_it * l_it, C = normalizer or max_response_tokens.
     """
-    constant = cfg.normalizer if cfg.normalizer is not None else require(x, "max_response_tokens", "seq_mean_token_sum_norm")
+    constant = (
+        cfg.normalizer if cfg.normalizer is not None else require(x, "max_response_tokens", "seq_mean_token_sum_norm")
+    )
     sums_B, _ = _row_sums(loss_BT, mask_BT)
     return sums_B.sum() / (max(x.num_sequences, 1.0) * constant)
 
 
-@register_aggregation("prompt_mean", config=ComponentConfig)
-def prompt_mean(loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: AggregationInputs, cfg: ComponentConfig) -> torch.Tensor:
+@register_aggregation(
+    "prompt_mean",
+    config=ComponentConfig,
+    status="paper",
+    evidence="ScaleRL's prompt-level mean (The Art of Scaling RL Compute, 2025); hand-computed in "
+    "tests/algorithms/test_aggregation.py",
+)
+def prompt_mean(
+    loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: AggregationInputs, cfg: ComponentConfig
+) -> torch.Tensor:
     """Prompt-level mean (ScaleRL, The Art of Scaling RL Compute 2025): token mean per prompt, then mean over prompts.
 
     L = (1 / N_groups) * sum_g (1 / N_tokens(g)) sum_{i in g, t} m_it * l_it, where N_tokens(g) is
@@ -120,8 +163,16 @@ class LengthPowerConfig(ComponentConfig):
     alpha: float = Field(0.5, description="f(L) = L^(alpha-1): 0 ~ GRPO, 1 ~ Dr. GRPO (the paper recommends none)")
 
 
-@register_aggregation("length_power", config=LengthPowerConfig)
-def length_power(loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: AggregationInputs, cfg: LengthPowerConfig) -> torch.Tensor:
+@register_aggregation(
+    "length_power",
+    config=LengthPowerConfig,
+    status="interpretation",
+    evidence="arXiv 2607.23364 (a theory paper) read through summaries only; f_alpha(L) = "
+    "L^(alpha-1) hand-computed in tests/algorithms/test_aggregation.py",
+)
+def length_power(
+    loss_BT: torch.Tensor, mask_BT: torch.Tensor, x: AggregationInputs, cfg: LengthPowerConfig
+) -> torch.Tensor:
     """Length-weighting family f_alpha(L) = L^(alpha-1) (On the Impossibility of Unbiased and Length-Invariant PO, 2026).
 
     L = (1 / N_seq) * sum_i L_i^(alpha-1) * sum_t m_it * l_it, L_i the row's masked tokens.

@@ -28,7 +28,9 @@ LOG_RATIO_CLAMP = 20.0  # clamp log-ratios before exp(): a far-off reference can
 
 class KlConfig(ComponentConfig):
     coef: float = Field(0.0, description="weight of the KL term (0 disables it and the reference model)")
-    placement: Literal["in_loss", "in_reward"] = Field("in_loss", description="GRPO: in_loss; PPO/REINFORCE++: in_reward")
+    placement: Literal["in_loss", "in_reward"] = Field(
+        "in_loss", description="GRPO: in_loss; PPO/REINFORCE++: in_reward"
+    )
     direction: Literal["reverse", "forward"] = Field("reverse", description="KL(pi||ref) or KL(ref||pi)")
 
 
@@ -48,8 +50,17 @@ def _k3(log_r: torch.Tensor) -> torch.Tensor:
     return torch.exp(log_r) - log_r - 1.0
 
 
-@register_kl("k1", config=KlConfig, needs={"ref_logprobs"})
-def k1(logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: KlConfig, x: KlInputs | None = None) -> torch.Tensor:
+@register_kl(
+    "k1",
+    config=KlConfig,
+    needs={"ref_logprobs"},
+    status="reference",
+    evidence="tests/algorithms/test_kl.py: reverse values equal verl 0.9.1 kl_penalty k1 (run outside CI); "
+    "forward direction hand-computed only",
+)
+def k1(
+    logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: KlConfig, x: KlInputs | None = None
+) -> torch.Tensor:
     """Schulman's k1 estimator (Approximating KL Divergence, 2020): the sampled log-ratio.
 
     reverse: k1 = log pi - log pi_ref = -log r (unbiased, can be negative; verl ``kl`` / ``k1``);
@@ -58,8 +69,17 @@ def k1(logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: KlConfig, 
     return _directed(logprobs_BT, ref_logprobs_BT, cfg, lambda log_r: -log_r)
 
 
-@register_kl("abs", config=KlConfig, needs={"ref_logprobs"})
-def abs_kl(logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: KlConfig, x: KlInputs | None = None) -> torch.Tensor:
+@register_kl(
+    "abs",
+    config=KlConfig,
+    needs={"ref_logprobs"},
+    status="reference",
+    evidence="tests/algorithms/test_kl.py: reverse values equal verl 0.9.1 kl_penalty abs (run outside "
+    "CI); forward direction hand-computed only",
+)
+def abs_kl(
+    logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: KlConfig, x: KlInputs | None = None
+) -> torch.Tensor:
     """Absolute log-ratio (verl ``abs``), a biased non-negative variant of k1.
 
     reverse: |log pi - log pi_ref| = |log r|;  forward: r * |log r|.
@@ -67,8 +87,17 @@ def abs_kl(logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: KlConf
     return _directed(logprobs_BT, ref_logprobs_BT, cfg, torch.abs)
 
 
-@register_kl("k2", config=KlConfig, needs={"ref_logprobs"})
-def k2(logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: KlConfig, x: KlInputs | None = None) -> torch.Tensor:
+@register_kl(
+    "k2",
+    config=KlConfig,
+    needs={"ref_logprobs"},
+    status="reference",
+    evidence="tests/algorithms/test_kl.py: reverse values equal verl 0.9.1 kl_penalty k2 / mse (run "
+    "outside CI); forward direction hand-computed only",
+)
+def k2(
+    logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: KlConfig, x: KlInputs | None = None
+) -> torch.Tensor:
     """Schulman's k2 estimator (Approximating KL Divergence, 2020): half the squared log-ratio.
 
     reverse: k2 = 0.5 * (log r)^2 (non-negative, low variance, biased; verl ``k2`` / ``mse``);
@@ -77,8 +106,17 @@ def k2(logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: KlConfig, 
     return _directed(logprobs_BT, ref_logprobs_BT, cfg, lambda log_r: 0.5 * log_r.square())
 
 
-@register_kl("k3", config=KlConfig, needs={"ref_logprobs"})
-def k3(logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: KlConfig, x: KlInputs | None = None) -> torch.Tensor:
+@register_kl(
+    "k3",
+    config=KlConfig,
+    needs={"ref_logprobs"},
+    status="reference",
+    evidence="tests/algorithms/test_kl.py: reverse values below 10 equal verl 0.9.1 kl_penalty k3 (verl "
+    "clamps at 10, we do not; run outside CI)",
+)
+def k3(
+    logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: KlConfig, x: KlInputs | None = None
+) -> torch.Tensor:
     """Schulman's k3 estimator (http://joschu.net/blog/kl-approx.html), as used by GRPO.
 
     reverse: k3 = r - log r - 1 >= 0 with log r = log pi_ref - log pi clamped to +-20, unbiased for
@@ -92,7 +130,14 @@ class LowVarKlConfig(KlConfig):
     clamp: float = Field(10.0, description="the estimate is clamped to [-clamp, clamp] (verl: 10)")
 
 
-@register_kl("low_var_kl", config=LowVarKlConfig, needs={"ref_logprobs"})
+@register_kl(
+    "low_var_kl",
+    config=LowVarKlConfig,
+    needs={"ref_logprobs"},
+    status="reference",
+    evidence="tests/algorithms/test_kl.py: reverse values equal verl 0.9.1 kl_penalty low_var_kl (run "
+    "outside CI); forward hand-computed only",
+)
 def low_var_kl(
     logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: LowVarKlConfig, x: KlInputs | None = None
 ) -> torch.Tensor:
@@ -108,8 +153,17 @@ class CoklConfig(KlConfig):
     correct_threshold: float = Field(0.5, description="a reward above this counts as correct")
 
 
-@register_kl("cokl", config=CoklConfig, needs={"ref_logprobs"})
-def cokl(logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: CoklConfig, x: KlInputs | None = None) -> torch.Tensor:
+@register_kl(
+    "cokl",
+    config=CoklConfig,
+    needs={"ref_logprobs"},
+    status="interpretation",
+    evidence="CoKL from its abstract (seed 003, no paper text cited): the group estimators and their "
+    "per-row split are ours (docstring); tests/algorithms/test_kl.py",
+)
+def cokl(
+    logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: CoklConfig, x: KlInputs | None = None
+) -> torch.Tensor:
     """CoKL correctness-conditioned KL (2026): a KL between pi and pi_ref restricted to correct responses.
 
     Per group, over its n correct responses: s_i = sum_t (log pi_ref - log pi)(y_it), w = softmax(s).
@@ -122,7 +176,9 @@ def cokl(logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, cfg: CoklConf
     micro-batches holding whole groups.
     """
     if x is None or x.loss_mask_BT is None or x.rewards_B is None or x.group_index_B is None:
-        raise ValueError("'cokl' needs KlInputs with loss_mask_BT, rewards_B and group_index_B, which the caller did not provide")
+        raise ValueError(
+            "'cokl' needs KlInputs with loss_mask_BT, rewards_B and group_index_B, which the caller did not provide"
+        )
     mask_BT = x.loss_mask_BT.to(logprobs_BT.dtype)
     s_B = ((ref_logprobs_BT - logprobs_BT) * mask_BT).sum(-1)
     correct_B = x.rewards_B > cfg.correct_threshold

@@ -54,6 +54,10 @@ class Need:
     # a value computed before the update also goes into the batch, for the loss (False: the
     # advantage alone reads it; the learner's own forward pass gives the loss its old logprobs)
     to_batch: bool = True
+    # what the learner's own forward pass adds for it: "entropy" (the entropy of each position),
+    # "candidates" (logprobs at the batch's top-k candidate ids), "capture" (activations recorded by a
+    # forward hook registered in ``learner/hidden.py::CAPTURES`` under the need's name); None: nothing
+    forward: Literal["entropy", "candidates", "capture"] | None = None
 
 
 NEEDS: dict[str, Need] = {}
@@ -69,12 +73,13 @@ def register_need(
     rollout: Callable[[Any], str | None] | None = None,
     compute: Callable[[NeedContext], Any] | None = None,
     to_batch: bool = True,
+    forward: Literal["entropy", "candidates", "capture"] | None = None,
 ) -> Need:
     if name in NEEDS:
         raise ValueError(f"need '{name}' is registered twice")
     if when == "before_update" and builds is None and compute is None and name not in _PROVIDED_BY_THE_RUN:
         raise ValueError(f"need '{name}': give compute=fn(ctx) (or builds=...) so the run can provide it")
-    NEEDS[name] = Need(name, doc, when, field, builds, rollout, compute, to_batch)
+    NEEDS[name] = Need(name, doc, when, field, builds, rollout, compute, to_batch, forward)
     return NEEDS[name]
 
 
@@ -89,14 +94,34 @@ def _recorded_topk(rollout: Any) -> str | None:
 # built-in needs whose value the run provides without a component of their own
 _PROVIDED_BY_THE_RUN = {"old_logprobs"}
 
-register_need("rollout_logprobs", "the sampler's logprobs of the sampled tokens", when="batch", field="rollout_logprobs_BT")
+register_need(
+    "rollout_logprobs", "the sampler's logprobs of the sampled tokens", when="batch", field="rollout_logprobs_BT"
+)
 register_need("rewards", "the final reward of each row", when="batch", field="rewards_B")
 register_need("group_index", "the group of each row", when="batch", field="group_index_B")
 register_need("task_ids", "stable task ids of the rows (per-prompt history)", when="batch", field="task_ids_B")
 register_need("old_logprobs", "the learner's logprobs before the update", field="old_logprobs_BT", to_batch=False)
-register_need("entropy", "the entropy of the current policy at each token", when="in_update", field="entropy_BT", to_batch=False)
-register_need("topk", "the sampler's top-k candidates (recorded by the rollout)", when="batch", rollout=_recorded_topk)
-register_need("ref_logprobs", "logprobs of a frozen reference model (the initial policy)", field="ref_logprobs_BT", builds="reference")
+register_need(
+    "entropy",
+    "the entropy of the current policy at each token",
+    when="in_update",
+    field="entropy_BT",
+    to_batch=False,
+    forward="entropy",
+)
+register_need(
+    "topk",
+    "the sampler's top-k candidates (recorded by the rollout)",
+    when="batch",
+    rollout=_recorded_topk,
+    forward="candidates",
+)
+register_need(
+    "ref_logprobs",
+    "logprobs of a frozen reference model (the initial policy)",
+    field="ref_logprobs_BT",
+    builds="reference",
+)
 register_need("values", "a critic's value of each token", field="values_BT", builds="critic")
 register_need(
     "teacher_logprobs",
@@ -104,4 +129,10 @@ register_need(
     field="teacher_logprobs_BT",
     builds="teacher",
 )
-register_need("greedy_rewards", "the reward of one greedy episode of each row's task (ReMax)", field="greedy_rewards_B", builds="greedy_rollouts", to_batch=False)
+register_need(
+    "greedy_rewards",
+    "the reward of one greedy episode of each row's task (ReMax)",
+    field="greedy_rewards_B",
+    builds="greedy_rollouts",
+    to_batch=False,
+)

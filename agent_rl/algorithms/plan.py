@@ -25,9 +25,11 @@ from agent_rl.algorithms.losses import LossOptions
 from agent_rl.algorithms.needs import NEEDS
 from agent_rl.algorithms.registry import (
     ADVANTAGES,
+    AGGREGATIONS,
     CREDITS,
     FILTERS,
     KLS,
+    OBJECTIVES_DOC,
     POLICY_LOSSES,
     ComponentConfig,
     ObjectiveEntry,
@@ -45,7 +47,9 @@ def kl_in_reward(kl: ComponentConfig | None) -> bool:
     return kl is not None and kl.coef > 0 and kl.placement == "in_reward"
 
 
-def kl_reward_penalty(kl: ComponentConfig, rollout_logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, loss_mask_BT: torch.Tensor) -> torch.Tensor:
+def kl_reward_penalty(
+    kl: ComponentConfig, rollout_logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, loss_mask_BT: torch.Tensor
+) -> torch.Tensor:
     """coef * per-token KL(sampler || reference); the sampler's logprobs stand for the policy that
     produced the tokens."""
     return kl.coef * KLS(kl)(rollout_logprobs_BT, ref_logprobs_BT, kl) * loss_mask_BT
@@ -64,7 +68,9 @@ class ObjectiveParts:
     def loss_options(self) -> LossOptions:
         """``options`` with the KL term of ``algorithm.kl`` when it is placed in the loss."""
         opts = self.options or LossOptions()
-        return opts.model_copy(update={"kl_coef": self.kl.coef if kl_in_loss(self.kl) else 0.0, "kl": self.kl or opts.kl})
+        return opts.model_copy(
+            update={"kl_coef": self.kl.coef if kl_in_loss(self.kl) else 0.0, "kl": self.kl or opts.kl}
+        )
 
     def needs(self) -> set[str]:
         return set(POLICY_LOSSES.get(self.loss.name).needs_for(self.loss)) | self.loss_options().needs()
@@ -94,6 +100,7 @@ class ObjectivePlan:
     teacher: TeacherSpec | None
     steering: list[Steering]
     state_entries: dict[str, ObjectiveEntry] = field(default_factory=dict)
+    state_configs: dict[str, ComponentConfig] = field(default_factory=dict)  # each state's entry config
 
     @property
     def branch_planner(self) -> Callable[..., Any] | None:
@@ -117,8 +124,45 @@ class ObjectivePlan:
     def advantage_state_key(self) -> str:
         return "credit" if self.advantage.kind == "credit" else "advantage"
 
+    @property
+    def teacher_reads_context(self) -> bool:
+        """The run builds a teacher with the env's ``teacher_context`` in its prompt."""
+        return "teacher" in self.builds and self.teacher is not None and self.teacher.context
+
+    def reward_kl_penalty(self, batch: Any) -> torch.Tensor | None:
+        """coef * per-token KL(sampler || reference) when the KL is placed in the reward, else None."""
+        if self.reward_kl is None:
+            return None
+        return kl_reward_penalty(self.reward_kl, batch.rollout_logprobs_BT, batch.ref_logprobs_BT, batch.loss_mask_BT)
+
     def advantages(self, x: Any) -> Any:
         return self.advantage.fn(x, self.advantage_cfg)
+
+    def entries(self) -> list[ObjectiveEntry]:
+        """Every registry entry the run uses: the advantage (or credit), loss, aggregation, KL, filters."""
+        used = [self.advantage, POLICY_LOSSES.get(self.parts.loss.name), AGGREGATIONS.get(self.parts.aggregation.name)]
+        if self.parts.kl is not None:
+            used.append(KLS.get(self.parts.kl.name))
+        used += [e for e, _ in self.filters]
+        return [e for i, e in enumerate(used) if all(e is not u for u in used[:i])]  # in order, once each
+
+    def provenance_notes(self) -> list[str]:
+        """What a run says at its start about how faithful its objective is: one line when it uses
+        ``interpretation`` entries (which, and where their choices are written), else nothing."""
+        guessed = [e for e in self.entries() if e.status == "interpretation"]
+        if not guessed:
+            return []
+        named = ", ".join(f"{e.kind} '{e.name}' ({OBJECTIVES_DOC}#{e.kind}-{e.name})" for e in guessed)
+        verb = "is an interpretation" if len(guessed) == 1 else "are interpretations"
+        return [
+            f"objective: {named} {verb} (from an abstract, a summary or a third party, or with defaults of ours, "
+            "not the paper's own formula); what each was built from and the choices we made are written there"
+        ]
+
+    def say_provenance(self, log: Callable[[str], Any]) -> None:
+        """``log`` each of ``provenance_notes`` (the trainer calls it once, at start)."""
+        for line in self.provenance_notes():
+            log(line)
 
 
 def make_plan(algorithm: Any, rollout: Any) -> ObjectivePlan:
@@ -143,7 +187,9 @@ def make_plan(algorithm: Any, rollout: Any) -> ObjectivePlan:
         missing = [f for f in entry.with_filters if f not in configured]
         if missing:
             listed = ", ".join(f"{{name: {f}}}" for f in missing)
-            raise ValueError(f"{entry.kind} '{entry.name}' reads the work of the filter {', '.join(missing)}: add {listed} to algorithm.filters")
+            raise ValueError(
+                f"{entry.kind} '{entry.name}' reads the work of the filter {', '.join(missing)}: add {listed} to algorithm.filters"
+            )
     if loss.aggregation is not None and algorithm.aggregation.name != loss.aggregation:
         raise ValueError(
             f"policy_loss '{loss.name}' needs algorithm.aggregation={loss.aggregation} (got '{algorithm.aggregation.name}')"
@@ -165,21 +211,35 @@ def make_plan(algorithm: Any, rollout: Any) -> ObjectivePlan:
                 raise ValueError(f"{entry.kind} '{entry.name}' needs {NEEDS[name].doc}: {problem}")
 
     precompute = tuple(
-        n for n in NEEDS if NEEDS[n].when != "batch" and (n in advantage_needs or (n in loss_needs and NEEDS[n].when == "before_update"))
+        n
+        for n in NEEDS
+        if NEEDS[n].when != "batch" and (n in advantage_needs or (n in loss_needs and NEEDS[n].when == "before_update"))
     )
     for_loss = frozenset(n for n in precompute if NEEDS[n].to_batch)
     builds = frozenset(NEEDS[n].builds for n in needs if NEEDS[n].builds is not None)
 
     teacher = None
     if "teacher" in builds:
-        teachers = [e.teacher(c) for e, c in ((loss, algorithm.loss), (advantage, advantage_cfg)) if e.teacher is not None]
+        teachers = [
+            e.teacher(c) for e, c in ((loss, algorithm.loss), (advantage, advantage_cfg)) if e.teacher is not None
+        ]
         teacher = teachers[0] if teachers else TeacherSpec()
 
     state_entries = {"advantage": ADVANTAGES.get(algorithm.advantage.name), "loss": loss}
     if credit is not None:
         state_entries["credit"] = advantage
     state_entries.update({f"filter{i}": e for i, (e, _) in enumerate(filters)})
-    steering = [Steering(e, c, f"filter{i}") for i, (e, c) in enumerate(filters) if e.sampler is not None or e.episode_options is not None]
+    state_configs = {
+        "advantage": algorithm.advantage,
+        "loss": algorithm.loss,
+        **({"credit": credit} if credit is not None else {}),
+    }
+    state_configs.update({f"filter{i}": c for i, (_, c) in enumerate(filters)})
+    steering = [
+        Steering(e, c, f"filter{i}")
+        for i, (e, c) in enumerate(filters)
+        if e.sampler is not None or e.episode_options is not None
+    ]
     if credit is not None and advantage.sampler is not None:  # SPO's prioritised prompts
         steering.append(Steering(advantage, credit, "credit"))
     return ObjectivePlan(
@@ -196,4 +256,5 @@ def make_plan(algorithm: Any, rollout: Any) -> ObjectivePlan:
         teacher=teacher,
         steering=steering,
         state_entries=state_entries,
+        state_configs=state_configs,
     )

@@ -30,18 +30,22 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent_rl.core.preference_records import load_records
 from agent_rl.core.seeding import derive_seed
-from agent_rl.types import StopReason, Trajectory, Turn
+from agent_rl.core.types import StopReason, Trajectory, Turn
 
 
 class PreferenceDataConfig(BaseModel):
     """``trainer.preference_data``: train on a JSONL of preference pairs / labelled samples instead of rollouts."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
-    path: str = Field(description="JSONL of pairs {prompt, chosen, rejected} or labelled samples {prompt, completion, label}")
+    path: str = Field(
+        description="JSONL of pairs {prompt, chosen, rejected} or labelled samples {prompt, completion, label}"
+    )
     shuffle: bool = Field(True, description="a seeded permutation of the records each epoch (False: file order)")
 
 
-def render_conversation(renderer: Any, prompt: list[dict], completion: list[dict], tools: list[dict] | None) -> tuple[list[int], list[int], list[Turn]]:
+def render_conversation(
+    renderer: Any, prompt: list[dict], completion: list[dict], tools: list[dict] | None
+) -> tuple[list[int], list[int], list[Turn]]:
     """(token ids, loss mask, assistant turns) of ``prompt + completion`` (see the module docstring)."""
     messages = prompt + completion
     # the template's text (not ids): prefixes are compared and the end-of-turn marker found in it
@@ -53,7 +57,9 @@ def render_conversation(renderer: Any, prompt: list[dict], completion: list[dict
         next_is_assistant = k + 1 < len(messages) and messages[k + 1]["role"] == "assistant"
         full = renderer._text(messages[: k + 1], tools, add_generation_prompt=not is_assistant and next_is_assistant)
         if not full.startswith(text):
-            raise ValueError("the chat template rewrites earlier messages; offline preference data needs one that only appends")
+            raise ValueError(
+                "the chat template rewrites earlier messages; offline preference data needs one that only appends"
+            )
         segment, text = full[len(text) :], full
         if not is_assistant:
             new = renderer.encode(segment)
@@ -77,8 +83,15 @@ def record_trajectories(renderer: Any, rec: dict, task_id: str, group_id: str) -
         ids, mask, turns = render_conversation(renderer, rec["prompt"], completion, rec["tools"])
         out.append(
             Trajectory(
-                task_id=task_id, group_id=group_id, episode_id=f"{group_id}e{j}", token_ids_T=ids, loss_mask_T=mask,
-                rollout_logprobs_T=[0.0] * len(ids), turns_N=turns, reward=reward, stop_reason=StopReason.DONE,
+                task_id=task_id,
+                group_id=group_id,
+                episode_id=f"{group_id}e{j}",
+                token_ids_T=ids,
+                loss_mask_T=mask,
+                rollout_logprobs_T=[0.0] * len(ids),
+                turns_N=turns,
+                reward=reward,
+                stop_reason=StopReason.DONE,
                 info={"source": rec["source"]},
             )  # fmt: skip
         )

@@ -29,15 +29,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 from torch import Tensor
 
 from agent_rl.algorithms.needs import NEEDS
 from agent_rl.core.registry import ComponentConfig, Entry, Registry
-from agent_rl.types import TrajectoryGroup
+from agent_rl.core.types import TrajectoryGroup
 
-__all__ = ["ComponentConfig", "ObjectiveEntry", "Registry"]
+__all__ = ["STATUSES", "ComponentConfig", "ObjectiveEntry", "Registry", "Status"]
+
+# How faithful an entry is to its source (every registration says it, with ``evidence``):
+# reference       its numbers are checked against another implementation's (verl, TRL) by a test;
+#                 evidence: the test file and the implementation it compares against
+# paper           the formula of the paper's own text (or of the authors' own code), with hand-computed
+#                 tests; evidence: where the formula is from and the test
+# interpretation  built from an abstract, a summary or a third party's reimplementation, or with
+#                 defaults of ours that matter; evidence: what it was built from and where its
+#                 choices are written (``record_choice``, config fields marked "(ours)")
+Status = Literal["reference", "paper", "interpretation"]
+STATUSES: tuple[str, ...] = get_args(Status)
+OBJECTIVES_DOC = "docs/objectives.md"  # each entry's row: OBJECTIVES_DOC#<kind>-<key> (status, evidence, choices)
 
 
 class Stateful(Protocol):
@@ -100,16 +112,33 @@ class ObjectiveEntry(Entry):
     # filters whose work it reads (what they write into a row's info): the plan refuses a run
     # that configures it without them, before anything is loaded
     with_filters: tuple[str, ...] = ()
+    # how faithful it is (required: ``STATUSES``), and the evidence for that (required: the test and
+    # the implementation compared against, the paper's section and test, or the sources and choices)
+    status: Status | None = None
+    evidence: str = ""
 
     def needs_for(self, cfg: Any) -> frozenset[str]:
         """``needs`` plus what ``config_needs`` adds for this config."""
-        return self.needs | frozenset(self.config_needs(cfg) if self.config_needs is not None and cfg is not None else ())
+        return self.needs | frozenset(
+            self.config_needs(cfg) if self.config_needs is not None and cfg is not None else ()
+        )
 
     def check(self) -> None:
         self.needs = frozenset(self.needs)
         unknown = self.needs - set(NEEDS)
         if unknown:
             raise ValueError(f"{self.kind} '{self.name}': unknown needs {sorted(unknown)}; known: {sorted(NEEDS)}")
+        if self.status is None and not getattr(self.fn, "__module__", "").startswith("agent_rl."):
+            # a plugin's entry that predates the status: counted as an interpretation, and it says so
+            self.status, self.evidence = (
+                "interpretation",
+                f"registered by {self.fn.__module__} without a status (plugin)",
+            )
+        if self.status not in STATUSES or not self.evidence.strip():
+            raise ValueError(
+                f"{self.kind} '{self.name}': say how faithful it is: register it with status= one of "
+                f"{', '.join(map(repr, STATUSES))} and a non-empty evidence= (got status={self.status!r})"
+            )
 
     def make_state(self) -> Any:
         return self.state() if self.state is not None else None
@@ -156,6 +185,9 @@ class AdvantageOutput:
     # mask to train with; None keeps the batch's loss mask
     loss_mask_BT: Tensor | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    # training targets a component reads in its update, by component name (redippo: the returns
+    # of its privileged critic, ``privileged_critic``)
+    targets: dict[str, Tensor] = field(default_factory=dict)
 
 
 @dataclass
@@ -181,7 +213,9 @@ class LossInputs:
     topk_mask_BTK: Tensor | None = None  # 1 on real candidates, 0 on padding (None: all real)
     step: int = 0
     state: Any = None
-    extras: dict[str, Any] = field(default_factory=dict)  # needs declared with ``register_need``, this micro-batch's rows
+    extras: dict[str, Any] = field(
+        default_factory=dict
+    )  # needs declared with ``register_need``, this micro-batch's rows
 
 
 @dataclass

@@ -41,7 +41,9 @@ def basis_direction(head: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor |
     return weight[-1] - weight[-2], (bias[-1] - bias[-2]) if bias is not None else 0.0
 
 
-def turn_boundaries(loss_mask_BT: torch.Tensor, turn_index_BT: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def turn_boundaries(
+    loss_mask_BT: torch.Tensor, turn_index_BT: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per row and turn (responses in order): the hidden position read for V (the token before the
     response's first token), for Q (the response's last token), and 1 on real turns: ``[B, K]`` each.
     A turn is a run of loss tokens with one turn index (without turn indices: consecutive loss tokens)."""
@@ -67,7 +69,9 @@ def turn_boundaries(loss_mask_BT: torch.Tensor, turn_index_BT: torch.Tensor | No
 
 
 @torch.no_grad()
-def map_last_hidden(model: torch.nn.Module, batch: Any, fn: Callable[[slice, torch.Tensor], torch.Tensor], rows_per_call: int = 8) -> torch.Tensor:
+def map_last_hidden(
+    model: torch.nn.Module, batch: Any, fn: Callable[[slice, torch.Tensor], torch.Tensor], rows_per_call: int = 8
+) -> torch.Tensor:
     """``fn(rows, hidden_BTH)`` on the last-layer hidden states of ``rows_per_call`` rows at a time (eval mode,
     no gradient), concatenated over the batch's rows."""
     was_training = model.training
@@ -89,7 +93,9 @@ def map_last_hidden(model: torch.nn.Module, batch: Any, fn: Callable[[slice, tor
 
 def value_basis(model: torch.nn.Module, batch: Any) -> torch.Tensor:
     """``[B, K, 5]`` float64: V position, Q position, valid, and the logit differences at both, under ``model``."""
-    v_pos, q_pos, valid = turn_boundaries(batch.loss_mask_BT.cpu(), None if batch.turn_index_BT is None else batch.turn_index_BT.cpu())
+    v_pos, q_pos, valid = turn_boundaries(
+        batch.loss_mask_BT.cpu(), None if batch.turn_index_BT is None else batch.turn_index_BT.cpu()
+    )
     w_H, b = basis_direction(model.get_output_embeddings())
     z = map_last_hidden(model, batch, lambda rows, h_BTH: (h_BTH @ w_H.float() + b).double().cpu())
     out = torch.zeros(*v_pos.shape, 5, dtype=torch.float64)
@@ -125,7 +131,12 @@ def turn_rewards(rewards_B: torch.Tensor, valid_BK: torch.Tensor) -> tuple[torch
 
 
 def turn_gae(
-    rewards_BK: torch.Tensor, done_BK: torch.Tensor, v_old_BK: torch.Tensor, valid_BK: torch.Tensor, gamma: float, lam: float
+    rewards_BK: torch.Tensor,
+    done_BK: torch.Tensor,
+    v_old_BK: torch.Tensor,
+    valid_BK: torch.Tensor,
+    gamma: float,
+    lam: float,
 ) -> torch.Tensor:
     """delta_k = r_k + gamma (1 - d_k) V_{k+1} - V_k;  A_k = delta_k + gamma lam (1 - d_k) A_{k+1}  (0 on padding turns)."""
     B, K = rewards_BK.shape
@@ -142,7 +153,9 @@ def turn_gae(
     return adv_BK
 
 
-def sarsa_targets(rewards_BK: torch.Tensor, done_BK: torch.Tensor, q_old_BK: torch.Tensor, valid_BK: torch.Tensor, gamma: float) -> torch.Tensor:
+def sarsa_targets(
+    rewards_BK: torch.Tensor, done_BK: torch.Tensor, q_old_BK: torch.Tensor, valid_BK: torch.Tensor, gamma: float
+) -> torch.Tensor:
     """y^Q_k = r_k + gamma (1 - d_k) Q_old(s_{k+1}, a_{k+1}) (on-policy SARSA; turns are consecutive within a row)."""
     next_q = torch.cat([q_old_BK[:, 1:], torch.zeros_like(q_old_BK[:, :1])], dim=1)
     return (rewards_BK + gamma * (1.0 - done_BK) * next_q) * valid_BK
@@ -154,7 +167,9 @@ def turn_tokens(v_pos_BK: torch.Tensor, q_pos_BK: torch.Tensor, valid_BK: torch.
     return ((t_T > v_pos_BK[..., None]) & (t_T <= q_pos_BK[..., None]) & (valid_BK[..., None] > 0)).double()
 
 
-def spread_over_turns(per_turn_BK: torch.Tensor, v_pos_BK: torch.Tensor, q_pos_BK: torch.Tensor, valid_BK: torch.Tensor, T: int) -> torch.Tensor:
+def spread_over_turns(
+    per_turn_BK: torch.Tensor, v_pos_BK: torch.Tensor, q_pos_BK: torch.Tensor, valid_BK: torch.Tensor, T: int
+) -> torch.Tensor:
     """``[B, T]``: each turn's value on its response positions (v_pos + 1 .. q_pos)."""
     return (turn_tokens(v_pos_BK, q_pos_BK, valid_BK, T).to(per_turn_BK.dtype) * per_turn_BK[..., None]).sum(1)
 
@@ -170,4 +185,5 @@ if "policy_hidden" not in NEEDS:
         "policy_hidden",
         "the last-layer hidden states of the learner's own forward pass (with gradient) and its LM head",
         when="in_update",
+        forward="capture",
     )

@@ -10,4 +10,12 @@ version of each turn; nothing staler than ``max_staleness`` versions is ever han
 from agent_rl.distributed.buffer import AsyncRolloutSource, Plan, staleness
 from agent_rl.distributed.source import LocalRolloutSource, RolloutSource, make_learner, make_rollout_source
 
-__all__ = ["AsyncRolloutSource", "LocalRolloutSource", "Plan", "RolloutSource", "make_learner", "make_rollout_source", "staleness"]
+__all__ = [
+    "AsyncRolloutSource",
+    "LocalRolloutSource",
+    "Plan",
+    "RolloutSource",
+    "make_learner",
+    "make_rollout_source",
+    "staleness",
+]

@@ -44,11 +44,12 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
+from agent_rl.core.seeding import derive_seed
+from agent_rl.core.types import Trajectory
 from agent_rl.rollout.episode import EpisodeSpec
-from agent_rl.types import Trajectory
 
 
 @dataclass
@@ -120,11 +121,11 @@ def staleness(trajectory: Trajectory, version: int) -> int:
 def with_sample_seeds(specs: list[EpisodeSpec], seed: int) -> list[EpisodeSpec]:
     """Fix each episode's sampling seed as ``RolloutEngine.run(specs, seed)`` would derive it, so the
     plan samples the same tokens however its groups are split over workers."""
-    from dataclasses import replace
 
-    from agent_rl.core.seeding import derive_seed
-
-    return [s if s.sample_seed is not None else replace(s, sample_seed=derive_seed(seed, "episode", i)) for i, s in enumerate(specs)]
+    return [
+        s if s.sample_seed is not None else replace(s, sample_seed=derive_seed(seed, "episode", i))
+        for i, s in enumerate(specs)
+    ]
 
 
 class LoopThread:
@@ -296,7 +297,9 @@ class AsyncRolloutSource:
         out = [t for j in plan.jobs for t in self._done.pop(j.group_id)]
         values = [staleness(t, self.version) for t in out if t.turns_N]
         if values:
-            self.metrics_acc["distributed/staleness_max"] = max(self.metrics_acc["distributed/staleness_max"], max(values))
+            self.metrics_acc["distributed/staleness_max"] = max(
+                self.metrics_acc["distributed/staleness_max"], max(values)
+            )
             self.metrics_acc["distributed/staleness_mean"] = sum(values) / len(values)
         self.metrics_acc["distributed/version"] = self.version
         self.metrics_acc["distributed/rollout_wait_s"] += time.perf_counter() - t0

@@ -38,8 +38,13 @@ import torch
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from agent_rl.config import Config
+from agent_rl.core.plugins import load_entry_points
 from agent_rl.learner import checkpoint as ckpt
+from agent_rl.learner import fsdp
+from agent_rl.learner.fsdp import free_port
 from agent_rl.learner.learner import Learner
+from agent_rl.models.loading import load_model
 
 
 class LearnerGroupError(RuntimeError):
@@ -50,8 +55,6 @@ class LearnerRank:
     """One FSDP2 rank of the learner (a Ray actor)."""
 
     def __init__(self, rank: int, world: int, cfg_json: dict, threads: int, learner_kwargs: dict):
-        from agent_rl.config import Config
-        from agent_rl.plugins import load_entry_points
 
         self.rank, self.world = rank, world
         load_entry_points()  # this actor's process: the installed plugins the config may name
@@ -62,19 +65,20 @@ class LearnerRank:
 
     def address(self) -> tuple[str, int]:
         """Rank 0's rendezvous: this node's IP and a free port on it."""
-        from agent_rl.learner.fsdp import free_port
 
         return ray.util.get_node_ip_address(), free_port()
 
     def setup(self, rendezvous: tuple[str, int]) -> int:
         """Join the process group at rank 0's (address, port) (blocks until every rank has), then
         build the sharded learner."""
-        from agent_rl.learner import fsdp
-        from agent_rl.rollout.backends.hf import load_model
 
         master_addr, master_port = rendezvous
         os.environ.update(
-            RANK=str(self.rank), WORLD_SIZE=str(self.world), LOCAL_RANK="0", MASTER_ADDR=master_addr, MASTER_PORT=str(master_port)
+            RANK=str(self.rank),
+            WORLD_SIZE=str(self.world),
+            LOCAL_RANK="0",
+            MASTER_ADDR=master_addr,
+            MASTER_PORT=str(master_port),
         )
         m = self.cfg.model
         device = "cuda" if torch.cuda.is_available() and m.device.startswith("cuda") else "cpu"
@@ -100,7 +104,6 @@ class LearnerRank:
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Complete weights on rank 0, empty elsewhere (every rank must call it: a collective)."""
-        from agent_rl.learner import fsdp
 
         return fsdp.full_state_dict(self.learner.model)
 
@@ -184,7 +187,9 @@ class RayLearnerGroup:
         # weights run while the driver goes on (starts the rollout workers); the first call waits
         rendezvous = self.ranks[0].address.remote()
         weights = ray.put({k: v.detach().cpu() for k, v in replica.state_dict().items()})
-        self._starting = [r.setup.remote(rendezvous) for r in self.ranks] + [r.load_weights.remote(weights) for r in self.ranks]
+        self._starting = [r.setup.remote(rendezvous) for r in self.ranks] + [
+            r.load_weights.remote(weights) for r in self.ranks
+        ]
         self.startup_timeout_s = rc.startup_timeout_s
         self.scheduler = _RankSchedulers(self)
 
@@ -214,7 +219,9 @@ class RayLearnerGroup:
 
     def update(self, batch: Any, advantages_BT: torch.Tensor, parts: Any, step: int = 0) -> dict[str, float]:
         """One optimizer step on every rank, then the driver's replica takes the new weights."""
-        metrics, loss_state, self.scheduler.state = self._call("update", (batch, advantages_BT, parts, step, self.version))[0]
+        metrics, loss_state, self.scheduler.state = self._call(
+            "update", (batch, advantages_BT, parts, step, self.version)
+        )[0]
         if loss_state is not None:  # rank 0's, as under local learner ranks
             parts.loss_state.load_state_dict(loss_state)
         self._pull_weights()
@@ -237,9 +244,10 @@ class RayLearnerGroup:
             self._call("load_shards", str(directory))
             self._pull_weights()
             return
-        from agent_rl.rollout.backends.hf import load_model
 
-        warnings.warn(f"{directory} was written after a learner rank died: it has the weights, not AdamW's moments, which restart from zero")
+        warnings.warn(
+            f"{directory} was written after a learner rank died: it has the weights, not AdamW's moments, which restart from zero"
+        )
         weights = load_model(str(Path(directory) / "model"), self.model_cfg.dtype, "cpu").state_dict()
         self.replica.load_state_dict(weights)
         self._call("load_weights", weights)

@@ -20,10 +20,14 @@ import torch
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from agent_rl.config import Config
+from agent_rl.core.plugins import load_entry_points
+from agent_rl.core.types import Trajectory
 from agent_rl.distributed.weights import cpu_state_dict
 from agent_rl.distributed.worker import RolloutWorker
 from agent_rl.rollout.episode import EpisodeSpec
-from agent_rl.types import Trajectory
+from agent_rl.run.envloader import sandbox_kwargs
+from agent_rl.run.runtime import Components
 
 
 def connect(rc: Any, cpus_needed: float) -> bool:
@@ -45,10 +49,6 @@ class RolloutActor:
 
     def __init__(self, cfg_json: dict, engine_options: dict, threads: int):
         import torch
-
-        from agent_rl.config import Config
-        from agent_rl.plugins import load_entry_points
-        from agent_rl.runtime import Components
 
         torch.set_num_threads(max(1, threads))
         load_entry_points()  # this actor's process: the installed plugins the config may name
@@ -86,7 +86,6 @@ def _use_node_sandboxes(cfg: Any) -> None:
     if not cfg.distributed.ray.sandbox_pools:
         return
     from agent_rl.distributed.sandbox_pool import BACKEND_NAME, register_backend
-    from agent_rl.envloader import sandbox_kwargs
 
     if "sandbox_backend" not in sandbox_kwargs(cfg):
         return
@@ -151,7 +150,11 @@ class RayWorkerGroup:
             "max_concurrency": 1000,
             "scheduling_strategy": PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle),
         }
-        actor = ray.remote(RolloutActor).options(**options).remote(self.cfg_json, self.engine_options, math.ceil(rc.cpus_per_worker))
+        actor = (
+            ray.remote(RolloutActor)
+            .options(**options)
+            .remote(self.cfg_json, self.engine_options, math.ceil(rc.cpus_per_worker))
+        )
         ref, version = self._latest
         if ref is not None:
             actor.update_weights.remote(ref, version)

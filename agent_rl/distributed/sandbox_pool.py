@@ -13,9 +13,11 @@ session opens on the restarted pool.
 
 from __future__ import annotations
 
+import os
 import uuid
 from typing import Any
 
+from sandbox import make_sandbox, registry
 from sandbox.base import ExecResult, SandboxLimits
 
 BACKEND_NAME = "ray_node"
@@ -34,7 +36,6 @@ class NodeSandboxPool:
         self.sessions: dict[str, Any] = {}
 
     async def open(self, limits: SandboxLimits) -> str:
-        from sandbox import make_sandbox
 
         session = uuid.uuid4().hex
         self.sessions[session] = make_sandbox(backend=self.backend, limits=limits)
@@ -58,7 +59,6 @@ class NodeSandboxPool:
             await sandbox.close()
 
     async def stats(self) -> dict[str, Any]:
-        import os
 
         return {"sessions": len(self.sessions), "pid": os.getpid(), "backend": self.backend}
 
@@ -96,7 +96,14 @@ class NodeSandbox:
             self._session = await self._pool.open.remote(self.limits)
         return self._pool, self._session
 
-    async def exec(self, code: str | None = None, argv: Any = None, stdin: Any = None, timeout_s: float | None = None, env: Any = None) -> ExecResult:
+    async def exec(
+        self,
+        code: str | None = None,
+        argv: Any = None,
+        stdin: Any = None,
+        timeout_s: float | None = None,
+        env: Any = None,
+    ) -> ExecResult:
         import ray
 
         kwargs = {"code": code, "argv": argv, "stdin": stdin, "timeout_s": timeout_s, "env": env}
@@ -127,7 +134,6 @@ class NodeSandbox:
 def register_backend(namespace: str) -> None:
     """Make ``make_sandbox(backend="ray_node")`` give ``NodeSandbox`` clients in this process."""
     global _NAMESPACE  # noqa: PLW0603 - one namespace per worker process
-    from sandbox import registry
 
     _NAMESPACE = namespace
     if BACKEND_NAME not in registry.BACKENDS:

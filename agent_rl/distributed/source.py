@@ -16,6 +16,8 @@ import copy
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from agent_rl.algorithms.preference_data import PreferenceDataSource
+from agent_rl.core.types import Trajectory
 from agent_rl.distributed.buffer import (
     AsyncRolloutSource,
     LoopThread,
@@ -23,9 +25,11 @@ from agent_rl.distributed.buffer import (
     plans_state,
 )
 from agent_rl.distributed.worker import RolloutWorker
+from agent_rl.learner import fsdp
+from agent_rl.learner.learner import Learner
 from agent_rl.rollout.engine import RolloutEngine
 from agent_rl.rollout.episode import EpisodeSpec
-from agent_rl.types import Trajectory
+from agent_rl.run.runtime import make_policy_backend
 
 
 class RolloutSource(Protocol):
@@ -126,7 +130,6 @@ class LocalWorkerGroup:
     """One in-process rollout worker on the buffer's event loop, with its own copy of the weights."""
 
     def __init__(self, cfg: Any, components: Any, loop: LoopThread, engine_options: dict[str, Any]):
-        from agent_rl.runtime import make_policy_backend
 
         # the sampler's own copy, taken from the unsharded module (under learner ranks the learner's is sharded)
         model = getattr(components.backend, "model", components.model)
@@ -163,30 +166,32 @@ def make_learner(cfg: Any, model: Any, **kwargs: Any) -> Any:
     """The in-process ``Learner``; with ``distributed.backend: ray`` and ``learner.world_size > 1`` in a
     process that is no learner rank itself (the driver of ``agent-rl train``), a group of FSDP2 rank
     actors behind the same interface (``model`` is then the driver's replica)."""
-    from agent_rl.learner import fsdp
 
     if cfg.distributed.backend == "ray" and cfg.learner.world_size > 1 and fsdp.rank_and_world()[1] == 1:
         from agent_rl.distributed.learner_group import RayLearnerGroup
 
         return RayLearnerGroup(cfg, model, **kwargs)
-    from agent_rl.learner.learner import Learner
 
     return Learner(model, cfg.learner, **kwargs)
 
 
 def make_rollout_source(
-    cfg: Any, components: Any, engine: RolloutEngine, plan: Callable[[int, int, int], Plan], engine_options: dict[str, Any], version: int
+    cfg: Any,
+    components: Any,
+    engine: RolloutEngine,
+    plan: Callable[[int, int, int], Plan],
+    engine_options: dict[str, Any],
+    version: int,
 ) -> RolloutSource:
     """The source ``distributed.*`` asks for (see docs/distributed.md)."""
-    from agent_rl.learner import fsdp
 
     d = cfg.distributed
-    synchronous_local = d.backend == "local" and d.max_staleness == 0 and d.lookahead_steps in (None, 0) and not d.overprovision_groups
+    synchronous_local = (
+        d.backend == "local" and d.max_staleness == 0 and d.lookahead_steps in (None, 0) and not d.overprovision_groups
+    )
     if fsdp.rank_and_world()[0] > 0:
         return FollowerSource()
     if cfg.trainer.preference_data is not None:  # offline preference data instead of rollouts
-        from agent_rl.algorithms.preference_data import PreferenceDataSource
-
         return PreferenceDataSource(cfg.trainer.preference_data, components.renderer, cfg.trainer.seed)
     if synchronous_local:
         return LocalRolloutSource(engine, plan)

@@ -12,6 +12,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from agent_rl.learner import fsdp
+from agent_rl.models import lora
+
 
 def cpu_state_dict(model: Any) -> dict[str, Any]:
     """A detached CPU copy of the weights (the learner keeps changing its own in place)."""
@@ -21,7 +24,6 @@ def cpu_state_dict(model: Any) -> dict[str, Any]:
 def weights_for_broadcast(model: Any) -> dict[str, Any] | None:
     """The complete weights as a CPU copy; under learner ranks (``learner.world_size > 1``) gathered
     from the shards (a collective every rank joins), complete on rank 0 and None elsewhere."""
-    from agent_rl.learner import fsdp, lora
 
     if lora.is_lora(model):  # learner.lora: only the adapter moves (gathered alone when sharded)
         return lora.adapter_state(model)

@@ -23,6 +23,7 @@ from collections import Counter
 from typing import Any
 
 from agent_rl.core.seeding import derive_seed
+from agent_rl.core.types import Trajectory
 from agent_rl.rollout.backends.base import (
     GenerationRequest,
     GenerationResult,
@@ -31,7 +32,6 @@ from agent_rl.rollout.backends.base import (
 from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.engine import RolloutEngine
 from agent_rl.rollout.episode import EpisodeSpec
-from agent_rl.types import Trajectory
 
 # event-loop turns a batch waits for other runs' requests that are ready right now
 SETTLE_TURNS = 4
@@ -145,7 +145,12 @@ class RolloutWorker:
     """Runs batches of episodes concurrently on one backend; takes weight updates at any time."""
 
     def __init__(
-        self, backend: InferenceBackend, renderer: Any, make_env: Any, engine_cfg: RolloutConfig, partial_rollouts: bool = True,
+        self,
+        backend: InferenceBackend,
+        renderer: Any,
+        make_env: Any,
+        engine_cfg: RolloutConfig,
+        partial_rollouts: bool = True,
         tool_format: str | None = None,
     ):
         self.shared = SharedBackend(backend, partial_rollouts)

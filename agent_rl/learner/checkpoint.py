@@ -84,7 +84,9 @@ class RemoteShards(Protocol):
     def load_shards(self, directory: Path) -> None: ...
 
 
-def write_shards(directory: Path, sharded: dict[str, Any], per_rank: dict[str, Any], name: str | None = None, dcp_dir: str = "dcp") -> None:
+def write_shards(
+    directory: Path, sharded: dict[str, Any], per_rank: dict[str, Any], name: str | None = None, dcp_dir: str = "dcp"
+) -> None:
     """This process's part of a checkpoint: its DCP shards of ``sharded`` (a collective of its process
     group; nothing when empty) and ``per_rank`` with its RNG states as ``<name>.pt`` (``rank_<r>``)."""
     import torch.distributed.checkpoint as dcp
@@ -95,7 +97,9 @@ def write_shards(directory: Path, sharded: dict[str, Any], per_rank: dict[str, A
     torch.save({**per_rank, "rng": rng_state()}, Path(directory) / f"{name or f'rank_{rank}'}.pt")
 
 
-def read_shards(directory: Path, sharded: dict[str, Any], name: str | None = None, dcp_dir: str = "dcp") -> dict[str, Any]:
+def read_shards(
+    directory: Path, sharded: dict[str, Any], name: str | None = None, dcp_dir: str = "dcp"
+) -> dict[str, Any]:
     """Load ``sharded`` in place and restore this process's RNG states; returns its ``per_rank`` state."""
     import torch.distributed.checkpoint as dcp
 
@@ -104,7 +108,9 @@ def read_shards(directory: Path, sharded: dict[str, Any], name: str | None = Non
         dcp.load(dict(sharded), checkpoint_id=str(Path(directory) / dcp_dir))
     rank_file = Path(directory) / f"{name or f'rank_{rank}'}.pt"
     if not rank_file.exists():
-        raise ValueError(f"{directory} has no {rank_file.name}: it was written by fewer ranks; resume with the same learner.world_size")
+        raise ValueError(
+            f"{directory} has no {rank_file.name}: it was written by fewer ranks; resume with the same learner.world_size"
+        )
     per_rank = torch.load(rank_file, weights_only=False)
     set_rng_state(per_rank["rng"])
     return per_rank
@@ -156,7 +162,9 @@ def save(
     return final
 
 
-def load(path: Path, sharded: dict[str, ModelAndOptimizer], remote: RemoteShards | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def load(
+    path: Path, sharded: dict[str, ModelAndOptimizer], remote: RemoteShards | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Load ``sharded`` in place from ``path``, restore this rank's RNG states; returns
     (this rank's ``per_rank`` state, rank 0's ``trainer_state``). ``remote``: as in ``save``."""
     if remote is not None:

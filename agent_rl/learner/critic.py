@@ -23,10 +23,10 @@ from typing import Any
 
 import torch
 
+from agent_rl.core.types import TrainBatch
 from agent_rl.learner import fsdp, packing
 from agent_rl.learner.learner import Optimizer, global_aggregation_inputs
 from agent_rl.learner.logprobs import batch_logits
-from agent_rl.types import TrainBatch
 
 
 def load_value_model(path: str, dtype: str = "float32", device: str = "cpu") -> torch.nn.Module:
@@ -95,5 +95,7 @@ class Critic:
         loss_sum, sq_err_sum, clipped_sum = fsdp.all_reduce([loss_sum, sq_err_sum, clipped_sum])
         metrics = self.optim.step(self.cfg.grad_clip)
         n = max(num_tokens, 1.0)
-        metrics.update({"critic/loss": loss_sum, "critic/value_mse": sq_err_sum / n, "critic/clip_frac": clipped_sum / n})
+        metrics.update(
+            {"critic/loss": loss_sum, "critic/value_mse": sq_err_sum / n, "critic/clip_frac": clipped_sum / n}
+        )
         return metrics

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from agent_rl.types import TrainBatch
+from agent_rl.core.types import TrainBatch
 
 
 def rank_and_world() -> tuple[int, int]:
@@ -170,7 +170,9 @@ def shard_rows(batch: TrainBatch, *per_row: torch.Tensor) -> tuple[TrainBatch, l
     return shard, tensors
 
 
-def map_rows(batch: TrainBatch, fn: Callable[[TrainBatch], tuple[torch.Tensor | None, ...]]) -> tuple[torch.Tensor | None, ...]:
+def map_rows(
+    batch: TrainBatch, fn: Callable[[TrainBatch], tuple[torch.Tensor | None, ...]]
+) -> tuple[torch.Tensor | None, ...]:
     """``fn`` on the whole batch, computed as one block of rows per rank and gathered on every rank.
 
     ``fn`` returns ``[b, ...]`` tensors (or None); under FSDP every rank must call this (the

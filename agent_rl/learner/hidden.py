@@ -1,15 +1,18 @@
-"""The last-layer hidden states of the learner's own forward pass, for objectives that read the
-policy's backbone with gradient (need ``policy_hidden``: SARPO's value read from the LM head).
+"""Activations of the learner's own forward pass, for objectives that read the policy's backbone
+with gradient: needs declared with ``forward="capture"``, each recorded by the capture registered
+here under its name (``CAPTURES``), handed to the loss in ``extras``.
 
-A forward pre-hook on the LM head records its input during the call; the learner hands it (and the
-head) to the loss as ``extras['policy_hidden']`` / ``extras['lm_head']``. The padded layout only:
-packed rows reach the head as one ``[1, N, H]`` sequence.
+- ``policy_hidden``: a forward pre-hook on the LM head records its input; the loss gets it (and the
+  head) as ``extras['policy_hidden']`` / ``extras['lm_head']`` (SARPO's value read from the LM head);
+- ``policy_layers``: every decoder layer's output (ride).
+
+The padded layout only: packed rows reach the model as one ``[1, N, H]`` sequence.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -23,7 +26,9 @@ def head_inputs(model: torch.nn.Module, enabled: bool, packed: bool) -> Iterator
         yield captured
         return
     if packed:
-        raise ValueError("the policy loss reads the policy's hidden states (need policy_hidden): set learner.packing: false")
+        raise ValueError(
+            "the policy loss reads the policy's hidden states (need policy_hidden): set learner.packing: false"
+        )
     handle = model.get_output_embeddings().register_forward_pre_hook(lambda module, args: captured.append(args[0]))
     try:
         yield captured
@@ -46,7 +51,9 @@ def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
     for module in model.modules():
         if isinstance(module, torch.nn.ModuleList) and len(module) == n:
             return module
-    raise ValueError(f"{type(model).__name__}: cannot find its decoder layers (a ModuleList of config.num_hidden_layers={n})")
+    raise ValueError(
+        f"{type(model).__name__}: cannot find its decoder layers (a ModuleList of config.num_hidden_layers={n})"
+    )
 
 
 @contextlib.contextmanager
@@ -59,7 +66,9 @@ def layer_outputs(model: torch.nn.Module, enabled: bool, packed: bool) -> Iterat
         yield captured
         return
     if packed:
-        raise ValueError("the policy loss reads the policy's layer outputs (need policy_layers): set learner.packing: false")
+        raise ValueError(
+            "the policy loss reads the policy's layer outputs (need policy_layers): set learner.packing: false"
+        )
 
     def keep(module: torch.nn.Module, args: Any, output: Any) -> None:
         captured.append(output[0] if isinstance(output, tuple) else output)
@@ -72,12 +81,41 @@ def layer_outputs(model: torch.nn.Module, enabled: bool, packed: bool) -> Iterat
             h.remove()
 
 
+# need name -> (hook context manager yielding a list, list -> extras); a new capture is one entry
+CAPTURES: dict[str, tuple[Callable[..., Any], Callable[[list[torch.Tensor], torch.nn.Module], dict[str, Any]]]] = {
+    "policy_hidden": (head_inputs, lambda captured, model: with_hidden({}, captured, model)),
+    "policy_layers": (layer_outputs, lambda captured, model: {"policy_layers": captured} if captured else {}),
+}
+
+
+@contextlib.contextmanager
+def captured_extras(model: torch.nn.Module, needs: Any, packed: bool) -> Iterator[dict[str, Any]]:
+    """Yields a dict that, once the block ends, holds the extras of every capture in ``needs``."""
+    out: dict[str, Any] = {}
+    with contextlib.ExitStack() as stack:
+        lists = [
+            (name, stack.enter_context(CAPTURES[name][0](model, True, packed)))
+            for name in sorted(needs)
+            if name in CAPTURES
+        ]
+        yield out
+    for name, captured in lists:
+        out.update(CAPTURES[name][1](captured, model))
+
+
 def layer_states(model: torch.nn.Module, batch: Any, layers: tuple[int, ...] = ()) -> torch.Tensor:
     """``[B, T, L, H]``: the outputs of decoder layers ``layers`` (() : all) on the batch's rows, the
     forward the learner runs (right-padded rows, explicit positions, no cache), without gradient."""
     if not isinstance(model, torch.nn.Module):  # learner.lora's reference is the policy with adapters off
-        raise ValueError(f"hidden states of {type(model).__name__} are not available: use a full model (learner.lora: null)")
+        raise ValueError(
+            f"hidden states of {type(model).__name__} are not available: use a full model (learner.lora: null)"
+        )
     with torch.no_grad(), layer_outputs(model, True, False) as captured:
-        model(input_ids=batch.input_ids_BT, attention_mask=batch.attention_mask_BT, position_ids=batch.position_ids_BT, use_cache=False)
+        model(
+            input_ids=batch.input_ids_BT,
+            attention_mask=batch.attention_mask_BT,
+            position_ids=batch.position_ids_BT,
+            use_cache=False,
+        )
     chosen = [captured[i] for i in layers] if layers else captured
     return torch.stack(chosen, dim=2)

@@ -1,6 +1,6 @@
 """``learner.world_size: N``: N learner ranks on this machine, started torchrun-style.
 
-``agent_rl.trainer.train`` picks one of these, with the helpers below:
+``agent_rl.train.trainer.train`` picks one of these, with the helpers below:
 
 - ``world_size: 1`` and no torchrun environment: the plain one-process trainer, no process group
   (unless ``learner.mixed_precision`` / ``cpu_offload`` ask for FSDP2: then a one-rank group);
@@ -9,7 +9,7 @@
   (``agent_rl/distributed/learner_group.py``), on any node of the cluster;
 - ``world_size: N > 1`` (``backend: local``): the run directory is fixed first, then N processes are started with
   ``MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE/LOCAL_RANK`` (gloo on CPU, NCCL on GPU: rank r takes
-  ``cuda:r``), each running ``python -m agent_rl.trainer CONFIG``; if one rank dies, the others
+  ``cuda:r``), each running ``python -m agent_rl.train.trainer CONFIG``; if one rank dies, the others
   are stopped and the error names it and its exception (``RankFailedError``);
 - already under ``torchrun`` (``RANK`` set): join that group (multi-node goes through an external
   launcher that sets the same variables).
@@ -96,7 +96,9 @@ def rank_guard() -> Iterator[None]:
         if isinstance(e, SystemExit) and e.code in (0, None):
             raise
         traceback.print_exc()
-        message = f"learner rank {rank} of {world} failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        message = (
+            f"learner rank {rank} of {world} failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        )
         errors = os.environ.get(ERRORS_ENV)
         if errors:
             record = {"rank": rank, "time_ns": time.time_ns(), "message": message}

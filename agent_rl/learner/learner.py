@@ -18,11 +18,12 @@ import torch
 from agent_rl.algorithms import AGGREGATIONS, POLICY_LOSSES
 from agent_rl.algorithms.aggregation import aggregation_inputs_for, select_rows
 from agent_rl.algorithms.losses import apply_cross_cutting
+from agent_rl.algorithms.needs import NEEDS
 from agent_rl.algorithms.plan import ObjectiveParts
 from agent_rl.algorithms.registry import AggregationInputs, LossInputs
+from agent_rl.core.types import TrainBatch
 from agent_rl.learner import fsdp, hidden, packing
 from agent_rl.learner.logprobs import token_logprobs
-from agent_rl.types import TrainBatch
 
 
 def lr_lambda(warmup_steps: int, schedule: str, total_steps: int | None, min_lr_ratio: float) -> Callable[[int], float]:
@@ -53,9 +54,17 @@ class Optimizer:
         self.params = [p for p in module.parameters() if p.requires_grad]
         # fused AdamW (one kernel for all parameters) where torch has it: plain tensors on cpu/cuda
         fused = bool(self.params) and all(
-            p.is_floating_point() and p.device.type in ("cpu", "cuda") and not hasattr(p, "to_local") for p in self.params
+            p.is_floating_point() and p.device.type in ("cpu", "cuda") and not hasattr(p, "to_local")
+            for p in self.params
         )
-        self.optimizer = torch.optim.AdamW(self.params, lr=lr, betas=tuple(cfg.betas), eps=cfg.adam_eps, weight_decay=cfg.weight_decay, fused=fused or None)
+        self.optimizer = torch.optim.AdamW(
+            self.params,
+            lr=lr,
+            betas=tuple(cfg.betas),
+            eps=cfg.adam_eps,
+            weight_decay=cfg.weight_decay,
+            fused=fused or None,
+        )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(cfg.warmup_steps, cfg.lr_schedule, total_steps, cfg.min_lr_ratio)
         )
@@ -70,7 +79,11 @@ class Optimizer:
         if finite:
             self.optimizer.step()
         self.scheduler.step()
-        metrics = {f"{self.prefix}/grad_norm": grad_norm, f"{self.prefix}/lr": lr, f"{self.prefix}/skipped_nonfinite": float(not finite)}
+        metrics = {
+            f"{self.prefix}/grad_norm": grad_norm,
+            f"{self.prefix}/lr": lr,
+            f"{self.prefix}/skipped_nonfinite": float(not finite),
+        }
         if before is not None:
             # ||delta theta|| / ||theta|| over all parameters (sums of squares reduced over shards)
             delta_sq, norm_sq = 0.0, 0.0
@@ -120,13 +133,21 @@ class Learner:
     def logprobs(self, model: torch.nn.Module, batch: TrainBatch, with_entropy: bool = False, **kw: Any) -> Any:
         """``token_logprobs`` with this learner's temperature, chunk size and LM-head precision."""
         return token_logprobs(
-            model, batch, self.temperature, with_entropy=with_entropy,
-            chunk_tokens=self.cfg.logprob_chunk_tokens, fp32_lm_head=self.cfg.fp32_lm_head,
-            packed=self.cfg.packing, share_prefixes=self.cfg.share_prefixes, **kw,
+            model,
+            batch,
+            self.temperature,
+            with_entropy=with_entropy,
+            chunk_tokens=self.cfg.logprob_chunk_tokens,
+            fp32_lm_head=self.cfg.fp32_lm_head,
+            packed=self.cfg.packing,
+            share_prefixes=self.cfg.share_prefixes,
+            **kw,
         )
 
     @torch.no_grad()
-    def score(self, model: torch.nn.Module, batch: TrainBatch, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def score(
+        self, model: torch.nn.Module, batch: TrainBatch, with_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logprobs (and entropy) of the whole batch under ``model`` (policy or reference), without
         gradient; each rank computes its block of rows and every rank receives all of them."""
         model.eval()
@@ -135,7 +156,12 @@ class Learner:
         return fsdp.map_rows(batch, lambda mb: self.logprobs(model, mb, with_entropy))
 
     def update(
-        self, batch: TrainBatch, advantages_BT: torch.Tensor, parts: ObjectiveParts, step: int = 0, rows_are_local: bool = False
+        self,
+        batch: TrainBatch,
+        advantages_BT: torch.Tensor,
+        parts: ObjectiveParts,
+        step: int = 0,
+        rows_are_local: bool = False,
     ) -> dict[str, float]:
         """One optimizer step on ``batch`` (the whole step's rows, identical on every rank; with
         ``rows_are_local`` only this rank's rows); returns metrics reduced over ranks."""
@@ -144,7 +170,8 @@ class Learner:
         self.model.train()
         loss_entry = POLICY_LOSSES.get(parts.loss.name)
         opts = parts.loss_options()
-        needs = parts.needs()  # what they need is in the batch: the run's plan provided it
+        needs = parts.needs()  # what they need is in the batch (the run's plan provided it) or from this forward
+        forward = {NEEDS[n].forward for n in needs}
         agg_all = global_aggregation_inputs(batch, self.max_response_tokens)
         aggregate = AGGREGATIONS(parts.aggregation)
         _, world = fsdp.rank_and_world()
@@ -154,14 +181,13 @@ class Learner:
         for micro in packing.micro_batches(batch, self.cfg):  # the same number on every rank
             rows, mb = micro.rows, micro.select(batch)
             topk_BTK = None
-            with (
-                hidden.head_inputs(self.model, "policy_hidden" in needs, self.cfg.packing) as captured,  # sarpo's value read
-                hidden.layer_outputs(self.model, "policy_layers" in needs, self.cfg.packing) as layers,  # ride's regression
-            ):
-                if "topk" in needs or "teacher_topk" in needs:  # the sampler's or the teacher's candidates
-                    logprobs_BT, entropy_BT, topk_BTK = self.logprobs(self.model, mb, "entropy" in needs, topk_ids_BTK=mb.topk_ids_BTK)
+            with hidden.captured_extras(self.model, needs, self.cfg.packing) as captured:  # activations a loss reads
+                if "candidates" in forward:  # logprobs at the sampler's or the teacher's top-k candidates
+                    logprobs_BT, entropy_BT, topk_BTK = self.logprobs(
+                        self.model, mb, "entropy" in forward, topk_ids_BTK=mb.topk_ids_BTK
+                    )
                 else:
-                    logprobs_BT, entropy_BT = self.logprobs(self.model, mb, "entropy" in needs)
+                    logprobs_BT, entropy_BT = self.logprobs(self.model, mb, "entropy" in forward)
             mask = mb.loss_mask_BT
             with torch.no_grad():
                 d = (logprobs_BT.detach() - mb.rollout_logprobs_BT) * mask
@@ -187,7 +213,7 @@ class Learner:
                 group_index_B=mb.group_index_B,
                 step=step,
                 state=parts.loss_state,
-                extras=hidden.with_hidden(mb.extras, captured, self.model) | ({"policy_layers": layers} if layers else {}),
+                extras=mb.extras | captured,
             )
             out = apply_cross_cutting(x, loss_entry.fn(x, parts.loss), opts)
             loss = aggregate(out.loss_BT, mask, select_rows(agg_all, rows), parts.aggregation)

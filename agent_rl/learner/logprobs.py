@@ -25,8 +25,8 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 
+from agent_rl.core.types import TrainBatch
 from agent_rl.learner import packing, prefix
-from agent_rl.types import TrainBatch
 
 
 def _chunk_logprobs(
@@ -129,13 +129,22 @@ class _Request:
 def _pairs_forward(head: torch.nn.Module, request: _Request, hidden_1NH: torch.Tensor) -> torch.Tensor:
     """Packed layout: per-pair results ``[1, P, 1 + E + K]`` of hidden ``hidden_index_P`` -> ``targets_BT``."""
     out = _ChunkedHead.apply(
-        hidden_1NH[0, request.hidden_index_P], head.weight, getattr(head, "bias", None), request.targets_BT,
-        request.topk_ids_BTK, request.temperature, request.chunk, request.with_entropy, request.fp32,
+        hidden_1NH[0, request.hidden_index_P],
+        head.weight,
+        getattr(head, "bias", None),
+        request.targets_BT,
+        request.topk_ids_BTK,
+        request.temperature,
+        request.chunk,
+        request.with_entropy,
+        request.fp32,
     )
     return _columns(request, *out)[None]
 
 
-def _columns(request: _Request, logprobs_N: torch.Tensor, entropy_N: torch.Tensor, topk_NK: torch.Tensor) -> torch.Tensor:
+def _columns(
+    request: _Request, logprobs_N: torch.Tensor, entropy_N: torch.Tensor, topk_NK: torch.Tensor
+) -> torch.Tensor:
     cols = [logprobs_N[:, None]]
     if request.with_entropy:
         cols.append(entropy_N[:, None])
@@ -179,7 +188,9 @@ def _chunked_head(model: torch.nn.Module, request: _Request):
         del head.forward  # back to the class's forward (generation sees a plain LM head)
 
 
-def batch_logits(model: torch.nn.Module, batch: TrainBatch, packed: bool = False, share_prefixes: bool = False) -> torch.Tensor:
+def batch_logits(
+    model: torch.nn.Module, batch: TrainBatch, packed: bool = False, share_prefixes: bool = False
+) -> torch.Tensor:
     """``model(...)``'s per-token output on a batch (right-padded rows, explicit positions, no cache).
 
     ``packed``: the rows run as one packed sequence (``packing``; ``share_prefixes``: shared
@@ -220,7 +231,9 @@ def scoring_logits(model: torch.nn.Module, input_ids_BS: torch.Tensor, attention
     if not packed:
         return model(input_ids=input_ids_BS, attention_mask=attention_mask_BS).logits
     rows = SimpleNamespace(
-        input_ids_BT=input_ids_BS, attention_mask_BT=attention_mask_BS, batch_size=input_ids_BS.shape[0],
+        input_ids_BT=input_ids_BS,
+        attention_mask_BT=attention_mask_BS,
+        batch_size=input_ids_BS.shape[0],
         position_ids_BT=torch.arange(input_ids_BS.shape[1], device=input_ids_BS.device)[None],
     )
     return batch_logits(model, rows, packed=True, share_prefixes=share_prefixes)
@@ -291,4 +304,3 @@ def direct_token_logprobs(
         return logprobs_BT, None
     ent_BT = -(logp_BTV.exp() * logp_BTV).sum(-1) * valid_BT
     return logprobs_BT, torch.cat([zeros_B1, ent_BT], dim=1)
-

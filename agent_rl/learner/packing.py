@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
+from agent_rl.core.types import TrainBatch
 from agent_rl.learner import fsdp, varlen
-from agent_rl.types import TrainBatch
 
 
 @dataclass
@@ -103,7 +103,9 @@ def packed_call(model: torch.nn.Module, p: Pack) -> Any:
     if varlen.supported(model):
         varlen.use(model)
         with varlen.packed_masks():
-            return model(input_ids=p.input_ids_1N, position_ids=p.position_ids_1N, use_cache=False, agent_rl_segments=p.segments)
+            return model(
+                input_ids=p.input_ids_1N, position_ids=p.position_ids_1N, use_cache=False, agent_rl_segments=p.segments
+            )
     if any(pe > ps for _, _, ps, pe in p.segments):
         raise ValueError(
             f"learner.share_prefixes: {type(model).__name__} uses {getattr(model.config, '_attn_implementation', '?')} "
@@ -249,7 +251,9 @@ def map_micro_batches(
             columns.append(None)
             continue
         first = outs[0][j][1]
-        col = torch.zeros((local.batch_size, *batch.input_ids_BT.shape[1:], *first.shape[2:]), dtype=first.dtype, device=first.device)
+        col = torch.zeros(
+            (local.batch_size, *batch.input_ids_BT.shape[1:], *first.shape[2:]), dtype=first.dtype, device=first.device
+        )
         for o in outs:
             col[o[j][0]] = o[j][1]
         columns.append(col)

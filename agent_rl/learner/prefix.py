@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import torch
 
+from agent_rl.core.types import TrainBatch
 from agent_rl.learner.packing import Pack, pack
-from agent_rl.types import TrainBatch
 
 MIN_SHARED_TOKENS = 8  # shorter common prefixes are not worth a segment of their own (a chat header)
 
 
-def common_prefixes(lead_ids_KL: torch.Tensor, lead_pos_KL: torch.Tensor, ids: torch.Tensor, pos: torch.Tensor) -> list[int]:
+def common_prefixes(
+    lead_ids_KL: torch.Tensor, lead_pos_KL: torch.Tensor, ids: torch.Tensor, pos: torch.Tensor
+) -> list[int]:
     """Tokens each of the K leader rows shares with one row from their start (same ids at the same
     positions); leaders are padded with -1 (never a token id or position), the row is not."""
     n = min(ids.numel(), lead_ids_KL.shape[1])

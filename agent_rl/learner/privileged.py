@@ -22,9 +22,9 @@ from typing import Any
 
 import torch
 
+from agent_rl.core.types import TrainBatch
 from agent_rl.learner.critic import Critic
 from agent_rl.learner.teacher import splice_teacher_context
-from agent_rl.types import TrainBatch
 
 
 def to_spliced(x_BT: torch.Tensor, positions_BT: torch.Tensor, S: int, fill: float = 0) -> torch.Tensor:
@@ -40,7 +40,9 @@ def to_spliced(x_BT: torch.Tensor, positions_BT: torch.Tensor, S: int, fill: flo
 def from_spliced(y_BS: torch.Tensor, positions_BT: torch.Tensor) -> torch.Tensor:
     """``out[b, t] = y_BS[b, positions_BT[b, t]]``; 0 where the student token has no position."""
     keep = positions_BT >= 0
-    return torch.where(keep, y_BS.gather(1, positions_BT.clamp(min=0)), torch.zeros((), dtype=y_BS.dtype, device=y_BS.device))
+    return torch.where(
+        keep, y_BS.gather(1, positions_BT.clamp(min=0)), torch.zeros((), dtype=y_BS.dtype, device=y_BS.device)
+    )
 
 
 def spliced_batch(
@@ -53,7 +55,9 @@ def spliced_batch(
     logprobs, top-k candidates, extras) are dropped: a critic reads none of them. Returns the new
     batch and ``positions_BT`` (where student token t sits; -1 on padding).
     """
-    ids_BS, mask_BS, positions_BT = splice_teacher_context(batch.input_ids_BT, batch.attention_mask_BT, insert_at_B, context_ids_B, pad_id)
+    ids_BS, mask_BS, positions_BT = splice_teacher_context(
+        batch.input_ids_BT, batch.attention_mask_BT, insert_at_B, context_ids_B, pad_id
+    )
     B, S = ids_BS.shape
 
     def move(x_BT: torch.Tensor, fill: float = 0) -> torch.Tensor:
@@ -67,8 +71,15 @@ def spliced_batch(
         position_ids_BT=torch.arange(S, device=ids_BS.device).expand(B, S).clone(),
         rollout_logprobs_BT=move(batch.rollout_logprobs_BT),
         turn_index_BT=move(batch.turn_index_BT, fill=-1),
-        old_logprobs_BT=None, ref_logprobs_BT=None, values_BT=None, entropy_BT=None, teacher_logprobs_BT=None,
-        topk_ids_BTK=None, rollout_topk_logprobs_BTK=None, topk_mask_BTK=None, extras={},
+        old_logprobs_BT=None,
+        ref_logprobs_BT=None,
+        values_BT=None,
+        entropy_BT=None,
+        teacher_logprobs_BT=None,
+        topk_ids_BTK=None,
+        rollout_topk_logprobs_BTK=None,
+        topk_mask_BTK=None,
+        extras={},
     )
     return out, positions_BT
 
@@ -80,7 +91,14 @@ class PrivilegedCritic:
     ``renderer.context_insertion`` says where the context goes and its token ids.
     """
 
-    def __init__(self, critic: Critic, renderer: Any, pad_id: int, batch_of: Callable[[list[Any]], TrainBatch], env_id: str = "the env"):
+    def __init__(
+        self,
+        critic: Critic,
+        renderer: Any,
+        pad_id: int,
+        batch_of: Callable[[list[Any]], TrainBatch],
+        env_id: str = "the env",
+    ):
         self.critic, self.renderer, self.pad_id, self.batch_of, self.env_id = critic, renderer, pad_id, batch_of, env_id
 
     def batch(self, groups: list[Any]) -> tuple[TrainBatch, torch.Tensor]:
@@ -89,7 +107,9 @@ class PrivilegedCritic:
         for t in (t for g in groups for t in g.trajectories_G if t.trainable):  # the rows of make_batch, in order
             context = t.info.get("teacher_context")
             if not context:
-                raise ValueError(f"redippo's reference-guided critic needs the reference answer, but {self.env_id} gives no info['teacher_context'] at reset")
+                raise ValueError(
+                    f"redippo's reference-guided critic needs the reference answer, but {self.env_id} gives no info['teacher_context'] at reset"
+                )
             k, ids = self.renderer.context_insertion(t.info["prompt_messages"], t.info["tools"], context)
             insert_at_B.append(k)
             context_ids_B.append(ids)
@@ -99,15 +119,23 @@ class PrivilegedCritic:
         """V_ref in the student's layout (0 off the rows' tokens)."""
         return from_spliced(self.critic.values(spliced), positions_BT)
 
-    def update(self, spliced: TrainBatch, positions_BT: torch.Tensor, returns_BT: torch.Tensor, old_values_BT: torch.Tensor) -> dict[str, float]:
+    def update(
+        self, spliced: TrainBatch, positions_BT: torch.Tensor, returns_BT: torch.Tensor, old_values_BT: torch.Tensor
+    ) -> dict[str, float]:
         """One clipped-value-loss step towards ``returns_BT`` (student layout); metrics as ``critic_ref/*``."""
         S = spliced.input_ids_BT.shape[1]
         with torch.enable_grad():
-            metrics = self.critic.update(spliced, to_spliced(returns_BT, positions_BT, S), to_spliced(old_values_BT, positions_BT, S))
+            metrics = self.critic.update(
+                spliced, to_spliced(returns_BT, positions_BT, S), to_spliced(old_values_BT, positions_BT, S)
+            )
         return {k.replace("critic/", "critic_ref/", 1): v for k, v in metrics.items()}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"model": self.critic.model.state_dict(), "optimizer": self.critic.optimizer.state_dict(), "scheduler": self.critic.scheduler.state_dict()}
+        return {
+            "model": self.critic.model.state_dict(),
+            "optimizer": self.critic.optimizer.state_dict(),
+            "scheduler": self.critic.scheduler.state_dict(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.critic.model.load_state_dict(state["model"])

@@ -21,12 +21,19 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from agent_rl.core.types import TrainBatch
 from agent_rl.learner import packing
 from agent_rl.learner.learner import Optimizer
-from agent_rl.types import TrainBatch
 
 
-def prm_loss(prm_logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, loss_mask_BT: torch.Tensor, labels_B: torch.Tensor, beta: float, num_rows: float) -> tuple[torch.Tensor, torch.Tensor]:
+def prm_loss(
+    prm_logprobs_BT: torch.Tensor,
+    ref_logprobs_BT: torch.Tensor,
+    loss_mask_BT: torch.Tensor,
+    labels_B: torch.Tensor,
+    beta: float,
+    num_rows: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The summed cross-entropy of these rows divided by ``num_rows``, and each row's implicit reward."""
     mask_BT = loss_mask_BT.to(prm_logprobs_BT.dtype)
     reward_B = beta * ((prm_logprobs_BT - ref_logprobs_BT.to(prm_logprobs_BT.dtype)) * mask_BT).sum(-1)
@@ -35,7 +42,14 @@ def prm_loss(prm_logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, loss_
 
 
 class ImplicitPRM:
-    def __init__(self, model: torch.nn.Module, cfg: Any, learner_cfg: Any, logprobs: Callable[..., Any], total_steps: int | None = None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        cfg: Any,
+        learner_cfg: Any,
+        logprobs: Callable[..., Any],
+        total_steps: int | None = None,
+    ):
         """``cfg``: the ``prime`` advantage's config (beta, prm_lr, prm_grad_clip); ``logprobs``: the
         learner's ``logprobs(model, batch)`` (its temperature, chunking and packing)."""
         self.cfg, self.learner_cfg, self.logprobs = cfg, learner_cfg, logprobs
@@ -53,7 +67,9 @@ class ImplicitPRM:
             rows, mb = micro.rows, micro.select(batch)
             logprobs_BT = self.logprobs(self.model, mb)[0]
             labels_B = rewards_B[rows].float().clamp(0.0, 1.0)
-            loss, reward_B = prm_loss(logprobs_BT, ref_logprobs_BT[rows], mb.loss_mask_BT, labels_B, self.cfg.beta, num_rows)
+            loss, reward_B = prm_loss(
+                logprobs_BT, ref_logprobs_BT[rows], mb.loss_mask_BT, labels_B, self.cfg.beta, num_rows
+            )
             loss.backward()
             loss_sum += float(loss.detach())
             hit_B = ((reward_B > 0) == (labels_B > 0.5)).float()

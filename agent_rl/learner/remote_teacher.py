@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import httpx
 import torch
 
 SCHEME = "openai:"
@@ -39,7 +40,6 @@ class RemoteTeacher:
     minus the model."""
 
     def __init__(self, path: str, student_tokenizer: Any, rows_per_request: int = 32, timeout_s: float = 300.0):
-        import httpx
 
         self.path = path
         self.url, model = parse_remote(path)
@@ -52,7 +52,6 @@ class RemoteTeacher:
 
     # -- start-up checks -------------------------------------------------------------------------
     def _post(self, url: str, body: dict) -> Any:
-        import httpx
 
         try:
             return self.client.post(url, json=body)
@@ -60,7 +59,6 @@ class RemoteTeacher:
             raise ValueError(f"teacher {self.path}: cannot reach {url}: {e}") from None
 
     def _only_model(self) -> str:
-        import httpx
 
         try:
             r = self.client.get(f"{self.url}/models")
@@ -130,12 +128,19 @@ class RemoteTeacher:
 
     @torch.no_grad()
     def score(
-        self, input_ids_BS: torch.Tensor, attention_mask_BS: torch.Tensor, positions_BT: torch.Tensor, temperature: float = 1.0, topk: int = 0
+        self,
+        input_ids_BS: torch.Tensor,
+        attention_mask_BS: torch.Tensor,
+        positions_BT: torch.Tensor,
+        temperature: float = 1.0,
+        topk: int = 0,
     ) -> Any:
         """As ``compute_teacher_logprobs``: out[b, t] = log q(token at positions_BT[b, t]) (0 where < 1);
         with ``topk`` also the ids and logprobs of the teacher's top-k at each position."""
         if temperature != 1.0:
-            raise ValueError(f"teacher {self.path}: a server's prompt logprobs are at temperature 1; got rollout.temperature={temperature}")
+            raise ValueError(
+                f"teacher {self.path}: a server's prompt logprobs are at temperature 1; got rollout.temperature={temperature}"
+            )
         B, T = positions_BT.shape
         lengths = attention_mask_BS.sum(-1).tolist()
         rows = [input_ids_BS[b, : int(n)].tolist() for b, n in enumerate(lengths)]
@@ -150,7 +155,9 @@ class RemoteTeacher:
             if topk:
                 best = sorted(entry.items(), key=lambda kv: (kv[1]["rank"], -kv[1]["logprob"]))[:topk]
                 if len(best) < topk:
-                    raise RuntimeError(f"teacher {self.path}: asked for the top-{topk} of each position, got {len(best)}")
+                    raise RuntimeError(
+                        f"teacher {self.path}: asked for the top-{topk} of each position, got {len(best)}"
+                    )
                 ids_BTK[b, t, : len(best)] = torch.tensor([int(i) for i, _ in best])
                 top_BTK[b, t, : len(best)] = torch.tensor([v["logprob"] for _, v in best])
         device = positions_BT.device

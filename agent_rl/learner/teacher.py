@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from agent_rl.learner.logprobs import scoring_logits
+
 
 class EmaTeacher:
     """A frozen copy of the policy whose weights follow it slowly: theta_T <- d theta_T + (1 - d) theta.
@@ -111,7 +113,6 @@ def compute_teacher_logprobs(
     predicts each student token t and their logprobs (``ids_BTK``, ``logprobs_BTK``; ids 0 and
     logprobs 0 where the token has no teacher position): the support of top-K distillation.
     """
-    from agent_rl.learner.logprobs import scoring_logits
 
     logits_BSV = scoring_logits(model, input_ids_BS, attention_mask_BS)  # packed under learner.packing (Teaching)
     has_BT = positions_BT >= 1
@@ -159,7 +160,14 @@ def check_same_tokenizer(student: Any, teacher: Any, teacher_path: str) -> None:
         )
 
 
-def score_with(teacher: Any, ids_BS: torch.Tensor, mask_BS: torch.Tensor, positions_BT: torch.Tensor, temperature: float, topk: int = 0) -> Any:
+def score_with(
+    teacher: Any,
+    ids_BS: torch.Tensor,
+    mask_BS: torch.Tensor,
+    positions_BT: torch.Tensor,
+    temperature: float,
+    topk: int = 0,
+) -> Any:
     """One teacher's logprobs (and top-K): a model in this process, or one that scores itself (a server)."""
     if hasattr(teacher, "score"):
         return teacher.score(ids_BS, mask_BS, positions_BT, temperature, topk)
@@ -190,7 +198,9 @@ class TeacherMixture:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("paths") != [t.path for t in self.teachers]:
-            raise ValueError(f"the checkpoint's teachers are {state.get('paths')}, this run's are {[t.path for t in self.teachers]}")
+            raise ValueError(
+                f"the checkpoint's teachers are {state.get('paths')}, this run's are {[t.path for t in self.teachers]}"
+            )
 
     def logprobs(
         self,
@@ -203,7 +213,9 @@ class TeacherMixture:
     ) -> Any:
         route_B = [None] * ids_BS.shape[0] if route_B is None else list(route_B)
         if topk and None in route_B:
-            raise ValueError("top-K distillation takes one teacher per row; several teachers mix only sampled-token logprobs (route every task)")
+            raise ValueError(
+                "top-K distillation takes one teacher per row; several teachers mix only sampled-token logprobs (route every task)"
+            )
         B, T = positions_BT.shape
         logp_BT = torch.zeros(B, T, dtype=torch.float32, device=positions_BT.device)
         ids_BTK = torch.zeros(B, T, max(topk, 1), dtype=torch.long, device=positions_BT.device)
@@ -235,7 +247,13 @@ class TeacherMixture:
 
 
 def teacher_logprobs(
-    teacher: Any, ids_BS: torch.Tensor, mask_BS: torch.Tensor, positions_BT: torch.Tensor, temperature: float, topk: int = 0, route_B: list[int | None] | None = None
+    teacher: Any,
+    ids_BS: torch.Tensor,
+    mask_BS: torch.Tensor,
+    positions_BT: torch.Tensor,
+    temperature: float,
+    topk: int = 0,
+    route_B: list[int | None] | None = None,
 ) -> Any:
     """The logprobs (and top-K) of any teacher object: one model (EMA / frozen / served) or several (mixed or routed per row)."""
     if isinstance(teacher, TeacherMixture):

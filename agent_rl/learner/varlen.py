@@ -30,7 +30,9 @@ _registered = False
 _PLAN: list[Any] = [None, None]  # (segments object, its plan): the layers of one call share it
 
 
-def _plan(segments: list[tuple[int, int, int, int]], device: torch.device) -> list[tuple[int, int, torch.Tensor, torch.Tensor]]:
+def _plan(
+    segments: list[tuple[int, int, int, int]], device: torch.device
+) -> list[tuple[int, int, torch.Tensor, torch.Tensor]]:
     """Segments of one shape, (own length n, prefix length m), batched: per shape the query index
     ``[k, n]`` and the key / value index ``[k, m + n]`` (the prefix's tokens, then its own) into
     the packed sequence. Computed once per packed call (every layer reads the same segments)."""
@@ -55,7 +57,9 @@ def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=N
 
     segments = kwargs.pop("agent_rl_segments", None)
     if segments is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
+        )
     if query.shape[0] != 1:
         raise ValueError("agent_rl_segments: a packed call has one row")
     # segments of one shape, (own length, prefix length), run as one batched call; the rows of a
@@ -66,11 +70,15 @@ def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=N
         k = key[0][:, kv_kl].transpose(0, 1)
         v = value[0][:, kv_kl].transpose(0, 1)
         if m == 0:  # rows of their own: causal
-            out = sdpa_attention_forward(module, q, k, v, None, dropout=dropout, scaling=scaling, is_causal=True, **kwargs)[0]
+            out = sdpa_attention_forward(
+                module, q, k, v, None, dropout=dropout, scaling=scaling, is_causal=True, **kwargs
+            )[0]
         else:  # suffixes: all of their shared prefix, then causal over themselves
             mask_nm = torch.ones((n, m + n), dtype=torch.bool, device=query.device)
             mask_nm[:, m:] = torch.ones((n, n), dtype=torch.bool, device=query.device).tril()
-            out = sdpa_attention_forward(module, q, k, v, mask_nm[None, None], dropout=dropout, scaling=scaling, is_causal=False, **kwargs)[0]
+            out = sdpa_attention_forward(
+                module, q, k, v, mask_nm[None, None], dropout=dropout, scaling=scaling, is_causal=False, **kwargs
+            )[0]
         outs.append(out.reshape(-1, *out.shape[2:]))  # [k n, heads, head_dim]
         index.append(q_kn.flatten())
     out_N = torch.cat(outs) if len(outs) > 1 else outs[0]

@@ -28,10 +28,26 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from agent_rl.proxy.protocol import ChatRequest, Message, ProxyError, completion_body, error_response, stream_events, tool_call_out
+from agent_rl.proxy.protocol import (
+    ChatRequest,
+    Message,
+    ProxyError,
+    completion_body,
+    error_response,
+    stream_events,
+    tool_call_out,
+)
 from agent_rl.proxy.recorder import Context, EpisodeRecorder
-from agent_rl.proxy.responses import (LOGPROBS, ResponsesRequest, check_conversation, input_messages, output_items, reply_message,
-                                      response_body, response_events)
+from agent_rl.proxy.responses import (
+    LOGPROBS,
+    ResponsesRequest,
+    check_conversation,
+    input_messages,
+    output_items,
+    reply_message,
+    response_body,
+    response_events,
+)
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 
 log = logging.getLogger(__name__)
@@ -87,7 +103,11 @@ class ProxyService:
     def session(self, key: str) -> EpisodeRecorder:
         rec = self.sessions.get(key)
         if rec is None:
-            where = "this proxy serves episodes at /e/<key>/v1" if key == DEFAULT_SESSION else f"no episode '{key}' (it ended, or never started)"
+            where = (
+                "this proxy serves episodes at /e/<key>/v1"
+                if key == DEFAULT_SESSION
+                else f"no episode '{key}' (it ended, or never started)"
+            )
             raise ProxyError(404, where, None, "episode_not_found")
         return rec
 
@@ -95,29 +115,43 @@ class ProxyService:
         """The session of ``key``, for a request that names ``model`` (404s: no such episode, model)."""
         rec = self.session(key)
         if model not in self.model_names:
-            raise ProxyError(404, f"model '{model}' is not served here; served: {', '.join(self.model_names)}", "model", "model_not_found")
+            raise ProxyError(
+                404,
+                f"model '{model}' is not served here; served: {', '.join(self.model_names)}",
+                "model",
+                "model_not_found",
+            )
         return rec
 
-    async def sample_replies(self, key: str, rec: EpisodeRecorder, messages: list[Message], tools: list[dict] | None,
-                             ask: Ask) -> tuple[Context, list[GenerationResult], list[dict[str, Any]]]:
+    async def sample_replies(
+        self, key: str, rec: EpisodeRecorder, messages: list[Message], tools: list[dict] | None, ask: Ask
+    ) -> tuple[Context, list[GenerationResult], list[dict[str, Any]]]:
         """Sample ``ask.n`` completions of the conversation (spliced onto its segment, or rendered
         fresh), record them, and return (the prompt's context, the results, the assistant replies)."""
         ctx = rec.context(messages, tools)
         room = self.max_total_tokens - len(ctx.prompt_ids)
         if room < 1:
-            raise ProxyError(400, f"the prompt has {len(ctx.prompt_ids)} tokens; this proxy's context is {self.max_total_tokens}",
-                             "messages", "context_length_exceeded")
+            raise ProxyError(
+                400,
+                f"the prompt has {len(ctx.prompt_ids)} tokens; this proxy's context is {self.max_total_tokens}",
+                "messages",
+                "context_length_exceeded",
+            )
         call = rec.calls
         requests = [
             GenerationRequest(
                 prompt_ids=list(ctx.prompt_ids),
                 max_new_tokens=min(ask.max_tokens or self.max_new_tokens, self.max_new_tokens, room),
-                temperature=self.temperature if self.temperature is not None else (1.0 if ask.temperature is None else ask.temperature),
+                temperature=self.temperature
+                if self.temperature is not None
+                else (1.0 if ask.temperature is None else ask.temperature),
                 top_p=self.top_p if self.top_p is not None else (ask.top_p or 1.0),
                 stop_token_ids=list(self.renderer.stop_token_ids),
                 messages=ctx.render_messages,  # what a scripted policy reads
                 topk=ask.top_logprobs,
-                seed=self.seed(key, call, i) if self.seed is not None else (None if ask.seed is None else (ask.seed + i) % 2**63),
+                seed=self.seed(key, call, i)
+                if self.seed is not None
+                else (None if ask.seed is None else (ask.seed + i) % 2**63),
             )
             for i in range(ask.n)
         ]
@@ -146,13 +180,31 @@ class ProxyService:
         bad = req.unsupported()
         if bad is not None:
             raise ProxyError(400, bad[1], bad[0])
-        tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools and req.tool_choice != "none" else None
-        ask = Ask(req.n, req.max_completion_tokens or req.max_tokens, req.temperature, req.top_p, req.seed, req.top_logprobs or 0)
+        tools = (
+            [t.model_dump(exclude_none=True) for t in req.tools] if req.tools and req.tool_choice != "none" else None
+        )
+        ask = Ask(
+            req.n,
+            req.max_completion_tokens or req.max_tokens,
+            req.temperature,
+            req.top_p,
+            req.seed,
+            req.top_logprobs or 0,
+        )
         ctx, results, replies = await self.sample_replies(key, rec, req.messages, tools, ask)
         choices = []
         for i, (res, reply) in enumerate(zip(results, replies, strict=True)):
-            finish = "length" if res.finish_reason == "length" else ("tool_calls" if reply.get("tool_calls") else "stop")
-            choices.append({"index": i, "message": reply, "logprobs": self.logprobs(res) if req.logprobs else None, "finish_reason": finish})
+            finish = (
+                "length" if res.finish_reason == "length" else ("tool_calls" if reply.get("tool_calls") else "stop")
+            )
+            choices.append(
+                {
+                    "index": i,
+                    "message": reply,
+                    "logprobs": self.logprobs(res) if req.logprobs else None,
+                    "finish_reason": finish,
+                }
+            )
         return completion_body(req.model, choices, len(ctx.prompt_ids) * req.n, sum(len(r.token_ids) for r in results))
 
     async def respond(self, key: str, req: ResponsesRequest) -> dict[str, Any]:
@@ -167,7 +219,9 @@ class ProxyService:
         messages = ([Message(role="system", content=req.instructions)] if req.instructions else []) + conversation
         check_conversation(messages)
         logprobs = LOGPROBS in (req.include or [])
-        ask = Ask(1, req.max_output_tokens, req.temperature, req.top_p, req.seed, (req.top_logprobs or 0) if logprobs else 0)
+        ask = Ask(
+            1, req.max_output_tokens, req.temperature, req.top_p, req.seed, (req.top_logprobs or 0) if logprobs else 0
+        )
         ctx, [res], [reply] = await self.sample_replies(key, rec, messages, req.chat_tools(), ask)
         complete = res.finish_reason != "length"
         output = output_items(reply, complete, self.logprobs(res)["content"] if logprobs else None)
@@ -183,7 +237,11 @@ class ProxyService:
             return {"role": "assistant", "content": text}
         cut = min((text.find(m) for m in self.format.markers if m in text), default=len(text))
         content = text[:cut].strip() or None
-        return {"role": "assistant", "content": content, "tool_calls": [tool_call_out(c.name, c.arguments) for c in reading.calls]}
+        return {
+            "role": "assistant",
+            "content": content,
+            "tool_calls": [tool_call_out(c.name, c.arguments) for c in reading.calls],
+        }
 
     def logprobs(self, res: GenerationResult) -> dict[str, Any]:
         def entry(token_id: int, lp: float) -> dict[str, Any]:
@@ -234,7 +292,10 @@ def create_proxy_app(service: ProxyService, api_key: str | None = None) -> FastA
         return {"status": "ok"}
 
     def models_body() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": n, "object": "model", "created": 0, "owned_by": "agent-rl"} for n in service.model_names]}
+        return {
+            "object": "list",
+            "data": [{"id": n, "object": "model", "created": 0, "owned_by": "agent-rl"} for n in service.model_names],
+        }
 
     async def answer(key: str, req: ChatRequest):
         body = await service.chat(key, req)
@@ -287,10 +348,13 @@ def segments_json(rec: EpisodeRecorder) -> dict[str, Any]:
         "calls": rec.calls,
         "breaks": rec.breaks,
         "segments": [
-            {"index": s.index, "token_ids": s.token_ids_T, "loss_mask": s.loss_mask_T, "logprobs": s.logprobs_T,
-             "turns": [[t.start, t.end, t.obs_start, t.obs_end] for t in s.turns_N]}
+            {
+                "index": s.index,
+                "token_ids": s.token_ids_T,
+                "loss_mask": s.loss_mask_T,
+                "logprobs": s.logprobs_T,
+                "turns": [[t.start, t.end, t.obs_start, t.obs_end] for t in s.turns_N],
+            }
             for s in rec.leaves()
         ],
     }
-
-

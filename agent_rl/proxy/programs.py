@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import importlib.util
 import inspect
 import sys
 import threading
@@ -40,19 +41,16 @@ from typing import Any
 
 from agent_rl.core.errors import InfraError
 from agent_rl.core.seeding import derive_seed
+from agent_rl.core.types import StopReason, Trajectory
 from agent_rl.proxy.app import ProxyService, create_proxy_app
 from agent_rl.proxy.config import AgentConfig
 from agent_rl.rollout.engine import RolloutEngine, _hash_task
 from agent_rl.rollout.episode import EpisodeSpec
-from agent_rl.types import StopReason, Trajectory
 from tools.formats import detect_format, get_format
 
 
 def load_callable(path: str, key: str) -> Any:
     """``module:function``, or ``path/to/file.py:function`` (a script that is not on ``sys.path``)."""
-    import importlib.util
-
-    from agent_rl.envloader import load_function
 
     try:
         file, _, name = path.rpartition(":")
@@ -64,7 +62,7 @@ def load_callable(path: str, key: str) -> Any:
             spec.loader.exec_module(module)
             fn = getattr(module, name)
         else:
-            fn = load_function(path)
+            fn = getattr(importlib.import_module(file), name)
     except (ImportError, AttributeError, ValueError, FileNotFoundError) as e:
         raise ValueError(f"config key '{key}': cannot load '{path}' ({e}); expected module:function") from None
     if not callable(fn):
@@ -87,9 +85,13 @@ def program_format(cfg: Any, tokenizer: Any, env_format: str | None) -> str:
 def check_supported(cfg: Any) -> None:
     """Agent programs run in the trainer's own engine: refused (one line) where that is not so."""
     if cfg.distributed.backend != "local" or not cfg.distributed.colocated:
-        raise ValueError("config key 'agent.program': agent programs run on the trainer's engine; set distributed.backend=local and max_staleness=0")
+        raise ValueError(
+            "config key 'agent.program': agent programs run on the trainer's engine; set distributed.backend=local and max_staleness=0"
+        )
     if cfg.algorithm.credit is not None:
-        raise ValueError("config key 'agent.program': credit methods that fork episodes need the env loop, not an agent program; set algorithm.credit=null")
+        raise ValueError(
+            "config key 'agent.program': credit methods that fork episodes need the env loop, not an agent program; set algorithm.credit=null"
+        )
     if cfg.rollout.layout != "concat":
         raise ValueError("config key 'agent.program': the proxy records concat segments; set rollout.layout=concat")
 
@@ -101,7 +103,9 @@ async def _serve(app: Any) -> tuple[Any, asyncio.Task, str]:
     from agent_rl.rollout.backends.server import bind
 
     sock = bind("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2))
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2)
+    )
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:
         if task.done():
@@ -132,24 +136,39 @@ class ProgramEngine(RolloutEngine):
             return list(await asyncio.gather(*(scheduler.generate(r) for r in requests), return_exceptions=True))
 
         service = ProxyService(
-            self.renderer, self.format, sample, [self.agent.served_model_name],
-            max_new_tokens=self.cfg.max_new_tokens, max_total_tokens=self.cfg.max_total_tokens,
-            temperature=self.cfg.temperature, top_p=self.cfg.top_p,
-            seed=lambda key, call, choice: derive_seed(self._seeds[key], "call", call, choice), metrics=self.metrics,
+            self.renderer,
+            self.format,
+            sample,
+            [self.agent.served_model_name],
+            max_new_tokens=self.cfg.max_new_tokens,
+            max_total_tokens=self.cfg.max_total_tokens,
+            temperature=self.cfg.temperature,
+            top_p=self.cfg.top_p,
+            seed=lambda key, call, choice: derive_seed(self._seeds[key], "call", call, choice),
+            metrics=self.metrics,
         )
         server, task, root = await _serve(create_proxy_app(service))
         try:
-            sample_seeds = [s.sample_seed if s.sample_seed is not None else derive_seed(seed, "episode", i) for i, s in enumerate(specs)]
-            per_episode = await asyncio.gather(*(self._episode(service, root, s, ss, slots) for s, ss in zip(specs, sample_seeds, strict=True)))
+            sample_seeds = [
+                s.sample_seed if s.sample_seed is not None else derive_seed(seed, "episode", i)
+                for i, s in enumerate(specs)
+            ]
+            per_episode = await asyncio.gather(
+                *(self._episode(service, root, s, ss, slots) for s, ss in zip(specs, sample_seeds, strict=True))
+            )
         finally:
             server.should_exit = True
             await task
         return [t for ts in per_episode for t in ts]
 
-    async def fork(self, trajectory: Trajectory, at_token: int, n: int, seed: int = 0, group_id: str | None = None) -> list[Trajectory]:
+    async def fork(
+        self, trajectory: Trajectory, at_token: int, n: int, seed: int = 0, group_id: str | None = None
+    ) -> list[Trajectory]:
         raise ValueError("agent programs cannot be forked: the program, not the engine, holds the episode's state")
 
-    async def _episode(self, service: ProxyService, root: str, spec: EpisodeSpec, sample_seed: int, slots: asyncio.Semaphore) -> list[Trajectory]:
+    async def _episode(
+        self, service: ProxyService, root: str, spec: EpisodeSpec, sample_seed: int, slots: asyncio.Semaphore
+    ) -> list[Trajectory]:
         async with slots:
             env = self._idle_envs.pop() if self._idle_envs else self.make_env()
             try:
@@ -161,7 +180,9 @@ class ProgramEngine(RolloutEngine):
             self.on_episode_done(out)
         return out
 
-    async def _play(self, service: ProxyService, root: str, spec: EpisodeSpec, sample_seed: int, env: Any) -> list[Trajectory]:
+    async def _play(
+        self, service: ProxyService, root: str, spec: EpisodeSpec, sample_seed: int, env: Any
+    ) -> list[Trajectory]:
         info: dict[str, Any] = {"seed": spec.seed, "options": spec.options, "sample_seed": sample_seed}
         try:
             obs, reset_info = await self.env_call(env, "reset", seed=spec.seed, options=spec.options)
@@ -170,7 +191,12 @@ class ProgramEngine(RolloutEngine):
             return [_trajectory(spec, "", None, stop, {**info, "error": f"reset: {e!r}"})]
         task_id = reset_info.get("task_id") or _hash_task(obs)
         info["task"] = reset_info.get("task")
-        task = {"messages": list(obs), "tools": reset_info.get("tools"), "task": reset_info.get("task"), "model": self.agent.served_model_name}
+        task = {
+            "messages": list(obs),
+            "tools": reset_info.get("tools"),
+            "task": reset_info.get("task"),
+            "model": self.agent.served_model_name,
+        }
         key, rec = service.open_session()
         self._seeds[key] = sample_seed
         try:
@@ -193,8 +219,12 @@ class ProgramEngine(RolloutEngine):
             except Exception as e:  # noqa: BLE001 - the judge failed, not the policy
                 stop = StopReason.INFRA_ERROR if isinstance(e, InfraError) else StopReason.ENV_ERROR
                 error = f"reward: {e!r}"
-        info.update(answer=answer if isinstance(answer, str | int | float | bool | type(None)) else repr(answer),
-                    calls=rec.calls, segments=len(rec.leaves()), segment_breaks=rec.breaks)
+        info.update(
+            answer=answer if isinstance(answer, str | int | float | bool | type(None)) else repr(answer),
+            calls=rec.calls,
+            segments=len(rec.leaves()),
+            segment_breaks=rec.breaks,
+        )
         if error is not None:
             info["error"] = error
         self.metrics["proxy/segments"] += len(rec.leaves())
@@ -262,7 +292,9 @@ class ProgramEngine(RolloutEngine):
         return float(reward)
 
 
-def _trajectory(spec: EpisodeSpec, task_id: str, reward: float | None, stop: StopReason, info: dict, leaf: Any = None) -> Trajectory:
+def _trajectory(
+    spec: EpisodeSpec, task_id: str, reward: float | None, stop: StopReason, info: dict, leaf: Any = None
+) -> Trajectory:
     """One segment as a trajectory (``leaf`` None: an episode with nothing sampled, never trained)."""
     return Trajectory(
         task_id=task_id,
@@ -278,10 +310,14 @@ def _trajectory(spec: EpisodeSpec, task_id: str, reward: float | None, stop: Sto
     )
 
 
-def make_program_engine(cfg: Any, backend: Any, renderer: Any, make_env: Any, tokenizer: Any, env_format: str | None, rollout_cfg: Any) -> ProgramEngine:
+def make_program_engine(
+    cfg: Any, backend: Any, renderer: Any, make_env: Any, tokenizer: Any, env_format: str | None, rollout_cfg: Any
+) -> ProgramEngine:
     """The engine ``Components.engine`` and ``agent-rl eval`` use when ``agent.program`` is set."""
     check_supported(cfg)
-    return ProgramEngine(backend, renderer, make_env, rollout_cfg, cfg.agent, program_format(cfg, tokenizer, env_format))
+    return ProgramEngine(
+        backend, renderer, make_env, rollout_cfg, cfg.agent, program_format(cfg, tokenizer, env_format)
+    )
 
 
 __all__ = ["ProgramEngine", "check_supported", "make_program_engine", "program_format"]

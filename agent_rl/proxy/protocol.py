@@ -165,7 +165,11 @@ class ChatRequest(BaseModel):
 
 
 def tool_call_out(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+    return {
+        "id": f"call_{uuid.uuid4().hex[:24]}",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments)},
+    }
 
 
 def completion_body(model: str, choices: list[dict], prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
@@ -175,7 +179,11 @@ def completion_body(model: str, choices: list[dict], prompt_tokens: int, complet
         "created": int(time.time()),
         "model": model,
         "choices": choices,
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens},
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
     }
 
 
@@ -185,7 +193,13 @@ def stream_events(body: dict[str, Any], include_usage: bool) -> list[str]:
     then the usage chunk when asked for, then ``[DONE]``."""
 
     def chunk(choices: list[dict], usage: dict | None = None) -> str:
-        out = {"id": body["id"], "object": "chat.completion.chunk", "created": body["created"], "model": body["model"], "choices": choices}
+        out = {
+            "id": body["id"],
+            "object": "chat.completion.chunk",
+            "created": body["created"],
+            "model": body["model"],
+            "choices": choices,
+        }
         if include_usage:
             out["usage"] = usage
         return f"data: {json.dumps(out)}\n\n"
@@ -193,9 +207,24 @@ def stream_events(body: dict[str, Any], include_usage: bool) -> list[str]:
     events = []
     for c in body["choices"]:
         i, msg = c["index"], c["message"]
-        events.append(chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}]))
+        events.append(
+            chunk(
+                [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}]
+            )
+        )
         if msg.get("content"):
-            events.append(chunk([{"index": i, "delta": {"content": msg["content"]}, "logprobs": c.get("logprobs"), "finish_reason": None}]))
+            events.append(
+                chunk(
+                    [
+                        {
+                            "index": i,
+                            "delta": {"content": msg["content"]},
+                            "logprobs": c.get("logprobs"),
+                            "finish_reason": None,
+                        }
+                    ]
+                )
+            )
         for k, call in enumerate(msg.get("tool_calls") or []):
             delta = {"tool_calls": [{"index": k, **call}]}
             events.append(chunk([{"index": i, "delta": delta, "logprobs": None, "finish_reason": None}]))

@@ -20,12 +20,12 @@ from __future__ import annotations
 import copy
 import json
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from agent_rl.core.types import Turn
 from agent_rl.proxy.protocol import Message, ProxyError
 from agent_rl.rollout.backends.base import GenerationResult
-from agent_rl.types import Turn
 from tools.base import ToolCall
 
 KEPT_RESPONSES = 64  # per episode: the responses a later request may name as previous_response_id
@@ -74,8 +74,10 @@ def message_key(m: Message, where: str) -> str:
     """The canonical form two messages are compared by (content parts joined, arguments decoded)."""
     d: dict[str, Any] = {"role": m.role, "content": m.text}
     if m.role == "assistant":
-        d["tool_calls"] = [[c.id, c.function.name, arguments(c.function.arguments, f"{where}.tool_calls[{j}]")]
-                           for j, c in enumerate(m.tool_calls or [])]
+        d["tool_calls"] = [
+            [c.id, c.function.name, arguments(c.function.arguments, f"{where}.tool_calls[{j}]")]
+            for j, c in enumerate(m.tool_calls or [])
+        ]
     if m.role == "tool":
         d["tool_call_id"] = m.tool_call_id
     return json.dumps(d, sort_keys=True)
@@ -106,8 +108,13 @@ class EpisodeRecorder:
     def previous(self, response_id: str) -> list[Message]:
         found = self.responses.get(response_id)
         if found is None:
-            raise ProxyError(400, f"previous_response_id: no response '{response_id}' in this episode (the proxy keeps its last "
-                                  f"{KEPT_RESPONSES})", "previous_response_id", "previous_response_not_found")
+            raise ProxyError(
+                400,
+                f"previous_response_id: no response '{response_id}' in this episode (the proxy keeps its last "
+                f"{KEPT_RESPONSES})",
+                "previous_response_id",
+                "previous_response_not_found",
+            )
         return list(found)
 
     def begin_call(self, now: float) -> None:
@@ -131,8 +138,10 @@ class EpisodeRecorder:
         out: list[dict] = []
         for i, m in enumerate(messages):
             if m.role == "assistant":
-                calls = [ToolCall(c.function.name, arguments(c.function.arguments, f"messages[{i}].tool_calls[{j}]"))
-                         for j, c in enumerate(m.tool_calls or [])]
+                calls = [
+                    ToolCall(c.function.name, arguments(c.function.arguments, f"messages[{i}].tool_calls[{j}]"))
+                    for j, c in enumerate(m.tool_calls or [])
+                ]
                 names.update({c.id: c.function.name for c in m.tool_calls or []})
                 text = m.text
                 if calls:
@@ -163,7 +172,9 @@ class EpisodeRecorder:
             self.breaks += 1
         return Context(None, self.renderer.prompt_ids(rendered, tools), keys, rendered, tools_key, tools)
 
-    def record(self, ctx: Context, results: list[GenerationResult], replies: list[dict], texts: list[str]) -> list[Segment]:
+    def record(
+        self, ctx: Context, results: list[GenerationResult], replies: list[dict], texts: list[str]
+    ) -> list[Segment]:
         """One new segment per choice: the prompt, then the sampled ids (mask 1) as one turn.
         ``replies``: the assistant messages returned; ``texts``: their sampled text."""
         self.calls += 1
@@ -180,7 +191,15 @@ class EpisodeRecorder:
                 turns = copy.deepcopy(parent.turns_N)
                 turns[-1].obs_end = len(prompt)
             ids = prompt + list(res.token_ids)
-            turns.append(Turn(start=len(prompt), end=len(ids), obs_start=len(ids), obs_end=len(ids), policy_version=res.policy_version))
+            turns.append(
+                Turn(
+                    start=len(prompt),
+                    end=len(ids),
+                    obs_start=len(ids),
+                    obs_end=len(ids),
+                    policy_version=res.policy_version,
+                )
+            )
             seg = Segment(
                 keys=ctx.keys + [message_key(Message.model_validate(reply), "reply")],
                 render_messages=ctx.render_messages + [{"role": "assistant", "content": text}],

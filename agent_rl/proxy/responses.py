@@ -31,7 +31,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from agent_rl.proxy.protocol import FunctionCallIn, FunctionSpec, Message, ProxyError, Seed, ToolCallIn, ToolSpec, check_unicode
+from agent_rl.proxy.protocol import (
+    FunctionCallIn,
+    FunctionSpec,
+    Message,
+    ProxyError,
+    Seed,
+    ToolCallIn,
+    ToolSpec,
+    check_unicode,
+)
 from agent_rl.proxy.recorder import arguments
 
 LOGPROBS = "message.output_text.logprobs"  # the ``include`` entry that asks for the sampled tokens' logprobs
@@ -75,7 +84,8 @@ def _item_type(value: Any) -> str:
 
 
 InputItem = Annotated[
-    Annotated[MessageItem, Tag("message")] | Annotated[FunctionCallItem, Tag("function_call")]
+    Annotated[MessageItem, Tag("message")]
+    | Annotated[FunctionCallItem, Tag("function_call")]
     | Annotated[FunctionCallOutputItem, Tag("function_call_output")],
     Discriminator(_item_type),
 ]
@@ -91,7 +101,9 @@ class FunctionTool(BaseModel):
 
     def chat(self) -> dict[str, Any]:
         """The chat-completions form the renderer and the recorder's tools key read."""
-        return ToolSpec(type="function", function=FunctionSpec(**self.model_dump(exclude={"type"}))).model_dump(exclude_none=True)
+        return ToolSpec(type="function", function=FunctionSpec(**self.model_dump(exclude={"type"}))).model_dump(
+            exclude_none=True
+        )
 
 
 class ResponsesRequest(BaseModel):
@@ -172,8 +184,11 @@ def input_messages(req: ResponsesRequest) -> list[Message]:
 def reply_message(output: list[dict[str, Any]]) -> Message:
     """The assistant message of this proxy's output items (what the recorder keys the reply by)."""
     text = next((p["text"] for item in output if item["type"] == "message" for p in item["content"]), None)
-    calls = [ToolCallIn(id=item["call_id"], function=FunctionCallIn(name=item["name"], arguments=item["arguments"]))
-             for item in output if item["type"] == "function_call"]
+    calls = [
+        ToolCallIn(id=item["call_id"], function=FunctionCallIn(name=item["name"], arguments=item["arguments"]))
+        for item in output
+        if item["type"] == "function_call"
+    ]
     return Message(role="assistant", content=text, tool_calls=calls or None)
 
 
@@ -181,8 +196,12 @@ def check_conversation(messages: list[Message]) -> None:
     if not messages:
         raise ProxyError(400, "input: no messages (input is empty and there are no instructions)", "input")
     if messages[-1].role == "assistant":
-        raise ProxyError(400, "input: the last item is the assistant's (a message or a function_call without its output); "
-                              "continuing it is not supported", "input")
+        raise ProxyError(
+            400,
+            "input: the last item is the assistant's (a message or a function_call without its output); "
+            "continuing it is not supported",
+            "input",
+        )
 
 
 def output_items(reply: dict[str, Any], complete: bool, logprobs: list[dict] | None) -> list[dict[str, Any]]:
@@ -190,15 +209,38 @@ def output_items(reply: dict[str, Any], complete: bool, logprobs: list[dict] | N
     status = "completed" if complete else "incomplete"
     out: list[dict[str, Any]] = []
     if reply.get("content") is not None or not reply.get("tool_calls"):
-        part = {"type": "output_text", "text": reply.get("content") or "", "annotations": [], "logprobs": logprobs or []}
-        out.append({"type": "message", "id": f"msg_{uuid.uuid4().hex}", "role": "assistant", "status": status, "content": [part]})
+        part = {
+            "type": "output_text",
+            "text": reply.get("content") or "",
+            "annotations": [],
+            "logprobs": logprobs or [],
+        }
+        out.append(
+            {
+                "type": "message",
+                "id": f"msg_{uuid.uuid4().hex}",
+                "role": "assistant",
+                "status": status,
+                "content": [part],
+            }
+        )
     for call in reply.get("tool_calls") or []:
-        out.append({"type": "function_call", "id": f"fc_{uuid.uuid4().hex}", "call_id": call["id"], "name": call["function"]["name"],
-                    "arguments": call["function"]["arguments"], "status": status})
+        out.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{uuid.uuid4().hex}",
+                "call_id": call["id"],
+                "name": call["function"]["name"],
+                "arguments": call["function"]["arguments"],
+                "status": status,
+            }
+        )
     return out
 
 
-def response_body(req: ResponsesRequest, output: list[dict], complete: bool, input_tokens: int, output_tokens: int) -> dict[str, Any]:
+def response_body(
+    req: ResponsesRequest, output: list[dict], complete: bool, input_tokens: int, output_tokens: int
+) -> dict[str, Any]:
     return {
         "id": f"resp_{uuid.uuid4().hex}",
         "object": "response",
@@ -220,8 +262,13 @@ def response_body(req: ResponsesRequest, output: list[dict], complete: bool, inp
         "tools": [t.model_dump() for t in req.tools or []],
         "top_p": req.top_p,
         "truncation": req.truncation or "disabled",
-        "usage": {"input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": output_tokens,
-                  "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": input_tokens + output_tokens},
+        "usage": {
+            "input_tokens": input_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": input_tokens + output_tokens,
+        },
         "user": req.user,
         "metadata": req.metadata or {},
     }

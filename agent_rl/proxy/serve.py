@@ -7,11 +7,15 @@ A program points the official client at ``http://HOST:PORT/v1``; what it sampled
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
 
+from agent_rl.models.loading import load_model, load_tokenizer
 from agent_rl.proxy.app import DEFAULT_SESSION, ProxyService, create_proxy_app
+from agent_rl.rollout.render import ChatRenderer
 from agent_rl.rollout.scheduler import GenerationScheduler
+from tools.formats import detect_format, get_format
 
 
 def build_service(
@@ -26,9 +30,7 @@ def build_service(
     backend: Any = None,
 ) -> ProxyService:
     """A proxy over ``model_path`` (hf backend unless ``backend`` is given) with one default session."""
-    from agent_rl.rollout.backends.hf import HfBackend, load_model, load_tokenizer
-    from agent_rl.rollout.render import ChatRenderer
-    from tools.formats import detect_format, get_format
+    from agent_rl.rollout.backends.hf import HfBackend
 
     tokenizer = load_tokenizer(model_path)
     fmt = get_format(detect_format(tokenizer) if tool_format == "auto" else tool_format)
@@ -37,12 +39,17 @@ def build_service(
     scheduler = GenerationScheduler(backend, Counter())
 
     async def sample(requests: list) -> list:
-        import asyncio
 
         return list(await asyncio.gather(*(scheduler.generate(r) for r in requests), return_exceptions=True))
 
-    service = ProxyService(ChatRenderer(tokenizer), fmt, sample, [served_name], max_new_tokens=max_new_tokens,
-                           max_total_tokens=max_total_tokens)
+    service = ProxyService(
+        ChatRenderer(tokenizer),
+        fmt,
+        sample,
+        [served_name],
+        max_new_tokens=max_new_tokens,
+        max_total_tokens=max_total_tokens,
+    )
     service.open_session(DEFAULT_SESSION)
     return service
 
@@ -53,5 +60,7 @@ def serve_proxy(service: ProxyService, host: str = "127.0.0.1", port: int = 8001
 
     check_exposure(host, api_key)
     sock = bind(host, port)
-    print(f"agent-rl proxy: http://{host}:{sock.getsockname()[1]}/v1 (model {', '.join(service.model_names)})", flush=True)
+    print(
+        f"agent-rl proxy: http://{host}:{sock.getsockname()[1]}/v1 (model {', '.join(service.model_names)})", flush=True
+    )
     uvicorn_server(create_proxy_app(service, api_key)).run(sockets=[sock])

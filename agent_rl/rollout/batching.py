@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from agent_rl.types import TrainBatch, Trajectory, TrajectoryGroup, Turn
+from agent_rl.core.types import TrainBatch, Trajectory, TrajectoryGroup, Turn
 
 LAYOUTS = ("concat", "per_turn")
 
@@ -96,7 +96,9 @@ def make_batch(
         rewards_B=torch.tensor([r.traj.reward for r in rows], dtype=torch.float32, device=device),
         group_index_B=torch.tensor([r.group for r in rows], dtype=torch.long, device=device),
         turn_index_BT=turn_index.to(device),
-        policy_version_B=torch.tensor([max((u.policy_version for _, u in r.turns), default=0) for r in rows], device=device),
+        policy_version_B=torch.tensor(
+            [max((u.policy_version for _, u in r.turns), default=0) for r in rows], device=device
+        ),
         topk_ids_BTK=_to(topk[0], device),
         rollout_topk_logprobs_BTK=_to(topk[1], device),
         topk_mask_BTK=_to(topk[2], device),
@@ -111,7 +113,9 @@ def turn_rows(groups: list[TrajectoryGroup], values_BT: torch.Tensor, layout: st
     context positions of a per-turn row get 0 (they carry mask 0).
     """
     rows = _rows(groups, layout)
-    out_BT = torch.zeros((len(rows), max(len(r.token_ids) for r in rows)), dtype=values_BT.dtype, device=values_BT.device)
+    out_BT = torch.zeros(
+        (len(rows), max(len(r.token_ids) for r in rows)), dtype=values_BT.dtype, device=values_BT.device
+    )
     for i, r in enumerate(rows):
         out_BT[i, r.offset : r.offset + r.n] = values_BT[r.episode, r.src : r.src + r.n]
     return out_BT

@@ -4,7 +4,8 @@ The child's token ids, mask, logprobs and top-k up to the branch point are the p
 Its environment is brought to the state the parent's env had before the branching turn by
 replaying: reset with the parent's seed and options, then one step per completed turn with that
 turn's assistant text. When the env has ``snapshot()`` and ``restore(snapshot)``, only the first
-child replays; the others restore its snapshot (``fork/replayed`` / ``fork/restored`` count them). Observations that re-render differently from the parent's stored ids (a
+child replays; the others restore its snapshot (``fork/replayed`` / ``fork/restored`` count them). Observations that
+re-render differently from the parent's stored ids (a
 non-deterministic env) are counted in ``fork/replay_drift``; the child keeps the parent's ids.
 """
 
@@ -16,9 +17,9 @@ from collections import Counter
 from typing import Any, Protocol
 
 from agent_rl.core.errors import InfraError
+from agent_rl.core.types import StopReason, Trajectory
 from agent_rl.rollout.episode import Episode, env_options
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.types import StopReason, Trajectory
 
 
 class ForkHost(Protocol):
@@ -57,7 +58,9 @@ class SharedReplay:
         self.result: asyncio.Future[tuple[Any, dict[str, Any]] | None] = asyncio.get_running_loop().create_future()
 
 
-async def replay_prefix(host: ForkHost, ep: Episode, parent: Trajectory, at_token: int, k: int, shared: SharedReplay) -> None:
+async def replay_prefix(
+    host: ForkHost, ep: Episode, parent: Trajectory, at_token: int, k: int, shared: SharedReplay
+) -> None:
     """Set ``ep`` (a fresh episode with an env) to the parent's state at ``at_token`` in turn ``k``."""
     ep.parent_id, ep.branch_point = parent.episode_id, at_token
     ep.info.update({key: copy.deepcopy(v) for key, v in parent.info.items() if key in _KEPT_INFO})
@@ -76,7 +79,9 @@ async def replay_prefix(host: ForkHost, ep: Episode, parent: Trajectory, at_toke
             await _replay(host, ep, parent, k)
             host.metrics["fork/replayed"] += 1
         if leader and not shared.result.done():
-            shared.result.set_result((await host.env_call(ep.env, "snapshot"), ep.conversation()) if snapshots else None)
+            shared.result.set_result(
+                (await host.env_call(ep.env, "snapshot"), ep.conversation()) if snapshots else None
+            )
     except Exception as e:  # noqa: BLE001 - env failures end the child, never the run
         if leader and not shared.result.done():
             shared.result.set_result(None)  # the others replay for themselves

@@ -48,6 +48,7 @@ import gymnasium as gym
 
 from agent_rl.core.errors import InfraError
 from agent_rl.core.seeding import derive_seed
+from agent_rl.core.types import StopReason, Trajectory, Turn
 from agent_rl.rollout.backends.base import (
     GenerationRequest,
     GenerationResult,
@@ -58,7 +59,6 @@ from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.episode import Episode, EpisodeSpec, env_options
 from agent_rl.rollout.render import ChatRenderer
 from agent_rl.rollout.scheduler import GenerationScheduler
-from agent_rl.types import StopReason, Trajectory, Turn
 from tools.formats import ToolFormat, get_format
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,12 @@ class EnvLoop:
 
 
 async def call_env(
-    env: gym.Env, name: str, *args: Any, pool: ThreadPoolExecutor | None = None, env_loop: EnvLoop | None = None, **kwargs: Any
+    env: gym.Env,
+    name: str,
+    *args: Any,
+    pool: ThreadPoolExecutor | None = None,
+    env_loop: EnvLoop | None = None,
+    **kwargs: Any,
 ) -> Any:
     """``env.a<name>`` when the env has it (on ``env_loop`` when given and the env is not
     ``loop_safe``, else on the running loop), else the sync method in a thread of ``pool``."""
@@ -107,7 +112,9 @@ async def call_env(
         if env_loop is not None and not getattr(env.unwrapped, "loop_safe", False):
             return await env_loop.run(method(*args, **kwargs))
         return await method(*args, **kwargs)
-    return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(getattr(env, name), *args, **kwargs))
+    return await asyncio.get_running_loop().run_in_executor(
+        pool, functools.partial(getattr(env, name), *args, **kwargs)
+    )
 
 
 class RolloutEngine:
@@ -115,7 +122,12 @@ class RolloutEngine:
     budget closes (``<think>``/``</think>`` without one)."""
 
     def __init__(
-        self, backend: InferenceBackend, renderer: ChatRenderer, make_env: Any, cfg: RolloutConfig, tool_format: str | None = None
+        self,
+        backend: InferenceBackend,
+        renderer: ChatRenderer,
+        make_env: Any,
+        cfg: RolloutConfig,
+        tool_format: str | None = None,
     ):
         self.backend = backend
         self.renderer = renderer
@@ -263,7 +275,9 @@ class RolloutEngine:
         ep.task_id = info.get("task_id") or _hash_task(obs)
         ep.state_key = info.get("state_key")
         ep.info.update(task=info.get("task"), seed=ep.spec.seed, options=ep.spec.options, sample_seed=ep.sample_seed)
-        ep.info.update(prompt_messages=ep.messages, tools=ep.tools)  # a teacher's prompt, text passes (srpo_reflect, serpo, opid)
+        ep.info.update(
+            prompt_messages=ep.messages, tools=ep.tools
+        )  # a teacher's prompt, text passes (srpo_reflect, serpo, opid)
         if info.get("teacher_context"):  # privileged view for self-distillation (sdpo / opsd)
             ep.info.update(teacher_context=info["teacher_context"])
         ep.append(self.renderer.prompt_ids(ep.messages, ep.tools), mask=0)
@@ -275,7 +289,9 @@ class RolloutEngine:
                 ep.context_ids = self.renderer.prompt_ids(ep.messages, ep.tools)
         so_far = ep.token_ids[ep.turn_start :]
         prompt = (ep.context_ids + so_far) if self.cfg.layout == "per_turn" else list(ep.token_ids)
-        budget = min(self.cfg.max_new_tokens - sum(ep.loss_mask[ep.turn_start :]), self.cfg.max_total_tokens - len(prompt))
+        budget = min(
+            self.cfg.max_new_tokens - sum(ep.loss_mask[ep.turn_start :]), self.cfg.max_total_tokens - len(prompt)
+        )
         if self.cfg.think_budget_tokens is not None:
             if ep.interrupted and so_far:  # continuing after the interruption message
                 budget = min(self.cfg.answer_budget_tokens, self.cfg.max_total_tokens - len(prompt))

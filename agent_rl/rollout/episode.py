@@ -11,28 +11,11 @@ from __future__ import annotations
 
 import copy
 import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 
-from agent_rl.types import StopReason, Trajectory, Turn
-
-
-@dataclass
-class EpisodeSpec:
-    """What to run: the env is reset with ``seed`` and ``options`` (same seed = same task).
-
-    ``sample_seed`` seeds the policy's sampling; None derives it from the run's seed and the spec's
-    position, so the G copies of one task in a group sample differently.
-    """
-
-    seed: int
-    group_id: str
-    options: dict[str, Any] = field(default_factory=dict)
-    sample_seed: int | None = None
-    temperature: float | None = None  # this episode's sampling temperature (None: rollout.temperature)
-
+from agent_rl.core.types import EpisodeSpec, StopReason, Trajectory, Turn
 
 # Option keys the engine reads and never passes to ``env.reset`` (every env works without change):
 # ``extra_messages``: messages appended after the env's first observation (a retry's failed attempt,
@@ -115,7 +98,9 @@ class Episode:
     # -- branching ------------------------------------------------------------------------------
     def conversation(self) -> dict[str, Any]:
         """What a replay builds besides the env's state: messages, tools, state key, reward so far."""
-        return copy.deepcopy({"messages": self.messages, "tools": self.tools, "state_key": self.state_key, "reward": self.reward})
+        return copy.deepcopy(
+            {"messages": self.messages, "tools": self.tools, "state_key": self.state_key, "reward": self.reward}
+        )
 
     def set_conversation(self, conversation: dict[str, Any]) -> None:
         conversation = copy.deepcopy(conversation)

@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 import torch
 
-from agent_rl.types import Trajectory, TrajectoryGroup
+from agent_rl.core.types import Trajectory, TrajectoryGroup
 
 
 def group_trajectories(trajectories: list[Trajectory]) -> list[TrajectoryGroup]:
@@ -43,4 +43,6 @@ def advantages_by_episode(groups: list[TrajectoryGroup], advantages_BT: torch.Te
     if advantages_BT.shape[0] != len(episodes):
         return {}
     rows = advantages_BT.detach().float().cpu().tolist()
-    return {t.episode_id: [round(a, 5) for a in row[: len(t.token_ids_T)]] for t, row in zip(episodes, rows, strict=True)}
+    return {
+        t.episode_id: [round(a, 5) for a in row[: len(t.token_ids_T)]] for t, row in zip(episodes, rows, strict=True)
+    }

@@ -46,7 +46,9 @@ class ChatRenderer:
     ``chat_template_kwargs``: extra variables for the template on every render (e.g.
     ``{"enable_thinking": False}``; ``rollout.chat_template_kwargs`` in a run's config)."""
 
-    def __init__(self, tokenizer: Any, *, chat_template_kwargs: dict | None = None, stop_token_ids: list[int] | None = None):
+    def __init__(
+        self, tokenizer: Any, *, chat_template_kwargs: dict | None = None, stop_token_ids: list[int] | None = None
+    ):
         self.tokenizer = tokenizer
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         eos = tokenizer.eos_token
@@ -63,7 +65,11 @@ class ChatRenderer:
 
     def _history_closer(self) -> str | None:
         """The added token right after an earlier assistant message in a probe render, if any."""
-        probe = [{"role": "user", "content": "?"}, {"role": "assistant", "content": _PROBE}, {"role": "user", "content": "?"}]
+        probe = [
+            {"role": "user", "content": "?"},
+            {"role": "assistant", "content": _PROBE},
+            {"role": "user", "content": "?"},
+        ]
         try:
             text = self._text(probe, None, add_generation_prompt=True)
         except Exception:  # noqa: BLE001 - a template that refuses the probe: the stop tokens alone
@@ -149,9 +155,7 @@ class ChatRenderer:
         spans = self._marker_spans(full)
         after = self._tail_markers(history, observation, tools)
         if len(spans) <= after:
-            raise ValueError(
-                f"the chat template does not close the assistant's message with one of {self.end_markers}"
-            )
+            raise ValueError(f"the chat template does not close the assistant's message with one of {self.end_markers}")
         start, end = spans[len(spans) - after - 1]
         return self.encode(full[end if turn_ended_with_stop else start :])
 
@@ -172,7 +176,16 @@ class ChatRenderer:
         return self._rewrites
 
     def _probe_rewrites(self) -> bool:
-        tools = [{"type": "function", "function": {"name": "probe", "description": "probe", "parameters": {"type": "object", "properties": {}}}}]
+        tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": "probe",
+                    "description": "probe",
+                    "parameters": {"type": "object", "properties": {}},
+                },
+            }
+        ]
         turns = [
             _PROBE,
             f" {_PROBE} \n",
@@ -186,7 +199,9 @@ class ChatRenderer:
             prompt = self._text(history, tools, add_generation_prompt=True)
             for turn in turns:
                 for obs in observations:
-                    full = self._text(history + [{"role": "assistant", "content": turn}] + obs, tools, add_generation_prompt=True)
+                    full = self._text(
+                        history + [{"role": "assistant", "content": turn}] + obs, tools, add_generation_prompt=True
+                    )
                     if not any(full.startswith(prompt + turn + stop) for stop in stops if stop):
                         return True
         return False

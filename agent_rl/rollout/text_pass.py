@@ -15,28 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 from agent_rl.core.seeding import derive_seed
+from agent_rl.core.types import PassResult, Trajectory
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
-from agent_rl.types import Trajectory
 
-
-@dataclass
-class PassResult:
-    """One request's answer: its text (None when the backend failed that request), the sampled ids
-    and, with ``topk``, the first position's top-k candidates."""
-
-    text: str | None
-    token_ids: list[int]
-    policy_version: int = 0
-    first_topk: dict[int, float] | None = None  # token id -> logprob at the first sampled position
-    error: str | None = None
-    # the sampler's logprob of each id of ``token_ids`` and the rendered prompt it continued: what a
-    # pass whose text is trained on (genac's critic rows) turns into a trajectory
-    logprobs: list[float] = field(default_factory=list)
-    prompt_ids: list[int] = field(default_factory=list)
+__all__ = ["PassResult", "run_text_pass", "transcript", "verdict_probability"]
 
 
 def transcript(t: Trajectory, renderer: Any, special_tokens: bool = True) -> str:
@@ -95,10 +80,14 @@ def _result(r: GenerationResult | BaseException, renderer: Any) -> PassResult:
     stops = set(renderer.stop_token_ids)
     ids = [i for i in r.token_ids if i not in stops]
     first = dict(zip(r.topk_ids[0], r.topk_logprobs[0], strict=True)) if r.topk_ids else None
-    return PassResult(renderer.decode(ids).strip(), list(r.token_ids), r.policy_version, first, logprobs=list(r.logprobs))
+    return PassResult(
+        renderer.decode(ids).strip(), list(r.token_ids), r.policy_version, first, logprobs=list(r.logprobs)
+    )
 
 
-def verdict_probability(first_topk: dict[int, float] | None, yes_ids: list[int], no_ids: list[int], default: float = 0.5) -> float:
+def verdict_probability(
+    first_topk: dict[int, float] | None, yes_ids: list[int], no_ids: list[int], default: float = 0.5
+) -> float:
     """P(yes) = p_yes / (p_yes + p_no), the yes / no tokens' probabilities at the verdict position
     (each summed over its spellings); ``default`` when neither is among the returned candidates."""
     if not first_topk:

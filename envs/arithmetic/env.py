@@ -31,7 +31,11 @@ def question_text(expression: str) -> str:
 
 
 class ArithmeticEnv(ToolEnv):
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": [], "tools": ("python",), "reward": "1 for the right <answer>, else 0"}
+    metadata: ClassVar[dict[str, Any]] = {
+        "render_modes": [],
+        "tools": ("python",),
+        "reward": "1 for the right <answer>, else 0",
+    }
     description = "Arithmetic question; a python tool; reward 1 for the right <answer>."
     sft_teacher = "envs.arithmetic.policies:weak_teacher"  # the scripted policy `agent-rl sft` imitates
     tools = (PythonTool,)
@@ -53,8 +57,14 @@ class ArithmeticEnv(ToolEnv):
         self.use_tool = use_tool  # False: a single question, no system prompt and no tools
         if not use_tool:
             self.tools = ()
-        super().__init__(split=split, max_turns=max_turns, sandbox_backend=sandbox_backend, tool_timeout_s=tool_timeout_s,
-                         max_action_chars=max_action_chars, tool_format=tool_format)
+        super().__init__(
+            split=split,
+            max_turns=max_turns,
+            sandbox_backend=sandbox_backend,
+            tool_timeout_s=tool_timeout_s,
+            max_action_chars=max_action_chars,
+            tool_format=tool_format,
+        )
         self._problem = None
 
     async def new_task(self, seed: int | None, split: str, options: dict[str, Any]) -> TaskStart:
@@ -66,8 +76,12 @@ class ArithmeticEnv(ToolEnv):
         p = self._problem
         system = [{"role": "system", "content": SYSTEM_PROMPT}] if self.use_tool else []
         # the verified solution, for self-distillation teachers (never shown to the policy)
-        return TaskStart(system + [{"role": "user", "content": question_text(p.expression)}], p.task_id, p.to_dict(),
-                         teacher_context=f"Verified solution: {p.expression} = {p.answer}")
+        return TaskStart(
+            system + [{"role": "user", "content": question_text(p.expression)}],
+            p.task_id,
+            p.to_dict(),
+            teacher_context=f"Verified solution: {p.expression} = {p.answer}",
+        )
 
     @staticmethod
     def subproblems(task: dict[str, Any]) -> list[dict[str, str]]:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import random
 import re
 
+from envs.arithmetic.env import SYSTEM_PROMPT, question_text
 from envs.arithmetic.tasks import sample_problem
-from tools.base import ToolCall
+from tools.base import ToolCall, tool_schema
 from tools.formats import get_format
+from tools.python import PythonTool
 
 _QUESTION = re.compile(r"What is ([0-9+\-*]+)\?")
 
@@ -55,7 +57,9 @@ def _mental_arithmetic(value: int, rng: random.Random) -> int:
     return wrong if wrong != value else value + 1
 
 
-def weak_teacher(messages: list[dict], rng: random.Random, p_direct: float = 0.5, *, tool_format: str = "hermes") -> str:
+def weak_teacher(
+    messages: list[dict], rng: random.Random, p_direct: float = 0.5, *, tool_format: str = "hermes"
+) -> str:
     """Like ``oracle``, but with probability ``p_direct`` answers at once from mental arithmetic."""
     last = messages[-1]
     if get_format(tool_format).is_result(last):
@@ -71,15 +75,18 @@ def weak_teacher(messages: list[dict], rng: random.Random, p_direct: float = 0.5
 
 def corpus_conversations(n: int, rng: random.Random):
     """Conversations for training the tiny tokenizer: (messages, tools) pairs of both policies."""
-    from envs.arithmetic.env import SYSTEM_PROMPT, question_text
-    from tools.base import tool_schema
-    from tools.python import PythonTool
 
     tools = [tool_schema(PythonTool)]
     for i in range(n):
         p = sample_problem(rng.randrange(2**31), "train", (1, 2, 3, 4, 5))
-        messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": question_text(p.expression)}]
+        messages = [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": question_text(p.expression)},
+        ]
         if i % 2:
-            messages += [{"role": "assistant", "content": tool_call_text(p.expression)}, {"role": "tool", "content": str(p.answer)}]
+            messages += [
+                {"role": "assistant", "content": tool_call_text(p.expression)},
+                {"role": "tool", "content": str(p.answer)},
+            ]
         messages.append({"role": "assistant", "content": answer_text(p.answer)})
         yield messages, tools

@@ -18,8 +18,11 @@ values marks an optional parameter. The calls match when:
   has only allowed keys, each with an allowed value, and every key whose allowed values lack
   ``""``; a list of dicts matches an allowed list dict by dict.
 
-Simplification, on purpose: the nested type check of list items accepts an item whose type is the
-items' doc type, an int for a float, or the type of the allowed values' items.
+Items of a list (``rules``): ``"official"`` (the default) checks them as BFCL does: the list passes
+when some allowed value is not a list (e.g. ``""``), or is a list whose first item's type, or the
+doc's item type, is the type of every item given (so ``[1, 2]`` fails where the doc says floats and
+the answer lists floats). ``"project"``, the rule before, accepts an item whose type is the items'
+doc type, an int for a float, or the type of any allowed list's items.
 """
 
 from __future__ import annotations
@@ -27,8 +30,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_TYPES: dict[str, type] = {"string": str, "integer": int, "float": float, "boolean": bool, "array": list,
-                           "tuple": list, "dict": dict, "any": str}
+RULES = ("official", "project")
+_TYPES: dict[str, type] = {
+    "string": str,
+    "integer": int,
+    "float": float,
+    "boolean": bool,
+    "array": list,
+    "tuple": list,
+    "dict": dict,
+    "any": str,
+}
 _STRIP = re.compile(r"[ ,./\-_*^]")
 
 
@@ -44,17 +56,25 @@ def _answer_type(allowed: list) -> type | None:
     return next((type(v) for v in allowed if v != ""), None)
 
 
-def _type_ok(value: Any, doc: dict, allowed: list) -> tuple[bool, bool]:
+def _type_ok(value: Any, doc: dict, allowed: list, rules: str = "official") -> tuple[bool, bool]:
     """(whether ``value`` passes the type check, whether it is BFCL's 'variable' case)."""
     expected = _TYPES.get(doc.get("type", "any"), str)
     answer_type = _answer_type(allowed)
+    variable = answer_type is not None and answer_type is not expected
     if type(value) is expected:
         if expected is list and "items" in doc:
             item_type = _TYPES.get(doc["items"].get("type", "any"), str)
+            if rules == "official":  # one allowed value must admit every item (no int for a float)
+                ok = any(
+                    not isinstance(option, list)
+                    or all(type(v) is item_type or type(v) is _answer_type(option) for v in value)
+                    for option in allowed
+                )
+                return ok, variable
             inner = [type(v) for a in allowed if isinstance(a, list) for v in a]
             ok = all(type(v) is item_type or (item_type is float and type(v) is int) or type(v) in inner for v in value)
             return ok, False
-        return True, answer_type is not None and answer_type is not expected
+        return True, variable
     return (answer_type is not None and type(value) is answer_type), True
 
 
@@ -75,8 +95,10 @@ def _value_ok(value: Any, doc: dict, allowed: list) -> bool:
     if expected is dict:
         return _dict_ok(value, allowed)
     if expected is list and items == "dict":
-        return any(isinstance(opt, list) and len(opt) == len(value) and all(_dict_ok(v, [o]) for v, o in zip(value, opt))
-                   for opt in allowed)
+        return any(
+            isinstance(opt, list) and len(opt) == len(value) and all(_dict_ok(v, [o]) for v, o in zip(value, opt))
+            for opt in allowed
+        )
     if expected is str:
         return normalize(value) in [normalize(a) for a in allowed if isinstance(a, str)]
     if expected is list:
@@ -84,10 +106,10 @@ def _value_ok(value: Any, doc: dict, allowed: list) -> bool:
     return value in allowed
 
 
-def match_call(doc: dict, name: str, arguments: dict[str, Any], entry: dict) -> str | None:
+def match_call(doc: dict, name: str, arguments: dict[str, Any], entry: dict, rules: str = "official") -> str | None:
     """None when the call ``name(**arguments)`` matches the answer ``entry`` (``{function: params}``)
-    of the function ``doc``, else why not."""
-    (expected_name, params), = entry.items()
+    of the function ``doc`` under ``rules`` (:data:`RULES`), else why not."""
+    ((expected_name, params),) = entry.items()
     if name != expected_name:
         return f"function {name!r}, expected {expected_name!r}"
     props = doc.get("parameters", {}).get("properties", {})
@@ -100,7 +122,7 @@ def match_call(doc: dict, name: str, arguments: dict[str, Any], entry: dict) -> 
         allowed, pdoc = params[p], props[p]
         if pdoc.get("type") == "float" and type(value) is int:
             value = float(value)
-        ok, variable = _type_ok(value, pdoc, allowed)
+        ok, variable = _type_ok(value, pdoc, allowed, rules)
         if not ok:
             return f"parameter {p!r}: wrong type {type(value).__name__}"
         if (variable and value not in allowed) or (not variable and not _value_ok(value, pdoc, allowed)):
@@ -111,21 +133,30 @@ def match_call(doc: dict, name: str, arguments: dict[str, Any], entry: dict) -> 
     return None
 
 
-def match(category: str, functions: list[dict], calls: list[tuple[str, dict]], answer: list[dict]) -> str | None:
+def match(
+    category: str, functions: list[dict], calls: list[tuple[str, dict]], answer: list[dict], rules: str = "official"
+) -> str | None:
     """None when ``calls`` (name, arguments) match ``answer`` under ``category``'s rules, else why not."""
     if len(calls) != len(answer):
         return f"{len(calls)} call(s), expected {len(answer)}"
     docs = {f["name"]: f for f in functions}
     if "parallel" not in category:
         for (name, args), entry in zip(calls, answer):
-            why = match_call(docs.get(next(iter(entry))) or {}, name, args, entry)
+            why = match_call(docs.get(next(iter(entry))) or {}, name, args, entry, rules)
             if why is not None:
                 return why
         return None
     used: set[int] = set()
     for entry in answer:
         doc = docs.get(next(iter(entry))) or {}
-        found = next((i for i, (name, args) in enumerate(calls) if i not in used and match_call(doc, name, args, entry) is None), None)
+        found = next(
+            (
+                i
+                for i, (name, args) in enumerate(calls)
+                if i not in used and match_call(doc, name, args, entry, rules) is None
+            ),
+            None,
+        )
         if found is None:
             return f"no call matches the expected {next(iter(entry))!r}"
         used.add(found)

@@ -8,6 +8,11 @@ An episode is one question with its functions as the agent's tools (``info["tool
   functions have no implementation;
 * a reply with no call and an ``<answer>...</answer>`` ends it too: 1 on the irrelevance categories
   (none of the functions fits), else 0;
+* ``scoring="official"`` (the default) gives BFCL's own verdict: on the irrelevance categories any
+  action from which no call decodes passes (plain text, or calls BFCL could not decode: a message
+  with a malformed call is dropped whole), and the items of a list are type-checked as BFCL does
+  (``ast_match.RULES``). ``scoring="project"`` keeps the rules before: irrelevance wants
+  ``<answer>...</answer>``, and an int passes as an item of a list of floats;
 * malformed calls, a call to a function the task does not offer, and an action with neither a call
   nor an answer are error observations (reward 0, ``action_valid=False``); with the default
   ``max_turns=1`` they end the episode unsolved (terminated: BFCL counts a call it cannot decode
@@ -21,8 +26,18 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from envs.bfcl.ast_match import match
-from envs.bfcl.data import CALL_CATEGORIES, IRRELEVANCE, SPLITS, CallTask, call_tasks, check_categories, select, session_of, tool_schema
+from envs.bfcl.ast_match import RULES, match
+from envs.bfcl.data import (
+    CALL_CATEGORIES,
+    IRRELEVANCE,
+    SPLITS,
+    CallTask,
+    call_tasks,
+    check_categories,
+    select,
+    session_of,
+    tool_schema,
+)
 from envs.tool_env import TaskStart, ToolEnv, TurnResult
 from tools.parsers import ParsedAction
 
@@ -59,8 +74,12 @@ class BfclCallsEnv(ToolEnv):
         max_turns: int = 1,
         max_action_chars: int = 16384,
         tool_format: str = "hermes",
+        scoring: str = "official",
     ):
         super().__init__(split=split, max_turns=max_turns, max_action_chars=max_action_chars, tool_format=tool_format)
+        if scoring not in RULES:
+            raise ValueError(f"scoring: unknown {scoring!r}; known: {', '.join(RULES)}")
+        self.scoring = scoring
         self.categories = check_categories(categories, CALL_CATEGORIES)
         self._task: CallTask | None = None
 
@@ -91,14 +110,31 @@ class BfclCallsEnv(ToolEnv):
 
     async def take_turn(self, text: str, parsed: ParsedAction) -> TurnResult:
         task = self._task
-        if parsed.tool_calls and not parsed.errors:
+        decodes = bool(parsed.tool_calls) and not parsed.errors
+        if self.scoring == "official" and task.category in IRRELEVANCE and not decodes:
+            # BFCL: "no function call means either the AST decoding fails or it finds no call"
+            return TurnResult(
+                reward=1.0,
+                done=True,
+                valid=parsed.answer is not None and not parsed.errors,
+                info={"answered": parsed.answer is not None, "passed": True, "failure": None},
+            )
+        if decodes:
             unknown = [c.name for c in parsed.tool_calls if c.name not in self.tool_names]
             if unknown:
                 problem = f"unknown function '{unknown[0]}'; available: {', '.join(self.tool_names)}"
                 return TurnResult([self.error_message(problem)], valid=False, done=self.final_turn)
             if task.category in IRRELEVANCE:
-                return TurnResult(reward=0.0, done=True, info={"passed": False, "failure": "a call where no function fits"})
-            why = match(task.category, list(task.functions), [(c.name, c.arguments) for c in parsed.tool_calls], list(task.answer))
+                return TurnResult(
+                    reward=0.0, done=True, info={"passed": False, "failure": "a call where no function fits"}
+                )
+            why = match(
+                task.category,
+                list(task.functions),
+                [(c.name, c.arguments) for c in parsed.tool_calls],
+                list(task.answer),
+                self.scoring,
+            )
             return TurnResult(reward=float(why is None), done=True, info={"passed": why is None, "failure": why})
         if parsed.answer is not None and not parsed.tool_calls and not parsed.errors:
             passed = task.category in IRRELEVANCE

@@ -19,6 +19,7 @@ import ast
 import functools
 import hashlib
 import importlib.metadata
+import importlib.resources
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -29,8 +30,16 @@ BFCL_EVAL_VERSION = "2026.3.23"
 SPLITS = ("train", "val", "test", "all")
 MULTI_TURN_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
 CALL_CATEGORIES = (
-    "simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance",
-    "live_simple", "live_multiple", "live_parallel", "live_parallel_multiple", "live_irrelevance",
+    "simple_python",
+    "multiple",
+    "parallel",
+    "parallel_multiple",
+    "irrelevance",
+    "live_simple",
+    "live_multiple",
+    "live_parallel",
+    "live_parallel_multiple",
+    "live_irrelevance",
 )
 IRRELEVANCE = ("irrelevance", "live_irrelevance")  # no call is the right answer
 
@@ -46,8 +55,17 @@ API_MODULES = {
     "VehicleControlAPI": ("vehicle_control", "vehicle_control.json"),
 }
 STATELESS = ("MathAPI",)  # takes no scenario
-_TYPES = {"dict": "object", "float": "number", "tuple": "array", "integer": "integer", "string": "string",
-          "boolean": "boolean", "array": "array", "object": "object", "number": "number"}
+_TYPES = {
+    "dict": "object",
+    "float": "number",
+    "tuple": "array",
+    "integer": "integer",
+    "string": "string",
+    "boolean": "boolean",
+    "array": "array",
+    "object": "object",
+    "number": "number",
+}
 
 
 def check_installed() -> None:
@@ -65,7 +83,6 @@ def check_installed() -> None:
 
 def _data_dir():
     check_installed()
-    import importlib.resources
 
     return importlib.resources.files("bfcl_eval") / "data"
 
@@ -107,7 +124,10 @@ def tool_schema(doc: dict) -> dict:
     params = json_schema(doc.get("parameters", {"type": "dict", "properties": {}}))
     params.setdefault("type", "object")
     params.setdefault("properties", {})
-    return {"type": "function", "function": {"name": doc["name"], "description": doc.get("description", ""), "parameters": params}}
+    return {
+        "type": "function",
+        "function": {"name": doc["name"], "description": doc.get("description", ""), "parameters": params},
+    }
 
 
 # -- multi-turn ---------------------------------------------------------------------------------
@@ -146,15 +166,17 @@ def multi_turn_tasks() -> tuple[MultiTurnTask, ...]:
     for category in MULTI_TURN_CATEGORIES:
         answers = {a["id"]: a["ground_truth"] for a in _jsonl(data / "possible_answer" / f"BFCL_v4_{category}.json")}
         for entry in _jsonl(data / f"BFCL_v4_{category}.json"):
-            out.append(MultiTurnTask(
-                task_id=entry["id"],
-                category=category,
-                turns=tuple(tuple(turn) for turn in entry["question"]),
-                initial_config=entry["initial_config"],
-                classes=tuple(entry["involved_classes"]),
-                missed={int(k): tuple(v) for k, v in entry.get("missed_function", {}).items()},
-                ground_truth=tuple(tuple(calls) for calls in answers[entry["id"]]),
-            ))
+            out.append(
+                MultiTurnTask(
+                    task_id=entry["id"],
+                    category=category,
+                    turns=tuple(tuple(turn) for turn in entry["question"]),
+                    initial_config=entry["initial_config"],
+                    classes=tuple(entry["involved_classes"]),
+                    missed={int(k): tuple(v) for k, v in entry.get("missed_function", {}).items()},
+                    ground_truth=tuple(tuple(calls) for calls in answers[entry["id"]]),
+                )
+            )
     return tuple(out)
 
 
@@ -182,15 +204,19 @@ def call_tasks() -> tuple[CallTask, ...]:
     for category in CALL_CATEGORIES:
         answers = {}
         if category not in IRRELEVANCE:
-            answers = {a["id"]: a["ground_truth"] for a in _jsonl(data / "possible_answer" / f"BFCL_v4_{category}.json")}
+            answers = {
+                a["id"]: a["ground_truth"] for a in _jsonl(data / "possible_answer" / f"BFCL_v4_{category}.json")
+            }
         for entry in _jsonl(data / f"BFCL_v4_{category}.json"):
-            out.append(CallTask(
-                task_id=entry["id"],
-                category=category,
-                messages=tuple(entry["question"][0]),
-                functions=tuple(entry["function"]),
-                answer=tuple(answers.get(entry["id"], ())),
-            ))
+            out.append(
+                CallTask(
+                    task_id=entry["id"],
+                    category=category,
+                    messages=tuple(entry["question"][0]),
+                    functions=tuple(entry["function"]),
+                    answer=tuple(answers.get(entry["id"], ())),
+                )
+            )
     return tuple(out)
 
 

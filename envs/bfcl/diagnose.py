@@ -106,7 +106,9 @@ def diagnose(model_dir: str, category: str, tasks: int, tool_format: str = "herm
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m envs.bfcl.diagnose", description=__doc__.split("\n\n")[0])
     ap.add_argument("model", help="model directory (e.g. runs/bfcl_calls/sft_model)")
-    ap.add_argument("--tool-format", default="hermes", help="the format the model was trained in (the recipe's: hermes)")
+    ap.add_argument(
+        "--tool-format", default="hermes", help="the format the model was trained in (the recipe's: hermes)"
+    )
     ap.add_argument("--category", default="simple_python")
     ap.add_argument("--tasks", type=int, default=50, help="ground-truth answers per split")
     args = ap.parse_args(argv)

@@ -15,20 +15,23 @@ import collections
 import json
 import statistics
 
+from envs.bfcl import policies
+from envs.bfcl.calls import BfclCallsEnv
+from envs.bfcl.data import call_tasks, multi_turn_tasks
+from envs.bfcl.multi_turn import BfclMultiTurnEnv
+
 
 def _measure(tokenizer, messages: list[dict], tools: list[dict]) -> int:
     if tokenizer is None:
         return sum(len(str(m.get("content", ""))) for m in messages) + len(json.dumps(tools))
-    text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)  # tokenize=True returns a dict in transformers 5
+    text = tokenizer.apply_chat_template(
+        messages, tools=tools, tokenize=False
+    )  # tokenize=True returns a dict in transformers 5
     return len(tokenizer.encode(text, add_special_tokens=False))
 
 
 def lengths(tokenizer=None):
     """Yield (category, task_id, prompt length, episode length) for every task."""
-    from envs.bfcl import policies
-    from envs.bfcl.calls import BfclCallsEnv
-    from envs.bfcl.data import call_tasks, multi_turn_tasks
-    from envs.bfcl.multi_turn import BfclMultiTurnEnv
 
     env = BfclMultiTurnEnv(split="all")
     for task in multi_turn_tasks():
@@ -67,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'category':<26} {'tasks':>5}  prompt median / max  episode median / max  ({unit})")
     for category, rows in by_category.items():
         p, e = [r[0] for r in rows], [r[1] for r in rows]
-        print(f"{category:<26} {len(rows):>5}  {statistics.median(p):>8.0f} / {max(p):<8}  {statistics.median(e):>8.0f} / {max(e)}")
+        print(
+            f"{category:<26} {len(rows):>5}  {statistics.median(p):>8.0f} / {max(p):<8}  {statistics.median(e):>8.0f} / {max(e)}"
+        )
     return 0
 
 

@@ -18,8 +18,17 @@ Turn protocol (also in the system prompt):
   not offered yet, or to no function at all, is an error observation;
 * ``multi_turn_miss_param``: a turn lacks a parameter; the ground truth has no call there, so the
   agent should ask (the next user turn gives the value);
-* malformed calls and actions with neither a call nor an answer are error observations
-  (``action_valid=False``) and count towards the turn's steps.
+* calls to unknown functions are error observations (``action_valid=False``) and count towards
+  the turn's steps; so are malformed calls and actions with neither a call nor an answer under
+  ``scoring="project"`` (under ``"official"``, the default, such an action ends the user turn).
+
+``scoring="official"`` (the default) plays by BFCL's harness where the project's rules were
+stricter: an action from which no call decodes (plain text without ``<answer>``, or a message
+holding a malformed call, which BFCL drops whole) ends the user turn, as any ``<answer>`` does; and a
+held-out function of ``multi_turn_miss_func`` runs when called before its turn (BFCL hides its doc
+but executes it). ``scoring="project"`` keeps the rules before: a turn ends only at ``<answer>``,
+other actions without a call are error observations, the well-formed calls of a message that also
+holds a malformed one run, and a function not offered yet is refused.
 
 Reward (BFCL's multi-turn check, written here from its definition): after every user turn whose
 ground truth has calls, the ground truth's calls run on a second fresh set of instances, and
@@ -38,11 +47,13 @@ does not apply its irrelevance checker; calls made there still change the state 
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import json
 from typing import Any, ClassVar
 
 from envs.bfcl.apis import ApiSession, CallError, state_differences
+from envs.bfcl.ast_match import RULES
 from envs.bfcl.data import (
     MULTI_TURN_CATEGORIES,
     SPLITS,
@@ -97,13 +108,22 @@ class BfclMultiTurnEnv(ToolEnv):
         partial_credit: bool = False,
         max_action_chars: int = 16384,
         tool_format: str = "hermes",
+        call_timeout_s: float = 5.0,
+        scoring: str = "official",
     ):
         super().__init__(split=split, max_turns=max_turns, max_action_chars=max_action_chars, tool_format=tool_format)
+        if scoring not in RULES:
+            raise ValueError(f"scoring: unknown {scoring!r}; known: {', '.join(RULES)}")
+        self.scoring = scoring
+        if not call_timeout_s > 0:
+            raise ValueError(f"call_timeout_s must be > 0, got {call_timeout_s!r}")
+        self.call_timeout_s = call_timeout_s
         self.categories = check_categories(categories, MULTI_TURN_CATEGORIES)
         self.max_steps_per_turn = max_steps_per_turn
         self.partial_credit = partial_credit
         self._task: MultiTurnTask | None = None
         self._forced_quit = False
+        self._timeout_failure = ""
 
     # -- the task -------------------------------------------------------------------------------
     async def new_task(self, seed: int | None, split: str, options: dict[str, Any]) -> TaskStart:
@@ -116,7 +136,9 @@ class BfclMultiTurnEnv(ToolEnv):
         else:
             pool = select(multi_turn_tasks(), split, self.categories)
             if not pool:
-                raise ValueError(f"no BFCL multi-turn task in split {split!r} for categories {', '.join(self.categories)}")
+                raise ValueError(
+                    f"no BFCL multi-turn task in split {split!r} for categories {', '.join(self.categories)}"
+                )
             self._task = pool[seed % len(pool)]
         task = self._task
         self._model, self._truth = ApiSession(task), ApiSession(task)  # fresh instances, never shared
@@ -128,10 +150,15 @@ class BfclMultiTurnEnv(ToolEnv):
         self._called = False  # a call was made in this user turn
         self._results: list[str] = []  # every call result of the episode (BFCL's response check)
         self._forced_quit = False
+        self._timeout_failure = ""
         messages = [{"role": "system", "content": SYSTEM_PROMPT.format(session=session_of(task.task_id))}]
         messages += self._turn_messages(0)
-        return TaskStart(messages, task.task_id, task.to_dict(),
-                         teacher_context="Ground-truth calls per turn:\n" + json.dumps(task.ground_truth))
+        return TaskStart(
+            messages,
+            task.task_id,
+            task.to_dict(),
+            teacher_context="Ground-truth calls per turn:\n" + json.dumps(task.ground_truth),
+        )
 
     def _turn_messages(self, index: int) -> list[dict]:
         """The user messages of turn ``index``; a held-out function's turn lists the new schemas."""
@@ -151,13 +178,22 @@ class BfclMultiTurnEnv(ToolEnv):
         return [tool_schema(self._docs[n]) for n in self._offered] if self._task is not None else []
 
     async def call_tool(self, call: ToolCall) -> tuple[str, bool]:
-        if call.name not in self._offered:
+        callable_now = self._docs if self.scoring == "official" else self._offered  # official: held-out ones too
+        if call.name not in callable_now:
             offered = ", ".join(self._offered)
             return f"error: unknown function '{call.name}'; available: {offered}", False
+        # in a thread, so a slow call holds no other episode back; every argument that controls work
+        # is bounded (apis.BOUNDS), and one that still runs past call_timeout_s ends the episode
+        # unsolved (its thread may go on changing this episode's instances: they are not judged again)
+        work = asyncio.to_thread(self._model.call, call.name, call.arguments)
         try:
-            return self._model.call(call.name, call.arguments), True
+            return await asyncio.wait_for(work, self.call_timeout_s), True
         except CallError as e:
             return f"error: {e}", False
+        except TimeoutError:
+            self._forced_quit = True
+            self._timeout_failure = f"turn {self._user_turn}: '{call.name}' ran longer than {self.call_timeout_s} s"
+            return f"error: '{call.name}' ran longer than {self.call_timeout_s} s; stopped", False
 
     # -- a turn ---------------------------------------------------------------------------------
     @property
@@ -165,11 +201,18 @@ class BfclMultiTurnEnv(ToolEnv):
         return self._forced_quit or super().final_turn
 
     def step_info(self, parsed: ParsedAction) -> dict[str, Any]:
-        return {"tool_calls": min(len(parsed.tool_calls), self.max_calls_per_turn), "answered": False,
-                "user_turn": self._user_turn}
+        return {
+            "tool_calls": min(len(parsed.tool_calls), self.max_calls_per_turn),
+            "answered": False,
+            "user_turn": self._user_turn,
+        }
 
     async def take_turn(self, text: str, parsed: ParsedAction) -> TurnResult:
         self._steps += 1
+        if self.scoring == "official" and (not parsed.tool_calls or parsed.errors):
+            turn = self._end_user_turn()  # BFCL: a message that decodes to no call is the reply
+            turn.valid = parsed.answer is not None and not parsed.errors  # not the env's own protocol
+            return turn
         if parsed.tool_calls:
             self._called = True
             turn = TurnResult()
@@ -180,7 +223,9 @@ class BfclMultiTurnEnv(ToolEnv):
                 turn.valid = turn.valid and ok
             problems = list(parsed.errors)
             if len(parsed.tool_calls) > self.max_calls_per_turn:
-                problems.append(f"{len(parsed.tool_calls)} calls in one message; only the first {self.max_calls_per_turn} ran")
+                problems.append(
+                    f"{len(parsed.tool_calls)} calls in one message; only the first {self.max_calls_per_turn} ran"
+                )
             if problems:
                 turn.messages.append(self.error_message("; ".join(problems)))
                 turn.valid = False
@@ -188,7 +233,9 @@ class BfclMultiTurnEnv(ToolEnv):
             return self._end_user_turn()
         else:
             turn = self.invalid_action(parsed)
-        if self._steps >= self.max_steps_per_turn:  # BFCL force-quits: the task counts as failed
+        if self._timeout_failure:
+            turn.info["failure"] = self._timeout_failure
+        elif self._steps >= self.max_steps_per_turn:  # BFCL force-quits: the task counts as failed
             self._forced_quit = True
             turn.info["failure"] = f"turn {self._user_turn}: {self.max_steps_per_turn} actions without a reply"
         return turn
@@ -199,8 +246,11 @@ class BfclMultiTurnEnv(ToolEnv):
         n_turns = len(task.turns)
         if failure is not None:
             reward = index / n_turns if self.partial_credit else 0.0
-            return TurnResult(reward=reward, done=True, info={"answered": True, "passed": False, "failure": failure,
-                                                              "turns_passed": index})
+            return TurnResult(
+                reward=reward,
+                done=True,
+                info={"answered": True, "passed": False, "failure": failure, "turns_passed": index},
+            )
         self._user_turn, self._steps, self._called = index + 1, 0, False
         if self._user_turn == n_turns:
             return TurnResult(reward=1.0, done=True, info={"answered": True, "passed": True, "turns_passed": n_turns})

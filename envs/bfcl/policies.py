@@ -19,7 +19,9 @@ import re
 from typing import Any
 
 from envs.bfcl.apis import keyword_args
+from envs.bfcl.calls import BfclCallsEnv
 from envs.bfcl.data import call_tasks, function_docs, multi_turn_tasks, parse_call, session_of, tool_schema
+from envs.bfcl.multi_turn import BfclMultiTurnEnv
 from tools.base import ToolCall
 from tools.formats import get_format
 
@@ -88,7 +90,7 @@ def _truth_calls(task: Any) -> list[ToolCall]:
     docs = {f["name"]: f for f in task.functions}
     calls = []
     for entry in task.answer:
-        (name, params), = entry.items()
+        ((name, params),) = entry.items()
         required = set(docs.get(name, {}).get("parameters", {}).get("required", []))
         args = {}
         for p, allowed in params.items():
@@ -110,7 +112,9 @@ def replay(messages: list[dict], rng: random.Random | None = None, *, tool_forma
     turn, acted = _position(messages)
     truth = task.ground_truth[turn] if turn < len(task.ground_truth) else ()
     if acted or not truth:
-        return _reply("Done." if truth else "I cannot do that with the functions I have; please tell me more.", tool_format)
+        return _reply(
+            "Done." if truth else "I cannot do that with the functions I have; please tell me more.", tool_format
+        )
     calls = []
     for text in truth:
         name, args, kwargs = parse_call(text)
@@ -125,8 +129,11 @@ def no_op(messages: list[dict], rng: random.Random | None = None, *, tool_format
 
 def _placeholders(schema: dict) -> dict[str, Any]:
     props = schema["function"]["parameters"].get("properties", {})
-    return {p: _PLACEHOLDER.get(props[p].get("type", "string"), "x") for p in schema["function"]["parameters"].get("required", [])
-            if p in props}
+    return {
+        p: _PLACEHOLDER.get(props[p].get("type", "string"), "x")
+        for p in schema["function"]["parameters"].get("required", [])
+        if p in props
+    }
 
 
 def call_everything(messages: list[dict], rng: random.Random | None = None, *, tool_format: str = "hermes") -> str:
@@ -148,7 +155,6 @@ def call_everything(messages: list[dict], rng: random.Random | None = None, *, t
 def call_conversations(n: int, rng: random.Random):
     """Single-turn train tasks answered by the ground truth, for the tiny tokenizer
     (``init-model --env agent_rl/BFCL-Calls-v0``)."""
-    from envs.bfcl.calls import BfclCallsEnv
 
     tasks = [t for t in call_tasks() if t.split == "train"]
     env = BfclCallsEnv(split="train")
@@ -159,7 +165,6 @@ def call_conversations(n: int, rng: random.Random):
 
 def corpus_conversations(n: int, rng: random.Random):
     """Ground-truth conversations of train tasks, for the tiny tokenizer (``init-model --env``)."""
-    from envs.bfcl.multi_turn import BfclMultiTurnEnv
 
     env = BfclMultiTurnEnv(split="train")
     try:

@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field
 from envs.code_exec.harness import Grade, grade
 from envs.code_exec.tasks import SPLITS, CodeTask, by_id, task_for_seed
 from envs.tool_env import TaskStart, ToolEnv, TurnResult
+from sandbox import make_sandbox
 from tools.base import Tool
 from tools.parsers import ParsedAction
 from tools.python import PythonTool
@@ -81,9 +82,16 @@ class CodeExecEnv(ToolEnv):
         mcp_servers: list[dict] | None = None,
         tool_format: str = "hermes",
     ):
-        super().__init__(split=split, max_turns=max_turns, sandbox_backend=sandbox_backend, tool_timeout_s=tool_timeout_s,
-                         max_action_chars=max_action_chars, sandbox_options={"memory_mb": memory_mb},
-                         mcp_servers=mcp_servers, tool_format=tool_format)
+        super().__init__(
+            split=split,
+            max_turns=max_turns,
+            sandbox_backend=sandbox_backend,
+            tool_timeout_s=tool_timeout_s,
+            max_action_chars=max_action_chars,
+            sandbox_options={"memory_mb": memory_mb},
+            mcp_servers=mcp_servers,
+            tool_format=tool_format,
+        )
         self.partial_credit = partial_credit
         self.test_timeout_s = test_timeout_s
         self.memory_mb = memory_mb
@@ -99,8 +107,12 @@ class CodeExecEnv(ToolEnv):
         else:
             self._task = task_for_seed(seed, split)
         messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user_prompt(self._task)}]
-        return TaskStart(messages, self._task.task_id, self._task.to_dict(),
-                         teacher_context=f"A correct solution:\n```python\n{self._task.reference}```")
+        return TaskStart(
+            messages,
+            self._task.task_id,
+            self._task.to_dict(),
+            teacher_context=f"A correct solution:\n```python\n{self._task.reference}```",
+        )
 
     def step_info(self, parsed: ParsedAction) -> dict[str, Any]:
         return {"tool_calls": len(parsed.tool_calls), "submitted": False}
@@ -111,13 +123,18 @@ class CodeExecEnv(ToolEnv):
             return None
         result = await self._grade(code)
         reward = 1.0 if result.passed else (result.fraction if self.partial_credit else 0.0)
-        info = {"submitted": True, "passed": result.passed, "asserts_passed": result.asserts_passed,
-                "asserts_total": result.asserts_total, "test_status": result.status, "test_error": result.error}
+        info = {
+            "submitted": True,
+            "passed": result.passed,
+            "asserts_passed": result.asserts_passed,
+            "asserts_total": result.asserts_total,
+            "test_status": result.status,
+            "test_error": result.error,
+        }
         return TurnResult([{"role": "user", "content": result.summary()}], reward, done=True, info=info)
 
     async def _grade(self, code: str) -> Grade:
         # a sandbox of its own: files the agent wrote with the python tool do not reach the grader
-        from sandbox import make_sandbox
 
         sandbox = make_sandbox(backend=self.sandbox_backend, timeout_s=self.tool_timeout_s, memory_mb=self.memory_mb)
         try:

@@ -14,7 +14,9 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent_rl.core.errors import InfraError
 from envs.code_exec.tasks import CodeTask
+from sandbox import ExecStatus
 
 RUNNER = (Path(__file__).parent / "runner.py").read_text()
 
@@ -72,13 +74,18 @@ class Grade:
 async def grade(sandbox, task: CodeTask, code: str, timeout_s: float = 10.0) -> Grade:
     """Run ``task``'s hidden test on ``code`` in ``sandbox``. Infrastructure failures raise
     ``InfraError`` (the episode becomes INFRA_ERROR, never a reward of 0)."""
-    from agent_rl.core.errors import InfraError
-    from sandbox import ExecStatus
 
     test, total = instrument(task.test)
     nonce = secrets.token_hex(16)
-    payload = {"nonce": nonce, "timeout_s": timeout_s, "runner": RUNNER, "prompt": task.prompt, "test": test,
-               "entry_point": task.entry_point, "code": code}
+    payload = {
+        "nonce": nonce,
+        "timeout_s": timeout_s,
+        "runner": RUNNER,
+        "prompt": task.prompt,
+        "test": test,
+        "entry_point": task.entry_point,
+        "code": code,
+    }
     res = await sandbox.exec(code=RUNNER, stdin=json.dumps(payload), timeout_s=timeout_s + 3.0)
     if res.status == ExecStatus.INFRA_ERROR:
         raise InfraError(res.error or res.stderr or "sandbox infrastructure failure")
@@ -86,11 +93,21 @@ async def grade(sandbox, task: CodeTask, code: str, timeout_s: float = 10.0) -> 
     report = json.loads(reports[0]) if len(reports) == 1 else None  # twice: someone forged one
     if report is None:  # the grader did not finish (killed, out of time): a failure of the submission
         tail = res.stderr.strip().splitlines()[-1:] if res.stderr.strip() else []
-        return Grade(False, 0, total, False, str(res.status), f"grading did not finish [{res.status}] {' '.join(tail)}".strip())
+        return Grade(
+            False, 0, total, False, str(res.status), f"grading did not finish [{res.status}] {' '.join(tail)}".strip()
+        )
     held = sum(1 for ok in report["asserts"].values() if ok)
     # every assert statement must have run and held (the canonical solutions run all of them): a
     # result that skips a loop of asserts, e.g. an empty list, does not pass by running none
     passed = report["completed"] and held == total
-    error = "" if passed else (report.get("candidate_error") or report.get("error") or f"{total - held} assert(s) failed or never ran")
-    details = {"calls": report.get("calls", 0), "hardened": report.get("hardened"), "stderr": report.get("stderr", "")[-500:]}
+    error = (
+        ""
+        if passed
+        else (report.get("candidate_error") or report.get("error") or f"{total - held} assert(s) failed or never ran")
+    )
+    details = {
+        "calls": report.get("calls", 0),
+        "hardened": report.get("hardened"),
+        "stderr": report.get("stderr", "")[-500:],
+    }
     return Grade(passed, held, total, report["completed"], str(res.status), error or "", details)

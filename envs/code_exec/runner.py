@@ -68,7 +68,7 @@ def decode(v):
         return [decode(x) for x in v]
     if type(v) is not dict or len(v) != 1:
         raise TypeError("malformed value")
-    (tag, x), = v.items()
+    ((tag, x),) = v.items()
     if tag == "i":
         return int(x, 16)
     if tag == "f":
@@ -92,7 +92,7 @@ def write_msg(fd, msg):
     data = json.dumps(msg).encode()
     data = len(data).to_bytes(4, "big") + data
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
 def read_exactly(fd, n, deadline):
@@ -173,7 +173,10 @@ class Candidate:
             self.stderr = subprocess.DEVNULL
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-c", runner, "candidate"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, cwd=os.getcwd(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            cwd=os.getcwd(),
         )
         self.dead = None
         self.calls = 0
@@ -239,8 +242,11 @@ def grader_main():
     except Exception as e:  # noqa: BLE001
         report["error"] = f"{type(e).__name__}: {e}"[:500]
     candidate.kill("done")
-    report.update(calls=candidate.calls, candidate_error=candidate.dead if candidate.dead != "done" else None,
-                  stderr=candidate.stderr_tail())
+    report.update(
+        calls=candidate.calls,
+        candidate_error=candidate.dead if candidate.dead != "done" else None,
+        stderr=candidate.stderr_tail(),
+    )
     sys.stdout.write(nonce + " " + json.dumps(report) + "\n")
     sys.stdout.flush()
 

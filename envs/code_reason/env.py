@@ -88,8 +88,15 @@ class CodeReasonEnv(ToolEnv):
         the inputs an induction proposer is asked for (paper: 10; at least 2 are needed)."""
         if not 0.0 <= propose_share <= 1.0:
             raise ValueError(f"propose_share={propose_share}: must be in [0, 1]")
-        super().__init__(split=split, max_turns=max_turns, sandbox_backend=sandbox_backend, tool_timeout_s=timeout_s,
-                         max_action_chars=max_action_chars, sandbox_options={"memory_mb": memory_mb}, tool_format=tool_format)
+        super().__init__(
+            split=split,
+            max_turns=max_turns,
+            sandbox_backend=sandbox_backend,
+            tool_timeout_s=timeout_s,
+            max_action_chars=max_action_chars,
+            sandbox_options={"memory_mb": memory_mb},
+            tool_format=tool_format,
+        )
         self.propose_share = propose_share
         self.references = references
         self.induction_inputs = induction_inputs
@@ -107,7 +114,10 @@ class CodeReasonEnv(ToolEnv):
             task["program"] = task["references"][0]["program"]
         self._task = task
         digest = hashlib.sha256(json.dumps(task, sort_keys=True).encode()).hexdigest()[:12]
-        messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": prompt(task, self.induction_inputs)}]
+        messages = [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": prompt(task, self.induction_inputs)},
+        ]
         return TaskStart(messages, f"{task['role']}-{task['type']}-{digest}", task)
 
     def seeded_task(self, seed: int) -> dict[str, Any]:
@@ -153,7 +163,9 @@ class CodeReasonEnv(ToolEnv):
                 return self._format_error(problem)
             hidden = list(zip(t["inputs"][t["visible"] :], t["outputs"][t["visible"] :], strict=True))
             outs = [] if problem else (await run_program(run, code, [i for i, _ in hidden], self.timeout_s)).outputs
-            correct = problem is None and all(o is not None and same_value(o, gold) for o, (_, gold) in zip(outs, hidden, strict=True))
+            correct = problem is None and all(
+                o is not None and same_value(o, gold) for o, (_, gold) in zip(outs, hidden, strict=True)
+            )
         return (1.0 if correct else self.wrong_reward), {"correct": correct, "format_error": False}
 
     async def propose(self, answer: str) -> tuple[float, dict[str, Any]]:
@@ -165,7 +177,9 @@ class CodeReasonEnv(ToolEnv):
             program = t["program"]
             inputs = list(dict.fromkeys(inputs))[: self.induction_inputs]
             if not b.get("message") or len(inputs) < 2:
-                return self._format_error("an induction proposal needs a ```message block and at least 2 different ```input blocks")
+                return self._format_error(
+                    "an induction proposal needs a ```message block and at least 2 different ```input blocks"
+                )
         else:
             if not b.get("python") or len(inputs) != 1:
                 return self._format_error("a proposal needs one ```python block and one ```input block")
@@ -176,8 +190,15 @@ class CodeReasonEnv(ToolEnv):
         if outputs is None:
             return self.wrong_reward, {"valid_proposal": False, "format_error": False, "reason": reason}
         if t["type"] == "induction":
-            task = {"role": "solve", "type": "induction", "program": program, "message": b["message"][-1].strip(),
-                    "inputs": inputs, "outputs": outputs, "visible": math.ceil(len(inputs) / 2)}
+            task = {
+                "role": "solve",
+                "type": "induction",
+                "program": program,
+                "message": b["message"][-1].strip(),
+                "inputs": inputs,
+                "outputs": outputs,
+                "visible": math.ceil(len(inputs) / 2),
+            }
         else:
             task = {"role": "solve", "type": t["type"], "program": program, "input": inputs[0], "output": outputs[0]}
         return 0.0, {"valid_proposal": True, "format_error": False, "proposed_task": task}
@@ -187,8 +208,15 @@ def check_task(task: Any) -> dict[str, Any]:
     """A copy of ``options["task"]`` when it is a task dict this env plays, else ValueError."""
     if not isinstance(task, dict) or task.get("role") not in ROLES or task.get("type") not in TASK_TYPES:
         raise ValueError(f"options.task: a dict with role in {ROLES} and type in {TASK_TYPES}, got {str(task)[:200]}")
-    need = {"deduction": ("program", "input", "output"), "abduction": ("program", "input", "output"),
-            "induction": ("program", "message", "inputs", "outputs", "visible")}[task["type"]] if task["role"] == "solve" else ()
+    need = (
+        {
+            "deduction": ("program", "input", "output"),
+            "abduction": ("program", "input", "output"),
+            "induction": ("program", "message", "inputs", "outputs", "visible"),
+        }[task["type"]]
+        if task["role"] == "solve"
+        else ()
+    )
     missing = [k for k in need if k not in task]
     if missing:
         raise ValueError(f"options.task: a {task['type']} solve task needs {', '.join(missing)}")

@@ -24,15 +24,55 @@ from dataclasses import dataclass, field
 MARK = "@@code_reason@@"
 # modules whose use makes a program unsafe or nondeterministic (the paper bans the same kinds:
 # file system, processes, randomness, clocks); the root name is checked (``os.path`` -> os)
-FORBIDDEN_MODULES = frozenset({
-    "os", "sys", "subprocess", "shutil", "socket", "signal", "ctypes", "importlib", "pathlib", "io", "glob",
-    "tempfile", "threading", "multiprocessing", "concurrent", "asyncio", "random", "secrets", "uuid", "time",
-    "datetime", "calendar", "hashlib", "pickle", "marshal", "shelve", "gc", "inspect", "resource", "builtins",
-    "urllib", "http", "requests", "logging", "platform", "pty", "fcntl", "mmap", "faulthandler", "sched",
-})
-FORBIDDEN_CALLS = frozenset({"open", "exec", "eval", "compile", "__import__", "input", "breakpoint", "globals", "vars", "exit", "quit"})
+FORBIDDEN_MODULES = frozenset(
+    {
+        "os",
+        "sys",
+        "subprocess",
+        "shutil",
+        "socket",
+        "signal",
+        "ctypes",
+        "importlib",
+        "pathlib",
+        "io",
+        "glob",
+        "tempfile",
+        "threading",
+        "multiprocessing",
+        "concurrent",
+        "asyncio",
+        "random",
+        "secrets",
+        "uuid",
+        "time",
+        "datetime",
+        "calendar",
+        "hashlib",
+        "pickle",
+        "marshal",
+        "shelve",
+        "gc",
+        "inspect",
+        "resource",
+        "builtins",
+        "urllib",
+        "http",
+        "requests",
+        "logging",
+        "platform",
+        "pty",
+        "fcntl",
+        "mmap",
+        "faulthandler",
+        "sched",
+    }
+)
+FORBIDDEN_CALLS = frozenset(
+    {"open", "exec", "eval", "compile", "__import__", "input", "breakpoint", "globals", "vars", "exit", "quit"}
+)
 
-RUNNER = r'''
+RUNNER = r"""
 import ast, json, os, sys
 payload = json.loads(sys.stdin.read())
 out = os.dup(1)
@@ -60,7 +100,7 @@ for text in payload["inputs"]:
     except BaseException as e:
         results.append({"error": f"{type(e).__name__}: {e}"[:300]})
 os.write(out, ("\n%s " + json.dumps(results) + "\n").encode() % MARK.encode())
-'''.replace("MARK", repr(MARK))
+""".replace("MARK", repr(MARK))
 
 
 def literal(text: str) -> tuple[bool, object]:
@@ -135,9 +175,14 @@ async def run_program(sandbox_exec, code: str, inputs: list[str], timeout_s: flo
     except ValueError:
         results = None
     if not isinstance(results, list) or len(results) != len(inputs):
-        return Run([None] * len(inputs), ["the program tampered with the runner's report"] * len(inputs), str(res.status))
+        return Run(
+            [None] * len(inputs), ["the program tampered with the runner's report"] * len(inputs), str(res.status)
+        )
     outs = [r.get("output") if isinstance(r, dict) and isinstance(r.get("output"), str) else None for r in results]
-    errs = [None if o is not None else str((r or {}).get("error", "no result")) if isinstance(r, dict) else "no result" for o, r in zip(outs, results, strict=True)]
+    errs = [
+        None if o is not None else str((r or {}).get("error", "no result")) if isinstance(r, dict) else "no result"
+        for o, r in zip(outs, results, strict=True)
+    ]
     return Run(outs, errs, str(res.status))
 
 

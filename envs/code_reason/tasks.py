@@ -31,7 +31,11 @@ SEED_TRIPLETS: tuple[dict[str, str], ...] = (
     {"program": "def f(xs):\n    return sum(x * x for x in xs)\n", "input": "[1, 2, 3]", "output": "14"},
     {"program": "def f(a, b):\n    return a * b + 1\n", "input": "3, 4", "output": "13"},
     {"program": "def f(xs):\n    return sorted(xs)[-2:]\n", "input": "[5, 1, 4, 2]", "output": "[4, 5]"},
-    {"program": "def f(s):\n    return {c: s.count(c) for c in sorted(set(s))}\n", "input": "'abca'", "output": "{'a': 2, 'b': 1, 'c': 1}"},
+    {
+        "program": "def f(s):\n    return {c: s.count(c) for c in sorted(set(s))}\n",
+        "input": "'abca'",
+        "output": "{'a': 2, 'b': 1, 'c': 1}",
+    },
 )
 
 SYSTEM_PROMPT = (
@@ -65,16 +69,28 @@ def prompt(task: dict[str, Any], n_inputs: int) -> str:
     if role == "propose":
         refs = "\n\n".join(show_triplet(t) for t in task.get("references", []))
         if kind == "induction":
-            return (f"Here is a program:\n```python\n{task['program'].rstrip()}\n```\nWrite {n_inputs} different inputs for it, each in "
-                    "its own ```input block, and one ```message block that hints what the program does without giving it away. "
-                    "Another solver will see half of the input/output pairs and your message and must write the program.")
-        what = "its output from the program and input" if kind == "deduction" else "an input from the program and output"
-        return (f"Reference tasks:\n\n{refs}\n\nPropose a new task, different from these, in which a solver must find {what}. "
-                "Reply with a ```python block defining f and an ```input block with f's arguments, inside <answer>...</answer>. "
-                "The program must be deterministic and may not use the file system, randomness or the clock.")
+            return (
+                f"Here is a program:\n```python\n{task['program'].rstrip()}\n```\nWrite {n_inputs} different inputs for it, each in "
+                "its own ```input block, and one ```message block that hints what the program does without giving it away. "
+                "Another solver will see half of the input/output pairs and your message and must write the program."
+            )
+        what = (
+            "its output from the program and input" if kind == "deduction" else "an input from the program and output"
+        )
+        return (
+            f"Reference tasks:\n\n{refs}\n\nPropose a new task, different from these, in which a solver must find {what}. "
+            "Reply with a ```python block defining f and an ```input block with f's arguments, inside <answer>...</answer>. "
+            "The program must be deterministic and may not use the file system, randomness or the clock."
+        )
     if kind == "deduction":
         return f"```python\n{task['program'].rstrip()}\n```\n```input\n{task['input']}\n```\nWhat does f return? Answer with the value as a Python literal."
     if kind == "abduction":
-        return f"```python\n{task['program'].rstrip()}\n```\n```output\n{task['output']}\n```\nGive arguments for which f returns this output (Python literals, comma separated)."
-    shown = "\n".join(f"f({i}) == {o}" for i, o in zip(task["inputs"][: task["visible"]], task["outputs"][: task["visible"]], strict=True))
+        return (
+            f"```python\n{task['program'].rstrip()}\n```\n```output\n{task['output']}\n```\nGive arguments for "
+            f"which f returns this output (Python literals, comma separated)."
+        )
+    shown = "\n".join(
+        f"f({i}) == {o}"
+        for i, o in zip(task["inputs"][: task["visible"]], task["outputs"][: task["visible"]], strict=True)
+    )
     return f"Message: {task['message']}\n\nExamples:\n{shown}\n\nWrite the program: answer with a ```python block defining f."

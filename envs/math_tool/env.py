@@ -24,7 +24,9 @@ from envs.math_tool.tasks import (
 from envs.tool_env import TaskStart, ToolEnv
 from tools.python import PythonTool
 
-SYSTEM_PROMPT = "Use the python tool if it helps, then reply <answer>X</answer>: one number, or a fraction a/b in lowest terms."
+SYSTEM_PROMPT = (
+    "Use the python tool if it helps, then reply <answer>X</answer>: one number, or a fraction a/b in lowest terms."
+)
 ANSWER_HINT = "Call the python tool or reply <answer>VALUE</answer>."
 
 
@@ -54,8 +56,15 @@ class MathToolEnv(ToolEnv):
         self.generators = (generators,) if isinstance(generators, str) else tuple(generators)
         self.difficulties = (difficulty,) if isinstance(difficulty, int) else tuple(difficulty)
         check_choices(self.generators, self.difficulties)
-        super().__init__(split=split, max_turns=max_turns, sandbox_backend=sandbox_backend, tool_timeout_s=tool_timeout_s,
-                         max_action_chars=max_action_chars, sandbox_options=sandbox_options, tool_format=tool_format)
+        super().__init__(
+            split=split,
+            max_turns=max_turns,
+            sandbox_backend=sandbox_backend,
+            tool_timeout_s=tool_timeout_s,
+            max_action_chars=max_action_chars,
+            sandbox_options=sandbox_options,
+            tool_format=tool_format,
+        )
         self._problem = None
 
     async def new_task(self, seed: int | None, split: str, options: dict[str, Any]) -> TaskStart:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import re
 
+from envs.math_tool.env import SYSTEM_PROMPT
 from envs.math_tool.tasks import (
     DIFFICULTIES,
     GENERATORS,
@@ -21,8 +22,9 @@ from envs.math_tool.tasks import (
     solution_code,
     solve,
 )
-from tools.base import ToolCall
+from tools.base import ToolCall, tool_schema
 from tools.formats import get_format
+from tools.python import PythonTool
 
 
 def tool_call_text(code: str, tool_format: str = "hermes") -> str:
@@ -64,7 +66,9 @@ def mental_answer(question: str, rng: random.Random) -> str:
     return text[:i] + wrong_digit + text[i + 1 :]
 
 
-def weak_teacher(messages: list[dict], rng: random.Random, p_direct: float = 0.5, *, tool_format: str = "hermes") -> str:
+def weak_teacher(
+    messages: list[dict], rng: random.Random, p_direct: float = 0.5, *, tool_format: str = "hermes"
+) -> str:
     """Like ``oracle``, but with probability ``p_direct`` answers at once from mental math."""
     last = messages[-1]
     if get_format(tool_format).is_result(last):
@@ -78,9 +82,6 @@ def weak_teacher(messages: list[dict], rng: random.Random, p_direct: float = 0.5
 
 def corpus_conversations(n: int, rng: random.Random):
     """Conversations for training the tiny tokenizer: (messages, tools) of both policies' kinds."""
-    from envs.math_tool.env import SYSTEM_PROMPT
-    from tools.base import tool_schema
-    from tools.python import PythonTool
 
     tools = [tool_schema(PythonTool)]
     generators = tuple(GENERATORS)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 
 from envs.grid_puzzle import DIRECTIONS, last_board
+from envs.maze.env import MazeEnv
 from envs.maze.tasks import FLOOR, GOAL, PLAYER, START, WALL, Maze, shortest_path
 
 
@@ -41,9 +42,11 @@ def weak_teacher(messages: list[dict], rng: random.Random, p_noise: float = 0.25
 
 def corpus_conversations(n: int, rng: random.Random):
     """Weak-teacher episodes as ``(messages, tools)`` for the tiny tokenizer (at most 1000)."""
-    from envs.maze.env import MazeEnv
 
-    plain, hinted = MazeEnv(difficulty=[1, 2, 3, 4], max_turns=24), MazeEnv(difficulty=[1, 2, 3, 4], max_turns=24, hint=True)
+    plain, hinted = (
+        MazeEnv(difficulty=[1, 2, 3, 4], max_turns=24),
+        MazeEnv(difficulty=[1, 2, 3, 4], max_turns=24, hint=True),
+    )
     for i in range(min(n, 1000)):
         env = hinted if i % 2 else plain
         obs, info = env.reset(seed=rng.randrange(2**31))

@@ -19,7 +19,9 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
 
+from envs.rewards import ShapedEnv
 from envs.search_qa.kb import Doc, knowledge_base, normalize
+from envs.search_qa.rewards import InformationDensity
 from envs.splits import check_split
 from envs.tool_env import TaskStart, ToolEnv, TurnResult
 from tools.base import Tool, ToolCall, ToolError
@@ -63,7 +65,14 @@ class SearchQAEnv(ToolEnv):
     fenced_code = False
     action_hint = ANSWER_HINT
 
-    def __init__(self, split: str = "train", max_turns: int = 4, top_k: int = 3, max_action_chars: int = 4096, tool_format: str = "hermes"):
+    def __init__(
+        self,
+        split: str = "train",
+        max_turns: int = 4,
+        top_k: int = 3,
+        max_action_chars: int = 4096,
+        tool_format: str = "hermes",
+    ):
         if top_k < 1:
             raise ValueError(f"SearchQA-v0: top_k must be >= 1, got {top_k}")
         super().__init__(split=split, max_turns=max_turns, max_action_chars=max_action_chars, tool_format=tool_format)
@@ -109,8 +118,6 @@ class SearchQAEnv(ToolEnv):
 def search_r2(**kwargs: Any) -> Any:
     """``agent_rl/SearchQA-R2-v0``: SearchQA-v0 (same keywords) with Search-R2's hybrid reward,
     exact match + ``InformationDensity`` (``envs/search_qa/rewards.py``, its defaults)."""
-    from envs.rewards import ShapedEnv
-    from envs.search_qa.rewards import InformationDensity
 
     return ShapedEnv(SearchQAEnv(**kwargs), [InformationDensity()])
 

@@ -22,7 +22,26 @@ from envs.splits import split_of
 
 SEED = 20260203
 N_PEOPLE, N_CITIES, N_COMPANIES, N_COUNTRIES, N_RIVERS = 120, 40, 40, 12, 20
-_SYLLABLES = ("ka", "lo", "mi", "ren", "tas", "vel", "dor", "quin", "sa", "bri", "tol", "mar", "zen", "osk", "fa", "lun", "pe", "gar")
+_SYLLABLES = (
+    "ka",
+    "lo",
+    "mi",
+    "ren",
+    "tas",
+    "vel",
+    "dor",
+    "quin",
+    "sa",
+    "bri",
+    "tol",
+    "mar",
+    "zen",
+    "osk",
+    "fa",
+    "lun",
+    "pe",
+    "gar",
+)
 _WORD = re.compile(r"\w+")
 
 
@@ -108,7 +127,10 @@ def knowledge_base() -> KnowledgeBase:
     rivers = _names(rng, N_RIVERS, 2, " River", taken)
     cities = _names(rng, N_CITIES, 3, "", taken)
     companies = _names(rng, N_COMPANIES, 2, " Works", taken)
-    people = [f"{a} {b}" for a, b in zip(_names(rng, N_PEOPLE, 2, "", taken), _names(rng, N_PEOPLE, 2, "", taken), strict=True)]
+    people = [
+        f"{a} {b}"
+        for a, b in zip(_names(rng, N_PEOPLE, 2, "", taken), _names(rng, N_PEOPLE, 2, "", taken), strict=True)
+    ]
     city_of = {c: (rng.choice(countries), rng.choice(rivers)) for c in cities}
     company_of = {c: (rng.choice(cities), rng.randrange(1850, 2020)) for c in companies}
     person_of = {p: (rng.choice(cities), rng.choice(companies)) for p in people}
@@ -125,7 +147,9 @@ def knowledge_base() -> KnowledgeBase:
     for p, (born, employer) in person_of.items():
         questions.append((f"In which country was {p} born?", city_of[born][0], p, born))
         questions.append((f"Which river flows through the city where {p} was born?", city_of[born][1], p, born))
-        questions.append((f"In which city does the employer of {p} have its headquarters?", company_of[employer][0], p, employer))
+        questions.append(
+            (f"In which city does the employer of {p} have its headquarters?", company_of[employer][0], p, employer)
+        )
         questions.append((f"In which year was the employer of {p} founded?", str(company_of[employer][1]), p, employer))
     for c, (hq, _) in company_of.items():
         questions.append((f"In which country does {c} have its headquarters?", city_of[hq][0], c, hq))

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import random
 
+from envs.search_qa.env import SYSTEM_PROMPT, SearchTool
 from envs.search_qa.kb import Question, knowledge_base
-from tools.base import ToolCall
+from tools.base import ToolCall, tool_schema
 from tools.formats import get_format
 
 
@@ -47,8 +48,6 @@ def weak_teacher(messages: list[dict], rng: random.Random, p_guess: float = 0.5,
 
 def corpus_conversations(n: int, rng: random.Random):
     """Conversations for training the tiny tokenizer: the oracle's episodes."""
-    from envs.search_qa.env import SYSTEM_PROMPT, SearchTool
-    from tools.base import tool_schema
 
     kb = knowledge_base()
     tools = [tool_schema(SearchTool)]
@@ -56,7 +55,12 @@ def corpus_conversations(n: int, rng: random.Random):
         q = rng.choice(kb.questions)
         messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": q.question}]
         for entity in (q.entity, q.bridge):
-            messages += [{"role": "assistant", "content": search_text(entity)},
-                         {"role": "tool", "content": "\n".join(f"[doc {d.doc_id}] {d.title}: {d.text}" for d in kb.search(entity, 3))}]
+            messages += [
+                {"role": "assistant", "content": search_text(entity)},
+                {
+                    "role": "tool",
+                    "content": "\n".join(f"[doc {d.doc_id}] {d.title}: {d.text}" for d in kb.search(entity, 3)),
+                },
+            ]
         messages.append({"role": "assistant", "content": answer_text(q.answer)})
         yield messages, tools

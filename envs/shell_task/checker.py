@@ -54,7 +54,9 @@ def check_find_file(spec):
 
 
 def check_fix_config(spec):
-    res = subprocess.run([sys.executable, "-I", spec["program"]], capture_output=True, text=True, timeout=10, check=False)
+    res = subprocess.run(
+        [sys.executable, "-I", spec["program"]], capture_output=True, text=True, timeout=10, check=False
+    )
     errors = [line for line in res.stderr.splitlines() if line.startswith("config error:")]
     progress = 1.0 - min(len(errors), spec["faults"]) / spec["faults"]
     passed = res.returncode == 0 and res.stdout.strip() == spec["expected"]

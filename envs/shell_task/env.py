@@ -84,8 +84,14 @@ class ShellTaskEnv(ToolEnv):
     ):
         self.difficulties = check_difficulties(difficulty, LEVELS)
         self.families = check_families(families)
-        super().__init__(split=split, max_turns=max_turns, sandbox_backend=sandbox_backend, tool_timeout_s=tool_timeout_s,
-                         max_action_chars=max_action_chars, tool_format=tool_format)
+        super().__init__(
+            split=split,
+            max_turns=max_turns,
+            sandbox_backend=sandbox_backend,
+            tool_timeout_s=tool_timeout_s,
+            max_action_chars=max_action_chars,
+            tool_format=tool_format,
+        )
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         if not 0.0 <= progress_reward <= 1.0:

@@ -42,8 +42,13 @@ def _fixed_config(outputs: list[str], instruction: str) -> str:
     cfg = configparser.ConfigParser()
     cfg.read_string(outputs[0])
     data_dir = posixpath.dirname(outputs[2].strip().splitlines()[0].removeprefix("./"))
-    fixes = {("server", "host"): "127.0.0.1", ("server", "port"): "8080", ("run", "workers"): "4",
-             ("run", "mode"): "safe", ("paths", "data_dir"): data_dir}
+    fixes = {
+        ("server", "host"): "127.0.0.1",
+        ("server", "port"): "8080",
+        ("run", "workers"): "4",
+        ("run", "mode"): "safe",
+        ("paths", "data_dir"): data_dir,
+    }
     for line in outputs[1].splitlines():
         found = re.match(r"config error: \[(\w+)\] (\w+) ", line)
         if found:
@@ -83,7 +88,11 @@ PLANS: dict[str, Plan] = {
     ],
 }
 # how each family's instruction starts
-_FAMILY_OF = {"Exactly one file": "find_file", "python3 app/main.py fails": "fix_config", "For every file named": "collect"}
+_FAMILY_OF = {
+    "Exactly one file": "find_file",
+    "python3 app/main.py fails": "fix_config",
+    "For every file named": "collect",
+}
 
 
 def oracle(messages: list[dict], rng: random.Random | None = None, *, tool_format: str = "hermes") -> str:

@@ -38,7 +38,36 @@ LEVELS: dict[int, Level] = {
     3: Level(files=28, depth=4, faults=3, services=8),
 }
 
-WORDS = ["alpha", "beta", "gamma", "delta", "omega", "nova", "atlas", "orion", "vega", "lyra", "cedar", "maple", "birch", "aspen", "river", "tundra", "harbor", "summit", "canyon", "mesa", "quartz", "amber", "cobalt", "ivory", "onyx", "pearl", "ember", "frost"]
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "omega",
+    "nova",
+    "atlas",
+    "orion",
+    "vega",
+    "lyra",
+    "cedar",
+    "maple",
+    "birch",
+    "aspen",
+    "river",
+    "tundra",
+    "harbor",
+    "summit",
+    "canyon",
+    "mesa",
+    "quartz",
+    "amber",
+    "cobalt",
+    "ivory",
+    "onyx",
+    "pearl",
+    "ember",
+    "frost",
+]
 EVENTS = ("started job", "finished job", "retrying job", "queued job", "cancelled job", "paused job")
 APP_MAIN = (Path(__file__).parent / "app_main.py").read_text()
 
@@ -109,8 +138,12 @@ def find_file(rng: random.Random, level: Level) -> Task:
 
 # fault -> (broken value, valid value); data_dir's valid value is the real directory
 _GOOD = {("server", "host"): "127.0.0.1", ("server", "port"): "8080", ("run", "workers"): "4", ("run", "mode"): "safe"}
-_BROKEN = {("server", "host"): ["0.0.0.0", "example.org"], ("server", "port"): ["80", "http", "70000"],
-           ("run", "workers"): ["0", "sixteen", "32"], ("run", "mode"): ["turbo", "FAST", "unsafe"]}
+_BROKEN = {
+    ("server", "host"): ["0.0.0.0", "example.org"],
+    ("server", "port"): ["80", "http", "70000"],
+    ("run", "workers"): ["0", "sixteen", "32"],
+    ("run", "mode"): ["turbo", "FAST", "unsafe"],
+}
 
 
 def fix_config(rng: random.Random, level: Level) -> Task:
@@ -145,7 +178,9 @@ def collect(rng: random.Random, level: Level) -> Task:
     expected = []
     for name, d in zip(names, dirs):
         port = rng.randint(2000, 9999)
-        files[f"{d}/{name}/service.conf"] = f"# service definition\nname = {name}\nport = {port}\nowner = team-{rng.randint(1, 9)}\n"
+        files[f"{d}/{name}/service.conf"] = (
+            f"# service definition\nname = {name}\nport = {port}\nowner = team-{rng.randint(1, 9)}\n"
+        )
         expected.append([name, str(port)])
         if rng.random() < 0.5:  # a stale backup with another port
             files[f"{d}/{name}/service.conf.bak"] = f"name = {name}\nport = {port + 1}\n"

@@ -174,8 +174,9 @@ def generate(seed: int, difficulty: int) -> tuple[Board, int]:
     (wmin, wmax), (hmin, hmax), (bmin, bmax), min_moves = LEVELS[difficulty]
     rng = random.Random(seed)
     for _ in range(100):
-        text, _solution, _ = rg_generate(rng=rng, min_w=wmin, max_w=wmax, min_h=hmin, max_h=hmax,
-                                         min_boxes=bmin, max_boxes=bmax, max_depth=60)
+        text, _solution, _ = rg_generate(
+            rng=rng, min_w=wmin, max_w=wmax, min_h=hmin, max_h=hmax, min_boxes=bmin, max_boxes=bmax, max_depth=60
+        )
         rows = ["".join(_FROM_RG[ch] for ch in line.split()) for line in text.strip().split("\n")]
         board = Board.parse(rows, difficulty)
         path = solution(board, board.start)

@@ -4,4 +4,11 @@ exported to ``runs/judge/export`` (docs/preference.md). ``verifier_weight=0``: t
 
 from envs.reward_model import register_reward_model
 
-register_reward_model("examples/Arithmetic-Judge-v0", "agent_rl/Arithmetic-v0", "runs/judge/export", kind="generative", weight=1.0, verifier_weight=0.0)
+register_reward_model(
+    "examples/Arithmetic-Judge-v0",
+    "agent_rl/Arithmetic-v0",
+    "runs/judge/export",
+    kind="generative",
+    weight=1.0,
+    verifier_weight=0.0,
+)

@@ -12,8 +12,9 @@ import torch
 
 from agent_rl.algorithms import CREDITS
 from agent_rl.algorithms.registry import AdvantageInputs, AdvantageOutput
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup, Turn
 from agent_rl.rollout.batching import make_batch
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup, Turn
+from tests.builders import group_of, trajectory
 
 
 def traj(
@@ -51,19 +52,15 @@ def traj(
     if parent is not None:
         assert branch_point is not None and mask[:branch_point] == parent.loss_mask_T[:branch_point]
         ids[:branch_point] = parent.token_ids_T[:branch_point]
-    n = len(ids)
     topk_ids = [[0] * len(c) for c in topk_logprobs_TK] if topk_logprobs_TK is not None else None
-    return Trajectory(
-        task_id=task, group_id=f"{task}-g", episode_id=episode, token_ids_T=ids, loss_mask_T=mask,
-        rollout_logprobs_T=[0.0] * n, turns_N=turns, reward=sum(turn_rewards) if reward is None else reward,
-        stop_reason=StopReason.DONE, topk_ids_TK=topk_ids, topk_logprobs_TK=topk_logprobs_TK,
+    return trajectory(
+        episode, sum(turn_rewards) if reward is None else reward, ids=ids, mask=mask, turns=turns, task=task, group=f"{task}-g",
+        stop=StopReason.DONE, topk_ids_TK=topk_ids, topk_logprobs_TK=topk_logprobs_TK,
         parent_id=parent.episode_id if parent is not None else None, branch_point=branch_point,
     )  # fmt: skip
 
 
-def group(*trajectories: Trajectory) -> TrajectoryGroup:
-    t0 = trajectories[0]
-    return TrajectoryGroup(t0.task_id, t0.group_id, list(trajectories))
+group = group_of  # the trajectories as one group
 
 
 def inputs(groups: list[TrajectoryGroup], **extra) -> AdvantageInputs:
@@ -75,7 +72,9 @@ def inputs(groups: list[TrajectoryGroup], **extra) -> AdvantageInputs:
     )  # fmt: skip
 
 
-def run(name: str, groups: list[TrajectoryGroup], state=None, x: AdvantageInputs | None = None, **cfg) -> AdvantageOutput:
+def run(
+    name: str, groups: list[TrajectoryGroup], state=None, x: AdvantageInputs | None = None, **cfg
+) -> AdvantageOutput:
     entry = CREDITS.get(name)
     if state is None:
         state = entry.make_state()

@@ -10,20 +10,22 @@ from types import SimpleNamespace
 
 import pytest
 
-from agent_rl.algorithms.advantages.self_play import propose_reward
-from agent_rl.algorithms.filters.self_play import (
-    AbsoluteZeroFilterConfig,
-    AbsoluteZeroState,
-    issue,
-)
-from agent_rl.algorithms.filters.self_play import absolute_zero as az_filter
-from agent_rl.run_services import RunServices
-from agent_rl.task_queue import TaskQueue
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.methods.absolute_zero import AbsoluteZeroFilterConfig, AbsoluteZeroState, issue, propose_reward
+from agent_rl.methods.absolute_zero import absolute_zero_filter as az_filter
+from agent_rl.train.task_queue import TaskQueue
+from tests.builders import trajectory
 
-AZ = ["env.id=agent_rl/CodeReason-v0", "env.options={}", "sandbox.backend=bwrap", "algorithm.advantage.name=absolute_zero",
-      "algorithm.filters=[{name: absolute_zero, n_solve: 4, references: 1}]", "rollout.max_total_tokens=4096",
-      "rollout.max_new_tokens=200", "learner.micro_batch_size=8"]
+AZ = [
+    "env.id=agent_rl/CodeReason-v0",
+    "env.options={}",
+    "sandbox.backend=bwrap",
+    "algorithm.advantage.name=absolute_zero",
+    "algorithm.filters=[{name: absolute_zero, n_solve: 4, references: 1}]",
+    "rollout.max_total_tokens=4096",
+    "rollout.max_new_tokens=200",
+    "learner.micro_batch_size=8",
+]
 
 
 def adder(messages: list[dict], rng: random.Random) -> str:
@@ -49,7 +51,8 @@ def adder(messages: list[dict], rng: random.Random) -> str:
 
 def row(name: str, reward: float, role: str, **info) -> Trajectory:
     options = {"split": "train", "origin": {"method": "absolute_zero", "role": role, "type": "deduction"}}
-    return Trajectory("task", "g", name, [1, 2, 3], [0, 1, 1], [0.0, -0.5, -0.5], [], reward, StopReason.DONE, info={"seed": 3, "options": options, **info})
+    return trajectory(name, reward, ids=[1, 2, 3], mask=[0, 1, 1], logprobs=[0.0, -0.5, -0.5], stop=StopReason.DONE,
+                      info={"seed": 3, "options": options, **info})  # fmt: skip
 
 
 def test_the_sampler_issues_proposers_then_buffered_solvers():
@@ -60,15 +63,28 @@ def test_the_sampler_issues_proposers_then_buffered_solvers():
     # an empty buffer: every prompt proposes, its references left to the env (the seed triplets)
     assert all(o["task"]["role"] == "propose" and o["task"]["references"] == [] for o in first)
     assert all(o["origin"] == {"method": "absolute_zero", "role": "propose", "type": o["task"]["type"]} for o in first)
-    triplets = [{"role": "solve", "type": "deduction", "program": f"def f(x):\n    return x + {k}", "input": "1", "output": str(1 + k)} for k in range(3)]
+    triplets = [
+        {
+            "role": "solve",
+            "type": "deduction",
+            "program": f"def f(x):\n    return x + {k}",
+            "input": "1",
+            "output": str(1 + k),
+        }
+        for k in range(3)
+    ]
     state.buffer["deduction"] = triplets
     later = [issue(state, f"unseen-seed-{s}", cfg)["options"] for s in range(200)]
     ded = [o["task"] for o in later if o["origin"]["type"] == "deduction"]
     solve = [t for t in ded if t["role"] == "solve"]
     assert solve and all(t in triplets for t in solve)
-    assert all(len(t["references"]) == 2 and all(r in triplets for r in t["references"]) for t in ded if t["role"] == "propose")
+    assert all(
+        len(t["references"]) == 2 and all(r in triplets for r in t["references"]) for t in ded if t["role"] == "propose"
+    )
     induction = [o["task"] for o in later if o["origin"]["type"] == "induction"]
-    assert induction and all(t["role"] == "propose" and t["program"] in [x["program"] for x in triplets] for t in induction)
+    assert induction and all(
+        t["role"] == "propose" and t["program"] in [x["program"] for x in triplets] for t in induction
+    )
     assert issue(state, "unseen-seed-5", cfg) == issue(state, "unseen-seed-5", cfg)  # derived from the task, not global
 
 
@@ -76,20 +92,33 @@ def test_held_proposers_and_the_buffer_survive_a_checkpoint(tmp_path):
     import torch
 
     queue, cfg = TaskQueue(), AbsoluteZeroFilterConfig(n_solve=2)
-    services = SimpleNamespace(episode_spec=RunServices.episode_spec, enqueue=lambda gs: [queue.put(g) for g in gs] and len(gs))
+    run = SimpleNamespace(enqueue=lambda gs: [queue.put(g) for g in gs] and len(gs))
     state = AbsoluteZeroState()
-    state.services = services
+    state.run = run
     task = {"role": "solve", "type": "deduction", "program": "def f(x):\n    return x", "input": "1", "output": "1"}
     az_filter([TrajectoryGroup("task", "g0", [row("p1", 0.0, "propose", proposed_task=task)])], state, cfg)
     torch.save(state.state_dict(), tmp_path / "trainer.pt")  # as learner/checkpoint.py writes the states
     saved = torch.load(tmp_path / "trainer.pt", weights_only=False)
     resumed = AbsoluteZeroState()
     resumed.load_state_dict(saved)
-    resumed.services = services
+    resumed.run = run
     assert resumed.held == state.held and resumed.buffer["deduction"] == [task] and resumed.proposals == 1
     (specs,) = queue.take(1, 0, 1)
-    solvers = [Trajectory("task", specs[0].group_id, f"s{i}", [1, 2], [0, 1], [0.0, -0.1], [], r, StopReason.DONE, info={"options": specs[i].options})
-               for i, r in enumerate([1.0, -0.5])]
+    solvers = [
+        Trajectory(
+            "task",
+            specs[0].group_id,
+            f"s{i}",
+            [1, 2],
+            [0, 1],
+            [0.0, -0.1],
+            [],
+            r,
+            StopReason.DONE,
+            info={"options": specs[i].options},
+        )
+        for i, r in enumerate([1.0, -0.5])
+    ]
     released = az_filter([TrajectoryGroup("task", specs[0].group_id, solvers)], resumed, cfg).groups[0]
     assert [t.reward for t in released.trajectories_G] == [0.5]  # 1 - 1/2
 
@@ -97,7 +126,9 @@ def test_held_proposers_and_the_buffer_survive_a_checkpoint(tmp_path):
 def test_refill_rounds_zero_is_a_config_error(tmp_path, tiny_model_dir):
     from tests.test_trainer import trainer
 
-    with pytest.raises(ValueError, match=r"^filter 'absolute_zero' needs trainer.refill_rounds >= 1 .*set trainer.refill_rounds=1$"):
+    with pytest.raises(
+        ValueError, match=r"^filter 'absolute_zero' needs trainer.refill_rounds >= 1 .*set trainer.refill_rounds=1$"
+    ):
         trainer(tmp_path, tiny_model_dir, *AZ, "trainer.refill_rounds=0")
 
 

@@ -27,7 +27,8 @@ from agent_rl.algorithms import ADVANTAGES
 from agent_rl.algorithms.registry import AdvantageInputs
 
 MASK = torch.tensor(
-    [[0, 1, 1, 1, 0], [0, 1, 1, 0, 0], [0, 1, 1, 1, 1], [0, 1, 0, 1, 0], [0, 1, 1, 1, 1], [0, 1, 0, 0, 0]], dtype=torch.float32
+    [[0, 1, 1, 1, 0], [0, 1, 1, 0, 0], [0, 1, 1, 1, 1], [0, 1, 0, 1, 0], [0, 1, 1, 1, 1], [0, 1, 0, 0, 0]],
+    dtype=torch.float32,
 )
 REWARDS = torch.tensor([3.0, 0.0, 0.0, 1.0, 1.0, 0.5])
 GROUPS = torch.tensor([0, 0, 0, 1, 1, 2])
@@ -86,7 +87,9 @@ def test_grpo_hand_example():
 
 
 def test_grpo_equal_rewards_give_zero_advantages():
-    x = AdvantageInputs(rewards_B=torch.full((6,), 0.7), loss_mask_BT=MASK, group_index_B=torch.tensor([0, 0, 0, 1, 1, 1]))
+    x = AdvantageInputs(
+        rewards_B=torch.full((6,), 0.7), loss_mask_BT=MASK, group_index_B=torch.tensor([0, 0, 0, 1, 1, 1])
+    )
     assert torch.equal(run("grpo", x).advantages_BT, torch.zeros_like(MASK))
 
 
@@ -124,7 +127,9 @@ def test_laguna_loo_hand_example():
     # group 1: b = 1 -> 0; row 5 alone: b = 0 -> 0.5
     assert per_row(run("laguna_loo", example()).advantages_BT) == pytest.approx([3, -9 / 7, -1.8, 0, 0, 0.5], abs=1e-6)
     # length_power 0: plain leave-one-out mean, as rloo
-    assert per_row(run("laguna_loo", example(), length_power=0.0).advantages_BT) == pytest.approx([3, -1.5, -1.5, 0, 0, 0.5])
+    assert per_row(run("laguna_loo", example(), length_power=0.0).advantages_BT) == pytest.approx(
+        [3, -1.5, -1.5, 0, 0, 0.5]
+    )
 
 
 def test_passk_hand_example():
@@ -153,7 +158,9 @@ def test_reinforce_pp_kl_to_go_and_batch_whitening():
     #             P    a     a     a
     mask = torch.tensor([[0.0, 1, 1, 1], [0, 1, 1, 0]])
     kl = torch.tensor([[9.0, 0.1, 0.2, 0.3], [9.0, 0.0, 0.0, 9.0]])  # 9 = garbage off the mask
-    x = AdvantageInputs(rewards_B=torch.tensor([1.0, 0.0]), loss_mask_BT=mask, group_index_B=torch.tensor([0, 1]), kl_penalty_BT=kl)
+    x = AdvantageInputs(
+        rewards_B=torch.tensor([1.0, 0.0]), loss_mask_BT=mask, group_index_B=torch.tensor([0, 1]), kl_penalty_BT=kl
+    )
     out = run("reinforce_pp", x)
     # row 0 token rewards (-0.1, -0.2, 1 - 0.3): returns to go (0.4, 0.5, 0.7); row 1 returns (0, 0)
     assert_tensor(out.returns_BT, [[0, 0.4, 0.5, 0.7], [0, 0, 0, 0]])
@@ -175,7 +182,12 @@ def test_remax_hand_example():
     # of row 0 is (1 - 0.1 - 0.2, 1 - 0.2) = (0.7, 0.8)
     mask = torch.tensor([[0.0, 1, 1], [0, 1, 1]])
     greedy = torch.tensor([0.5, 0.5])
-    x = AdvantageInputs(rewards_B=torch.tensor([1.0, 0.0]), loss_mask_BT=mask, group_index_B=torch.tensor([0, 0]), greedy_rewards_B=greedy)
+    x = AdvantageInputs(
+        rewards_B=torch.tensor([1.0, 0.0]),
+        loss_mask_BT=mask,
+        group_index_B=torch.tensor([0, 0]),
+        greedy_rewards_B=greedy,
+    )
     assert_tensor(run("remax", x).advantages_BT, [[0, 0.5, 0.5], [0, -0.5, -0.5]])
     x.kl_penalty_BT = torch.tensor([[0.0, 0.1, 0.2], [0, 0, 0]])
     out = run("remax", x)
@@ -189,7 +201,9 @@ GAE_VALUES = torch.tensor([[9.0, 0.5, 0.6, 0.7]])
 
 
 def gae_inputs(mask=GAE_MASK, values=GAE_VALUES) -> AdvantageInputs:
-    return AdvantageInputs(rewards_B=torch.tensor([1.0]), loss_mask_BT=mask, group_index_B=torch.tensor([0]), values_BT=values)
+    return AdvantageInputs(
+        rewards_B=torch.tensor([1.0]), loss_mask_BT=mask, group_index_B=torch.tensor([0]), values_BT=values
+    )
 
 
 def test_gae_hand_example():
@@ -238,7 +252,9 @@ def test_gae_vapo_and_orz_options():
 
 def one_group(rewards: list[float]) -> AdvantageInputs:
     n = len(rewards)
-    return AdvantageInputs(rewards_B=torch.tensor(rewards), loss_mask_BT=torch.ones(n, 2), group_index_B=torch.zeros(n, dtype=torch.long))
+    return AdvantageInputs(
+        rewards_B=torch.tensor(rewards), loss_mask_BT=torch.ones(n, 2), group_index_B=torch.zeros(n, dtype=torch.long)
+    )
 
 
 @pytest.mark.parametrize(
@@ -294,7 +310,11 @@ def test_dcpo_smooth_history_and_state_dict():
 
     def step(rewards):
         x = AdvantageInputs(
-            rewards_B=torch.tensor(rewards), loss_mask_BT=mask, group_index_B=torch.tensor([0, 0]), task_ids_B=["a", "a"], state=state
+            rewards_B=torch.tensor(rewards),
+            loss_mask_BT=mask,
+            group_index_B=torch.tensor([0, 0]),
+            task_ids_B=["a", "a"],
+            state=state,
         )
         return entry.fn(x, entry.config()).advantages_BT[:, 0].tolist()
 
@@ -319,7 +339,9 @@ A_POS = 0.5 / (math.sqrt(0.5) + 1e-6)
 
 
 def pair(mask, **fields) -> AdvantageInputs:
-    return AdvantageInputs(rewards_B=torch.tensor([1.0, 0.0]), loss_mask_BT=mask, group_index_B=torch.tensor([0, 0]), **fields)
+    return AdvantageInputs(
+        rewards_B=torch.tensor([1.0, 0.0]), loss_mask_BT=mask, group_index_B=torch.tensor([0, 0]), **fields
+    )
 
 
 def test_a3po_amplifies_low_prob_positive_and_high_prob_negative_tokens():
@@ -330,7 +352,9 @@ def test_a3po_amplifies_low_prob_positive_and_high_prob_negative_tokens():
     expected = [[0, A_POS, A_POS, A_POS, 2 * A_POS, A_POS], [0, -2 * A_POS, -A_POS, -A_POS, -A_POS, -A_POS]]
     assert_tensor(out.advantages_BT, expected, atol=1e-6)
     # the multiplier decays: max(2 - 0.005*100, 1) = 1.5, and is 1 from step 200 on
-    assert run("a3po", pair(mask, old_logprobs_BT=logp, step=100)).advantages_BT[0, 4].item() == pytest.approx(1.5 * A_POS, abs=1e-6)
+    assert run("a3po", pair(mask, old_logprobs_BT=logp, step=100)).advantages_BT[0, 4].item() == pytest.approx(
+        1.5 * A_POS, abs=1e-6
+    )
     assert run("a3po", pair(mask, old_logprobs_BT=logp, step=300)).metrics["adv/a3po_multiplier"] == 1.0
 
 
@@ -404,7 +428,9 @@ def full_inputs(B: int = 8, T: int = 7, seed: int = 0, extreme: bool = False) ->
     mask[:, 1] = 1
     scale = 1e3 if extreme else 1.0
     lp = 80.0 if extreme else 3.0
-    rewards = (torch.rand(B, generator=g) > 0.5).float() if not extreme else (torch.rand(B, generator=g) - 0.5) * 2 * scale
+    rewards = (
+        (torch.rand(B, generator=g) > 0.5).float() if not extreme else (torch.rand(B, generator=g) - 0.5) * 2 * scale
+    )
     rewards[2:4] = rewards[2]  # an all-equal group
     return AdvantageInputs(
         rewards_B=rewards,
@@ -421,6 +447,7 @@ def full_inputs(B: int = 8, T: int = 7, seed: int = 0, extreme: bool = False) ->
         task_ids_B=[f"task{i // 2}" for i in range(B)],
         kl_penalty_BT=torch.randn(B, T, generator=g) * (100.0 if extreme else 0.01),
         step=3,
+        extras={"privileged_values": torch.randn(B, T, generator=g) * scale},  # redippo's second critic
     )
 
 
@@ -432,16 +459,24 @@ def padded(x: AdvantageInputs, extra: int = 3) -> AdvantageInputs:
     out.loss_mask_BT = torch.cat([x.loss_mask_BT, torch.zeros(B, extra)], 1)
     for name, value in vars(x).items():
         if name.endswith("_BT") and name != "loss_mask_BT" and value is not None:
-            garbage = -torch.rand(value.shape, generator=g) * 50 if "logprobs" in name else torch.randn(value.shape, generator=g) * 50
+            garbage = (
+                -torch.rand(value.shape, generator=g) * 50
+                if "logprobs" in name
+                else torch.randn(value.shape, generator=g) * 50
+            )
             dirty = torch.where(x.loss_mask_BT > 0, value, garbage)
             setattr(out, name, torch.cat([dirty, -torch.rand(B, extra, generator=g) * 50], 1))
+    for name, value in x.extras.items():  # per-token extras are padded the same way
+        if isinstance(value, torch.Tensor) and value.shape == x.loss_mask_BT.shape:
+            dirty = torch.where(x.loss_mask_BT > 0, value, torch.randn(value.shape, generator=g) * 50)
+            out.extras = {**out.extras, name: torch.cat([dirty, torch.randn(B, extra, generator=g) * 50], 1)}
     out.state = None
     return out
 
 
 def skip_if_run_bound(key: str) -> None:
-    """An estimator whose state acts on the run (``bind_run``: redippo's second critic) needs the run; its own tests check it."""
-    if hasattr(ADVANTAGES.get(key).make_state(), "bind_run"):
+    """An estimator whose state acts on the run (``bind``) needs the run; its own tests check it."""
+    if hasattr(ADVANTAGES.get(key).make_state(), "bind"):
         pytest.skip(f"'{key}' needs a bound run")
 
 
@@ -475,8 +510,11 @@ def test_finite_on_extreme_inputs(key):
 @pytest.mark.parametrize("key, need", [(e.name, n) for e in ADVANTAGES.entries() for n in sorted(e.needs)])
 def test_missing_needed_input_raises(key, need):
     x = full_inputs()
-    setattr(x, NEED_FIELDS[need], None)
-    with pytest.raises(ValueError, match=NEED_FIELDS[need]):
+    if need in NEED_FIELDS:
+        setattr(x, NEED_FIELDS[need], None)
+    else:  # a need outside the built-in fields arrives in extras
+        x.extras = {k: v for k, v in x.extras.items() if k != need}
+    with pytest.raises(ValueError, match=NEED_FIELDS.get(need, need)):
         run(key, x)
 
 

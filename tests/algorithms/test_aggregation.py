@@ -129,7 +129,11 @@ def test_padding_changes_nothing_and_extremes_are_finite(key):
     out = entry.fn(loss, mask, x, entry.config())
     assert torch.isfinite(out)
     # two padding columns with huge losses and masked positions full of garbage
-    pad_loss = torch.cat([torch.where(mask > 0, loss, torch.full_like(loss, 1e30)), torch.full((loss.shape[0], 2), -1e30)], 1)
+    pad_loss = torch.cat(
+        [torch.where(mask > 0, loss, torch.full_like(loss, 1e30)), torch.full((loss.shape[0], 2), -1e30)], 1
+    )
     pad_mask = torch.cat([mask, torch.zeros(mask.shape[0], 2)], 1)
     x_pad = aggregation_inputs_for(pad_mask, groups, max_response_tokens=100.0)
-    assert entry.fn(pad_loss.nan_to_num(), pad_mask, x_pad, entry.config()).item() == pytest.approx(out.item(), rel=1e-5)
+    assert entry.fn(pad_loss.nan_to_num(), pad_mask, x_pad, entry.config()).item() == pytest.approx(
+        out.item(), rel=1e-5
+    )

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from agent_rl.algorithms import ALL_REGISTRIES
-from agent_rl.algorithms.catalog import REGENERATE, render_catalog
+from agent_rl.commands.catalog import REGENERATE, render_catalog
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "objectives.md"
 
@@ -26,13 +26,15 @@ def test_catalog_lists_every_entry_in_both_forms():
             assert f"{kind:12s} {entry.name:24s} {entry.summary}" in text
     # a spot check of one row: key, paper, formula and defaults
     assert "| `grpo` | GRPO group-normalized advantage (Shao et al. 2024, DeepSeekMath). |" in markdown
-    assert 'eps=1e-06, norm_by_std=true' in markdown
+    assert "eps=1e-06, norm_by_std=true" in markdown
 
 
 @pytest.mark.parametrize("kind", ["advantage", "aggregation", "kl", "filter"])
 def test_entries_name_paper_formula_and_describe_every_config_field(kind):
     for entry in ALL_REGISTRIES[kind].entries():
-        assert entry.summary and len(entry.doc.splitlines()) >= 3, f"{kind} '{entry.name}': docstring needs paper + formula"
+        assert entry.summary and len(entry.doc.splitlines()) >= 3, (
+            f"{kind} '{entry.name}': docstring needs paper + formula"
+        )
         for name, field in entry.config.model_fields.items():
             if name != "name":
                 assert field.description, f"{kind} '{entry.name}': config field '{name}' has no description"

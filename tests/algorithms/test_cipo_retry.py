@@ -5,29 +5,22 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from agent_rl.algorithms.filters.retry import (
-    CipoRetryConfig,
-    CipoRetryState,
-    cipo_retry,
-    pick_attempts,
-)
+from agent_rl.core.types import Trajectory, TrajectoryGroup
+from agent_rl.methods.cipo_retry import CipoRetryConfig, CipoRetryState, cipo_retry, pick_attempts
 from agent_rl.rollout.episode import env_options
-from agent_rl.run_services import RunServices
-from agent_rl.task_queue import TaskQueue
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.train.task_queue import TaskQueue
+from tests.builders import trajectory
 
 
 def traj(name: str, reward: float | None, options: dict | None = None) -> Trajectory:
-    stop = StopReason.DONE if reward is not None else StopReason.ENV_ERROR
     info = {"seed": 7, "options": options if options is not None else {"split": "train"}}
-    return Trajectory("task", "g", name, [1, 2], [0, 1], [0.0, -0.5], [], reward, stop, info=info)
+    return trajectory(name, reward, ids=[1, 2], mask=[0, 1], logprobs=[0.0, -0.5], info=info)  # no reward: an env error
 
 
 def bound_state(queue: TaskQueue) -> CipoRetryState:
     state = CipoRetryState()
-    state.services = SimpleNamespace(
+    state.run = SimpleNamespace(
         transcript=lambda t, special_tokens: f"attempt {t.episode_id}",
-        episode_spec=RunServices.episode_spec,
         enqueue=lambda groups: [queue.put(g) for g in groups] and len(groups),
     )
     return state
@@ -35,14 +28,19 @@ def bound_state(queue: TaskQueue) -> CipoRetryState:
 
 def test_attempt_picks_by_hand():
     cfg = CipoRetryConfig()  # correct_share .3
-    g = TrajectoryGroup("task", "g", [traj("w0", 0.0), traj("c0", 1.0), traj("w1", 0.0), traj("x", None), traj("w2", 0.0)])
+    g = TrajectoryGroup(
+        "task", "g", [traj("w0", 0.0), traj("c0", 1.0), traj("w1", 0.0), traj("x", None), traj("w2", 0.0)]
+    )
     # 4 valid attempts: k = floor(.3 * 4 + .5) = 1 correct, 3 incorrect in group order; the error row is no attempt
     assert [t.episode_id for t in pick_attempts(g, cfg)] == ["c0", "w0", "w1", "w2"]
     # n = 8: k = floor(2.4 + .5) = 2 correct (cycled: c0 twice), 6 incorrect cycled w0 w1 w2 w0 w1 w2
     picks = pick_attempts(g, cfg.model_copy(update={"retries_per_group": 8}))
     assert [t.episode_id for t in picks] == ["c0", "c0", "w0", "w1", "w2", "w0", "w1", "w2"]
     # all failed: all incorrect; all solved: nothing to correct
-    assert [t.episode_id for t in pick_attempts(TrajectoryGroup("t", "g", [traj("a", 0.0), traj("b", 0.0)]), cfg)] == ["a", "b"]
+    assert [t.episode_id for t in pick_attempts(TrajectoryGroup("t", "g", [traj("a", 0.0), traj("b", 0.0)]), cfg)] == [
+        "a",
+        "b",
+    ]
     assert pick_attempts(TrajectoryGroup("t", "g", [traj("a", 1.0), traj("b", 1.0)]), cfg) == []
 
 
@@ -51,7 +49,11 @@ def test_the_filter_queues_one_correction_group_per_failed_group_and_never_corre
     state = bound_state(queue)
     failed = TrajectoryGroup("task", "g0", [traj("a", 0.0), traj("b", 1.0)])
     solved = TrajectoryGroup("task", "g1", [traj("c", 1.0), traj("d", 1.0)])
-    correction = TrajectoryGroup("task", "g2", [traj("e", 0.0, {"origin": {"method": "cipo_retry"}}), traj("f", 1.0, {"origin": {"method": "cipo_retry"}})])
+    correction = TrajectoryGroup(
+        "task",
+        "g2",
+        [traj("e", 0.0, {"origin": {"method": "cipo_retry"}}), traj("f", 1.0, {"origin": {"method": "cipo_retry"}})],
+    )
     out = cipo_retry([failed, solved, correction], state, cfg)
     assert out.groups == [failed, solved, correction]  # every group is kept and trained
     assert out.num_more == 1 and len(queue) == 1  # the refill round rolls the one correction group
@@ -72,7 +74,13 @@ def test_the_filter_queues_one_correction_group_per_failed_group_and_never_corre
 def test_a_one_step_run_rolls_the_corrections_in_its_refill_round(tmp_path, tiny_model_dir):
     from tests.test_trainer import trainer
 
-    t = trainer(tmp_path, tiny_model_dir, "algorithm.filters=[{name: cipo_retry}]", "trainer.prompts_per_step=1", "trainer.steps=1")
+    t = trainer(
+        tmp_path,
+        tiny_model_dir,
+        "algorithm.filters=[{name: cipo_retry}]",
+        "trainer.prompts_per_step=1",
+        "trainer.steps=1",
+    )
     trajectories, groups, metrics = t._collect(0)
     # the untrained tiny model fails its task: round 0 queues one correction group, round 1 rolls it
     assert metrics["cipo/queued"] == 1.0 and len(t.sampler.queue) == 0
@@ -95,7 +103,7 @@ def test_a_one_step_run_rolls_the_corrections_in_its_refill_round(tmp_path, tiny
 
 def test_queued_groups_go_first_and_survive_a_checkpoint():
     from agent_rl.rollout.episode import EpisodeSpec
-    from agent_rl.task_sampler import TaskSampler
+    from agent_rl.train.task_sampler import TaskSampler
 
     sampler = TaskSampler(0, 0, [])
     sampler.queue.put([EpisodeSpec(7, "old", {"origin": {"method": "cipo_retry"}}), EpisodeSpec(7, "old", {})])
@@ -103,14 +111,22 @@ def test_queued_groups_go_first_and_survive_a_checkpoint():
     restored = TaskSampler(0, 0, [])
     restored.load_state_dict(sampler.state_dict())
     taken = restored.queue.take(2, 0, 1)  # one group asked: the oldest
-    assert [[(s.seed, s.group_id, s.options) for s in g] for g in taken] == [[(7, "s2r0q0", {"origin": {"method": "cipo_retry"}}), (7, "s2r0q0", {})]]
+    assert [[(s.seed, s.group_id, s.options) for s in g] for g in taken] == [
+        [(7, "s2r0q0", {"origin": {"method": "cipo_retry"}}), (7, "s2r0q0", {})]
+    ]
     assert len(restored.queue) == 1 and restored.queue.take(2, 1, 0) == [] and len(restored.queue) == 1
 
 
 def test_a_training_step_updates_on_both_groups(tmp_path, tiny_model_dir):
     from tests.test_trainer import trainer
 
-    t = trainer(tmp_path, tiny_model_dir, "algorithm.filters=[{name: cipo_retry}]", "trainer.prompts_per_step=1", "trainer.steps=1")
+    t = trainer(
+        tmp_path,
+        tiny_model_dir,
+        "algorithm.filters=[{name: cipo_retry}]",
+        "trainer.prompts_per_step=1",
+        "trainer.steps=1",
+    )
     version = t.learner.version
     metrics = t.step(0)
     # the failed group and its correction group: 2 groups of 2 rows in the update

@@ -65,7 +65,9 @@ def _identity_head_state(cfg: ClipoConfig) -> ClipoState:
 
 def test_shaped_rewards_go_to_grpo_by_hand():
     cfg = ClipoConfig(output_size=2, temperature=0.5)
-    out = clipo(_inputs(Z * 3.0, state=_identity_head_state(cfg)), cfg)  # the head normalizes: the scale does not matter
+    out = clipo(
+        _inputs(Z * 3.0, state=_identity_head_state(cfg)), cfg
+    )  # the head normalizes: the scale does not matter
     shaped = [
         1.0 - 0.2 * L0,
         1.0 - 0.2 * L1,
@@ -132,8 +134,8 @@ def test_config_names_the_base_and_composes_its_needs():
 def test_pooled_hidden_states_average_the_states_that_predict_generated_tokens(
     tiny_model_dir,
 ):
-    from agent_rl.rollout.backends.hf import load_model
-    from agent_rl.types import TrainBatch
+    from agent_rl.core.types import TrainBatch
+    from agent_rl.models.loading import load_model
 
     model = load_model(tiny_model_dir, "float32", "cpu")
     ids = torch.tensor([[5, 6, 7, 8, 0], [5, 9, 10, 0, 0]])
@@ -191,4 +193,6 @@ def test_agent_rl_train_with_clipo_checkpoints_and_resumes_the_head(tmp_path, ti
         tmp_path / "run" / "checkpoints" / "step_000002" / "trainer.pt",
         weights_only=False,
     )["states"]["advantage"]
-    assert resumed["optimizer"]["state"] or not rows[-1]["clipo/anchors"]  # AdamW moments carried on (when there were anchors)
+    assert (
+        resumed["optimizer"]["state"] or not rows[-1]["clipo/anchors"]
+    )  # AdamW moments carried on (when there were anchors)

@@ -42,7 +42,9 @@ def test_cbpo_contrastive_branch_values_spec_example():
     assert cbv_z([[1, 0], [0, 1]], 1e-6, 1e-6) == [0.0, 0.0]  # sigma_CBV < 1e-6
 
 
-@pytest.mark.parametrize(("a", "z", "expected"), [(0.8, 1.2, 0.88), (-0.5, 1.2, -0.55), (0.8, -0.9, 0.72), (0.1, 1.2, 0.11)])
+@pytest.mark.parametrize(
+    ("a", "z", "expected"), [(0.8, 1.2, 0.88), (-0.5, 1.2, -0.55), (0.8, -0.9, 0.72), (0.1, 1.2, 0.11)]
+)
 def test_cbpo_modulation_spec_table(a, z, expected):
     assert modulate(a, z, CbpoConfig()) == pytest.approx(expected)
 
@@ -94,7 +96,10 @@ def test_cbpo_segments_never_overlap_each_token_trained_once():
     rng = random.Random(1)
     for _ in range(20):
         p = traj("p", [rng.choice([0.0, 1.0])], turn_len=12)
-        kids = [traj(f"c{k}", [rng.choice([0.0, 1.0])], turn_len=12, parent=p, branch_point=rng.randrange(3, 14)) for k in range(4)]
+        kids = [
+            traj(f"c{k}", [rng.choice([0.0, 1.0])], turn_len=12, parent=p, branch_point=rng.randrange(3, 14))
+            for k in range(4)
+        ]
         groups = [group(p, *kids, traj("q", [rng.choice([0.0, 1.0])], turn_len=12))]
         out = run("cbpo", groups)
         mask = out.loss_mask_BT
@@ -172,7 +177,11 @@ def test_arpo_plan_branches_after_tool_calls_within_the_global_budget():
     cfg = ArpoConfig(total_rollouts=7, base_prob=1.0, beam_size=3)
     plan = plan_arpo([group(*roots)], cfg, vocab_size=16)
     # round 1: r0 +2 at turn 1 (column 5), r1 +2; round 2: r0 +1 (the last slot) at turn 2 (column 8)
-    assert [(b.trajectory.episode_id, b.at_token, b.n) for b in plan.branches] == [("r0", 5, 2), ("r1", 5, 2), ("r0", 8, 1)]
+    assert [(b.trajectory.episode_id, b.at_token, b.n) for b in plan.branches] == [
+        ("r0", 5, 2),
+        ("r1", 5, 2),
+        ("r0", 8, 1),
+    ]
     assert plan.fresh == {}
     never = plan_arpo([group(*roots)], ArpoConfig(total_rollouts=7, base_prob=0.0, entropy_weight=0.0), vocab_size=16)
     assert never.branches == [] and never.fresh == {"t-g": 5}

@@ -28,7 +28,9 @@ from agent_rl.algorithms.registry import AggregationInputs, LossInputs
 
 
 def spo_example():
-    return [group(traj(f"e{k}", [r], task=k, turn_len=2 + i)) for i, (k, r) in enumerate({"a": 1, "b": 0, "c": 1}.items())]
+    return [
+        group(traj(f"e{k}", [r], task=k, turn_len=2 + i)) for i, (k, r) in enumerate({"a": 1, "b": 0, "c": 1}.items())
+    ]
 
 
 def values_for(groups):
@@ -103,7 +105,9 @@ def test_ppo_clip_clips_each_token_by_its_own_advantage_sign(name):
 
 def test_every_credit_entry_names_its_paper_formula_and_fields():
     for entry in CREDITS.entries():
-        assert entry.summary and len(entry.doc.splitlines()) >= 3, f"credit '{entry.name}': docstring needs paper + formula"
+        assert entry.summary and len(entry.doc.splitlines()) >= 3, (
+            f"credit '{entry.name}': docstring needs paper + formula"
+        )
         for field_name, field in entry.config.model_fields.items():
             if field_name != "name":
                 assert field.description, f"credit '{entry.name}': config field '{field_name}' has no description"

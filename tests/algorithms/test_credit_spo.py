@@ -18,7 +18,7 @@ from agent_rl.algorithms.credit.spo import (
     spo_sampling_weights,
     token_measure_normalize,
 )
-from agent_rl.task_sampler import TaskSampler
+from agent_rl.train.task_sampler import TaskSampler
 
 RHO = 0.875
 
@@ -26,7 +26,11 @@ RHO = 0.875
 def tracker_with(evidence: dict[str, tuple[float, float]]) -> PromptValueTracker:
     tracker = PromptValueTracker()
     tracker.load_state_dict(
-        {"alpha": {k: a for k, (a, _) in evidence.items()}, "beta": {k: b for k, (_, b) in evidence.items()}, "version": {k: 0 for k in evidence}}
+        {
+            "alpha": {k: a for k, (a, _) in evidence.items()},
+            "beta": {k: b for k, (_, b) in evidence.items()},
+            "version": {k: 0 for k in evidence},
+        }
     )
     return tracker
 
@@ -87,7 +91,9 @@ def test_task_sampler_draws_with_the_spo_weights():
     sampler = TaskSampler(0, 2, [(entry, cfg, tracker)])
     for seed, task in zip(sampler.pool_seeds, ["easy", "hard"], strict=True):
         sampler.observe(seed, task)
-    assert sampler.weights().tolist() == pytest.approx([math.sqrt(99 / (99 + 1e-9) * (1e-9 / (99 + 1e-9))) + 0.05, 0.55])
+    assert sampler.weights().tolist() == pytest.approx(
+        [math.sqrt(99 / (99 + 1e-9) * (1e-9 / (99 + 1e-9))) + 0.05, 0.55]
+    )
     assert entry.sampler is spo_sampling_weights and CREDITS.get("spo_pp").sampler is spo_sampling_weights
 
 

@@ -65,7 +65,9 @@ def test_cbpo_forks_branches_and_trains_each_shared_token_once(tmp_path, tiny_mo
     )  # fmt: skip
     seen = []
     credit_fn, update = t.plan.advantage.fn, t.learner.update
-    t.plan.advantage = dataclasses.replace(t.plan.advantage, fn=lambda x, cfg: seen.append(x.groups) or credit_fn(x, cfg))
+    t.plan.advantage = dataclasses.replace(
+        t.plan.advantage, fn=lambda x, cfg: seen.append(x.groups) or credit_fn(x, cfg)
+    )
     t.learner.update = lambda batch, adv_BT, *a, **k: seen.append((batch, adv_BT)) or update(batch, adv_BT, *a, **k)
     metrics = t.step(0)
     groups, (batch, adv_BT) = seen
@@ -81,7 +83,9 @@ def test_cbpo_forks_branches_and_trains_each_shared_token_once(tmp_path, tiny_mo
         p = parents[c.parent_id]
         # the fork's exact prefix; the branch point is the parent's 4th or 8th action token
         assert c.token_ids_T[: c.branch_point] == p.token_ids_T[: c.branch_point]
-        assert c.branch_point in [pos for k, pos in enumerate(j for j, m in enumerate(p.loss_mask_T) if m) if k in (4, 8)]
+        assert c.branch_point in [
+            pos for k, pos in enumerate(j for j, m in enumerate(p.loss_mask_T) if m) if k in (4, 8)
+        ]
         # the copied prefix left the loss; the branch's own tokens are in it
         assert batch.loss_mask_BT[i, : c.branch_point].sum() == 0
         assert batch.loss_mask_BT[i, c.branch_point : len(c.token_ids_T)].tolist() == c.loss_mask_T[c.branch_point :]
@@ -90,6 +94,6 @@ def test_cbpo_forks_branches_and_trains_each_shared_token_once(tmp_path, tiny_mo
 
 def test_turn_gae_gets_values_from_the_critic_and_trains_it(tmp_path, tiny_model_dir):
     t = trainer(tmp_path, tiny_model_dir, "algorithm.credit.name=turn_gae")
-    assert t.critic is not None  # the credit's need for values creates the critic
+    assert t.models["critic"].critic is not None  # the credit's need for values creates the critic
     metrics = t.step(0)
     assert "train/loss" in metrics and any(k.startswith("critic/") for k in metrics), sorted(metrics)

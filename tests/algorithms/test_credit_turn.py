@@ -128,7 +128,9 @@ def test_turn_ppo_uses_one_ratio_per_turn():
     logp = torch.tensor([[0.0, 0.1, -0.1, 0.0, 0.3]], dtype=torch.float64, requires_grad=True)
     assert turn_mean(logp.detach(), torch.tensor(mask))[0].tolist() == pytest.approx([0, 0, 0, 0, 0.3])
     ones = torch.ones(1, 5, dtype=torch.float64)
-    x = LossInputs(logprobs_BT=logp, old_logprobs_BT=old, advantages_BT=ones, loss_mask_BT=torch.tensor(mask, dtype=torch.float64))
+    x = LossInputs(
+        logprobs_BT=logp, old_logprobs_BT=old, advantages_BT=ones, loss_mask_BT=torch.tensor(mask, dtype=torch.float64)
+    )
     out = turn_ppo(x, POLICY_LOSSES.get("turn_ppo").config())
     loss = (out.loss_BT * x.loss_mask_BT).sum() / 3
     # turn 1: ratio exp(mean(0.1, -0.1)) = 1 -> -1 per token; turn 2: exp(0.3) = 1.35 > 1.28, clipped -> -1.28

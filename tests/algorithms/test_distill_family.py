@@ -52,7 +52,9 @@ def test_powered_opd_box_cox_reward():
     _, grad = loss_and_grad(powered_opd, PoweredOpdConfig(alpha=0.5), x)
     assert_close(grad, [[0.6]])
     # alpha -> 0: the log-ratio of vanilla OPD; alpha 1: q - pi, bounded by 1/alpha
-    assert float(box_cox_reward(t(math.log(0.25)), t(math.log(0.64)), 1e-7)) == pytest.approx(math.log(0.25 / 0.64), abs=1e-5)
+    assert float(box_cox_reward(t(math.log(0.25)), t(math.log(0.64)), 1e-7)) == pytest.approx(
+        math.log(0.25 / 0.64), abs=1e-5
+    )
     assert float(box_cox_reward(t(math.log(1e-30)), t(0.0), 1.0)) == pytest.approx(-1.0)
 
 

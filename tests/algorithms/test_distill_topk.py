@@ -7,11 +7,11 @@ import math
 
 import pytest
 import torch
+from losses_helpers import assert_close, logs, t
 
 from agent_rl.algorithms.losses import OpsdConfig, SdpoConfig, opsd, sdpo
 from agent_rl.algorithms.losses.distill_topk import topk_divergence
 from agent_rl.algorithms.registry import LossInputs
-from losses_helpers import assert_close, logs, t
 
 
 def test_reverse_and_forward_kl_over_top_k_with_tail():
@@ -21,22 +21,32 @@ def test_reverse_and_forward_kl_over_top_k_with_tail():
     s = t([[logs([0.5, 0.2])]], requires_grad=True)
     q = t([[logs([0.3, 0.6])]])
     rev = topk_divergence(s, q, "reverse")
-    assert float(rev.detach()) == pytest.approx(0.5 * math.log(5 / 3) + 0.2 * math.log(1 / 3) + 0.3 * math.log(3), abs=1e-6)
+    assert float(rev.detach()) == pytest.approx(
+        0.5 * math.log(5 / 3) + 0.2 * math.log(1 / 3) + 0.3 * math.log(3), abs=1e-6
+    )
     # d/d log pi_k = pi_k (log(pi_k/q_k) - log(pi_tail/q_tail)), the tail's mass = 1 - sum pi_k
     (g,) = torch.autograd.grad(rev.sum(), s)
     tail = math.log(3)
     assert_close(g, [[[0.5 * (math.log(5 / 3) - tail), 0.2 * (math.log(1 / 3) - tail)]]])
     fwd = topk_divergence(s, q, "forward")
-    assert float(fwd.detach()) == pytest.approx(0.3 * math.log(3 / 5) + 0.6 * math.log(3) + 0.1 * math.log(1 / 3), abs=1e-6)
+    assert float(fwd.detach()) == pytest.approx(
+        0.3 * math.log(3 / 5) + 0.6 * math.log(3) + 0.1 * math.log(1 / 3), abs=1e-6
+    )
     # no tail: both renormalized over the K ids: pi' = [5/7, 2/7], q' = [1/3, 2/3]
     fwd_renorm = topk_divergence(s, q, "forward", tail=False)
-    assert float(fwd_renorm.detach()) == pytest.approx((1 / 3) * math.log((1 / 3) / (5 / 7)) + (2 / 3) * math.log((2 / 3) / (2 / 7)), abs=1e-6)
+    assert float(fwd_renorm.detach()) == pytest.approx(
+        (1 / 3) * math.log((1 / 3) / (5 / 7)) + (2 / 3) * math.log((2 / 3) / (2 / 7)), abs=1e-6
+    )
     # a padded candidate (mask 0) counts for nothing and gives no nan
     s3 = t([[logs([0.5, 0.2, 0.1])]], requires_grad=True)
     q3 = t([[logs([0.3, 0.6, 0.05])]])
     masked = topk_divergence(s3, q3, "reverse", mask_BTK=torch.tensor([[[1, 1, 0]]]))
     (g3,) = torch.autograd.grad(masked.sum(), s3)
-    assert float(masked.detach()) == pytest.approx(float(rev.detach()), abs=1e-6) and not g3.isnan().any() and float(g3[0, 0, 2]) == 0.0
+    assert (
+        float(masked.detach()) == pytest.approx(float(rev.detach()), abs=1e-6)
+        and not g3.isnan().any()
+        and float(g3[0, 0, 2]) == 0.0
+    )
 
 
 @pytest.mark.parametrize("divergence", ["forward", "reverse"])
@@ -73,7 +83,9 @@ def test_top_k_raises_a_token_the_student_never_sampled(divergence):
                    teacher_logprobs_BT=teacher_logp[0].view(1, 1))  # fmt: skip
     opsd(x, OpsdConfig()).loss_BT.sum().backward()
     g = z2.grad
-    assert float(g[3]) / float(torch.softmax(z2, -1)[3].detach()) == pytest.approx(float(g[1]) / float(torch.softmax(z2, -1)[1].detach()))
+    assert float(g[3]) / float(torch.softmax(z2, -1)[3].detach()) == pytest.approx(
+        float(g[1]) / float(torch.softmax(z2, -1)[1].detach())
+    )
 
 
 def test_top_k_config_declares_its_needs_and_teacher():
@@ -95,11 +107,13 @@ def test_trainer_scores_the_policy_at_the_teachers_top_k(tmp_path, tiny_model_di
     from agent_rl.rollout.groups import group_trajectories
     from tests.test_trainer import trainer
 
-    tr = trainer(tmp_path, tiny_model_dir, "algorithm.loss.name=opsd", "algorithm.loss.estimator=topk", "algorithm.loss.topk=4")
+    tr = trainer(
+        tmp_path, tiny_model_dir, "algorithm.loss.name=opsd", "algorithm.loss.estimator=topk", "algorithm.loss.topk=4"
+    )
     assert tr.plan.teacher.topk == 4 and "teacher_topk" in tr.plan.precompute
     groups = group_trajectories(tr._rollout(0, 0, 2))
     batch = make_batch(groups, tr.components.tokenizer.pad_token_id)
-    scores = tr.teaching.scores(batch, groups)
+    scores = tr.models["teacher"].teaching.scores(batch, groups)
     ids_BTK, top_BTK = batch.topk_ids_BTK, scores["teacher_topk"]
     assert ids_BTK.shape == (*batch.input_ids_BT.shape, 4)
     # the teacher's logprobs at its top-k ids are sorted and hold its sampled-token logprob's rank

@@ -7,22 +7,16 @@ from __future__ import annotations
 
 import json
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
+from run_helpers import bound
 
-from agent_rl.algorithms.filters.e_grm import (
-    EgrmConfig,
-    EgrmState,
-    consensus,
-    e_grm,
-    extract_answer,
-    parse_verdict,
-)
-from agent_rl.reward_model import egrm_loss
+from agent_rl.commands.train_rm import egrm_loss
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.methods.e_grm import EgrmConfig, EgrmState, consensus, e_grm, extract_answer, parse_verdict
 from agent_rl.rollout.text_pass import PassResult
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from tests.builders import trajectory
 
 
 def sig(x: float) -> float:
@@ -34,7 +28,9 @@ def test_egrm_loss_and_its_gradient_by_hand():
     rejected = torch.tensor([0.0, 0.5], requires_grad=True)
     loss = egrm_loss(chosen, rejected, rank_weight=0.5)
     # pair 1: 1/2 [(s(1) - 1)^2 + s(0)^2] + .5 * -log s(1); pair 2: the same with r_w = -.5, r_l = .5
-    by_hand = [0.5 * ((sig(w) - 1) ** 2 + sig(l) ** 2) - 0.5 * math.log(sig(w - l)) for w, l in ((1.0, 0.0), (-0.5, 0.5))]
+    by_hand = [
+        0.5 * ((sig(w) - 1) ** 2 + sig(l) ** 2) - 0.5 * math.log(sig(w - l)) for w, l in ((1.0, 0.0), (-0.5, 0.5))
+    ]
     assert by_hand[0] == pytest.approx(0.5 * (0.0723295 + 0.25) + 0.5 * 0.3132617, abs=1e-6)
     assert float(loss.detach()) == pytest.approx(sum(by_hand) / 2, abs=1e-6)
     loss.backward()
@@ -49,11 +45,16 @@ def test_egrm_loss_and_its_gradient_by_hand():
 
 
 def row(text: str, reward: float = 1.0, **info) -> Trajectory:
-    return Trajectory("task", "g", text, [1, 2], [0, 1], [0.0, 0.0], [], reward, StopReason.DONE,
+    return trajectory(text, reward, ids=[1, 2], mask=[0, 1], stop=StopReason.DONE,
                       info={"prompt_messages": [{"role": "user", "content": "2 + 3 = ?"}], **info})  # fmt: skip
 
 
-SCORES = {"<answer>5</answer>": 0.9, "I think <answer>5</answer>": 0.7, "<answer>6</answer>": 0.2, "<answer>7</answer>": 0.4}
+SCORES = {
+    "<answer>5</answer>": 0.9,
+    "I think <answer>5</answer>": 0.7,
+    "<answer>6</answer>": 0.2,
+    "<answer>7</answer>": 0.4,
+}
 VERDICTS = {"<answer>5</answer>": "5 is 2 + 3. <answer>good</answer>", "<answer>6</answer>": "no. <answer>BAD</answer>",
             "<answer>7</answer>": "hmm"}  # fmt: skip
 
@@ -83,7 +84,7 @@ class Scripted:
 
 def state_with(s: Scripted) -> EgrmState:
     state = EgrmState()
-    state.run = SimpleNamespace(services=s, cfg=SimpleNamespace(trainer=SimpleNamespace(seed=0)))
+    state.run = bound(s)
     state.scorer, state.judge = s.scorer, s.judge
     return state
 
@@ -98,7 +99,9 @@ def test_agreeing_groups_get_the_score_disagreeing_ones_the_judges_verdict():
     # disagree: 5, 6, 7, None-reward row (an env error: not scored, not counted) -> c/M = 1/3 < .8: the judge
     error = row("<answer>5</answer>")
     error.reward = None
-    disagree = TrajectoryGroup("task", "d", [row("<answer>5</answer>", 0.0), row("<answer>6</answer>"), row("<answer>7</answer>"), error])
+    disagree = TrajectoryGroup(
+        "task", "d", [row("<answer>5</answer>", 0.0), row("<answer>6</answer>"), row("<answer>7</answer>"), error]
+    )
     out = e_grm([agree, disagree], state, cfg)
     assert [t.reward for t in agree.trajectories_G] == pytest.approx([0.9, 0.7, 0.9, 0.9, 0.2])
     # good -> 1, BAD -> 0, 'hmm' (no verdict) -> its score .4
@@ -108,15 +111,24 @@ def test_agreeing_groups_get_the_score_disagreeing_ones_the_judges_verdict():
     m = out.metrics
     assert m["e_grm/judged_frac"] == 0.5 and m["e_grm/judge_calls"] == 3.0 and m["e_grm/judge_tokens"] == 9.0
     assert m["e_grm/verdicts_malformed"] == 1.0 and m["e_grm/consensus_mean"] == pytest.approx((0.8 + 1 / 3) / 2)
-    assert m["e_grm/reward_scorer_mean"] == pytest.approx(3.6 / 5) and m["e_grm/reward_judge_mean"] == pytest.approx(1.4 / 3)
+    assert m["e_grm/reward_scorer_mean"] == pytest.approx(3.6 / 5) and m["e_grm/reward_judge_mean"] == pytest.approx(
+        1.4 / 3
+    )
     first, malformed = disagree.trajectories_G[0].info, disagree.trajectories_G[2].info
     assert first["e_grm_path"] == "judge" and first["e_grm_verdict"] == 1.0 and first["e_grm_env_reward"] == 0.0
     assert malformed["e_grm_verdict"] is None and malformed["e_grm_score"] == 0.4
-    assert agree.trajectories_G[1].info == {**agree.trajectories_G[1].info, "e_grm_path": "scorer", "e_grm_env_reward": 0.0}
+    assert agree.trajectories_G[1].info == {
+        **agree.trajectories_G[1].info,
+        "e_grm_path": "scorer",
+        "e_grm_env_reward": 0.0,
+    }
     # a stricter tau sends the 4-of-5 group to the judge too; tau 0 never judges
     s2 = Scripted()
     again = TrajectoryGroup("task", "a", [row("<answer>5</answer>"), row("<answer>6</answer>")])
-    assert e_grm([again], state_with(s2), EgrmConfig(scorer_path=".", tau=0.0)).metrics["e_grm/judged_frac"] == 0.0 and s2.judged == []
+    assert (
+        e_grm([again], state_with(s2), EgrmConfig(scorer_path=".", tau=0.0)).metrics["e_grm/judged_frac"] == 0.0
+        and s2.judged == []
+    )
     assert [t.reward for t in again.trajectories_G] == pytest.approx([0.9, 0.2])
 
 
@@ -157,8 +169,12 @@ def test_train_rm_egrm_then_one_e_grm_step_through_the_backend(tmp_path, tiny_mo
     m = t.step(1)
     judged = m["e_grm/judged_frac"]
     assert judged in (0.0, 0.5, 1.0) and m["e_grm/judge_calls"] == 2 * 2 * judged
-    assert m["e_grm/judge_tokens"] <= 6 * m["e_grm/judge_calls"] and (m["e_grm/judge_tokens"] > 0) == (m["e_grm/judge_calls"] > 0)
+    assert m["e_grm/judge_tokens"] <= 6 * m["e_grm/judge_calls"] and (m["e_grm/judge_tokens"] > 0) == (
+        m["e_grm/judge_calls"] > 0
+    )
     # the step's reward is the filter's: the judged rows' mean and the scored rows' mean, weighted by their share
     mix = judged * m["e_grm/reward_judge_mean"] + (1 - judged) * m["e_grm/reward_scorer_mean"]
     assert m["rollout/reward_mean"] == pytest.approx(mix) and 0.0 <= mix <= 1.0
-    assert m["e_grm/verdicts_malformed"] <= m["e_grm/judge_calls"]  # measured: 4 of 4 (the random judge writes no verdict)
+    assert (
+        m["e_grm/verdicts_malformed"] <= m["e_grm/judge_calls"]
+    )  # measured: 4 of 4 (the random judge writes no verdict)

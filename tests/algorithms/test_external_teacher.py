@@ -53,31 +53,47 @@ def test_g_opd_with_a_second_tiny_model_as_teacher(tmp_path, tiny_model_dir):
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
     model.save_pretrained(teacher_dir)
-    t = trainer(tmp_path / "run", tiny_model_dir, "algorithm.loss.name=g_opd", f"algorithm.loss.teacher_path={teacher_dir}")
-    assert isinstance(t.teacher, FrozenTeacher) and "reference" in t.plan.builds
-    before = {k: v.clone() for k, v in t.teacher.model.state_dict().items()}
+    t = trainer(
+        tmp_path / "run", tiny_model_dir, "algorithm.loss.name=g_opd", f"algorithm.loss.teacher_path={teacher_dir}"
+    )
+    assert isinstance(t.models["teacher"].teacher, FrozenTeacher) and "reference" in t.plan.builds
+    before = {k: v.clone() for k, v in t.models["teacher"].teacher.model.state_dict().items()}
     groups = group_trajectories(t._rollout(0, 0, 2))
     batch = make_batch(groups, t.components.tokenizer.pad_token_id)
-    teacher_BT = t.teaching.logprobs(batch, groups)
+    teacher_BT = t.models["teacher"].teaching.logprobs(batch, groups)
     # no context: the teacher scores the student's own rows, token for token
     with torch.no_grad():
-        logits = t.teacher.model(input_ids=batch.input_ids_BT, attention_mask=batch.attention_mask_BT).logits
+        logits = (
+            t.models["teacher"]
+            .teacher.model(input_ids=batch.input_ids_BT, attention_mask=batch.attention_mask_BT)
+            .logits
+        )
     expected = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, batch.input_ids_BT[:, 1:, None]).squeeze(-1)
     mask = batch.loss_mask_BT[:, 1:].bool()
     torch.testing.assert_close(teacher_BT[:, 1:][mask], expected[mask], atol=1e-4, rtol=0)
     t.step(1)
-    assert all(torch.equal(v, before[k]) for k, v in t.teacher.model.state_dict().items())  # frozen
+    assert all(torch.equal(v, before[k]) for k, v in t.models["teacher"].teacher.model.state_dict().items())  # frozen
     # two teachers at once, weighted 3:1: their mixture
     from agent_rl.learner.teacher import TeacherMixture
 
     t2 = trainer(tmp_path / "run2", tiny_model_dir, "algorithm.loss.name=g_opd", f"algorithm.loss.teacher_path=[{teacher_dir}, {tiny_model_dir}]",
                  "algorithm.loss.teacher_weights=[3, 1]")  # fmt: skip
-    assert isinstance(t2.teacher, TeacherMixture) and t2.teacher.weights == [0.75, 0.25]
-    mixed = t2.teaching.logprobs(batch, groups)
+    assert isinstance(t2.models["teacher"].teacher, TeacherMixture) and t2.models["teacher"].teacher.weights == [
+        0.75,
+        0.25,
+    ]
+    mixed = t2.models["teacher"].teaching.logprobs(batch, groups)
     with torch.no_grad():
-        student = t2.teacher.teachers[1].model(input_ids=batch.input_ids_BT, attention_mask=batch.attention_mask_BT).logits
+        student = (
+            t2.models["teacher"]
+            .teacher.teachers[1]
+            .model(input_ids=batch.input_ids_BT, attention_mask=batch.attention_mask_BT)
+            .logits
+        )
     second = torch.log_softmax(student[:, :-1].float(), -1).gather(-1, batch.input_ids_BT[:, 1:, None]).squeeze(-1)
-    torch.testing.assert_close(mixed[:, 1:][mask], torch.log(0.75 * expected.exp() + 0.25 * second.exp())[mask], atol=1e-4, rtol=0)
+    torch.testing.assert_close(
+        mixed[:, 1:][mask], torch.log(0.75 * expected.exp() + 0.25 * second.exp())[mask], atol=1e-4, rtol=0
+    )
 
 
 def test_a_mixture_of_teachers_by_hand():
@@ -98,7 +114,9 @@ def test_routed_rows_are_scored_by_their_teacher_alone():
     """Per-task routing by hand: rows 0 and 1 routed to teachers 1 and 0, row 2 unrouted (the 3:1 mixture)."""
     from agent_rl.learner.teacher import TeacherMixture, teacher_logprobs
 
-    mix = TeacherMixture([FrozenTeacher(Fixed([0.5, 0.3, 0.2]), "a"), FrozenTeacher(Fixed([0.1, 0.6, 0.3]), "b")], [3.0, 1.0])
+    mix = TeacherMixture(
+        [FrozenTeacher(Fixed([0.5, 0.3, 0.2]), "a"), FrozenTeacher(Fixed([0.1, 0.6, 0.3]), "b")], [3.0, 1.0]
+    )
     ids = torch.tensor([[0, 1, 2], [0, 2, 0], [0, 1, 1]])
     mask, pos = torch.ones(3, 3), torch.tensor([[0, 1, 2], [0, 1, -1], [0, 1, 2]])
     out = teacher_logprobs(mix, ids, mask, pos, 1.0, route_B=[1, 0, None])
@@ -143,20 +161,29 @@ def test_teachers_routed_per_task_in_the_trainer(tmp_path, tiny_model_dir):
     model.save_pretrained(teacher_dir)
     t = trainer(tmp_path / "run", tiny_model_dir, "algorithm.loss.name=g_opd", f"algorithm.loss.teacher_path=[{teacher_dir}, {tiny_model_dir}]",
                 f"algorithm.loss.teacher_routes={{arith-: 0, zzz: {tiny_model_dir}}}")  # fmt: skip
-    assert isinstance(t.teacher, TeacherMixture) and t.plan.teacher.routes == (("arith-", 0), ("zzz", 1))  # a path names its index
+    assert isinstance(t.models["teacher"].teacher, TeacherMixture) and t.plan.teacher.routes == (
+        ("arith-", 0),
+        ("zzz", 1),
+    )  # a path names its index
     groups = group_trajectories(t._rollout(0, 0, 2))
     first = groups[0].trajectories_G[0].task_id  # this task goes to teacher 1, every other arith- task to teacher 0
-    t.teaching.spec = dataclasses.replace(t.teaching.spec, routes=(("arith-", 0), (first, 1)))
+    t.models["teacher"].teaching.spec = dataclasses.replace(
+        t.models["teacher"].teaching.spec, routes=(("arith-", 0), (first, 1))
+    )
     rows = [r for g in groups for r in g.trajectories_G]
-    route_B = [t.teaching.route(r) for r in rows]
+    route_B = [t.models["teacher"].teaching.route(r) for r in rows]
     assert route_B == [1 if r.task_id == first else 0 for r in rows] and set(route_B) == {0, 1}
     batch = make_batch(groups, t.components.tokenizer.pad_token_id)
-    out = t.teaching.logprobs(batch, groups)
+    out = t.models["teacher"].teaching.logprobs(batch, groups)
     B = len(rows)
-    ids, mask, pos = splice_teacher_context(batch.input_ids_BT, batch.attention_mask_BT, [0] * B, [[]] * B, t.components.tokenizer.pad_token_id)
+    ids, mask, pos = splice_teacher_context(
+        batch.input_ids_BT, batch.attention_mask_BT, [0] * B, [[]] * B, t.components.tokenizer.pad_token_id
+    )
     for k in (0, 1):
         idx = torch.tensor([b for b in range(B) if route_B[b] == k])
-        want = compute_teacher_logprobs(t.teacher.teachers[k].model, ids[idx], mask[idx], pos[idx], 1.0)
+        want = compute_teacher_logprobs(
+            t.models["teacher"].teacher.teachers[k].model, ids[idx], mask[idx], pos[idx], 1.0
+        )
         assert torch.equal(out[idx], want)  # exactly the routed teacher's logprobs
     with pytest.raises(Exception, match=r"teacher_routes\['x'\] = 5: name a teacher of teacher_path"):
         load_config(ROOT / "configs" / "quickstart.yaml", [f"model.path={tiny_model_dir}", "algorithm.loss.name=g_opd",

@@ -11,22 +11,33 @@ from agent_rl.algorithms import FILTERS
 from agent_rl.algorithms.filters.length import interruption_engine_options
 from agent_rl.algorithms.filters.sampling import replay_correction
 from agent_rl.algorithms.filters.task_stats import curriculum_weights, prioritized_weights
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
+from tests.builders import trajectory
 
 
-def traj(reward: float | None, generated: int = 2, stop: StopReason = StopReason.DONE, task: str = "t", **info) -> Trajectory:
+def traj(
+    reward: float | None, generated: int = 2, stop: StopReason = StopReason.DONE, task: str = "t", **info
+) -> Trajectory:
     """A trajectory with a 2-token prompt followed by ``generated`` policy tokens."""
-    n = 2 + generated
-    return Trajectory(
-        task_id=task, group_id=f"{task}-g", episode_id=f"{task}-{reward}-{generated}", token_ids_T=list(range(n)),
-        loss_mask_T=[0, 0] + [1] * generated, rollout_logprobs_T=[0.0] * n, turns_N=[], reward=reward, stop_reason=stop, info=info,
-    )  # fmt: skip
+    return trajectory(
+        f"{task}-{reward}-{generated}",
+        reward,
+        mask=[0, 0] + [1] * generated,
+        task=task,
+        group=f"{task}-g",
+        stop=stop,
+        info=info,
+    )
 
 
-def group(task: str, rewards: list[float | None], lengths: list[int] | None = None, stops: list[StopReason] | None = None) -> TrajectoryGroup:
+def group(
+    task: str, rewards: list[float | None], lengths: list[int] | None = None, stops: list[StopReason] | None = None
+) -> TrajectoryGroup:
     lengths = lengths or [2] * len(rewards)
     stops = stops or [StopReason.DONE] * len(rewards)
-    return TrajectoryGroup(task, f"{task}-g", [traj(r, n, s, task) for r, n, s in zip(rewards, lengths, stops, strict=True)])
+    return TrajectoryGroup(
+        task, f"{task}-g", [traj(r, n, s, task) for r, n, s in zip(rewards, lengths, stops, strict=True)]
+    )
 
 
 def apply(key: str, groups: list[TrajectoryGroup], state=None, **cfg):
@@ -34,7 +45,9 @@ def apply(key: str, groups: list[TrajectoryGroup], state=None, **cfg):
     entry = FILTERS.get(key)
     before = copy.deepcopy(groups)
     out = entry.fn(groups, state, entry.config(**cfg))
-    assert [[t.to_json() for t in g.trajectories_G] for g in groups] == [[t.to_json() for t in g.trajectories_G] for g in before]
+    assert [[t.to_json() for t in g.trajectories_G] for g in groups] == [
+        [t.to_json() for t in g.trajectories_G] for g in before
+    ]
     return out
 
 
@@ -43,7 +56,13 @@ def rewards_of(result) -> list[list[float | None]]:
 
 
 def test_dynamic_sampling_drops_all_equal_groups_and_asks_for_refills():
-    groups = [group("a", [1, 0]), group("b", [1, 1]), group("c", [0, 0, 0]), group("d", [1, None, 0]), group("e", [1, None])]
+    groups = [
+        group("a", [1, 0]),
+        group("b", [1, 1]),
+        group("c", [0, 0, 0]),
+        group("d", [1, None, 0]),
+        group("e", [1, None]),
+    ]
     out = apply("dynamic_sampling", groups)
     # kept: a (1 vs 0) and d (1 vs 0, None ignored); dropped: b, c all equal, e has one valid reward
     assert [g.task_id for g in out.groups] == ["a", "d"]
@@ -139,7 +158,13 @@ def test_curriculum_moves_from_easy_to_all_tasks():
     entry = FILTERS.get("curriculum")
     state = entry.make_state()
     cfg = entry.config(start_min_success=0.5, anneal_steps=10)
-    out = apply("curriculum", [group("easy", [1, 0, 1, 0]), group("hard", [0, 0, 0, 0])], state, start_min_success=0.5, anneal_steps=10)
+    out = apply(
+        "curriculum",
+        [group("easy", [1, 0, 1, 0]), group("hard", [0, 0, 0, 0])],
+        state,
+        start_min_success=0.5,
+        anneal_steps=10,
+    )
     assert len(out.groups) == 2  # keeps every group
     # after 1 step the bar is 0.5 * (1 - 1/10) = 0.45: easy (0.5) and unseen (prior 0.5) are drawn, hard (0) is not
     assert out.metrics["filter/curriculum_min_success"] == pytest.approx(0.45)
@@ -184,8 +209,8 @@ def test_every_filter_runs_on_empty_and_mixed_input(key):
     groups = [group("a", [1, 0, None], lengths=[3, 5, 1]), group("b", [1, 1])]
     try:
         out = apply(key, groups, entry.make_state(), **REQUIRED.get(key, {}))
-    except ValueError as e:  # a filter that acts on the run itself (its state has bind_run) says it has none
-        assert hasattr(entry.state, "bind_run") and "bind_run" in str(e)
+    except ValueError as e:  # a filter that acts on the run itself (its state has bind) says it has none
+        assert hasattr(entry.state, "bind") and "bind(run, cfg)" in str(e)
         return
     assert out.num_more >= 0 and all(isinstance(v, float) for v in out.metrics.values())
     assert all(g.trajectories_G for g in out.groups)
@@ -207,7 +232,12 @@ def test_filter_metrics_over_refill_rounds_count_mean_and_level():
                        means=frozenset({"x/share"}), levels=frozenset({"x/buffer"})), groups_in=4)  # fmt: skip
     m.add(FilterResult([], metrics={"x/dropped": 2.0, "x/share": 1.0, "x/buffer": 7.0},
                        means=frozenset({"x/share"}), levels=frozenset({"x/buffer"})), groups_in=2)  # fmt: skip
-    assert m.values == {"x/dropped": 5.0, "x/share": pytest.approx((0.5 * 4 + 1.0 * 2) / 6), "x/buffer": 7.0, "x/first": 1.0}
+    assert m.values == {
+        "x/dropped": 5.0,
+        "x/share": pytest.approx((0.5 * 4 + 1.0 * 2) / 6),
+        "x/buffer": 7.0,
+        "x/first": 1.0,
+    }
     empty = FilterMetrics()  # a mean from calls that received no groups: the latest value, never 0 / 0
     for v in (0.25, 0.75):
         empty.add(FilterResult([], metrics={"x/share": v}, means=frozenset({"x/share"})), groups_in=0)

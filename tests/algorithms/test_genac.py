@@ -4,38 +4,41 @@ critic pass and its rows with a fake run, and one train step through the tiny mo
 from __future__ import annotations
 
 from dataclasses import replace
-from types import SimpleNamespace
 
 import pytest
 import torch
+from run_helpers import bound
 
 from agent_rl.algorithms import ADVANTAGES, FILTERS
-from agent_rl.algorithms.advantages.genac import (
+from agent_rl.algorithms.registry import AdvantageInputs
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup, Turn
+from agent_rl.methods.genac import (
     ACTOR_KEY,
     CRITIC_KEY,
+    GenacState,
     boundaries,
     critic_reward,
+    icc_examples,
     parse_value,
 )
-from agent_rl.algorithms.filters.genac import GenacState, icc_examples
-from agent_rl.algorithms.registry import AdvantageInputs
 from agent_rl.rollout.batching import make_batch
 from agent_rl.rollout.text_pass import PassResult
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup, Turn
+from tests.builders import trajectory, turn_mask
 
 
-def row(T: int, turns: list[tuple[int, int]], reward: float, info: dict | None = None, ep: str = "e", group: str = "g") -> Trajectory:
-    mask = [0] * T
-    for s, e in turns:
-        mask[s:e] = [1] * (e - s)
-    return Trajectory("task", group, ep, list(range(T)), mask, [0.0] * T, [Turn(s, e, e, e) for s, e in turns], reward, StopReason.DONE,
+def row(
+    T: int, turns: list[tuple[int, int]], reward: float, info: dict | None = None, ep: str = "e", group: str = "g"
+) -> Trajectory:
+    return trajectory(ep, reward, mask=turn_mask(T, turns), turns=[Turn(s, e, e, e) for s, e in turns], group=group, stop=StopReason.DONE,
                       info={"prompt_messages": [{"role": "user", "content": "q"}], **(info or {})})  # fmt: skip
 
 
 def test_parse_value():
     assert parse_value("think: 3 of 4 steps ok <value>0.42</value>", 0.0, 1.0) == 0.42
     assert parse_value("<value>0.1</value> no, <value> .5 </value>", 0.0, 1.0) == 0.5  # the last tag
-    assert parse_value("<value>1.7</value>", 0.0, 1.0) == 1.0 and parse_value("<value>-3</value>", 0.0, 1.0) == 0.0  # clipped
+    assert (
+        parse_value("<value>1.7</value>", 0.0, 1.0) == 1.0 and parse_value("<value>-3</value>", 0.0, 1.0) == 0.0
+    )  # clipped
     assert parse_value("<value>2.5e-1</value>", 0.0, 1.0) == 0.25
     for bad in ("0.4", "<value>abc</value>", "<value>0.4", "", None):
         assert parse_value(bad, 0.0, 1.0) is None
@@ -81,7 +84,10 @@ def test_advantage_by_hand():
     plain = [TrajectoryGroup("task", "g", [row(8, [(2, 8)], 1.0)])]
     pb = make_batch(plain, 0)
     with pytest.raises(ValueError, match="filters"):
-        ADVANTAGES.get("genac").fn(AdvantageInputs(pb.rewards_B, pb.loss_mask_BT, pb.group_index_B, groups=plain), ADVANTAGES.get("genac").config())
+        ADVANTAGES.get("genac").fn(
+            AdvantageInputs(pb.rewards_B, pb.loss_mask_BT, pb.group_index_B, groups=plain),
+            ADVANTAGES.get("genac").config(),
+        )
 
 
 class FakeCritic:
@@ -99,7 +105,15 @@ class FakeCritic:
         out = []
         for _ in conversations:
             text = self.answers.pop(0)
-            out.append(PassResult(text, [7, 8, 9] if text is not None else [], 3, logprobs=[-1.0, -2.0, -3.0] if text else [], prompt_ids=[1, 2]))
+            out.append(
+                PassResult(
+                    text,
+                    [7, 8, 9] if text is not None else [],
+                    3,
+                    logprobs=[-1.0, -2.0, -3.0] if text else [],
+                    prompt_ids=[1, 2],
+                )
+            )
         return out
 
 
@@ -108,19 +122,35 @@ def test_critic_pass_rows_and_in_context_conditioning():
     cfg = entry.config()
     state = GenacState()
     fake = FakeCritic(["ok <value>0.75</value>", "hmm", None])
-    state.run = SimpleNamespace(services=fake, cfg=SimpleNamespace(trainer=SimpleNamespace(seed=0)))
+    state.run = bound(fake)
     a, b = row(8, [(2, 4), (5, 8)], 1.0, ep="a"), row(6, [(2, 6)], 0.0, ep="b")
     out = entry.fn([TrajectoryGroup("task", "g", [a, b])], state, cfg)
     (g,) = out.groups
     assert [t.episode_id for t in g.trajectories_G] == ["a", "b", "a/genac0", "a/genac1"]  # b's pass failed: no row
-    assert a.info[ACTOR_KEY] == {"boundaries": [2, 5], "values": [0.75, None], "texts": ["ok <value>0.75</value>", "hmm"]}
+    assert a.info[ACTOR_KEY] == {
+        "boundaries": [2, 5],
+        "values": [0.75, None],
+        "texts": ["ok <value>0.75</value>", "hmm"],
+    }
     assert b.info[ACTOR_KEY] == {"boundaries": [2], "values": [None], "texts": [None]}
     c0, c1 = g.trajectories_G[2:]
-    assert c0.token_ids_T == [1, 2, 7, 8, 9] and c0.loss_mask_T == [0, 0, 1, 1, 1] and c0.rollout_logprobs_T == [0.0, 0.0, -1.0, -2.0, -3.0]
+    assert (
+        c0.token_ids_T == [1, 2, 7, 8, 9]
+        and c0.loss_mask_T == [0, 0, 1, 1, 1]
+        and c0.rollout_logprobs_T == [0.0, 0.0, -1.0, -2.0, -3.0]
+    )
     assert c0.reward == -0.0625 and c1.reward == -1.0 and c0.turns_N[0].policy_version == 3
     assert c0.info[CRITIC_KEY]["boundary"] == 2 and c1.info[CRITIC_KEY]["value"] is None
-    assert out.metrics["genac/passes"] == 3.0 and out.metrics["genac/pass_failed"] == 1.0 and out.metrics["genac/parsed"] == 1.0
-    assert "No earlier attempt" in fake.prompts[0] and "(nothing yet)" in fake.prompts[0] and "<2 tokens>" in fake.prompts[1]
+    assert (
+        out.metrics["genac/passes"] == 3.0
+        and out.metrics["genac/pass_failed"] == 1.0
+        and out.metrics["genac/parsed"] == 1.0
+    )
+    assert (
+        "No earlier attempt" in fake.prompts[0]
+        and "(nothing yet)" in fake.prompts[0]
+        and "<2 tokens>" in fake.prompts[1]
+    )
     # the next step's critic sees this step's episodes and returns, the same task first
     fake.answers = ["<value>1</value>"]
     other = replace(row(6, [(2, 6)], 0.0, ep="c", group="h"), task_id="other")
@@ -129,7 +159,11 @@ def test_critic_pass_rows_and_in_context_conditioning():
     restored = GenacState()
     restored.load_state_dict(state.state_dict())
     assert restored.buffer == state.buffer and restored.passes == 2 and len(state.buffer) == 3
-    assert [e["return"] for e in icc_examples(state.buffer, "task", 3)] == [0.0, 1.0, 0.0]  # task's: b, a; then other's c
+    assert [e["return"] for e in icc_examples(state.buffer, "task", 3)] == [
+        0.0,
+        1.0,
+        0.0,
+    ]  # task's: b, a; then other's c
 
 
 def test_one_genac_train_step(tmp_path, tiny_model_dir):

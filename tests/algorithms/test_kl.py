@@ -22,7 +22,9 @@ PLAIN = ["k1", "abs", "k2", "k3", "low_var_kl"]
 
 def kl(key: str, logp, ref, x: KlInputs | None = None, **cfg) -> torch.Tensor:
     entry = KLS.get(key)
-    return entry.fn(torch.as_tensor(logp, dtype=torch.float64), torch.as_tensor(ref, dtype=torch.float64), entry.config(**cfg), x)
+    return entry.fn(
+        torch.as_tensor(logp, dtype=torch.float64), torch.as_tensor(ref, dtype=torch.float64), entry.config(**cfg), x
+    )
 
 
 @pytest.mark.parametrize(
@@ -53,8 +55,12 @@ def test_unbiased_in_both_directions_exact_expectation(key):
     q = torch.tensor([0.2, 0.2, 0.6], dtype=torch.float64)
     reverse = (p * kl(key, p.log(), q.log())).sum()
     forward = (p * kl(key, p.log(), q.log(), direction="forward")).sum()
-    assert reverse.item() == pytest.approx((p * (p / q).log()).sum().item(), abs=1e-12)  # KL(pi || ref) = 0.5 ln 2.5 + 0.3 ln 1.5 + 0.2 ln(1/3) = 0.3601
-    assert forward.item() == pytest.approx((q * (q / p).log()).sum().item(), abs=1e-12)  # KL(ref || pi) = 0.2 ln 0.4 + 0.2 ln(2/3) + 0.6 ln 3 = 0.3948
+    assert reverse.item() == pytest.approx(
+        (p * (p / q).log()).sum().item(), abs=1e-12
+    )  # KL(pi || ref) = 0.5 ln 2.5 + 0.3 ln 1.5 + 0.2 ln(1/3) = 0.3601
+    assert forward.item() == pytest.approx(
+        (q * (q / p).log()).sum().item(), abs=1e-12
+    )  # KL(ref || pi) = 0.2 ln 0.4 + 0.2 ln(2/3) + 0.6 ln 3 = 0.3948
     assert reverse.item() == pytest.approx(0.3601, abs=1e-4) and forward.item() == pytest.approx(0.3948, abs=1e-4)
 
 
@@ -97,7 +103,9 @@ def test_every_kl_config_keeps_the_base_fields():
 COKL_MASK = torch.tensor([[0.0, 1, 0], [0, 1, 1], [0, 1, 1], [0, 1, 0]], dtype=torch.float64)
 COKL_LOGP = torch.tensor([[9.0, -LN2, 9], [9, -0.5, -0.5], [9, -3, -1], [9, -2, 9]], dtype=torch.float64)
 COKL_REF = torch.tensor([[0.0, 0, 0], [0, -0.7, -0.3], [0, 0, 0], [0, 0, 0]], dtype=torch.float64)
-COKL_X = KlInputs(loss_mask_BT=COKL_MASK, rewards_B=torch.tensor([1.0, 1, 0, 1]), group_index_B=torch.tensor([0, 0, 0, 1]))
+COKL_X = KlInputs(
+    loss_mask_BT=COKL_MASK, rewards_B=torch.tensor([1.0, 1, 0, 1]), group_index_B=torch.tensor([0, 0, 0, 1])
+)
 
 
 def test_cokl_forward_hand_example():
@@ -106,7 +114,11 @@ def test_cokl_forward_hand_example():
     out = kl("cokl", COKL_LOGP, COKL_REF, COKL_X)
     c0, c1 = 2 / 3 * math.log(2 / 3) + LN2 / 2, 1 / 3 * math.log(1 / 3) + LN2 / 2
     torch.testing.assert_close(out, torch.tensor([[0, c0, 0], [0, c1, c1], [0, 0, 0], [0, 0, 0]], dtype=torch.float64))
-    assert c0 + c1 == pytest.approx(2 / 3 * math.log(4 / 3) + 1 / 3 * math.log(2 / 3)) == pytest.approx(0.0566330, abs=1e-7)
+    assert (
+        c0 + c1
+        == pytest.approx(2 / 3 * math.log(4 / 3) + 1 / 3 * math.log(2 / 3))
+        == pytest.approx(0.0566330, abs=1e-7)
+    )
 
 
 def test_cokl_reverse_hand_example():

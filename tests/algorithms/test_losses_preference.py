@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from losses_helpers import assert_close, inputs
 
 from agent_rl.algorithms.aggregation import seq_mean_token_mean
 from agent_rl.algorithms.losses import DpoConfig, KtoConfig, RpoConfig, dpo, kto, preference_pairs, rpo
@@ -15,7 +16,6 @@ from agent_rl.algorithms.needs import NeedContext
 from agent_rl.algorithms.plan import make_plan
 from agent_rl.algorithms.registry import AggregationInputs, ComponentConfig
 from agent_rl.config import load_config
-from losses_helpers import assert_close, inputs
 
 
 def sigmoid(v: float) -> float:
@@ -121,7 +121,14 @@ def test_kto_by_hand():
     #  rows 0 (reward 1, desirable) and 1 (reward 0): r = [1.0, .5], z0 = .2, beta .1
     #  L_0 = 1 - sigmoid(.1 (1 - .2)) = 1 - sigmoid(.08);  L_1 = 1 - sigmoid(.1 (.2 - .5)) = 1 - sigmoid(-.03)
     #  mean over the two rows;  dL_0/dr_0 = -.1 s(1 - s) at s = sigmoid(.08), dL_1/dr_1 = +.1 s(1 - s) at sigmoid(-.03)
-    x = group(rewards=(1.0, 0.0), groups=(0, 1), logp=LOGP[:2], ref=REF[:2], mask=MASK[:2], extras={"kto_z0": torch.tensor([0.2, 0.2], dtype=torch.float64)})
+    x = group(
+        rewards=(1.0, 0.0),
+        groups=(0, 1),
+        logp=LOGP[:2],
+        ref=REF[:2],
+        mask=MASK[:2],
+        extras={"kto_z0": torch.tensor([0.2, 0.2], dtype=torch.float64)},
+    )
     loss, grad, metrics = loss_and_grad(kto, KtoConfig(), x)
     s0, s1 = sigmoid(0.08), sigmoid(-0.03)
     assert loss == pytest.approx(((1 - s0) + (1 - s1)) / 2, abs=1e-12)
@@ -129,7 +136,14 @@ def test_kto_by_hand():
     assert_close(grad, [[g0, g0], [g1, 0.0]])
     assert metrics["loss/kto_z0"] == pytest.approx(0.2) and metrics["loss/kto_desirable_frac"] == 0.5
     #  lambda_D = 2, lambda_U = .5, a scalar z0
-    x = group(rewards=(1.0, 0.0), groups=(0, 1), logp=LOGP[:2], ref=REF[:2], mask=MASK[:2], extras={"kto_z0": torch.tensor(0.2, dtype=torch.float64)})
+    x = group(
+        rewards=(1.0, 0.0),
+        groups=(0, 1),
+        logp=LOGP[:2],
+        ref=REF[:2],
+        mask=MASK[:2],
+        extras={"kto_z0": torch.tensor(0.2, dtype=torch.float64)},
+    )
     loss, _, _ = loss_and_grad(kto, KtoConfig(desirable_weight=2.0, undesirable_weight=0.5), x)
     assert loss == pytest.approx((2 * (1 - s0) + 0.5 * (1 - s1)) / 2, abs=1e-12)
 

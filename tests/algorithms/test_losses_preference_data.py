@@ -8,7 +8,12 @@ import math
 
 import pytest
 
-from agent_rl.algorithms.preference_data import PreferenceDataConfig, PreferenceDataSource, load_records, render_conversation
+from agent_rl.algorithms.preference_data import (
+    PreferenceDataConfig,
+    PreferenceDataSource,
+    load_records,
+    render_conversation,
+)
 from agent_rl.rollout.render import ChatRenderer
 from tests.test_trainer import trainer
 
@@ -85,7 +90,7 @@ def test_online_dpo_step_pairs_each_group_best_vs_worst(tmp_path, tiny_model_dir
     #  two groups of two; their rewards set to [1, 0]: one pair each. At step 0 the policy is the
     #  reference: h = 0, every pair's loss is log 2, and so is the aggregated loss.
     t = trainer(tmp_path, tiny_model_dir, "algorithm.loss.name=dpo", SEQ_MEAN)
-    assert t.ref_model is not None
+    assert t.models["reference"].model is not None
     collect = t._collect
 
     def labelled(step):
@@ -111,7 +116,14 @@ def test_online_dpo_step_pairs_each_group_best_vs_worst(tmp_path, tiny_model_dir
 )
 def test_offline_preference_data_trains_through_agent_rl_train(tmp_path, tiny_model_dir, loss, records, expected):
     path = write_jsonl(tmp_path / "d.jsonl", records)
-    t = trainer(tmp_path, tiny_model_dir, f"algorithm.loss.name={loss}", SEQ_MEAN, f"trainer.preference_data.path={path}", "trainer.steps=1")
+    t = trainer(
+        tmp_path,
+        tiny_model_dir,
+        f"algorithm.loss.name={loss}",
+        SEQ_MEAN,
+        f"trainer.preference_data.path={path}",
+        "trainer.steps=1",
+    )
     metrics = t.step(0)
     if expected is None:
         assert metrics["train/loss"] > math.log(2) + 0.1 and metrics["loss/rpo_nll"] > 0

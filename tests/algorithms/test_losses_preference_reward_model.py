@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from agent_rl.cli import main
-from agent_rl.reward_model import pair_accuracy, sequence_rewards
+from agent_rl.commands.train_rm import pair_accuracy
+from agent_rl.train.scorers import sequence_rewards
 
 
 def test_pair_accuracy_counts_ties_as_half():
@@ -26,7 +27,9 @@ def test_reward_is_the_head_at_the_last_policy_token():
 
     #             P  P  a  a  E  pad          P  a  o  a  a  E
     mask = torch.tensor([[0, 0, 1, 1, 1, 0], [0, 1, 0, 1, 1, 1]])
-    batch = SimpleNamespace(input_ids_BT=torch.zeros(2, 6, dtype=torch.long), attention_mask_BT=torch.ones(2, 6), loss_mask_BT=mask)
+    batch = SimpleNamespace(
+        input_ids_BT=torch.zeros(2, 6, dtype=torch.long), attention_mask_BT=torch.ones(2, 6), loss_mask_BT=mask
+    )
     assert sequence_rewards(Positions(), batch).tolist() == [4.0, 5.0]
 
 
@@ -36,7 +39,13 @@ def pairs(n: int, seed: int = 0) -> list[dict]:
     out = []
     for _ in range(n):
         a, b = rng.randrange(50), rng.randrange(50)
-        out.append({"prompt": f"What is {a}+{b}?", "chosen": f"The answer is {a + b}.", "rejected": f"{a + b + rng.randrange(1, 9)}!!"})
+        out.append(
+            {
+                "prompt": f"What is {a}+{b}?",
+                "chosen": f"The answer is {a + b}.",
+                "rejected": f"{a + b + rng.randrange(1, 9)}!!",
+            }
+        )
     return out
 
 

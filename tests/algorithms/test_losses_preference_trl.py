@@ -38,7 +38,9 @@ def _ours(fn, cfg, case: dict, rewards: list[float], groups: list[int], **extra)
         logprobs_BT=logp, old_logprobs_BT=logp.detach(), advantages_BT=torch.zeros_like(mask), loss_mask_BT=mask,
         ref_logprobs_BT=ref, rewards_B=torch.tensor(rewards, dtype=F64), group_index_B=torch.tensor(groups), **extra,
     )  # fmt: skip
-    agg = AggregationInputs(num_tokens=float(mask.sum()), num_sequences=float(mask.shape[0]), num_groups=float(max(groups) + 1))
+    agg = AggregationInputs(
+        num_tokens=float(mask.sum()), num_sequences=float(mask.shape[0]), num_groups=float(max(groups) + 1)
+    )
     loss = seq_mean_token_mean(fn(x, cfg).loss_BT, mask, agg, ComponentConfig())
     (grad,) = torch.autograd.grad(loss, [logp])
     return float(loss.detach()), grad
@@ -64,7 +66,9 @@ def test_kto_equals_trl(name):
     # TRL's reference point: max(0, mean of the mismatched pairs' log-ratios), the value we hand in
     kl = torch.tensor(case["kl_seq_logps_B"], dtype=F64) - torch.tensor(case["ref_kl_seq_logps_B"], dtype=F64)
     assert float(kl.mean().clamp(min=0)) == pytest.approx(case["kl"], abs=1e-6)
-    cfg = KtoConfig(beta=case["beta"], desirable_weight=case["desirable_weight"], undesirable_weight=case["undesirable_weight"])
+    cfg = KtoConfig(
+        beta=case["beta"], desirable_weight=case["desirable_weight"], undesirable_weight=case["undesirable_weight"]
+    )
     rows = len(case["labels_B"])
     rewards = [1.0 if label else 0.0 for label in case["labels_B"]]
     z0 = torch.full((rows,), case["kl"], dtype=F64)

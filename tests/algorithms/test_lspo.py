@@ -9,14 +9,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from agent_rl.algorithms.filters.lspo import LspoConfig, LspoState, is_cliff, lspo_loss_options, splice
 from agent_rl.algorithms.losses.common import LossOptions, rollout_is_weights
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.core.types import Trajectory, TrajectoryGroup
+from agent_rl.methods.lspo import LspoConfig, LspoState, is_cliff, lspo_loss_options, splice
+from tests.builders import trajectory
 
 
 def traj(name: str, reward: float | None, gid: str = "g") -> Trajectory:
-    stop = StopReason.DONE if reward is not None else StopReason.ENV_ERROR
-    return Trajectory("task", gid, name, [1, 2], [0, 1], [0.0, -0.5], [], reward, stop)
+    return trajectory(name, reward, ids=[1, 2], mask=[0, 1], logprobs=[0.0, -0.5], group=gid)  # no reward: an env error
 
 
 def test_cliffs_splicing_and_the_is_weights_by_hand():
@@ -37,7 +37,9 @@ def test_cliffs_splicing_and_the_is_weights_by_hand():
     opts = LossOptions(**lspo_loss_options(cfg)).rollout_is
     base = torch.tensor([[0.0, -1.0, -0.2, -2.0]])
     adapter = torch.tensor([[0.0, -1.5, -1.2, -1.0]])
-    x = SimpleNamespace(old_logprobs_BT=base, rollout_logprobs_BT=adapter, loss_mask_BT=torch.tensor([[0.0, 1.0, 1.0, 1.0]]))
+    x = SimpleNamespace(
+        old_logprobs_BT=base, rollout_logprobs_BT=adapter, loss_mask_BT=torch.tensor([[0.0, 1.0, 1.0, 1.0]])
+    )
     w = rollout_is_weights(x, opts)
     # exp(0.5) = 1.6487; exp(1.0) = 2.718 -> capped at 2; exp(-1) = 0.3679; off-mask log-ratio 0 -> 1
     assert w[0].tolist() == pytest.approx([1.0, math.exp(0.5), 2.0, math.exp(-1.0)], rel=1e-6)
@@ -46,10 +48,18 @@ def test_cliffs_splicing_and_the_is_weights_by_hand():
 def test_a_one_step_run_scaffolds_its_cliffs_and_checkpoints_the_base_only(tmp_path, tiny_model_dir):
     from tests.test_trainer import trainer
 
-    t = trainer(tmp_path, tiny_model_dir, "algorithm.filters=[{name: lspo, sft_steps: 2}]", "trainer.steps=1", "trainer.prompts_per_step=1", "rollout.max_new_tokens=40", "rollout.max_turns=3")
+    t = trainer(
+        tmp_path,
+        tiny_model_dir,
+        "algorithm.filters=[{name: lspo, sft_steps: 2}]",
+        "trainer.steps=1",
+        "trainer.prompts_per_step=1",
+        "rollout.max_new_tokens=40",
+        "rollout.max_turns=3",
+    )
     assert t.plan.parts.options.rollout_is is not None  # the spliced rows' correction is on
     state = t.states["filter0"]
-    assert state.run is t
+    assert state.run is t.services  # the RunAPI, not the trainer
     metrics = t.step(1)
     # the untrained tiny model fails every task: its group is a cliff; the teacher solves them
     assert metrics["lspo/cliffs"] == 1.0 and metrics["lspo/solutions"] >= 1.0
@@ -68,7 +78,7 @@ def test_lspo_refuses_a_lora_policy(tmp_path, tiny_model_dir):
     with pytest.raises(ValueError, match="learner.lora is set"):
         trainer(tmp_path, tiny_model_dir, "algorithm.filters=[{name: lspo}]", "learner.lora={rank: 2}")
     state = LspoState()
-    with pytest.raises(ValueError, match="bind_run"):
-        from agent_rl.algorithms.filters.lspo import lspo
+    with pytest.raises(ValueError, match=r"bind\(run, cfg\)"):
+        from agent_rl.methods.lspo import lspo
 
         lspo([TrajectoryGroup("task", "g", [traj("a", 0.0)])], state, LspoConfig())

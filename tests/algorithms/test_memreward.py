@@ -9,23 +9,27 @@ import math
 import pytest
 import torch
 
-from agent_rl.algorithms.filters.memreward import (
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.methods.memreward import (
+    GATv2,
+    HeteroLayer,
     MemRewardConfig,
     MemRewardState,
     answer_features,
+    build_graph,
     label_hidden,
     memreward,
     split_response,
 )
-from agent_rl.algorithms.filters.memreward_graph import GATv2, HeteroLayer, build_graph
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
 
 
 def test_labels_are_hidden_by_the_task_hash():
     # sha256("memreward:task-k")[:8] / 16**8: task-0 .128, task-1 .784, task-2 .770, task-3 .845
     assert [label_hidden(f"task-{k}", 0.8) for k in range(4)] == [True, True, True, False]
     assert [label_hidden(f"task-{k}", 0.775) for k in range(4)] == [True, False, True, False]
-    assert not any(label_hidden(f"task-{k}", 0.0) for k in range(4)) and all(label_hidden(f"task-{k}", 1.0) for k in range(4))
+    assert not any(label_hidden(f"task-{k}", 0.0) for k in range(4)) and all(
+        label_hidden(f"task-{k}", 1.0) for k in range(4)
+    )
 
 
 def test_reasoning_answer_split_and_answer_features():
@@ -101,7 +105,13 @@ def test_gatv2_attention_by_hand():
 def fake_embed(texts: list[str]) -> torch.Tensor:
     out = []
     for i, t in enumerate(texts):
-        base = [1.0, 0.0, 0.0, 0.0] if "right" in t else [0.0, 1.0, 0.0, 0.0] if "wrong" in t else [0.0, 0.0, 1.0, 0.1 * (len(t) % 7)]
+        base = (
+            [1.0, 0.0, 0.0, 0.0]
+            if "right" in t
+            else [0.0, 1.0, 0.0, 0.0]
+            if "wrong" in t
+            else [0.0, 0.0, 1.0, 0.1 * (len(t) % 7)]
+        )
         out.append(torch.tensor(base) + 0.05 * torch.sin(torch.arange(4.0) + i))
     return torch.stack(out)
 
@@ -114,7 +124,15 @@ def group(task_id: str, verdicts: list[bool]) -> TrajectoryGroup:
     return TrajectoryGroup(task_id, f"g-{task_id}", rows)
 
 
-SMALL_GNN = {"hidden_dim": 16, "heads": 2, "dot_dim": 8, "epochs": 60, "lr": 1e-2, "refit_epochs": 10, "hidden_fraction": 0.5}
+SMALL_GNN = {
+    "hidden_dim": 16,
+    "heads": 2,
+    "dot_dim": 8,
+    "epochs": 60,
+    "lr": 1e-2,
+    "refit_epochs": 10,
+    "hidden_fraction": 0.5,
+}
 
 
 def bound_state() -> MemRewardState:
@@ -144,7 +162,9 @@ def test_the_gnn_learns_a_separable_memory_and_rewards_the_unlabelled_rows():
         for t in g.trajectories_G:
             t.reward = 1.0 - t.reward  # the hidden label is never what the row ends with
     out = memreward(second, state, cfg)
-    assert out.metrics["memreward/fit_loss_last"] < 0.3 and out.metrics["memreward/fit_loss_first"] > 0.6  # BCE from ~log 2
+    assert (
+        out.metrics["memreward/fit_loss_last"] < 0.3 and out.metrics["memreward/fit_loss_first"] > 0.6
+    )  # BCE from ~log 2
     assert [[t.reward for t in g.trajectories_G] for g in out.groups] == [[float(v) for v in row] for row in truth]
     assert out.metrics["memreward/accuracy"] == 0.0  # measured against the (flipped) env rewards it replaced
     assert len(state.rollouts) == 24 and state.fits == 1  # no labelled group this step: memory unchanged, one fit
@@ -160,7 +180,11 @@ def test_the_state_survives_a_checkpoint_and_refit_every_zero_freezes_the_memory
     resumed = bound_state()
     resumed.load_state_dict(state.state_dict())
     out = memreward([group(labelled[2], [True])], resumed, cfg)
-    assert (len(resumed.rollouts), resumed.fits, resumed.steps) == (2, 1, 3) and "memreward/fit_loss_last" not in out.metrics
+    assert (len(resumed.rollouts), resumed.fits, resumed.steps) == (
+        2,
+        1,
+        3,
+    ) and "memreward/fit_loss_last" not in out.metrics
     assert all(torch.equal(a, b) for a, b in zip(resumed.model.parameters(), state.model.parameters(), strict=True))
 
 
@@ -173,12 +197,22 @@ def test_two_training_steps_with_memreward(tmp_path, tiny_model_dir):
     from tests.test_trainer import trainer
 
     spec = "{name: memreward, hidden_fraction: 0.5, hidden_dim: 8, heads: 2, dot_dim: 4, epochs: 3, refit_epochs: 2}"
-    t = trainer(tmp_path, tiny_model_dir, f"algorithm.filters=[{spec}]", "trainer.prompts_per_step=4", "trainer.steps=2")
+    t = trainer(
+        tmp_path, tiny_model_dir, f"algorithm.filters=[{spec}]", "trainer.prompts_per_step=4", "trainer.steps=2"
+    )
     state, version = t.states["filter0"], t.learner.version
     m0 = t.step(0)  # warmup: the labelled groups' rollouts fill the memory, the unlabelled ones sit out
-    assert (m0["memreward/labelled_groups"], m0["memreward/hidden_groups"], m0["memreward/dropped_groups"]) == (2.0, 2.0, 2.0)
+    assert (m0["memreward/labelled_groups"], m0["memreward/hidden_groups"], m0["memreward/dropped_groups"]) == (
+        2.0,
+        2.0,
+        2.0,
+    )
     assert state.steps == 1 and len(state.rollouts) == 4 and state.model is None
     m1 = t.step(1)  # the first fit; the unlabelled rows get the GNN's 0 / 1, texts embedded by the tiny policy
-    assert (m1["memreward/labelled_groups"], m1["memreward/hidden_groups"], m1["memreward/memory_rollouts"]) == (1.0, 3.0, 6.0)
+    assert (m1["memreward/labelled_groups"], m1["memreward/hidden_groups"], m1["memreward/memory_rollouts"]) == (
+        1.0,
+        3.0,
+        6.0,
+    )
     assert state.fits == 1 and "memreward/accuracy" in m1 and t.learner.version == version + 2
     assert state.rollouts[0]["think"].shape == (t.components.model.config.hidden_size,)

@@ -12,14 +12,15 @@ from losses_helpers import assert_close
 from agent_rl.algorithms.advantages.multi_reward import GrpoProcessConfig, SaMrpoConfig, grpo_process, sa_mrpo
 from agent_rl.algorithms.needs import NEEDS, NeedContext
 from agent_rl.algorithms.registry import AdvantageInputs
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup, Turn
+from agent_rl.core.types import Trajectory, TrajectoryGroup, Turn
+from tests.builders import trajectory
 
 
 def episode(step_rewards: list[float], components: dict | None = None) -> Trajectory:
     #  P  a0 a0 o  a1 a1   (two turns: tokens 1-2 and 4-5)
     turns = [Turn(1, 3, 3, 4, reward=step_rewards[0]), Turn(4, 6, 6, 6, reward=step_rewards[1])]
     info = {"reward_components": components} if components is not None else {}
-    return Trajectory("t", "g", "e", [1] * 6, [0, 1, 1, 0, 1, 1], [0.0] * 6, turns, sum(step_rewards), StopReason.DONE, info=info)
+    return trajectory("e", sum(step_rewards), ids=[1] * 6, mask=[0, 1, 1, 0, 1, 1], turns=turns, task="t", info=info)
 
 
 def test_grpo_process_normalizes_the_groups_step_rewards_and_sums_them_to_go():
@@ -59,7 +60,9 @@ def test_sa_mrpo_discounts_saturated_components():
     assert out.metrics == {"adv/sa_mrpo_weight_0": 0.5, "adv/sa_mrpo_weight_1": 0.25}
     assert "reward_components" in sa_mrpo_needs()
     with pytest.raises(ValueError, match="reward_components"):
-        NEEDS["reward_components"].compute(NeedContext(None, [TrajectoryGroup("t", "g", [episode([0.0, 0.0])])], 0, None, None))
+        NEEDS["reward_components"].compute(
+            NeedContext(None, [TrajectoryGroup("t", "g", [episode([0.0, 0.0])])], 0, None, None)
+        )
 
 
 def sa_mrpo_needs():

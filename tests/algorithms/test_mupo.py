@@ -11,7 +11,8 @@ from agent_rl.algorithms import ADVANTAGES
 from agent_rl.algorithms.advantages.mupo import MupoConfig, bag_of_tokens, mupo, partition
 from agent_rl.algorithms.needs import NEEDS, NeedContext
 from agent_rl.algorithms.registry import AdvantageInputs
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup, Turn
+from agent_rl.core.types import Trajectory, TrajectoryGroup, Turn
+from tests.builders import trajectory
 from tests.test_trainer import trainer  # the quickstart config with a small budget
 
 
@@ -60,7 +61,7 @@ def test_without_embeddings_it_is_grpo():
 
 def episode(tokens: list[int], mask: list[int], info: dict | None = None) -> Trajectory:
     n = len(tokens)
-    return Trajectory("t", "g", "e", tokens, mask, [0.0] * n, [Turn(1, n, n, n)], 1.0, StopReason.DONE, info=info or {})
+    return trajectory("e", 1.0, ids=tokens, mask=mask, turns=[Turn(1, n, n, n)], task="t", info=info)
 
 
 def test_the_need_reads_the_env_embedding_else_the_generated_tokens():
@@ -75,7 +76,13 @@ def test_the_need_reads_the_env_embedding_else_the_generated_tokens():
 
 
 def test_mupo_runs_in_the_trainer_with_its_need(tmp_path, tiny_model_dir):
-    t = trainer(tmp_path, tiny_model_dir, "algorithm.advantage.name=mupo", "algorithm.advantage.partition_min=2", "rollout.group_size=4")
+    t = trainer(
+        tmp_path,
+        tiny_model_dir,
+        "algorithm.advantage.name=mupo",
+        "algorithm.advantage.partition_min=2",
+        "rollout.group_size=4",
+    )
     metrics = t.step(0)
     # the need gave every row an embedding (the bag of its generated tokens): 4 rows per prompt -> 2 partitions of 2
     assert metrics["adv/mupo_partitions"] == 2.0 and "train/loss" in metrics

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from agent_rl.algorithms.filters.omni_opd import select_anchors, similarity
-from agent_rl.algorithms.losses.omni_opd import OmniOpdConfig, omni_opd
 from agent_rl.algorithms.registry import LossInputs
+from agent_rl.methods.omni_opd import OmniOpdConfig, select_anchors, similarity
+from agent_rl.methods.omni_opd import omni_opd_loss as omni_opd
 
 
 def test_similarity_by_hand():
@@ -34,8 +34,14 @@ def test_loss_and_gradient_by_hand():
     ref = torch.tensor([[0.0, -1.0, -2.0, -0.7, -0.3]])
     mask = torch.tensor([[0.0, 1.0, 1.0, 1.0, 1.0]])
     chunks = torch.tensor([[[-1, 0, 0], [0, 1.5, 2], [0, 1.5, 2], [-1, 0, 0], [-1, 0, 0]]])
-    x = LossInputs(logprobs_BT=logp, old_logprobs_BT=logp.detach(), advantages_BT=torch.zeros(1, 5), loss_mask_BT=mask,
-                   ref_logprobs_BT=ref, extras={"omni_opd_chunks": chunks})
+    x = LossInputs(
+        logprobs_BT=logp,
+        old_logprobs_BT=logp.detach(),
+        advantages_BT=torch.zeros(1, 5),
+        loss_mask_BT=mask,
+        ref_logprobs_BT=ref,
+        extras={"omni_opd_chunks": chunks},
+    )
     out = omni_opd(x, OmniOpdConfig(alpha=1.0, beta=0.1))
     pi_hat = (1.5 + math.exp(-1.5)) / (2 + 1)  # pi_bar = exp(mean(-1, -2))
     k3 = math.exp(-0.2) - 1 + 0.2  # log r = -0.7 - (-0.5)
@@ -66,14 +72,23 @@ def test_served_teacher_request():
     t.client = httpx.Client(transport=httpx.MockTransport(handler))
     assert t.continuations([1, 2], 2, 3, 1.0, seed=7) == [" 12", " 13"]
     assert seen["url"] == "http://teacher:8000/v1/completions"
-    assert seen["body"] == {"prompt": "ids[1, 2]", "n": 2, "max_tokens": 3, "temperature": 1.0, "seed": 7, "model": "big"}
+    assert seen["body"] == {
+        "prompt": "ids[1, 2]",
+        "n": 2,
+        "max_tokens": 3,
+        "temperature": 1.0,
+        "seed": 7,
+        "model": "big",
+    }
 
 
 def test_one_step_with_a_local_teacher(tmp_path, tiny_model_dir):
     from tests.test_trainer import trainer
 
     t = trainer(
-        tmp_path, tiny_model_dir, "algorithm.loss.name=omni_opd",
+        tmp_path,
+        tiny_model_dir,
+        "algorithm.loss.name=omni_opd",
         f"algorithm.filters=[{{name: omni_opd, teacher_path: {tiny_model_dir}, chunks: 2, chunk_tokens: 3, samples: 2}}]",
     )
     rollout = t.rollouts.rollout
@@ -96,7 +111,7 @@ def test_one_step_with_a_local_teacher(tmp_path, tiny_model_dir):
 
 def test_teacher_path_is_checked_with_the_config(tmp_path):
     """A missing or wrong teacher is refused when the config is read, before any model loads."""
-    from agent_rl.algorithms.filters.omni_opd import OmniOpdAuditConfig
+    from agent_rl.methods.omni_opd import OmniOpdAuditConfig
 
     with pytest.raises(ValueError, match="teacher_path"):
         OmniOpdAuditConfig()

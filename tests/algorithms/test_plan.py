@@ -46,7 +46,10 @@ def test_declared_needs_decide_what_is_built_and_computed(overrides, builds, pre
 
 
 def test_kl_placement_is_read_in_one_place():
-    in_loss, in_reward = plan_of("algorithm.kl.coef=0.1"), plan_of("algorithm.kl.coef=0.1", "algorithm.kl.placement=in_reward")
+    in_loss, in_reward = (
+        plan_of("algorithm.kl.coef=0.1"),
+        plan_of("algorithm.kl.coef=0.1", "algorithm.kl.placement=in_reward"),
+    )
     assert in_loss.reward_kl is None and in_loss.parts.loss_options().kl_coef == 0.1
     assert in_reward.reward_kl is not None and in_reward.parts.loss_options().kl_coef == 0.0
 
@@ -55,8 +58,12 @@ def test_teacher_engine_options_loss_corrections_and_branch_planner_come_from_de
     assert plan_of("algorithm.loss.name=sdpo").teacher.ema_decay == 0.99
     assert plan_of("algorithm.loss.name=opsd").teacher.ema_decay == 0.0
     assert plan_of("algorithm.advantage.name=sc_grpo").teacher.ema_decay == 0.0  # no declaration: the policy itself
-    interrupt = plan_of("algorithm.filters=[{name: forced_interruption, think_budget_tokens: 5, answer_budget_tokens: 3}]")
-    assert interrupt.engine_options["think_budget_tokens"] == 5 and interrupt.engine_options["answer_budget_tokens"] == 3
+    interrupt = plan_of(
+        "algorithm.filters=[{name: forced_interruption, think_budget_tokens: 5, answer_budget_tokens: 3}]"
+    )
+    assert (
+        interrupt.engine_options["think_budget_tokens"] == 5 and interrupt.engine_options["answer_budget_tokens"] == 3
+    )
     assert plan_of("algorithm.filters=[{name: popo_replay}]").parts.options.rollout_is is not None
     vine = plan_of("algorithm.credit.name=vineppo")
     assert vine.branch_planner is vine.advantage.branch_planner is not None and vine.advantage_state_key == "credit"
@@ -69,9 +76,15 @@ def test_a_need_the_rollout_does_not_record_fails_before_any_model_loads():
 
 
 def test_an_objective_without_the_filter_it_reads_fails_before_any_model_loads():
-    with pytest.raises(ValueError, match=r"policy_loss 'omni_opd' reads the work of the filter omni_opd: add \{name: omni_opd\} to algorithm.filters"):
+    with pytest.raises(
+        ValueError,
+        match=r"policy_loss 'omni_opd' reads the work of the filter omni_opd: add \{name: omni_opd\} to algorithm.filters",
+    ):
         plan_of("algorithm.loss.name=omni_opd")
-    plan = plan_of("algorithm.loss.name=omni_opd", "algorithm.filters=[{name: omni_opd, teacher_path: 'openai:http://127.0.0.1:9/v1'}]")
+    plan = plan_of(
+        "algorithm.loss.name=omni_opd",
+        "algorithm.filters=[{name: omni_opd, teacher_path: 'openai:http://127.0.0.1:9/v1'}]",
+    )
     assert [e.name for e, _ in plan.filters] == ["omni_opd"]
 
 
@@ -86,7 +99,9 @@ def response_length_objective():
     """A need no built-in objective has (each row's count of generated tokens), an advantage and a
     loss that read it, registered for one test."""
     seen: dict[str, list] = {"advantage": [], "loss": []}
-    register_need("response_tokens_B", "generated tokens of each row", compute=lambda ctx: ctx.batch.loss_mask_BT.sum(-1).float())
+    register_need(
+        "response_tokens_B", "generated tokens of each row", compute=lambda ctx: ctx.batch.loss_mask_BT.sum(-1).float()
+    )
 
     def shorter_is_better(x, cfg):
         length_B = x.extras["response_tokens_B"]
@@ -95,17 +110,29 @@ def response_length_objective():
 
     def length_weighted_pg(x, cfg):
         seen["loss"].append((x.extras["response_tokens_B"], x.loss_mask_BT.sum(-1).float()))
-        return LossOutput(loss_BT=-x.advantages_BT * x.logprobs_BT / x.extras["response_tokens_B"].clamp(min=1)[:, None])
+        return LossOutput(
+            loss_BT=-x.advantages_BT * x.logprobs_BT / x.extras["response_tokens_B"].clamp(min=1)[:, None]
+        )
 
     with (
-        ADVANTAGES.registered("test_shorter", shorter_is_better, needs={"response_tokens_B"}),
-        POLICY_LOSSES.registered("test_length_pg", length_weighted_pg, needs={"response_tokens_B"}),
+        ADVANTAGES.registered(
+            "test_shorter", shorter_is_better, needs={"response_tokens_B"}, status="paper", evidence="a test objective"
+        ),
+        POLICY_LOSSES.registered(
+            "test_length_pg",
+            length_weighted_pg,
+            needs={"response_tokens_B"},
+            status="paper",
+            evidence="a test objective",
+        ),
     ):
         yield seen
     unregister_need("response_tokens_B")
 
 
-def test_an_objective_with_a_new_need_runs_in_the_trainer_unchanged(tmp_path, tiny_model_dir, response_length_objective):
+def test_an_objective_with_a_new_need_runs_in_the_trainer_unchanged(
+    tmp_path, tiny_model_dir, response_length_objective
+):
     t = trainer(
         tmp_path, tiny_model_dir, "algorithm.advantage.name=test_shorter", "algorithm.loss.name=test_length_pg",
         "learner.micro_batch_size=1",

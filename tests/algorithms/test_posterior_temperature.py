@@ -11,7 +11,7 @@ from agent_rl.algorithms.filters.temperature import (
     posterior_temperature,
     task_temperature,
 )
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
 
 
 def group(task_id: str, rewards: list[float]) -> TrajectoryGroup:
@@ -57,7 +57,9 @@ def test_the_run_samples_each_task_at_its_temperature(tmp_path, tiny_model_dir):
     plan = t._plan(1, 0, 2)
     for spec in plan.specs:
         task_id = t.sampler.task_ids.get(spec.seed)
-        expected = 1.0 if task_id is None else 0.5 + 1.0 * (1 + state.counts[task_id][1]) / (2 + sum(state.counts[task_id]))
+        expected = (
+            1.0 if task_id is None else 0.5 + 1.0 * (1 + state.counts[task_id][1]) / (2 + sum(state.counts[task_id]))
+        )
         assert spec.temperature == pytest.approx(expected)
     # the engine samples an episode at its spec's temperature
     from agent_rl.rollout.episode import EpisodeSpec

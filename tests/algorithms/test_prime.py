@@ -24,8 +24,11 @@ PRM = REF + torch.tensor([[5.0, 2.0, 4.0], [5.0, 0.0, -2.0]])  # beta 0.5 -> r =
 
 def _inputs(rewards, group_index, mask=MASK, prm_BT=PRM, ref_BT=REF) -> AdvantageInputs:
     return AdvantageInputs(
-        rewards_B=torch.tensor(rewards), loss_mask_BT=mask, group_index_B=torch.tensor(group_index),
-        ref_logprobs_BT=ref_BT, prm_logprobs_BT=prm_BT,
+        rewards_B=torch.tensor(rewards),
+        loss_mask_BT=mask,
+        group_index_B=torch.tensor(group_index),
+        ref_logprobs_BT=ref_BT,
+        prm_logprobs_BT=prm_BT,
     )
 
 
@@ -82,18 +85,26 @@ def _prime_trainer(tmp_path, tiny_model_dir):
 @pytest.mark.parametrize("label", [1.0, 0.0])
 def test_one_prm_step_moves_the_implicit_reward_towards_the_label(tmp_path, tiny_model_dir, label):
     t = _prime_trainer(tmp_path, tiny_model_dir)
-    assert t.prm is not None and t.prm.model is not t.components.model and t.ref_model is not None
+    assert (
+        t.models["prm"].prm is not None
+        and t.models["prm"].prm.model is not t.components.model
+        and t.models["reference"].model is not None
+    )
     groups = group_trajectories(t._rollout(0, 0, 1))
     batch = MicroBatch(torch.tensor([0])).select(make_batch(groups, t.components.tokenizer.pad_token_id))
     batch.rewards_B = torch.tensor([label])
-    ref_BT = t.learner.score(t.ref_model, batch)[0]
+    ref_BT = t.learner.score(t.models["reference"].model, batch)[0]
 
     def implicit_reward() -> float:
-        return float(implicit_token_rewards(t.learner.score(t.prm.model, batch)[0], ref_BT, batch.loss_mask_BT, 0.05).sum())
+        return float(
+            implicit_token_rewards(
+                t.learner.score(t.models["prm"].prm.model, batch)[0], ref_BT, batch.loss_mask_BT, 0.05
+            ).sum()
+        )
 
     assert abs(implicit_reward()) < 1e-6  # the PRM starts as the initial policy, equal to the reference
     policy_before = [p.detach().clone() for p in t.components.model.parameters()]
-    metrics = t.prm.update(batch, ref_BT, batch.rewards_B)
+    metrics = t.models["prm"].prm.update(batch, ref_BT, batch.rewards_B)
     assert abs(metrics["prm/loss"] - math.log(2)) < 1e-5  # sigmoid(0) against either label
     assert metrics["prm/accuracy"] == 0.5  # r_phi = 0 before the step: a tie
     moved = implicit_reward()
@@ -106,8 +117,19 @@ def test_agent_rl_train_with_prime(tmp_path, tiny_model_dir):
     from tests.conftest import ROOT
     from tests.test_trainer import SMALL
 
-    rc = main(["train", str(ROOT / "configs" / "quickstart.yaml"), f"model.path={tiny_model_dir}", f"run.dir={tmp_path / 'run'}",
-               *SMALL, "trainer.steps=2", "tracking.loggers=[]", "algorithm.advantage.name=prime", "algorithm.loss.name=ppo_clip"])
+    rc = main(
+        [
+            "train",
+            str(ROOT / "configs" / "quickstart.yaml"),
+            f"model.path={tiny_model_dir}",
+            f"run.dir={tmp_path / 'run'}",
+            *SMALL,
+            "trainer.steps=2",
+            "tracking.loggers=[]",
+            "algorithm.advantage.name=prime",
+            "algorithm.loss.name=ppo_clip",
+        ]
+    )
     assert rc in (0, None)
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "prm/loss" in r]

@@ -3,20 +3,14 @@ and one training step that trains both critics."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 
 from agent_rl.algorithms.advantages.common import masked_whiten
-from agent_rl.algorithms.advantages.redippo import (
-    RedippoConfig,
-    discrepancy_weights,
-    redippo,
-)
 from agent_rl.algorithms.advantages.returns import gae_scan
 from agent_rl.algorithms.registry import AdvantageInputs
 from agent_rl.learner.privileged import from_spliced, spliced_batch, to_spliced
+from agent_rl.methods.redippo import RedippoConfig, discrepancy_weights, redippo
 from tests.learner.helpers import step_batch
 
 
@@ -52,7 +46,16 @@ def test_spliced_rows_exactly():
     assert out.input_ids_BT[1].tolist() == ids1[:3] + [93, 94, 95] + ids1[3:] + [0]
     assert out.attention_mask_BT.sum(-1).tolist() == [8, 7]
     assert pos.tolist() == [[0, 1, 4, 5, 6, 7], [0, 1, 2, 6, -1, -1]]
-    assert out.loss_mask_BT[0].tolist() == [0, 0, 0, 0, 0, 1, 1, 1] and out.loss_mask_BT[1].tolist() == [0, 0, 0, 0, 0, 0, 1, 0]
+    assert out.loss_mask_BT[0].tolist() == [0, 0, 0, 0, 0, 1, 1, 1] and out.loss_mask_BT[1].tolist() == [
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        1,
+        0,
+    ]
     assert out.turn_index_BT[0, 2:4].tolist() == [-1, -1]  # the context is in no turn
     assert out.position_ids_BT[1].tolist() == list(range(8))
     torch.testing.assert_close(out.rollout_logprobs_BT[0, 4:7], batch.rollout_logprobs_BT[0, 2:5])
@@ -61,31 +64,13 @@ def test_spliced_rows_exactly():
     torch.testing.assert_close(from_spliced(to_spliced(x, pos, 8), pos), x)
 
 
-class _Critic:
-    """Stands in for PrivilegedCritic: fixed V_ref, records the update."""
-
-    def __init__(self, batch, v_ref):
-        self.b, self.v_ref, self.updated = batch, v_ref, None
-
-    def batch(self, groups):
-        return spliced_batch(self.b, [0] * self.b.batch_size, [[] for _ in range(self.b.batch_size)], 0)
-
-    def values(self, spliced, positions):
-        return self.v_ref
-
-    def update(self, spliced, positions, returns, old):
-        self.updated = (returns, old)
-        return {"critic_ref/loss": 0.0}
-
-
 def test_advantage_is_weighted_gae_of_the_reference_critic():
     batch, _ = step_batch(50)
     mask = batch.loss_mask_BT
     g = torch.Generator().manual_seed(1)
     v_std, v_ref = torch.rand(6, 12, generator=g) * mask, torch.rand(6, 12, generator=g) * mask
-    critic = _Critic(batch, v_ref)
     x = AdvantageInputs(rewards_B=batch.rewards_B, loss_mask_BT=mask, group_index_B=batch.group_index_B, values_BT=v_std,
-                        state=SimpleNamespace(critic=critic), groups=[])
+                        extras={"privileged_values": v_ref})  # fmt: skip
     cfg = RedippoConfig(lam=0.9)
     out = redippo(x, cfg)
     rewards = torch.zeros(6, 12, dtype=torch.float64)
@@ -96,8 +81,10 @@ def test_advantage_is_weighted_gae_of_the_reference_critic():
     w, _ = discrepancy_weights(v_ref, v_std, mask, 1.0, 0.5, 2.0)
     torch.testing.assert_close(out.advantages_BT, (masked_whiten(a_ref, mask) * w).float())
     # the trainer trains the standard critic on GAE(V_std) + V_std; the reference critic got its own
-    torch.testing.assert_close(out.returns_BT, ((gae_scan(rewards, v_std, mask, 1.0, lam) + v_std.double()) * mask).float())
-    torch.testing.assert_close(critic.updated[0], ((a_ref + v_ref.double()) * mask).float())
+    torch.testing.assert_close(
+        out.returns_BT, ((gae_scan(rewards, v_std, mask, 1.0, lam) + v_std.double()) * mask).float()
+    )
+    torch.testing.assert_close(out.targets["privileged_critic"], ((a_ref + v_ref.double()) * mask).float())
     std = redippo(x, RedippoConfig(lam=0.9, advantage_critic="standard", strength=0.0))
     torch.testing.assert_close(std.advantages_BT, masked_whiten(gae_scan(rewards, v_std, mask, 1.0, lam), mask).float())
 
@@ -108,17 +95,25 @@ def test_one_step_trains_both_critics(tmp_path, tiny_model_dir):
     from tests.test_trainer import trainer
 
     t = trainer(tmp_path, tiny_model_dir, "algorithm.advantage.name=redippo", "learner.critic={lr: 1e-2}")
-    ref = t.states["advantage"].critic
-    assert t.critic is not None and ref is not None and ref.critic.model is not t.critic.model
+    ref = t.models["privileged_critic"].critic  # the privileged critic is a component of the run
+    assert (
+        t.models["critic"].critic is not None
+        and ref is not None
+        and ref.critic.model is not t.models["critic"].critic.model
+    )
     # the reference-guided critic's row 0: the prompt, the verified solution as a user message, the response
     groups = group_trajectories(t._rollout(0, 0, 1))
     traj = groups[0].trajectories_G[0]
-    k, ctx = t.components.renderer.context_insertion(traj.info["prompt_messages"], traj.info["tools"], traj.info["teacher_context"])
+    k, ctx = t.components.renderer.context_insertion(
+        traj.info["prompt_messages"], traj.info["tools"], traj.info["teacher_context"]
+    )
     assert t.components.renderer.decode(ctx).startswith("<|im_start|>user\nVerified solution: ")
     spliced, _ = ref.batch(groups)
     n = len(traj.token_ids_T)
     assert spliced.input_ids_BT[0, : n + len(ctx)].tolist() == traj.token_ids_T[:k] + ctx + traj.token_ids_T[k:]
-    assert make_batch(groups, t.components.tokenizer.pad_token_id).input_ids_BT.shape[0] == spliced.input_ids_BT.shape[0]
+    assert (
+        make_batch(groups, t.components.tokenizer.pad_token_id).input_ids_BT.shape[0] == spliced.input_ids_BT.shape[0]
+    )
     rollout = t.rollouts.rollout
 
     def half_right(*args, **kwargs):  # the tiny model never answers right: give the critics something to learn
@@ -128,21 +123,30 @@ def test_one_step_trains_both_critics(tmp_path, tiny_model_dir):
         return trajectories
 
     t.rollouts.rollout = half_right
-    before_std = [p.detach().clone() for p in t.critic.model.parameters()]
+    before_std = [p.detach().clone() for p in t.models["critic"].critic.model.parameters()]
     before_ref = [p.detach().clone() for p in ref.critic.model.parameters()]
     m = t.step(0)
     assert "critic/loss" in m and "critic_ref/loss" in m and t.learner.version == 1
     # both heads start at zero: no discrepancy, every weight 1
-    assert m["adv/redippo_discrepancy_mean"] == 0.0 and m["adv/redippo_weight_min"] == m["adv/redippo_weight_max"] == 1.0
-    assert any(not torch.equal(a, b) for a, b in zip(before_std, t.critic.model.parameters(), strict=True))
+    assert (
+        m["adv/redippo_discrepancy_mean"] == 0.0 and m["adv/redippo_weight_min"] == m["adv/redippo_weight_max"] == 1.0
+    )
+    assert any(
+        not torch.equal(a, b) for a, b in zip(before_std, t.models["critic"].critic.model.parameters(), strict=True)
+    )
     assert any(not torch.equal(a, b) for a, b in zip(before_ref, ref.critic.model.parameters(), strict=True))
     m = t.step(1)  # the critics now read different rows: they disagree
-    assert m["adv/redippo_discrepancy_mean"] > 0.0 and 0.5 <= m["adv/redippo_weight_min"] <= 1.0 <= m["adv/redippo_weight_max"] <= 2.0
-    # the reference-guided critic is checkpointed with the run (trainer.pt, torch.save) and restored
-    torch.save(t.states["advantage"].state_dict(), tmp_path / "state.pt")
+    assert (
+        m["adv/redippo_discrepancy_mean"] > 0.0
+        and 0.5 <= m["adv/redippo_weight_min"] <= 1.0 <= m["adv/redippo_weight_max"] <= 2.0
+    )
+    # the reference-guided critic is checkpointed with the run (the DCP checkpoint's sharded state) and restored
     saved = [p.detach().clone() for p in ref.critic.model.parameters()]
+    checkpoint = t.save_checkpoint(2)
     with torch.no_grad():
         for p in ref.critic.model.parameters():
             p.add_(1.0)
-    t.states["advantage"].load_state_dict(torch.load(tmp_path / "state.pt", weights_only=False))
+    from agent_rl.learner import checkpoint as ckpt
+
+    ckpt.load(checkpoint, t._sharded_state())
     assert all(torch.equal(a, b) for a, b in zip(saved, ref.critic.model.parameters(), strict=True))

@@ -52,7 +52,7 @@ def rows(tokenizer):
 
 
 def test_served_logprobs_equal_the_hf_teachers(teacher_dir, tiny_tokenizer):
-    from agent_rl.rollout.backends.hf import load_model
+    from agent_rl.models.loading import load_model
 
     state = build_state(str(teacher_dir), served_name="teacher")
     hf = load_model(str(teacher_dir), "float32", "cpu").eval()
@@ -77,13 +77,16 @@ def test_served_logprobs_equal_the_hf_teachers(teacher_dir, tiny_tokenizer):
 def test_another_tokenizer_or_a_chat_only_api_is_refused_at_start(tmp_path, teacher_dir, tiny_tokenizer):
     from fastapi import FastAPI
 
-    from agent_rl.rollout.backends.hf import load_tokenizer
+    from agent_rl.models.loading import load_tokenizer
 
     swapped = tmp_path / "swapped"  # the student's tokenizer with the ids of two tokens swapped
     shutil.copytree(teacher_dir, swapped)
     spec = json.loads((swapped / "tokenizer.json").read_text())
     vocab = spec["model"]["vocab"]
-    a, b = tiny_tokenizer.convert_ids_to_tokens(tiny_tokenizer.encode("3"))[0], tiny_tokenizer.convert_ids_to_tokens(tiny_tokenizer.encode("7"))[0]
+    a, b = (
+        tiny_tokenizer.convert_ids_to_tokens(tiny_tokenizer.encode("3"))[0],
+        tiny_tokenizer.convert_ids_to_tokens(tiny_tokenizer.encode("7"))[0],
+    )
     vocab[a], vocab[b] = vocab[b], vocab[a]
     (swapped / "tokenizer.json").write_text(json.dumps(spec))
     served = build_state(str(teacher_dir))
@@ -117,8 +120,10 @@ def test_a_served_teacher_in_a_training_step(tmp_path, teacher_dir, tiny_model_d
     from tests.test_trainer import trainer
 
     with serve_in_thread(create_app(build_state(str(teacher_dir), served_name="t"))) as url:
-        t = trainer(tmp_path / "run", tiny_model_dir, "algorithm.loss.name=g_opd", f"algorithm.loss.teacher_path=openai:{url}#t")
-        assert isinstance(t.teacher, RemoteTeacher)
+        t = trainer(
+            tmp_path / "run", tiny_model_dir, "algorithm.loss.name=g_opd", f"algorithm.loss.teacher_path=openai:{url}#t"
+        )
+        assert isinstance(t.models["teacher"].teacher, RemoteTeacher)
         metrics = t.step(1)
     assert not any(math.isnan(v) for v in metrics.values() if isinstance(v, float))
 
@@ -128,7 +133,7 @@ def test_a_served_teacher_in_a_training_step(tmp_path, teacher_dir, tiny_model_d
 def test_vllm_serve_as_the_teacher(teacher_dir, tiny_tokenizer):
     """`vllm serve` (docs/vllm.md's command) serving the second tiny model: its prompt logprobs of the
     rows equal the hf teacher's (vLLM's CPU kernels: within 1e-4), its top-5 ids too."""
-    from agent_rl.rollout.backends.hf import load_model
+    from agent_rl.models.loading import load_model
     from tests.rollout.backends.test_vllm_backend import (
         start_vllm_server,
         stop_vllm_server,

@@ -17,7 +17,10 @@ def inputs(student_layers, teacher, base, mask):
     B, T = mask.shape
     zeros = torch.zeros(B, T, dtype=torch.float64)
     return LossInputs(
-        logprobs_BT=zeros.clone(), old_logprobs_BT=zeros, advantages_BT=zeros, loss_mask_BT=mask,
+        logprobs_BT=zeros.clone(),
+        old_logprobs_BT=zeros,
+        advantages_BT=zeros,
+        loss_mask_BT=mask,
         extras={"policy_layers": student_layers, "teacher_layers": teacher, "ref_layers": base},
     )
 
@@ -63,7 +66,7 @@ def test_shapes_must_match_and_one_teacher_only():
 
 def test_layer_states_are_the_models_hidden_states(tiny_model_dir):
     from agent_rl.learner import hidden
-    from agent_rl.rollout.backends.hf import load_model
+    from agent_rl.models.loading import load_model
 
     model = load_model(str(tiny_model_dir))
     ids = torch.tensor([[5, 6, 7, 8], [9, 10, 0, 0]])
@@ -72,18 +75,25 @@ def test_layer_states_are_the_models_hidden_states(tiny_model_dir):
     batch.position_ids_BT = torch.arange(4)[None].expand(2, 4)
     states = hidden.layer_states(model, batch)
     with torch.no_grad():
-        ref = model(input_ids=ids, attention_mask=batch.attention_mask_BT, position_ids=batch.position_ids_BT, output_hidden_states=True)
+        ref = model(
+            input_ids=ids,
+            attention_mask=batch.attention_mask_BT,
+            position_ids=batch.position_ids_BT,
+            output_hidden_states=True,
+        )
     n = model.config.num_hidden_layers
     assert states.shape == (2, 4, n, model.config.hidden_size)
     # hidden_states[l + 1] is layer l's output (the last one also goes through the final norm)
     for layer in range(n - 1):
         assert torch.equal(states[:, :, layer], ref.hidden_states[layer + 1])
-    assert torch.equal(hidden.layer_states(model, batch, (-1, 0)), torch.stack([states[:, :, -1], states[:, :, 0]], dim=2))
+    assert torch.equal(
+        hidden.layer_states(model, batch, (-1, 0)), torch.stack([states[:, :, -1], states[:, :, 0]], dim=2)
+    )
 
 
 def test_agent_rl_train_with_ride(tmp_path, tiny_model_dir):
     from agent_rl.cli import main
-    from agent_rl.rollout.backends.hf import load_model, load_tokenizer
+    from agent_rl.models.loading import load_model, load_tokenizer
     from tests.conftest import ROOT
     from tests.test_trainer import SMALL
 
@@ -96,8 +106,14 @@ def test_agent_rl_train_with_ride(tmp_path, tiny_model_dir):
     load_tokenizer(str(tiny_model_dir)).save_pretrained(tmp_path / "teacher")
     rc = main(
         [
-            "train", str(ROOT / "configs" / "quickstart.yaml"), f"model.path={tiny_model_dir}", f"run.dir={tmp_path / 'run'}",
-            *SMALL, "trainer.steps=1", "tracking.loggers=[]", "learner.packing=false",
+            "train",
+            str(ROOT / "configs" / "quickstart.yaml"),
+            f"model.path={tiny_model_dir}",
+            f"run.dir={tmp_path / 'run'}",
+            *SMALL,
+            "trainer.steps=1",
+            "tracking.loggers=[]",
+            "learner.packing=false",
             f"algorithm.loss={{name: ride, teacher_path: {tmp_path / 'teacher'}}}",
         ]
     )

@@ -23,8 +23,12 @@ def test_turn_boundaries_read_v_before_and_q_at_the_end_of_each_response():
     v_pos, q_pos, valid = vb.turn_boundaries(MASK, TURNS)
     assert v_pos.tolist() == [[0, 4]] and q_pos.tolist() == [[2, 6]] and valid.tolist() == [[1.0, 1.0]]
     # a change of turn index without a gap is a new turn; rows with fewer turns are padded
-    v_pos, q_pos, valid = vb.turn_boundaries(torch.tensor([[0.0, 1, 1, 1], [0, 1, 0, 0]]), torch.tensor([[-1, 0, 1, 1], [-1, 0, -1, -1]]))
-    assert v_pos.tolist() == [[0, 1], [0, 0]] and q_pos.tolist() == [[1, 3], [1, 0]] and valid.tolist() == [[1, 1], [1, 0]]
+    v_pos, q_pos, valid = vb.turn_boundaries(
+        torch.tensor([[0.0, 1, 1, 1], [0, 1, 0, 0]]), torch.tensor([[-1, 0, 1, 1], [-1, 0, -1, -1]])
+    )
+    assert (
+        v_pos.tolist() == [[0, 1], [0, 0]] and q_pos.tolist() == [[1, 3], [1, 0]] and valid.tolist() == [[1, 1], [1, 0]]
+    )
 
 
 def test_turn_gae_and_sarsa_targets_by_hand():
@@ -44,7 +48,11 @@ def test_turn_gae_and_sarsa_targets_by_hand():
 
 def _basis(z_v, z_q, v_pos=((0, 4),), q_pos=((2, 6),)):
     out = torch.zeros(len(v_pos), len(v_pos[0]), 5, dtype=torch.float64)
-    out[..., vb.V_POS], out[..., vb.Q_POS], out[..., vb.VALID] = torch.tensor(v_pos).double(), torch.tensor(q_pos).double(), 1.0
+    out[..., vb.V_POS], out[..., vb.Q_POS], out[..., vb.VALID] = (
+        torch.tensor(v_pos).double(),
+        torch.tensor(q_pos).double(),
+        1.0,
+    )
     out[..., vb.Z_V], out[..., vb.Z_Q] = torch.tensor(z_v), torch.tensor(z_q)
     return out
 
@@ -79,7 +87,12 @@ def test_value_losses_and_their_gradient_reach_the_shared_hidden_states():
         head.weight[-1] = torch.tensor([1.0, 0.0, 0.0])  # z_{w+} - z_{w-} = h[0] - h[1]
         head.weight[-2] = torch.tensor([0.0, 1.0, 0.0])
     hidden = torch.zeros(1, 8, H)
-    hidden[0, 0, 0], hidden[0, 4, 0], hidden[0, 2, 1], hidden[0, 6, 0] = 0.3, 0.1, 0.2, 0.9  # V = [0.3, 0.1], Q = [-0.2, 0.9]
+    hidden[0, 0, 0], hidden[0, 4, 0], hidden[0, 2, 1], hidden[0, 6, 0] = (
+        0.3,
+        0.1,
+        0.2,
+        0.9,
+    )  # V = [0.3, 0.1], Q = [-0.2, 0.9]
     hidden.requires_grad_(True)
     basis = _basis([[0.5, 0.2]], [[0.4, 0.7]])  # old values (tau_v 1, R_max 1)
     x = LossInputs(
@@ -97,7 +110,11 @@ def test_value_losses_and_their_gradient_reach_the_shared_hidden_states():
     l_q = [0.5 * (-0.2 - 0.7) ** 2, 0.5 * (0.9 - 1.0) ** 2]
     per_turn = [l_v[k] + 2.0 * l_q[k] for k in range(2)]
     # the policy term is 0 (zero advantages); each turn's loss is spread over its 2 tokens
-    assert torch.allclose(out.loss_BT, torch.tensor([[0, per_turn[0] / 2, per_turn[0] / 2, 0, 0, per_turn[1] / 2, per_turn[1] / 2, 0]]), atol=1e-6)
+    assert torch.allclose(
+        out.loss_BT,
+        torch.tensor([[0, per_turn[0] / 2, per_turn[0] / 2, 0, 0, per_turn[1] / 2, per_turn[1] / 2, 0]]),
+        atol=1e-6,
+    )
     out.loss_BT.sum().backward()
     g = hidden.grad[0]
     # d/dh at V's read position of turn 0 = c_V (V - y^V) (w+ - w-) = (0.3 - 0.6) * [1, -1, 0]
@@ -116,7 +133,10 @@ def test_value_losses_and_their_gradient_reach_the_shared_hidden_states():
 def test_packed_rows_are_refused_with_the_setting_to_change():
     from agent_rl.learner.hidden import head_inputs
 
-    with pytest.raises(ValueError, match="learner.packing: false"), head_inputs(torch.nn.Linear(2, 2), True, packed=True):
+    with (
+        pytest.raises(ValueError, match="learner.packing: false"),
+        head_inputs(torch.nn.Linear(2, 2), True, packed=True),
+    ):
         pass
 
 

@@ -9,27 +9,36 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from agent_rl.algorithms.advantages.subproblems import ScrlConfig, prefix_rewards
-from agent_rl.algorithms.advantages.subproblems import scrl as scrl_advantage
-from agent_rl.algorithms.filters.subproblems import ScrlFilterConfig, ScrlState, pick_subproblems, scored
-from agent_rl.algorithms.filters.subproblems import scrl as scrl_filter
 from agent_rl.algorithms.registry import AdvantageInputs
-from agent_rl.run_services import RunServices
-from agent_rl.task_queue import TaskQueue
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.methods.scrl import (
+    ScrlConfig,
+    ScrlFilterConfig,
+    ScrlState,
+    pick_subproblems,
+    prefix_rewards,
+    scored,
+    scrl_filter,
+)
+from agent_rl.methods.scrl import scrl as scrl_advantage
+from agent_rl.train.task_queue import TaskQueue
 from envs.arithmetic.env import ArithmeticEnv
+from tests.builders import trajectory
 
 
 def test_arithmetic_sub_problems_are_its_operations_in_evaluation_order():
     subs = ArithmeticEnv.subproblems({"expression": "12+37*91-5"})
-    assert subs == [{"question": "What is 37*91?", "answer": "3367"}, {"question": "What is 12+37*91?", "answer": "3379"},
-                    {"question": "What is 12+37*91-5?", "answer": "3374"}]
+    assert subs == [
+        {"question": "What is 37*91?", "answer": "3367"},
+        {"question": "What is 12+37*91?", "answer": "3379"},
+        {"question": "What is 12+37*91-5?", "answer": "3374"},
+    ]
     assert pick_subproblems([{"q": i} for i in range(7)], 4) == [{"q": 0}, {"q": 2}, {"q": 4}, {"q": 6}]
     assert prefix_rewards([True, False, True, True]) == [1.0, 0.0, 0.0, 0.0]  # the seed's (1,1,0,1) -> (1,1,0,0) shape
 
 
 def row(name: str, reward: float, n: int = 8, **info) -> Trajectory:
-    return Trajectory("task", "g", name, list(range(n)), [0, 0] + [1] * (n - 2), [0.0] * n, [], reward, StopReason.DONE, info=info)
+    return trajectory(name, reward, mask=[0, 0] + [1] * (n - 2), stop=StopReason.DONE, info=info)
 
 
 def test_scoring_parses_the_sub_answers_and_the_env_verdict():
@@ -43,14 +52,23 @@ def test_scoring_parses_the_sub_answers_and_the_env_verdict():
 def test_per_position_normalisation_on_answer_spans_by_hand():
     # group 0: plain rows (grpo); group 1: decomposed rows, K = 2, answer 1 ends at token 5
     plain = [row("p0", 1.0), row("p1", 0.0)]
-    dec = [row("d0", 0.0, scrl={"prefix": [1.0, 0.0], "ends": [5]}), row("d1", 0.0, scrl={"prefix": [0.0, 0.0], "ends": [None]}),
-           row("d2", 1.0, scrl={"prefix": [1.0, 1.0], "ends": [4]})]
+    dec = [
+        row("d0", 0.0, scrl={"prefix": [1.0, 0.0], "ends": [5]}),
+        row("d1", 0.0, scrl={"prefix": [0.0, 0.0], "ends": [None]}),
+        row("d2", 1.0, scrl={"prefix": [1.0, 1.0], "ends": [4]}),
+    ]
     rows = plain + dec
-    x = AdvantageInputs(rewards_B=torch.tensor([t.reward for t in rows]), loss_mask_BT=torch.tensor([t.loss_mask_T for t in rows], dtype=torch.float32),
-                        group_index_B=torch.tensor([0, 0, 1, 1, 1]), groups=[TrajectoryGroup("task", "g0", plain), TrajectoryGroup("task", "g1", dec)])
+    x = AdvantageInputs(
+        rewards_B=torch.tensor([t.reward for t in rows]),
+        loss_mask_BT=torch.tensor([t.loss_mask_T for t in rows], dtype=torch.float32),
+        group_index_B=torch.tensor([0, 0, 1, 1, 1]),
+        groups=[TrajectoryGroup("task", "g0", plain), TrajectoryGroup("task", "g1", dec)],
+    )
     out = scrl_advantage(x, ScrlConfig()).advantages_BT
     a = 0.5 / (math.sqrt(0.5) + 1e-6)
-    assert out[0].tolist() == pytest.approx([0, 0] + [a] * 6, rel=1e-6) and out[1].tolist() == pytest.approx([0, 0] + [-a] * 6, rel=1e-6)
+    assert out[0].tolist() == pytest.approx([0, 0] + [a] * 6, rel=1e-6) and out[1].tolist() == pytest.approx(
+        [0, 0] + [-a] * 6, rel=1e-6
+    )
     # position 1: {1, 0, 1}: mean 2/3, std sqrt(1/3); position 2: {0, 0, 1}: mean 1/3, std sqrt(1/3)
     s = math.sqrt(1 / 3) + 1e-6
     hi1, lo1, lo2, hi2 = (1 / 3) / s, (-2 / 3) / s, (-1 / 3) / s, (2 / 3) / s
@@ -61,8 +79,8 @@ def test_per_position_normalisation_on_answer_spans_by_hand():
 
 def test_an_all_fail_group_is_queued_decomposed():
     queue, state = TaskQueue(), ScrlState()
-    state.services = SimpleNamespace(episode_spec=RunServices.episode_spec, enqueue=lambda gs: [queue.put(g) for g in gs] and len(gs),
-                                     subproblems=lambda t: ArithmeticEnv.subproblems(t.info["task"]))
+    env = SimpleNamespace(unwrapped=SimpleNamespace(subproblems=ArithmeticEnv.subproblems), close=lambda: None)
+    state.run = SimpleNamespace(enqueue=lambda gs: [queue.put(g) for g in gs] and len(gs), make_env=lambda: env)
     info = {"seed": 5, "options": {"split": "train"}, "task": {"expression": "37*91-12"}}
     fail = TrajectoryGroup("task", "g0", [row("a", 0.0, **info), row("b", 0.0, **info)])
     mixed = TrajectoryGroup("task", "g1", [row("c", 1.0, **info), row("d", 0.0, **info)])
@@ -77,8 +95,15 @@ def test_an_all_fail_group_is_queued_decomposed():
 def test_a_run_rolls_the_decomposed_group_and_scores_it(tmp_path, tiny_model_dir):
     from tests.test_trainer import trainer
 
-    t = trainer(tmp_path, tiny_model_dir, "algorithm.advantage.name=scrl", "algorithm.filters=[{name: scrl}]", "trainer.prompts_per_step=1",
-                "trainer.steps=1", "env.options.difficulty=3")
+    t = trainer(
+        tmp_path,
+        tiny_model_dir,
+        "algorithm.advantage.name=scrl",
+        "algorithm.filters=[{name: scrl}]",
+        "trainer.prompts_per_step=1",
+        "trainer.steps=1",
+        "env.options.difficulty=3",
+    )
     version = t.learner.version
     metrics = t.step(0)
     # the untrained model fails its 3-operand task: a decomposed group (2 sub-problems) in the refill round

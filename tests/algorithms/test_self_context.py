@@ -9,26 +9,29 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from run_helpers import bound as with_facts
 
-from agent_rl.algorithms.advantages.distill_credit import OpidConfig, opid
-from agent_rl.algorithms.filters.self_context import (
+from agent_rl.algorithms.needs import NEEDS
+from agent_rl.algorithms.registry import AdvantageInputs
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.methods.self_context import (
+    OpidConfig,
     OpidMinerConfig,
     OpidState,
     SrpoReflectConfig,
     SrpoReflectState,
+    opid,
     opid_miner,
     srpo_reflect,
 )
-from agent_rl.algorithms.needs import NEEDS
-from agent_rl.algorithms.registry import AdvantageInputs
 from agent_rl.rollout.text_pass import PassResult, verdict_probability
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from tests.builders import trajectory
 
 PROMPT = [{"role": "user", "content": "What is 2 + 3?"}]
 
 
 def traj(name: str, reward: float, gid: str = "g") -> Trajectory:
-    return Trajectory("task", gid, name, [1, 2, 3], [0, 1, 1], [0.0, -1.0, -1.0], [], reward, StopReason.DONE,
+    return trajectory(name, reward, ids=[1, 2, 3], mask=[0, 1, 1], logprobs=[0.0, -1.0, -1.0], group=gid, stop=StopReason.DONE,
                       info={"prompt_messages": PROMPT, "tools": None, "teacher_context": "Verified solution: 5"})  # fmt: skip
 
 
@@ -47,7 +50,7 @@ class FakeServices:
 
 
 def bound(state):
-    state.run = SimpleNamespace(services=FakeServices(), cfg=SimpleNamespace(trainer=SimpleNamespace(seed=0)))
+    state.run = with_facts(FakeServices())
     return state
 
 
@@ -55,7 +58,7 @@ def test_srpo_reflect_asks_for_a_patch_per_attempt_and_gives_it_to_the_teacher()
     state, cfg = bound(SrpoReflectState()), SrpoReflectConfig()
     group = TrajectoryGroup("task", "g", [traj("a", 1.0), traj("b", 0.0)])
     out = srpo_reflect([group], state, cfg)
-    (conversations, kw), = state.run.services.calls
+    ((conversations, kw),) = state.run.calls
     # the task's prompt, then the request with the attempt and its reward; nothing privileged
     assert conversations[1][:-1] == PROMPT and conversations[1][-1]["role"] == "user"
     assert conversations[1][-1]["content"] == cfg.prompt.format(attempt="<b>", reward="0")
@@ -63,25 +66,32 @@ def test_srpo_reflect_asks_for_a_patch_per_attempt_and_gives_it_to_the_teacher()
     assert kw["max_new_tokens"] == 128 and kw["temperature"] == 0.0
     a, b = group.trajectories_G
     assert (a.info["reflection"], b.info["reflection"]) == ("text 0", "text 1")
-    assert b.info["teacher_context"] == "A reflection on an earlier attempt at this task:\ntext 1"  # the env's solution is gone
+    assert (
+        b.info["teacher_context"] == "A reflection on an earlier attempt at this task:\ntext 1"
+    )  # the env's solution is gone
     assert out.metrics == {"srpo_reflect/passes": 2.0, "srpo_reflect/pass_failed": 0.0, "srpo_reflect/pass_tokens": 3.0}
     assert state.state_dict() == {"passes": 1}  # the next pass samples with another seed
-    with pytest.raises(ValueError, match="bind_run"):
+    with pytest.raises(ValueError, match=r"bind\(run, cfg\)"):
         srpo_reflect([group], SrpoReflectState(), cfg)
 
 
 def test_opid_mines_one_skill_per_group_policy_or_best_attempt():
     state = bound(OpidState())
-    won, lost = TrajectoryGroup("task", "g1", [traj("a", 0.0, "g1"), traj("b", 1.0, "g1")]), TrajectoryGroup("task", "g2", [traj("c", 0.0, "g2")])
+    won, lost = (
+        TrajectoryGroup("task", "g1", [traj("a", 0.0, "g1"), traj("b", 1.0, "g1")]),
+        TrajectoryGroup("task", "g2", [traj("c", 0.0, "g2")]),
+    )
     out = opid_miner([won, lost], state, OpidMinerConfig())
-    (conversations, _), = state.run.services.calls
-    assert conversations[0][-1]["content"] == OpidMinerConfig().prompt.format(attempts="Attempt 1 (reward 0):\n<a>\n\nAttempt 2 (reward 1):\n<b>")
+    ((conversations, _),) = state.run.calls
+    assert conversations[0][-1]["content"] == OpidMinerConfig().prompt.format(
+        attempts="Attempt 1 (reward 0):\n<a>\n\nAttempt 2 (reward 1):\n<b>"
+    )
     assert [t.info["teacher_context"] for t in won.trajectories_G] == ["A skill for this task:\ntext 0"] * 2
     assert out.metrics["opid/skill_groups_frac"] == 1.0 and out.metrics["opid/passes"] == 2.0
     # deterministic miner: the best successful attempt; a group with no success gets no skill
     state = bound(OpidState())
     out = opid_miner([won, lost], state, OpidMinerConfig(miner="best_attempt"))
-    assert state.run.services.calls == []  # no pass
+    assert state.run.calls == []  # no pass
     assert won.trajectories_G[0].info["opid_skill"] == "A successful approach to this task:\n<b>"
     assert lost.trajectories_G[0].info["opid_skill"] is None and out.metrics["opid/skill_groups_frac"] == 0.5
 
@@ -120,19 +130,31 @@ def test_one_step_of_srpo_reflect_and_of_opid_through_the_backend(tmp_path, tiny
     from tests.test_trainer import trainer
 
     small = ("trainer.steps=1", "trainer.prompts_per_step=1", "rollout.max_new_tokens=8", "rollout.max_turns=1")
-    t = trainer(tmp_path / "srpo", tiny_model_dir, "algorithm.filters=[{name: srpo_reflect, max_new_tokens: 6}]", "algorithm.loss.name=opsd", *small)
-    seen, score = [], t.teaching.logprobs
+    t = trainer(
+        tmp_path / "srpo",
+        tiny_model_dir,
+        "algorithm.filters=[{name: srpo_reflect, max_new_tokens: 6}]",
+        "algorithm.loss.name=opsd",
+        *small,
+    )
+    seen, score = [], t.models["teacher"].teaching.logprobs
 
     def spy(batch, groups, topk=0):  # the contexts the teacher is given
         seen.append([x.info["teacher_context"] for g in groups for x in g.trajectories_G])
         return score(batch, groups, topk)
 
-    t.teaching.logprobs = spy
+    t.models["teacher"].teaching.logprobs = spy
     metrics = t.step(1)
     assert metrics["srpo_reflect/passes"] == 2.0 and metrics["srpo_reflect/pass_failed"] == 0.0
     assert 2.0 <= metrics["srpo_reflect/pass_tokens"] <= 12.0 and "loss/distill_kl" in metrics
     assert all(c.startswith("A reflection on an earlier attempt") for c in seen[0])  # the teacher read the patches
-    t = trainer(tmp_path / "opid", tiny_model_dir, "algorithm.filters=[{name: opid, max_new_tokens: 6}]", "algorithm.advantage.name=opid", *small)
+    t = trainer(
+        tmp_path / "opid",
+        tiny_model_dir,
+        "algorithm.filters=[{name: opid, max_new_tokens: 6}]",
+        "algorithm.advantage.name=opid",
+        *small,
+    )
     metrics = t.step(1)
     assert metrics["opid/passes"] == 1.0 and "adv/opid_shift_mean" in metrics
     with pytest.raises(ValueError, match="writes the teacher's context"):

@@ -6,20 +6,16 @@ from __future__ import annotations
 
 import math
 import re
-from types import SimpleNamespace
 
 import gymnasium as gym
 import pytest
+from run_helpers import bound
 
-from agent_rl.algorithms.filters.rubrics import (
-    SerpoConfig,
-    SerpoState,
-    parse_criteria,
-    serpo,
-)
 from agent_rl.algorithms.filters.test_time import PENDING_CONTEXT
+from agent_rl.core.types import Trajectory, TrajectoryGroup
+from agent_rl.methods.serpo import SerpoConfig, SerpoState, parse_criteria, serpo
 from agent_rl.rollout.text_pass import PassResult, verdict_probability
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from tests.builders import trajectory
 
 # the fake judge's P(yes) for (response, criterion)
 P_YES = {("five", "says five"): 0.9, ("six", "says five"): 0.1, ("five", "is polite"): 0.5, ("six", "is polite"): 0.7,
@@ -52,13 +48,13 @@ class FakeJudge:
 
 def episode(answer: str, context: str = PENDING_CONTEXT) -> Trajectory:
     # the label-free env's episode: reward 0, no verdict keys, the pending context
-    return Trajectory("task", "g", answer, [1, 2], [0, 1], [0.0, 0.0], [], 0.0, StopReason.DONE,
+    return trajectory(answer, 0.0, ids=[1, 2], mask=[0, 1],
                       info={"prompt_messages": [{"role": "user", "content": "2 + 3 = ?"}], "teacher_context": context})  # fmt: skip
 
 
 def test_serpo_rewards_are_the_rubric_scores_and_the_rubric_evolves():
     state = SerpoState()
-    state.run = SimpleNamespace(services=FakeJudge(), cfg=SimpleNamespace(trainer=SimpleNamespace(seed=0)))
+    state.run = bound(FakeJudge())
     # step 1, no archive: all three criteria count; five = (.9 + .5 + .2) / 3, six = (.1 + .7 + .4) / 3
     group = TrajectoryGroup("task", "g", [episode("five"), episode("six")])
     out = serpo([group], state, SerpoConfig())
@@ -69,8 +65,10 @@ def test_serpo_rewards_are_the_rubric_scores_and_the_rubric_evolves():
     group = TrajectoryGroup("task", "g", [episode("six"), episode("five")])
     serpo([group], state, SerpoConfig())
     assert [t.reward for t in group.trajectories_G] == pytest.approx([0.1, 0.9])
-    assert state.tasks["task"]["rubric"] == ["says five"] and group.trajectories_G[0].info["serpo_rubric"] == ["says five"]
-    assert "A good earlier answer:\nfive" in state.run.services.rubric_requests[1]  # the archive steers new criteria
+    assert state.tasks["task"]["rubric"] == ["says five"] and group.trajectories_G[0].info["serpo_rubric"] == [
+        "says five"
+    ]
+    assert "A good earlier answer:\nfive" in state.run.rubric_requests[1]  # the archive steers new criteria
     assert state.state_dict()["tasks"]["task"]["good"] == ["five", "five"]
     resumed = SerpoState()  # rubric and archives survive a checkpoint
     resumed.load_state_dict(state.state_dict())
@@ -80,7 +78,7 @@ def test_serpo_rewards_are_the_rubric_scores_and_the_rubric_evolves():
 def test_serpo_never_reads_the_label_and_refuses_a_labelled_env():
     # the label-free env hides the verdict: reward 0 for every answer; the score is the judge's alone
     state = SerpoState()
-    state.run = SimpleNamespace(services=FakeJudge(), cfg=SimpleNamespace(trainer=SimpleNamespace(seed=0)))
+    state.run = bound(FakeJudge())
     group = TrajectoryGroup("task", "g", [episode("six"), episode("five")])
     serpo([group], state, SerpoConfig(max_criteria=1))  # keeps 'says five' only
     assert [t.reward for t in group.trajectories_G] == pytest.approx([0.1, 0.9])

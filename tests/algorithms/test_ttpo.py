@@ -14,7 +14,7 @@ from losses_helpers import assert_close, inputs, logs, loss_and_grad
 
 from agent_rl.algorithms.filters.test_time import PENDING_CONTEXT, TtpoVoteConfig, majority, ttpo_vote
 from agent_rl.algorithms.losses.distill_family import TtpoConfig, ttpo
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
 from envs import rewards
 from envs.arithmetic.policies import answer_text
 
@@ -74,4 +74,3 @@ def test_ttpo_loss_by_hand():
     assert_close(grad, [[-math.log(2) / 4, 0.0], [0.25, 0.0]])
     assert ttpo(x, TtpoConfig()).metrics["loss/ttpo_agree_frac"] == 0.5
     assert torch.isfinite(ttpo(x, TtpoConfig()).loss_BT).all()
-

@@ -50,7 +50,11 @@ class SandboxEchoEnv(AsyncTextEnv):
     loop_safe = True  # it only awaits the sandbox
 
     def __init__(
-        self, sandbox_backend: str = "auto", fault_dir: str | None = None, docker_url: str | None = None, tool_timeout_s: float = 10.0
+        self,
+        sandbox_backend: str = "auto",
+        fault_dir: str | None = None,
+        docker_url: str | None = None,
+        tool_timeout_s: float = 10.0,
     ):
         self.sandbox_backend = sandbox_backend
         self.fault_dir = fault_dir
@@ -75,7 +79,9 @@ class SandboxEchoEnv(AsyncTextEnv):
             self._sandbox = make_sandbox(backend=self.sandbox_backend, timeout_s=self.tool_timeout_s, **self.options)
         fill, hold = self._claim("fill_disk"), self._claim("hold")
         data = action.encode("utf-8", errors="replace")
-        code, timeout_s = (FILL_DISK, self.tool_timeout_s) if fill else (HOLD, 60.0) if hold else (ECHO, self.tool_timeout_s)
+        code, timeout_s = (
+            (FILL_DISK, self.tool_timeout_s) if fill else (HOLD, 60.0) if hold else (ECHO, self.tool_timeout_s)
+        )
         call = asyncio.ensure_future(self._sandbox.exec(code=code, stdin=data, timeout_s=timeout_s))
         if hold:
             await asyncio.sleep(0.5)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agent_rl.core.types import Trajectory
 from agent_rl.distributed import staleness
-from agent_rl.trainer import Trainer
-from agent_rl.types import Trajectory
+from agent_rl.train.trainer import Trainer
 
 
 @dataclass

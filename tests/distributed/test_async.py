@@ -6,13 +6,13 @@ import asyncio
 
 import pytest
 
+from agent_rl.core.types import Trajectory, Turn
 from agent_rl.distributed import staleness
 from agent_rl.distributed.weights import cpu_state_dict
 from agent_rl.distributed.worker import RolloutWorker
-from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.episode import EpisodeSpec
-from agent_rl.trainer import Trainer
-from agent_rl.types import StopReason, Trajectory, Turn
+from agent_rl.train.trainer import Trainer
+from tests.builders import trajectory
 from tests.distributed.conftest import small_config
 from tests.distributed.helpers import record_rollouts
 
@@ -26,7 +26,7 @@ LATENCY_ENV = [
 def _traj(versions: list[int]) -> Trajectory:
     turns = [Turn(start=i, end=i + 1, obs_start=i + 1, obs_end=i + 1, policy_version=v) for i, v in enumerate(versions)]
     n = len(versions) + 1
-    return Trajectory("t", "g", "e", [0] * n, [0] * n, [0.0] * n, turns, 1.0, StopReason.DONE)
+    return trajectory("e", 1.0, ids=[0] * n, mask=[0] * n, turns=turns, task="t")
 
 
 def test_staleness_counts_from_the_oldest_turn():
@@ -59,8 +59,13 @@ def test_async_k1_never_trains_on_older_samples(tmp_path, tiny_model_dir):
 def test_producing_further_ahead_than_the_bound_drops_or_requeues(tmp_path, tiny_model_dir, policy):
     # lookahead 3 > max_staleness 1: step s+3 is produced on weights of step s, 3 versions old by then
     record, metrics = _train(
-        tmp_path, tiny_model_dir, 4, "distributed.max_staleness=1", "distributed.lookahead_steps=3",
-        f"distributed.stale_policy={policy}", *LATENCY_ENV,
+        tmp_path,
+        tiny_model_dir,
+        4,
+        "distributed.max_staleness=1",
+        "distributed.lookahead_steps=3",
+        f"distributed.stale_policy={policy}",
+        *LATENCY_ENV,
     )
     assert all(v <= 1 for v in record.staleness_values())  # asserted on every trained sample
     stale = sum(m.get(f"distributed/stale_{policy}_groups", 0) for m in metrics)
@@ -76,13 +81,19 @@ def test_producing_further_ahead_than_the_bound_drops_or_requeues(tmp_path, tiny
 def test_weights_swap_at_turn_boundaries(tiny_model_dir, partial):
     """New weights arrive while the episodes wait on their first tool call (1.5 s)."""
     from agent_rl.config import load_config
-    from agent_rl.runtime import Components
+    from agent_rl.run.runtime import Components
 
     cfg = load_config(
         None,
-        [f"model.path={tiny_model_dir}", "sandbox.backend=process", "rollout.max_new_tokens=8", "rollout.max_turns=2",
-         "env.id=agent_rl/ToolLatency-v0", "env.plugins=[agent_rl.distributed.latency_env]",
-         "env.options={inner: agent_rl/Arithmetic-v0, inner_options: {max_turns: 2}, latency_min_s: 1.5, latency_max_s: 1.5}"],
+        [
+            f"model.path={tiny_model_dir}",
+            "sandbox.backend=process",
+            "rollout.max_new_tokens=8",
+            "rollout.max_turns=2",
+            "env.id=agent_rl/ToolLatency-v0",
+            "env.plugins=[agent_rl.distributed.latency_env]",
+            "env.options={inner: agent_rl/Arithmetic-v0, inner_options: {max_turns: 2}, latency_min_s: 1.5, latency_max_s: 1.5}",
+        ],
     )
     c = Components(cfg)
     worker = RolloutWorker(c.backend, c.renderer, c.make_env, cfg.rollout, partial_rollouts=partial)

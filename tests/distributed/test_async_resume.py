@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from agent_rl.learner import checkpoint as ckpt
-from agent_rl.trainer import Trainer
+from agent_rl.train.trainer import Trainer
 from tests.conftest import ROOT, cli_env
 from tests.distributed.conftest import small_config
 from tests.distributed.helpers import record_rollouts
@@ -45,7 +45,9 @@ def trained_episodes(run_dir: Path) -> Counter[tuple[int, str, int]]:
 
 
 def uninterrupted(tmp_path: Path, model_dir: Path, *overrides: str) -> Counter[tuple[int, str, int]]:
-    return trained_episodes(Trainer(small_config(tmp_path / "uninterrupted", model_dir, *overrides), log=lambda *a: None).train())
+    return trained_episodes(
+        Trainer(small_config(tmp_path / "uninterrupted", model_dir, *overrides), log=lambda *a: None).train()
+    )
 
 
 def test_a_checkpoint_with_groups_in_flight_resumes_them(tmp_path, tiny_model_dir):
@@ -92,7 +94,9 @@ def test_a_step_that_fails_after_its_rollout_runs_the_same_groups_again(tmp_path
     first.rollouts.rollout = rollout
     with pytest.raises(RuntimeError, match="fails after its rollout"):
         first.train()
-    plans = torch.load(first.run_dir / "checkpoints" / "step_000001" / "trainer.pt", weights_only=False)["rollouts"]["plans"]
+    plans = torch.load(first.run_dir / "checkpoints" / "step_000001" / "trainer.pt", weights_only=False)["rollouts"][
+        "plans"
+    ]
     assert sorted(plans) == [(1, 0), (2, 0)]  # the failed step's groups and those drawn ahead
 
     resumed = Trainer(cfg, resume=str(first.run_dir), log=lambda *a: None)
@@ -109,7 +113,13 @@ def test_kill_9_between_checkpoints_then_resume(tmp_path, tiny_model_dir):
     expected = uninterrupted(tmp_path, tiny_model_dir, *overrides)
     run_dir = tmp_path / "killed"
     train = [sys.executable, "-m", "agent_rl.cli", "train"]
-    config = [str(ROOT / "configs" / "quickstart.yaml"), f"run.dir={run_dir}", f"model.path={tiny_model_dir}", *SMALL, *overrides]
+    config = [
+        str(ROOT / "configs" / "quickstart.yaml"),
+        f"run.dir={run_dir}",
+        f"model.path={tiny_model_dir}",
+        *SMALL,
+        *overrides,
+    ]
     env = {**cli_env(), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([*train, *config], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=ROOT)
     try:
@@ -120,7 +130,9 @@ def test_kill_9_between_checkpoints_then_resume(tmp_path, tiny_model_dir):
             assert time.monotonic() < deadline
             time.sleep(0.02)
         time.sleep(delay_s)
-        assert proc.poll() is None, f"the run ended before it could be killed ({delay_s:.2f} s after checkpoint {after})"
+        assert proc.poll() is None, (
+            f"the run ended before it could be killed ({delay_s:.2f} s after checkpoint {after})"
+        )
         proc.kill()  # SIGKILL
         assert proc.wait(timeout=30) == -9
     finally:
@@ -130,7 +142,9 @@ def test_kill_9_between_checkpoints_then_resume(tmp_path, tiny_model_dir):
     last = ckpt.latest(run_dir / "checkpoints")
     assert last is not None and after <= int(last.name[5:]) < steps, (after, delay_s, last)
 
-    resumed = subprocess.run([*train, "--resume", str(run_dir)], check=False, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    resumed = subprocess.run(
+        [*train, "--resume", str(run_dir)], check=False, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resumed {run_dir} at step {int(last.name[5:])}" in resumed.stdout
     assert trained_episodes(run_dir) == expected

@@ -78,8 +78,18 @@ class Server:
         self.proc: subprocess.Popen | None = None
 
     def launch(self) -> None:
-        cmd = [sys.executable, "-m", "agent_rl.cli", "serve", "--model", str(self.model_dir), "--port", str(self.port),
-               "--served-model-name", "tiny"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "agent_rl.cli",
+            "serve",
+            "--model",
+            str(self.model_dir),
+            "--port",
+            str(self.port),
+            "--served-model-name",
+            "tiny",
+        ]
         with open(self.log, "a") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=cli_env())
 
@@ -176,10 +186,10 @@ def test_chaos_training_run(ray_cluster, tmp_path, tiny_model_dir, monkeypatch):
 
 
 def _chaos_run(tmp_path, tiny_model_dir, monkeypatch, server, daemon, fault_dir) -> None:
-    from agent_rl import trainer as trainer_module
     from agent_rl.config import load_config
-    from agent_rl.trainer import Trainer
-    from agent_rl.types import StopReason
+    from agent_rl.core.types import StopReason
+    from agent_rl.train import trainer as trainer_module
+    from agent_rl.train.trainer import Trainer
 
     cfg = load_config(
         ROOT / "configs" / "quickstart.yaml",
@@ -261,7 +271,9 @@ def _chaos_run(tmp_path, tiny_model_dir, monkeypatch, server, daemon, fault_dir)
         assert all(t.reward is None and not t.trainable for t in failed)
         infra[s] = failed
     for s, groups in trained.items():
-        assert all(t.stop_reason != StopReason.INFRA_ERROR and t.reward is not None for g in groups for t in g.trajectories_G)
+        assert all(
+            t.stop_reason != StopReason.INFRA_ERROR and t.reward is not None for g in groups for t in g.trajectories_G
+        )
     errors = {s: [t.info.get("error", "") for t in ts] for s, ts in infra.items() if ts}
     near_faults = {s for f in ("docker", "serve") for s in range(FAULT_STEPS[f], FAULT_STEPS[f] + 4)}
     assert set(errors) <= near_faults, errors  # no infra_error away from the daemon and the server

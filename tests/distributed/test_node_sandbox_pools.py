@@ -56,7 +56,10 @@ def test_one_pool_per_node_shared_by_its_envs(ray_cluster):
     assert len(nodes) == 2
     task = ray.remote(num_cpus=0)(_on_node)
     results = ray.get(
-        [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote(n, i == 1) for i, n in enumerate(nodes)]
+        [
+            task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote(n, i == 1)
+            for i, n in enumerate(nodes)
+        ]
     )
     assert [r["node"] for r in results] == nodes
     for r in results:

@@ -7,10 +7,10 @@ import random
 
 import pytest
 
+from agent_rl.core.types import StopReason, Trajectory, Turn
 from agent_rl.distributed.buffer import AsyncRolloutSource, LoopThread, Plan, staleness
 from agent_rl.rollout.episode import EpisodeSpec
-from agent_rl.trainer import Trainer
-from agent_rl.types import StopReason, Trajectory, Turn
+from agent_rl.train.trainer import Trainer
 from tests.distributed.conftest import small_config
 from tests.distributed.helpers import record_rollouts
 from tests.distributed.test_async import LATENCY_ENV
@@ -39,8 +39,12 @@ class TimedHandle:
             self.cancelled.append(group_id)
             raise
         turn = Turn(start=1, end=2, obs_start=2, obs_end=2, policy_version=version)
-        return [Trajectory(f"task-{s.seed}", group_id, f"{group_id}-{i}", [0, 0], [0, 1], [0.0, 0.0], [turn], 1.0, StopReason.DONE)
-                for i, s in enumerate(specs)], {}
+        return [
+            Trajectory(
+                f"task-{s.seed}", group_id, f"{group_id}-{i}", [0, 0], [0, 1], [0.0, 0.0], [turn], 1.0, StopReason.DONE
+            )
+            for i, s in enumerate(specs)
+        ], {}
 
 
 class TimedGroup:
@@ -73,8 +77,17 @@ def plan(step: int, round_: int, n: int) -> Plan:
 def _source(delay_s: dict[str, float], steps: int, k: int, extra: int, **kw) -> tuple[AsyncRolloutSource, TimedHandle]:
     loop = LoopThread("test-buffer")
     handle = TimedHandle(delay_s)
-    source = AsyncRolloutSource(TimedGroup(handle, loop), loop, plan, steps=steps, max_staleness=k, lookahead=k,
-                                stale_policy="requeue", overprovision=extra, **kw)
+    source = AsyncRolloutSource(
+        TimedGroup(handle, loop),
+        loop,
+        plan,
+        steps=steps,
+        max_staleness=k,
+        lookahead=k,
+        stale_policy="requeue",
+        overprovision=extra,
+        **kw,
+    )
     return source, handle
 
 
@@ -141,8 +154,16 @@ def test_a_stale_group_is_not_taken_even_when_it_completes_first():
     delay_s = {f"s{s}r0p{i}": 0.0 for s in range(4) for i in range(3)}
     loop = LoopThread("test-buffer")
     handle = TimedHandle(delay_s)
-    source = AsyncRolloutSource(TimedGroup(handle, loop), loop, plan, steps=4, max_staleness=1, lookahead=3,
-                                stale_policy="requeue", overprovision=1)
+    source = AsyncRolloutSource(
+        TimedGroup(handle, loop),
+        loop,
+        plan,
+        steps=4,
+        max_staleness=1,
+        lookahead=3,
+        stale_policy="requeue",
+        overprovision=1,
+    )
     requeued = 0.0
     try:
         for step in range(4):
@@ -172,7 +193,9 @@ def train_three_steps_overprovisioned(cfg, extra_groups: int) -> None:
 
 
 def test_trainer_with_overprovisioned_groups(tmp_path, tiny_model_dir):
-    cfg = small_config(tmp_path, tiny_model_dir, "distributed.max_staleness=1", "distributed.overprovision_groups=1", *LATENCY_ENV)
+    cfg = small_config(
+        tmp_path, tiny_model_dir, "distributed.max_staleness=1", "distributed.overprovision_groups=1", *LATENCY_ENV
+    )
     train_three_steps_overprovisioned(cfg, extra_groups=1)
 
 
@@ -187,8 +210,13 @@ def test_overprovisioning_is_not_colocated():
 @pytest.mark.distributed
 def test_overprovisioned_groups_are_cancelled_in_the_ray_actor(ray_cluster, tmp_path, tiny_model_dir):
     cfg = small_config(
-        tmp_path, tiny_model_dir, "distributed.backend=ray", "distributed.max_staleness=1", "distributed.overprovision_groups=2",
-        "distributed.ray.sandbox_pools=false", *LATENCY_ENV,
+        tmp_path,
+        tiny_model_dir,
+        "distributed.backend=ray",
+        "distributed.max_staleness=1",
+        "distributed.overprovision_groups=2",
+        "distributed.ray.sandbox_pools=false",
+        *LATENCY_ENV,
     )
     # withdrawn jobs are cancelled in the actor (ray.cancel) and it goes on serving the next steps
     train_three_steps_overprovisioned(cfg, extra_groups=2)

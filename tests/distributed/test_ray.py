@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from agent_rl.trainer import Trainer
+from agent_rl.train.trainer import Trainer
 from tests.distributed.conftest import small_config
 from tests.distributed.helpers import record_rollouts
 
@@ -32,8 +32,13 @@ def test_ray_synchronous_equals_local(ray_cluster, tmp_path, tiny_model_dir):
     lr = "learner.lr=0.05"  # large enough that step 1 samples from visibly different weights
     local, local_rec, _ = _run(small_config(tmp_path / "local", tiny_model_dir, lr), steps=2)
     ray_cfg = small_config(
-        tmp_path / "ray", tiny_model_dir, lr, "distributed.backend=ray", "distributed.ray.num_rollout_workers=2",
-        "distributed.ray.placement_strategy=SPREAD", "distributed.ray.sandbox_pools=false",
+        tmp_path / "ray",
+        tiny_model_dir,
+        lr,
+        "distributed.backend=ray",
+        "distributed.ray.num_rollout_workers=2",
+        "distributed.ray.placement_strategy=SPREAD",
+        "distributed.ray.sandbox_pools=false",
     )
     remote, ray_rec, metrics = _run(ray_cfg, steps=2)
     for (s1, v1, ts1), (s2, v2, ts2) in zip(local_rec.calls, ray_rec.calls, strict=True):
@@ -41,9 +46,13 @@ def test_ray_synchronous_equals_local(ray_cluster, tmp_path, tiny_model_dir):
         assert [_key(t) for t in ts1] == [_key(t) for t in ts2]
         # the same tokens from batches of other shapes: logprobs equal up to float rounding
         for t1, t2 in zip(ts1, ts2, strict=True):
-            torch.testing.assert_close(torch.tensor(t1.rollout_logprobs_T), torch.tensor(t2.rollout_logprobs_T), rtol=0, atol=1e-5)
+            torch.testing.assert_close(
+                torch.tensor(t1.rollout_logprobs_T), torch.tensor(t2.rollout_logprobs_T), rtol=0, atol=1e-5
+            )
     assert [u.policy_version for _, _, ts in ray_rec.calls for t in ts for u in t.turns_N][-1] == 1
-    for (name, p1), p2 in zip(local.components.model.state_dict().items(), remote.components.model.state_dict().values(), strict=True):
+    for (name, p1), p2 in zip(
+        local.components.model.state_dict().items(), remote.components.model.state_dict().values(), strict=True
+    ):
         torch.testing.assert_close(p1, p2, rtol=0, atol=1e-5, msg=name)
     assert metrics[1]["distributed/staleness_max"] == 0
 
@@ -56,8 +65,12 @@ def test_killed_worker_is_replaced_and_nothing_is_lost(ray_cluster, tmp_path, ti
     from tests.distributed.test_async import LATENCY_ENV
 
     cfg = small_config(
-        tmp_path, tiny_model_dir, "distributed.backend=ray", "distributed.max_staleness=1",
-        "distributed.ray.num_rollout_workers=2", *LATENCY_ENV,
+        tmp_path,
+        tiny_model_dir,
+        "distributed.backend=ray",
+        "distributed.max_staleness=1",
+        "distributed.ray.num_rollout_workers=2",
+        *LATENCY_ENV,
     )
     trainer = Trainer(cfg, log=lambda *a: None)
     record = record_rollouts(trainer)
@@ -88,15 +101,22 @@ def test_killed_worker_is_replaced_and_nothing_is_lost(ray_cluster, tmp_path, ti
 def test_two_rank_learner_group_over_ray_equals_one_process(ray_cluster, tmp_path, tiny_model_dir):
     from agent_rl.config import load_config
     from agent_rl.distributed import make_learner
-    from agent_rl.rollout.backends.hf import load_model
+    from agent_rl.models.loading import load_model
     from tests.learner.helpers import parts, step_batch
     from tests.learner.test_learner import one_step, update_rel_diff
 
     single = one_step(str(tiny_model_dir), "prompt_mean", 2, 5)
     cfg = load_config(
         None,
-        [f"model.path={tiny_model_dir}", "learner.lr=1e-3", "learner.micro_batch_size=2", "learner.adam_eps=1e-6",
-         "distributed.backend=ray", "learner.world_size=2", "distributed.ray.learner_placement_strategy=SPREAD"],
+        [
+            f"model.path={tiny_model_dir}",
+            "learner.lr=1e-3",
+            "learner.micro_batch_size=2",
+            "learner.adam_eps=1e-6",
+            "distributed.backend=ray",
+            "learner.world_size=2",
+            "distributed.ray.learner_placement_strategy=SPREAD",
+        ],
     )
     torch.manual_seed(0)
     replica = load_model(str(tiny_model_dir), "float32", "cpu")

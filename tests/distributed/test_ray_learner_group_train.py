@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from agent_rl.trainer import train as run_training
+from agent_rl.train.trainer import train as run_training
 from tests.distributed.conftest import small_config
 
 pytestmark = pytest.mark.distributed
@@ -66,20 +66,31 @@ def test_ray_learner_group_trains_like_one_process(ray_group_run, one_process):
     assert not dist.is_initialized()  # the driver was no rank
     assert_same_weights(weights(ray_group_run, 2), weights(one_process, 2))
     ckpt = ray_group_run / "checkpoints" / "step_000002"
-    assert sorted(p.name for p in ckpt.iterdir()) == ["dcp", "driver.pt", "model", "rank_0.pt", "rank_1.pt", "trainer.pt"]
+    assert sorted(p.name for p in ckpt.iterdir()) == [
+        "dcp",
+        "driver.pt",
+        "model",
+        "rank_0.pt",
+        "rank_1.pt",
+        "trainer.pt",
+    ]
     keys = FileSystemReader(str(ckpt / "dcp")).read_metadata().state_dict_metadata
     assert any(k.startswith("policy.optimizer.state.") and k.endswith("exp_avg_sq") for k in keys)  # AdamW's moments
 
 
-def test_resumed_ray_learner_group_continues_with_the_same_moments(ray_group_run, one_process, tmp_path, tiny_model_dir):
+def test_resumed_ray_learner_group_continues_with_the_same_moments(
+    ray_group_run, one_process, tmp_path, tiny_model_dir
+):
     import ray
 
     from agent_rl.distributed.learner_group import LearnerGroupError
-    from agent_rl.trainer import Trainer
+    from agent_rl.train.trainer import Trainer
 
     run_dir = shutil.copytree(ray_group_run, tmp_path / "resumed")
     # what run_training(cfg, resume) runs, step by step (trainer.steps=4 leaves a step for the fault below)
-    trainer = Trainer(small_config(tmp_path, tiny_model_dir, *TRAIN, *RAY_GROUP, "trainer.steps=4"), resume=str(run_dir))
+    trainer = Trainer(
+        small_config(tmp_path, tiny_model_dir, *TRAIN, *RAY_GROUP, "trainer.steps=4"), resume=str(run_dir)
+    )
     assert (trainer.start_step, trainer.learner.version) == (2, 2)
     trainer._guarded_step(2)
     replica = {k: v.detach().clone() for k, v in trainer.components.model.state_dict().items()}

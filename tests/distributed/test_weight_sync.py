@@ -8,7 +8,8 @@ import torch
 
 from agent_rl.distributed.source import FollowerSource, LocalRolloutSource
 from agent_rl.distributed.weights import WeightSync
-from agent_rl.rollout.backends.hf import HfBackend, load_model
+from agent_rl.models.loading import load_model
+from agent_rl.rollout.backends.hf import HfBackend
 
 
 class RecordingSource:

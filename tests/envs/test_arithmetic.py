@@ -41,7 +41,7 @@ def test_splits_are_disjoint():
     [
         ("\x00\x01 garbage ☃", "no tool call and no <answer>"),
         ("<tool_call>{not json</tool_call>", "malformed tool call"),
-        ("<tool_call>{\"name\": \"python\"", "unterminated <tool_call>"),
+        ('<tool_call>{"name": "python"', "unterminated <tool_call>"),
         ('<tool_call>{"name": "rm", "arguments": {}}</tool_call>', "unknown tool 'rm'"),
         ('<tool_call>{"name": "python", "arguments": {"cod": 1}}</tool_call>', "invalid arguments"),
         ("", "no tool call and no <answer>"),

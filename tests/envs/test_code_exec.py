@@ -114,7 +114,7 @@ def test_reward_hacking_scores_zero(backend):
         results = run_episodes(backend, policies, ids, test_timeout_s=1.5, partial_credit=partial)
         assert {case: r for case, (r, _, _) in zip(cases, results)} == {case: 0.0 for case in cases}
         assert all(info["submitted"] and not info["passed"] for _, _, info in results)
-    (stub_reward, _, _), = run_episodes(backend, stub, HACK_TASKS[:1], partial_credit=True)
+    ((stub_reward, _, _),) = run_episodes(backend, stub, HACK_TASKS[:1], partial_credit=True)
     assert stub_reward == 0.0
 
 
@@ -123,14 +123,16 @@ def test_partial_credit_counts_assert_statements():
     code = "def add(x: int, y: int):\n    return x + y if x < 3 else 0\n"
     #   (0,1) ok  (1,0) ok  (2,3) ok  (5,7) fails  (7,5) fails  loop: fails for some pair -> 3 of 6
     assert instrument(by_id()["HumanEval/53"].test)[1] == 6
-    (r_partial, _, info), = run_episodes("auto", lambda m, rng: submit_text(code), ["HumanEval/53"], partial_credit=True)
+    ((r_partial, _, info),) = run_episodes(
+        "auto", lambda m, rng: submit_text(code), ["HumanEval/53"], partial_credit=True
+    )
     assert (info["asserts_passed"], info["asserts_total"], r_partial) == (3, 6, 0.5)
-    (r_binary, _, _), = run_episodes("auto", lambda m, rng: submit_text(code), ["HumanEval/53"])
+    ((r_binary, _, _),) = run_episodes("auto", lambda m, rng: submit_text(code), ["HumanEval/53"])
     assert r_binary == 0.0
 
 
 def test_multi_turn_python_tool_then_fenced_submission():
-    (reward, terminated, info), = run_episodes("auto", canonical_fenced, ["HumanEval/12"])
+    ((reward, terminated, info),) = run_episodes("auto", canonical_fenced, ["HumanEval/12"])
     assert (reward, terminated, info["passed"]) == (1.0, True, True)
     env = gym.make("agent_rl/CodeExec-v0")
     try:
@@ -147,7 +149,7 @@ def test_multi_turn_python_tool_then_fenced_submission():
 
 
 def test_do_nothing_scores_zero_and_is_truncated():
-    (reward, terminated, info), = run_episodes("auto", do_nothing, ["HumanEval/0"])
+    ((reward, terminated, info),) = run_episodes("auto", do_nothing, ["HumanEval/0"])
     assert (reward, terminated, info["submitted"], info["action_valid"]) == (0.0, False, False, False)
 
 
@@ -195,7 +197,9 @@ def test_the_nonce_thief_wins_only_against_a_dumpable_grader(backend, monkeypatc
 
 def test_files_do_not_leak_from_one_episode_to_the_next():
     env = CodeExecEnv()
-    write = '<tool_call>{"name": "python", "arguments": {"code": "open(\'note.txt\', \'w\').write(\'hi\')"}}</tool_call>'
+    write = (
+        '<tool_call>{"name": "python", "arguments": {"code": "open(\'note.txt\', \'w\').write(\'hi\')"}}</tool_call>'
+    )
     read = '<tool_call>{"name": "python", "arguments": {"code": "import os; print(os.path.exists(\'note.txt\'))"}}</tool_call>'
     try:
         env.reset(seed=0)
@@ -205,3 +209,27 @@ def test_files_do_not_leak_from_one_episode_to_the_next():
         assert env.step(read)[0][0]["content"] == "False"  # and not into the next one
     finally:
         env.close()
+
+
+SABOTAGE = {  # lines a policy could prepend to take its failing episode out of training
+    "sigint_to_executor": "import os, signal\nos.kill(1, signal.SIGINT)\n",
+    "symlink_target_not_utf8": "import os\nos.symlink(b'\\xff\\xfe-target', b'badlink')\n",
+    "lowers_executor_cpu_limit": "import resource\ntry:\n    resource.prlimit(1, resource.RLIMIT_CPU, (0, 0))\n"
+    "except OSError:\n    pass\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SABOTAGE))
+def test_a_wrong_solution_that_sabotages_the_sandbox_scores_zero(backend, name):
+    """Prepended to a wrong solution, none of these turns the grade into an InfraError: it is 0."""
+    from sandbox import make_sandbox
+
+    task = by_id()["HumanEval/0"]
+    wrong = SABOTAGE[name] + f"def {task.entry_point}(*args, **kwargs):\n    return None\n"
+    sb = make_sandbox(backend=backend, timeout_s=5.0, memory_mb=256)
+    try:
+        result = asyncio.run(grade(sb, task, wrong, timeout_s=5.0))
+        assert not result.passed
+        assert asyncio.run(grade(sb, task, task.reference, timeout_s=5.0)).passed
+    finally:
+        asyncio.run(sb.close())

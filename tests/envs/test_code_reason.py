@@ -14,8 +14,15 @@ from envs.code_reason.execution import safety_problem
 from tests.envs.test_code_exec import require_bwrap
 
 TRIPLET = {"program": "def f(a, b):\n    return a * b + 1\n", "input": "3, 4", "output": "13"}
-INDUCTION = {"role": "solve", "type": "induction", "program": "def f(s):\n    return s[::-1]\n", "message": "m",
-             "inputs": ["'ab'", "'xyz'", "'q'"], "outputs": ["'ba'", "'zyx'", "'q'"], "visible": 2}
+INDUCTION = {
+    "role": "solve",
+    "type": "induction",
+    "program": "def f(s):\n    return s[::-1]\n",
+    "message": "m",
+    "inputs": ["'ab'", "'xyz'", "'q'"],
+    "outputs": ["'ba'", "'zyx'", "'q'"],
+    "visible": 2,
+}
 
 
 def make(**kwargs):
@@ -47,13 +54,23 @@ PROPOSE = {"role": "propose", "type": "deduction", "references": []}
 def test_a_valid_proposal_becomes_a_solve_task(env):
     reward, info = play(env, PROPOSE, proposal("def f(x):\n    return x * 2", "21"))
     assert reward == 0.0 and info["valid_proposal"] is True
-    assert info["proposed_task"] == {"role": "solve", "type": "deduction", "program": "def f(x):\n    return x * 2", "input": "21", "output": "42"}
+    assert info["proposed_task"] == {
+        "role": "solve",
+        "type": "deduction",
+        "program": "def f(x):\n    return x * 2",
+        "input": "21",
+        "output": "42",
+    }
 
 
 @pytest.mark.parametrize(
     ("program", "inputs", "reason"),
     [
-        ("def f(x):\n    return hash(x)", "'abc'", "nondeterministic: two runs gave "),  # str hashes differ per interpreter
+        (
+            "def f(x):\n    return hash(x)",
+            "'abc'",
+            "nondeterministic: two runs gave ",
+        ),  # str hashes differ per interpreter
         ("def f(x):\n    return x +", "1", "syntax error: "),
         ("import os\ndef f(x):\n    return os.getcwd()", "1", "forbidden module: os"),
         ("def f(x):\n    return 1 / x", "0", "the program failed: ZeroDivisionError: division by zero"),
@@ -67,7 +84,9 @@ def test_invalid_proposals_are_refused_with_the_reason(env, program, inputs, rea
 
 def test_an_induction_proposal_runs_its_program_on_each_input(env):
     task = {"role": "propose", "type": "induction", "program": "def f(s):\n    return s[::-1]\n", "references": []}
-    reward, info = play(env, task, "```message\nreversal\n```\n```input\n'ab'\n```\n```input\n'xyz'\n```\n```input\n'q'\n```")
+    reward, info = play(
+        env, task, "```message\nreversal\n```\n```input\n'ab'\n```\n```input\n'xyz'\n```\n```input\n'q'\n```"
+    )
     assert reward == 0.0 and info["proposed_task"] == {**INDUCTION, "message": "reversal"}
 
 
@@ -80,7 +99,11 @@ def test_an_induction_proposal_runs_its_program_on_each_input(env):
         ({"role": "solve", "type": "abduction", **TRIPLET}, "4, 3", 1.0),  # any input with f(i) == o
         ({"role": "solve", "type": "abduction", **TRIPLET}, "1, 1", -0.5),
         (INDUCTION, "```python\ndef f(s):\n    return ''.join(reversed(s))\n```", 1.0),
-        (INDUCTION, "```python\ndef f(s):\n    return s[::-1] if len(s) > 1 else 'x'\n```", -0.5),  # the held-out 'q' fails
+        (
+            INDUCTION,
+            "```python\ndef f(s):\n    return s[::-1] if len(s) > 1 else 'x'\n```",
+            -0.5,
+        ),  # the held-out 'q' fails
     ],
 )
 def test_the_three_solve_checks(env, task, answer, reward):
@@ -93,7 +116,11 @@ def test_the_three_solve_checks(env, task, answer, reward):
         ({"role": "solve", "type": "deduction", **TRIPLET}, "thirteen", "the answer is not a Python literal"),
         ({"role": "solve", "type": "abduction", **TRIPLET}, "a b", "the answer is not a list of literal arguments"),
         (INDUCTION, "def f(s) return", "syntax error: "),
-        (PROPOSE, "```python\ndef f(x):\n    return x\n```", "a proposal needs one ```python block and one ```input block"),
+        (
+            PROPOSE,
+            "```python\ndef f(x):\n    return x\n```",
+            "a proposal needs one ```python block and one ```input block",
+        ),
         (PROPOSE, proposal("def f(x):\n    return x", "x y"), "an input is not a list of literal arguments"),
     ],
 )
@@ -117,8 +144,13 @@ def test_seeded_resets_mix_roles_and_types_deterministically():
     env = make()
     tasks = [env.reset(seed=s)[1]["task"] for s in range(40)]
     assert tasks == [env.reset(seed=s)[1]["task"] for s in range(40)]
-    assert {(t["role"], t["type"]) for t in tasks} == {("propose", "deduction"), ("propose", "abduction"), ("propose", "induction"),
-                                                     ("solve", "deduction"), ("solve", "abduction")}
+    assert {(t["role"], t["type"]) for t in tasks} == {
+        ("propose", "deduction"),
+        ("propose", "abduction"),
+        ("propose", "induction"),
+        ("solve", "deduction"),
+        ("solve", "abduction"),
+    }
     assert all(len(t["references"]) == 6 for t in tasks if t["role"] == "propose")  # the paper's K
 
 
@@ -159,5 +191,9 @@ def test_a_forged_or_missing_report_is_the_programs_failure():
     assert forged.outputs == [None, None] and forged.first_error() == "the program tampered with the runner's report"
     killed = asyncio.run(run_program(sandbox(""), "def f(x):\n    return x", ["1"], 1.0))
     assert killed.outputs == [None] and killed.first_error() == "the program did not finish [ok]"
-    fine = asyncio.run(run_program(sandbox(f'{MARK} [{{"output": "1"}}, {{"error": "E: x"}}]\n'), "def f(x):\n    return x", ["1", "2"], 1.0))
+    fine = asyncio.run(
+        run_program(
+            sandbox(f'{MARK} [{{"output": "1"}}, {{"error": "E: x"}}]\n'), "def f(x):\n    return x", ["1", "2"], 1.0
+        )
+    )
     assert fine.outputs == ["1", None] and fine.errors == [None, "E: x"]

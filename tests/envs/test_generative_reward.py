@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from agent_rl.rollout.backends.hf import load_tokenizer
+from agent_rl.models.loading import load_tokenizer
 from agent_rl.rollout.render import ChatRenderer
 from envs.judge import pointwise_prompt
 from envs.reward_model import (
@@ -24,7 +24,12 @@ from envs.reward_model import (
 from tests.envs.test_reward_model_env import arithmetic_episode
 from tests.test_trainer import trainer
 
-JUDGE_RUN = ["env.id=agent_rl/PreferenceJudge-v0", "env.options={verdicts: pointwise}", "rollout.max_total_tokens=1024", "trainer.steps=2"]
+JUDGE_RUN = [
+    "env.id=agent_rl/PreferenceJudge-v0",
+    "env.options={verdicts: pointwise}",
+    "rollout.max_total_tokens=1024",
+    "trainer.steps=2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +61,9 @@ class ScriptedJudge:
 @pytest.mark.parametrize("weight, verifier_weight", [(1.0, 0.0), (0.5, 1.0)])
 def test_a_scripted_judge_replaces_or_mixes_with_the_verifier(weight, verifier_weight):
     judge = ScriptedJudge("<answer>")
-    env = RewardModelEnv(gym.make("agent_rl/Arithmetic-v0", sandbox_backend="process"), GenerativeScorer(judge), weight, verifier_weight)
+    env = RewardModelEnv(
+        gym.make("agent_rl/Arithmetic-v0", sandbox_backend="process"), GenerativeScorer(judge), weight, verifier_weight
+    )
     call, done, answer = arithmetic_episode(env)
     assert call[1] == 0.0 and done[2]
     assert done[1] == pytest.approx(verifier_weight * 1.0 + weight * 0.8)  # p(good) = 1 / (1 + 1/4)
@@ -66,7 +73,9 @@ def test_a_scripted_judge_replaces_or_mixes_with_the_verifier(weight, verifier_w
     conversation = env.messages[: len(env.messages) - len(done[0])]
     first = next(i for i, m in enumerate(conversation) if m["role"] == "assistant")
     assert messages == pointwise_prompt(conversation[:first], conversation[first:], env.tools)
-    assert conversation[first:][-1] == {"role": "assistant", "content": answer} and len(conversation[first:]) == 3  # call, result, answer
+    assert (
+        conversation[first:][-1] == {"role": "assistant", "content": answer} and len(conversation[first:]) == 3
+    )  # call, result, answer
     env.close()
 
 
@@ -82,7 +91,9 @@ def test_a_scripted_judge_scores_a_bad_response_low():
 def test_the_trained_judge_is_the_reward_of_arithmetic(judge_run):
     judge_dir = str(judge_run / "checkpoints" / "step_000002" / "model")
     env_id = "agent_rl/ArithmeticJudgeTest-v0"
-    register_reward_model(env_id, "agent_rl/Arithmetic-v0", judge_dir, kind="generative", weight=1.0, verifier_weight=0.0)
+    register_reward_model(
+        env_id, "agent_rl/Arithmetic-v0", judge_dir, kind="generative", weight=1.0, verifier_weight=0.0
+    )
     try:
         env = gym.make(env_id, sandbox_backend="process").unwrapped
         assert isinstance(env, RewardModelEnv) and isinstance(env.scorer, GenerativeScorer)
@@ -92,16 +103,22 @@ def test_the_trained_judge_is_the_reward_of_arithmetic(judge_run):
         tokenizer = load_tokenizer(judge_dir)
         model = AutoModelForCausalLM.from_pretrained(judge_dir).eval()
         first = next(i for i, m in enumerate(conversation) if m["role"] == "assistant")
-        prompt = ChatRenderer(tokenizer).prompt_ids(pointwise_prompt(conversation[:first], conversation[first:], env.tools), None)
+        prompt = ChatRenderer(tokenizer).prompt_ids(
+            pointwise_prompt(conversation[:first], conversation[first:], env.tools), None
+        )
         logp = []
         for verdict in ("good", "bad"):
-            target = tokenizer.encode(f"<answer>{verdict}</answer>", add_special_tokens=False) + [tokenizer.eos_token_id]
+            target = tokenizer.encode(f"<answer>{verdict}</answer>", add_special_tokens=False) + [
+                tokenizer.eos_token_id
+            ]
             with torch.no_grad():
                 logits = model(input_ids=torch.tensor([prompt + target])).logits[0].float()
             logp.append(sum(float(torch.log_softmax(logits[len(prompt) - 1 + k], -1)[t]) for k, t in enumerate(target)))
         expected = 1.0 / (1.0 + math.exp(logp[1] - logp[0]))
         assert 0.0 < done[1] < 1.0 and done[1] == pytest.approx(expected, abs=1e-5)
-        assert PolicyJudge(judge_dir)(pointwise_prompt(conversation[:first], conversation[first:], env.tools), ["<answer>good</answer>"])[0] == pytest.approx(logp[0], abs=1e-4)
+        assert PolicyJudge(judge_dir)(
+            pointwise_prompt(conversation[:first], conversation[first:], env.tools), ["<answer>good</answer>"]
+        )[0] == pytest.approx(logp[0], abs=1e-4)
         env.close()
     finally:
         gym.registry.pop(env_id, None)

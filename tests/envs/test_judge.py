@@ -15,7 +15,11 @@ from envs.splits import split_of
 PAIR = {"prompt": "What is 2+3?", "chosen": "<answer>5</answer>", "rejected": "<answer>6</answer>"}
 CONVERSATION_PAIR = {
     "prompt": [{"role": "system", "content": "Add."}, {"role": "user", "content": "What is 1+1?"}],
-    "chosen": [{"role": "assistant", "content": "calc 1+1"}, {"role": "tool", "content": "2"}, {"role": "assistant", "content": "<answer>2</answer>"}],
+    "chosen": [
+        {"role": "assistant", "content": "calc 1+1"},
+        {"role": "tool", "content": "2"},
+        {"role": "assistant", "content": "<answer>2</answer>"},
+    ],
     "rejected": [{"role": "assistant", "content": "<answer>3</answer>"}],
     "tools": [{"type": "function", "function": {"name": "python", "parameters": {}}}],
 }
@@ -41,14 +45,21 @@ def test_pairwise_prompt_and_verdict_by_hand(tmp_path):
     env = PreferenceJudgeEnv(data=write(tmp_path, [PAIR]), split=split)
     obs, info = env.reset(seed=0, options={"order": "BA"})
     assert obs == [
-        {"role": "system", "content": "You are a judge. Read the conversation and the responses, then give your verdict as <answer>V</answer>."},
+        {
+            "role": "system",
+            "content": "You are a judge. Read the conversation and the responses, then give your verdict as <answer>V</answer>.",
+        },
         {
             "role": "user",
             "content": "# Conversation\nuser: What is 2+3?\n# Response A\nassistant: <answer>6</answer>\n"
             "# Response B\nassistant: <answer>5</answer>\nWhich response is better? Reply <answer>A</answer> or <answer>B</answer>.",
         },
     ]
-    assert info["task"]["answer"] == "B" and info["tools"] == [] and info["teacher_context"] == "The right verdict: <answer>B</answer>"
+    assert (
+        info["task"]["answer"] == "B"
+        and info["tools"] == []
+        and info["teacher_context"] == "The right verdict: <answer>B</answer>"
+    )
     assert env.step("The second one. <answer>B</answer>")[1:4] == (1.0, True, False)
     env.reset(seed=0, options={"order": "AB"})
     assert env.step("b")[1:4] == (0.0, True, False)  # the bare word, case-insensitive: a valid, wrong verdict
@@ -89,13 +100,20 @@ def test_a_malformed_verdict_is_an_error_observation(tmp_path, action, why):
 
 def test_pointwise_labels_pairs_and_samples(tmp_path):
     records = [PAIR, LABELLED]
-    env = PreferenceJudgeEnv(data=write(tmp_path, records), verdicts="pointwise", split=split_of_record(PAIR), max_turns=1)
+    env = PreferenceJudgeEnv(
+        data=write(tmp_path, records), verdicts="pointwise", split=split_of_record(PAIR), max_turns=1
+    )
     seen = set()
     for seed in range(30):
         obs, info = env.reset(seed=seed)
         response = info["task"]["responses"][0][0]["content"]
-        assert info["task"]["answer"] == {"<answer>5</answer>": "good", "<answer>6</answer>": "bad", "<answer>8</answer>": "good"}[response]
-        assert obs[1]["content"].endswith(f"# Response\nassistant: {response}\nIs the response good or bad? Reply <answer>good</answer> or <answer>bad</answer>.")
+        assert (
+            info["task"]["answer"]
+            == {"<answer>5</answer>": "good", "<answer>6</answer>": "bad", "<answer>8</answer>": "good"}[response]
+        )
+        assert obs[1]["content"].endswith(
+            f"# Response\nassistant: {response}\nIs the response good or bad? Reply <answer>good</answer> or <answer>bad</answer>."
+        )
         seen.add(info["task"]["answer"])
         assert env.step(f"<answer>{info['task']['answer']}</answer>")[1] == 1.0
     assert seen == {"good", "bad"}
@@ -112,7 +130,12 @@ def test_conversations_tools_and_replay(tmp_path):
         "assistant: <answer>2</answer>\n# Response B\nassistant: <answer>3</answer>\n"
         "Which response is better? Reply <answer>A</answer> or <answer>B</answer>."
     )
-    assert obs == pairwise_prompt(CONVERSATION_PAIR["prompt"], CONVERSATION_PAIR["chosen"], CONVERSATION_PAIR["rejected"], CONVERSATION_PAIR["tools"])
+    assert obs == pairwise_prompt(
+        CONVERSATION_PAIR["prompt"],
+        CONVERSATION_PAIR["chosen"],
+        CONVERSATION_PAIR["rejected"],
+        CONVERSATION_PAIR["tools"],
+    )
     replay, replay_info = PreferenceJudgeEnv().reset(options={"task": info["task"]})  # options["task"] replays it
     assert replay == obs and replay_info["task_id"] == info["task_id"] and replay_info["state_key"] == info["state_key"]
     _, other = env.reset(seed=1, options={"order": "BA"})
@@ -120,14 +143,21 @@ def test_conversations_tools_and_replay(tmp_path):
 
 
 def test_splits_are_disjoint_by_content_hash(tmp_path):
-    records = [{"prompt": f"What is {i}+1?", "chosen": f"<answer>{i + 1}</answer>", "rejected": f"<answer>{i}</answer>"} for i in range(60)]
+    records = [
+        {"prompt": f"What is {i}+1?", "chosen": f"<answer>{i + 1}</answer>", "rejected": f"<answer>{i}</answer>"}
+        for i in range(60)
+    ]
     path = write(tmp_path, records)
     prompts = {}
     for split in ("train", "val", "test"):
         env = PreferenceJudgeEnv(data=path, split=split)
         prompts[split] = {env.reset(seed=s)[1]["task"]["prompt"][0]["content"] for s in range(50)}
         assert all(split_of_record(r) == split for r in records if r["prompt"] in prompts[split])
-    assert not (prompts["train"] & prompts["val"]) and not (prompts["train"] & prompts["test"]) and not (prompts["val"] & prompts["test"])
+    assert (
+        not (prompts["train"] & prompts["val"])
+        and not (prompts["train"] & prompts["test"])
+        and not (prompts["val"] & prompts["test"])
+    )
     builtin = {s: PreferenceJudgeEnv(split=s).reset(seed=3)[0][1]["content"] for s in ("train", "test")}
     assert builtin["train"] != builtin["test"]  # built-in pairs: Arithmetic-v0's split of their question
 
@@ -166,6 +196,12 @@ def test_the_weak_judge_teacher_writes_valid_verdicts_better_than_chance():
             _, reward, terminated, _, info = env.step(weak_judge(obs, rng))
             assert info["action_valid"] and terminated
             rewards.append(reward)
-        assert 0.65 <= sum(rewards) / len(rewards) <= 0.85, (verdicts, sum(rewards) / len(rewards))  # half oracle, half guesses: ~0.75
+        assert 0.65 <= sum(rewards) / len(rewards) <= 0.85, (
+            verdicts,
+            sum(rewards) / len(rewards),
+        )  # half oracle, half guesses: ~0.75
         assert weak_judge(obs, rng, p_random=0.0) == f"<answer>{env._task['answer']}</answer>"  # the oracle part
-    assert weak_judge([{"role": "user", "content": "# Response A\nx\n# Response B\ny"}], rng) in ("<answer>A</answer>", "<answer>B</answer>")
+    assert weak_judge([{"role": "user", "content": "# Response A\nx\n# Response B\ny"}], rng) in (
+        "<answer>A</answer>",
+        "<answer>B</answer>",
+    )

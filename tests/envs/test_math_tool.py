@@ -44,7 +44,11 @@ def test_oracle_scores_one_on_every_generator(env):
 def test_oracle_on_sampled_tasks_and_tool_output(env):
     rewards = [_play(env, oracle, seed=s)[0] for s in range(6)]
     assert rewards == [1.0] * 6
-    task = {"generator": "gcd", "question": "Find the Greatest Common Divisor (GCD) of these numbers: 84, 36. Give only the GCD as your final answer.", "answer": "12"}
+    task = {
+        "generator": "gcd",
+        "question": "Find the Greatest Common Divisor (GCD) of these numbers: 84, 36. Give only the GCD as your final answer.",
+        "answer": "12",
+    }
     _, messages = _play(env, oracle, seed=0, options={"task": task})
     assert messages[-2] == {"role": "tool", "content": "12"} and messages[-1]["content"] == "<answer>12</answer>"
 
@@ -59,8 +63,16 @@ def test_do_nothing_scores_zero_and_is_truncated(env):
     assert rewards == [0.0] * env.unwrapped.max_turns and truncated and info["action_valid"] is False
 
 
-SIMPLIFY = {"generator": "fraction_simplification", "question": "Simplify the fraction 6/12 to its lowest terms. Give only the simplified fraction as your final answer.", "answer": "1/2"}
-CHAIN = {"generator": "chain_sum", "question": "State the final answer to the following arithmetic problem: 5 - 3 - 6 =", "answer": "-4"}
+SIMPLIFY = {
+    "generator": "fraction_simplification",
+    "question": "Simplify the fraction 6/12 to its lowest terms. Give only the simplified fraction as your final answer.",
+    "answer": "1/2",
+}
+CHAIN = {
+    "generator": "chain_sum",
+    "question": "State the final answer to the following arithmetic problem: 5 - 3 - 6 =",
+    "answer": "-4",
+}
 
 
 @pytest.mark.parametrize(
@@ -129,7 +141,9 @@ def test_teacher_context_and_state_key(env):
     _, info = env.reset(seed=0, options={"task": CHAIN})
     assert info["teacher_context"] == "Verified answer: -4; python that prints it: print(5 - 3 - 6)"
     key0 = info["state_key"]
-    obs, _, _, _, info = env.step('<tool_call>{"name": "python", "arguments": {"code": "print(5 - 3 - 6)"}}</tool_call>')
+    obs, _, _, _, info = env.step(
+        '<tool_call>{"name": "python", "arguments": {"code": "print(5 - 3 - 6)"}}</tool_call>'
+    )
     assert obs == [{"role": "tool", "content": "-4"}] and info["state_key"] != key0
 
 
@@ -140,7 +154,9 @@ def test_weak_teacher_errs_on_long_numbers_only():
     big = "Solve the following multiplication: 914 * 807. Give only the result as your final answer."
     answers = {weak_teacher([{"role": "user", "content": big}], rng, p_direct=1.0) for _ in range(20)}
     assert "<answer>737598</answer>" not in answers and all(a.startswith("<answer>") for a in answers)
-    fraction = "Simplify the fraction 12445/30305 to its lowest terms. Give only the simplified fraction as your final answer."
+    fraction = (
+        "Simplify the fraction 12445/30305 to its lowest terms. Give only the simplified fraction as your final answer."
+    )
     assert mental_answer(fraction, rng) != "131/319"
     assert weak_teacher([{"role": "user", "content": big}], rng, p_direct=0.0).startswith("<tool_call>")
 
@@ -170,7 +186,7 @@ def test_sandbox_failure_is_an_infra_error_not_a_zero():
 
 
 def test_tokenizer_corpus_is_opt_in():
-    from agent_rl.tiny import env_corpus
+    from agent_rl.run.envloader import env_corpus
 
     assert env_corpus("agent_rl/Arithmetic-v0") is None  # the default tokenizer stays Arithmetic's
     conversations = list(env_corpus("agent_rl/MathTool-v0")(4, random.Random(0)))
@@ -187,12 +203,29 @@ def test_math_tool_recipe_runs_end_to_end(tmp_path):
     from tests.conftest import ROOT, cli_env
 
     small = [
-        "sandbox.backend=process", "rollout.group_size=2", "trainer.prompts_per_step=2", "trainer.steps=1",
-        "tracking.tensorboard=false", "tracking.progress=false", "eval.episodes=4", "sft.demos=16",
-        "sft.batch_size=8", "sft.max_steps=2", "sft.eval_every_steps=2", "sft.eval_episodes=4",
+        "sandbox.backend=process",
+        "rollout.group_size=2",
+        "trainer.prompts_per_step=2",
+        "trainer.steps=1",
+        "tracking.tensorboard=false",
+        "tracking.progress=false",
+        "eval.episodes=4",
+        "sft.demos=16",
+        "sft.batch_size=8",
+        "sft.max_steps=2",
+        "sft.eval_every_steps=2",
+        "sft.eval_episodes=4",
     ]
     args = ["quickstart", "--config", str(ROOT / "configs" / "math_tool.yaml"), "--root", str(tmp_path / "mt"), *small]
-    r = subprocess.run([sys.executable, "-m", "agent_rl.cli", *args], check=False, capture_output=True, text=True, cwd=ROOT, env=cli_env(), timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "agent_rl.cli", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=cli_env(),
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     assert "agent_rl/MathTool-v0" in r.stdout and "SFT + RL" in r.stdout
     summary = json.loads((tmp_path / "mt" / "summary.json").read_text())

@@ -12,11 +12,7 @@ from envs.maze.tasks import Maze, sample_maze, shortest_path
 from envs.splits import SPLITS
 
 # S at (1,1), G at (1,3); the only other way round is through the bottom row
-TINY = {"grid": ["#####",
-                 "#S.G#",
-                 "#.#.#",
-                 "#...#",
-                 "#####"]}
+TINY = {"grid": ["#####", "#S.G#", "#.#.#", "#...#", "#####"]}
 
 
 @pytest.fixture
@@ -35,7 +31,9 @@ def test_board_rendering_and_moves(env):
     assert obs == [{"role": "user", "content": "#####\n#.@G#\n#.#.#\n#...#\n#####"}]
     assert (reward, terminated, truncated, info["action_valid"]) == (0.0, False, False, True)
     # the tool-call form is answered by a tool message
-    obs, reward, terminated, _, info = env.step('<tool_call>{"name": "move", "arguments": {"direction": "right"}}</tool_call>')
+    obs, reward, terminated, _, info = env.step(
+        '<tool_call>{"name": "move", "arguments": {"direction": "right"}}</tool_call>'
+    )
     assert (obs, reward, terminated, info["solved"]) == ([], 1.0, True, True)
 
 
@@ -43,7 +41,9 @@ def test_wall_is_an_error_and_changes_nothing(env):
     _, info = env.reset(options={"task": TINY})
     obs, reward, terminated, _, step_info = env.step("up")
     assert step_info["action_valid"] is False and reward == 0.0 and not terminated
-    assert obs[0]["content"] == "error: cannot move up: wall. The board is unchanged:\n#####\n#@.G#\n#.#.#\n#...#\n#####"
+    assert (
+        obs[0]["content"] == "error: cannot move up: wall. The board is unchanged:\n#####\n#@.G#\n#.#.#\n#...#\n#####"
+    )
     assert step_info["state_key"] == info["state_key"]
 
 
@@ -54,7 +54,10 @@ def test_wall_is_an_error_and_changes_nothing(env):
         ("up down", "no move"),
         ("<answer>solved</answer>", "no move"),  # claiming success is not a move
         ('<tool_call>{"name": "teleport", "arguments": {"to": "G"}}</tool_call>', "unknown tool 'teleport'"),
-        ('<tool_call>{"name": "move", "arguments": {"direction": "through"}}</tool_call>', "only a direction, one of up, down, left, right"),
+        (
+            '<tool_call>{"name": "move", "arguments": {"direction": "through"}}</tool_call>',
+            "only a direction, one of up, down, left, right",
+        ),
         ('<tool_call>{"name": "move"', "unterminated <tool_call>"),
     ],
 )
@@ -66,7 +69,9 @@ def test_bad_actions_and_hacks_score_zero(env, action, fragment):
 
 def test_state_key_is_the_board_and_position(env):
     # right then left comes back to the start: same key, in the same and in another episode
-    _, keys, _ = play(env, lambda m, r: ["right", "left", "down", "up", "up", "up"][len(m) // 2 - 1], options={"task": TINY})
+    _, keys, _ = play(
+        env, lambda m, r: ["right", "left", "down", "up", "up", "up"][len(m) // 2 - 1], options={"task": TINY}
+    )
     start, right, back, down, back2 = keys[:5]
     assert start == back == back2 and len({start, right, down}) == 3
     _, info = env.reset(options={"task": TINY})

@@ -43,7 +43,9 @@ def test_language_consistency_is_the_target_languages_share_of_the_chain_of_thou
     assert target_language_share("12 + 7 = 19", "en") == 1.0  # no words: nothing inconsistent
     lc = LanguageConsistency("en", weight=0.5)
     # only the <think> block counts when there is one: "think in english 先" = 3 en of 4 words
-    assert lc.step("<think>think in english 先</think><answer>中文</answer>", 1.0, True, {}) == pytest.approx(0.5 * 3 / 4)
+    assert lc.step("<think>think in english 先</think><answer>中文</answer>", 1.0, True, {}) == pytest.approx(
+        0.5 * 3 / 4
+    )
     with pytest.raises(ValueError, match="unknown language 'xx'"):
         LanguageConsistency("xx")
 
@@ -73,7 +75,11 @@ def test_shaped_arithmetic_env_adds_the_components_to_its_reward():
             return bad, call, done
 
         bad, call, done = asyncio.run(episode())
-        assert bad[1] == pytest.approx(-0.1) and bad[4]["reward_components"] == {"env": 0.0, "r1_format": 0.0, "tool_error": -0.1}
+        assert bad[1] == pytest.approx(-0.1) and bad[4]["reward_components"] == {
+            "env": 0.0,
+            "r1_format": 0.0,
+            "tool_error": -0.1,
+        }
         assert call[1] == 0.0
         # right answer (env 1.0) + R1 format on the last step: 1 of 3 actions well-formed
         assert done[2] and done[1] == pytest.approx(1.0 + 1 / 3)

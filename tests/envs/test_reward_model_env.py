@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from agent_rl.algorithms.preference_data import record_trajectories
+from agent_rl.core.types import TrajectoryGroup
 from agent_rl.learner.critic import load_value_model
-from agent_rl.reward_model import sequence_rewards
-from agent_rl.rollout.backends.hf import load_tokenizer
+from agent_rl.models.loading import load_tokenizer
 from agent_rl.rollout.batching import make_batch
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.types import TrajectoryGroup
+from agent_rl.train.scorers import sequence_rewards
 from envs.arithmetic.policies import answer_text, tool_call_text
 from envs.reward_model import RewardModelEnv, RewardModelScorer, register_reward_model
 
@@ -121,7 +121,9 @@ class PrefixScorer:
 
 def test_process_level_rewards_each_step_by_the_change_of_its_score():
     scorer = PrefixScorer()
-    env = RewardModelEnv(gym.make("agent_rl/Arithmetic-v0", sandbox_backend="process"), scorer, 2.0, 1.0, level="process")
+    env = RewardModelEnv(
+        gym.make("agent_rl/Arithmetic-v0", sandbox_backend="process"), scorer, 2.0, 1.0, level="process"
+    )
     call, done, _ = arithmetic_episode(env)
     assert call[1] == pytest.approx(2.0 * 0.25)  # the call: the env's 0 + 2 * (0.25 - 0)
     assert done[1] == pytest.approx(1.0 + 2.0 * (0.75 - 0.25))  # the answer: the verifier's 1 + 2 * 0.5

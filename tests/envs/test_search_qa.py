@@ -33,11 +33,16 @@ def test_knowledge_base_is_deterministic_two_hop_and_split_without_overlap():
     assert (len(kb.docs), len(kb.questions)) == (200, 520)
     q = kb.questions[0]
     assert q.question == "In which country was Pepe Kalun born?" and q.answer == "Fagargaria" and q.evidence == (0, 147)
-    assert kb.docs[0].text == "Pepe Kalun is an engineer. Pepe Kalun was born in Taslobri. Pepe Kalun is employed by Zenpe Works."
+    assert (
+        kb.docs[0].text
+        == "Pepe Kalun is an engineer. Pepe Kalun was born in Taslobri. Pepe Kalun is employed by Zenpe Works."
+    )
     # the first hop names the bridge, the second hop states the answer
     assert q.bridge in kb.docs[q.evidence[0]].text and q.answer in kb.docs[q.evidence[1]].text
     splits = [{x.task_id for x in kb.split(s)} for s in ("train", "val", "test")]
-    assert sum(map(len, splits)) == 520 and not (splits[0] & splits[1] or splits[0] & splits[2] or splits[1] & splits[2])
+    assert sum(map(len, splits)) == 520 and not (
+        splits[0] & splits[1] or splits[0] & splits[2] or splits[1] & splits[2]
+    )
     # an entity's exact name retrieves its own document first
     assert all(kb.search(d.title, 1)[0].doc_id == d.doc_id for d in kb.docs)
     assert kb.search("zzz qqq", 3) == [] and normalize("The  Fagargaria!") == "fagargaria"
@@ -59,11 +64,16 @@ def test_search_tool_observation_retrieved_ids_and_errors():
     assert [t["function"]["name"] for t in info["tools"]] == ["search"]
     obs, reward, terminated, truncated, step = env.step(search_text(q.entity))
     assert obs[0]["content"].splitlines()[0].startswith(f"[doc {q.evidence[0]}] {q.entity}: ")
-    assert step["retrieved"] == [q.evidence[0]] and step["evidence"] == list(q.evidence)  # a person's name is in one document
+    assert step["retrieved"] == [q.evidence[0]] and step["evidence"] == list(
+        q.evidence
+    )  # a person's name is in one document
     assert (reward, terminated, step["action_valid"]) == (0.0, False, True)
     # a call to an unknown tool, a query of the wrong type, no call at all: error observations
-    for action in ('<tool_call>{"name": "python", "arguments": {"code": "1"}}</tool_call>',
-                   '<tool_call>{"name": "search", "arguments": {"query": 3}}</tool_call>', "I think so"):
+    for action in (
+        '<tool_call>{"name": "python", "arguments": {"code": "1"}}</tool_call>',
+        '<tool_call>{"name": "search", "arguments": {"query": 3}}</tool_call>',
+        "I think so",
+    ):
         obs, reward, terminated, truncated, step = env.step(action)
         assert obs[-1]["content"].startswith("error: ") and step["action_valid"] is False and step["retrieved"] == []
         if truncated:
@@ -103,5 +113,7 @@ def test_the_r2_env_adds_the_density_to_exact_match():
     q = knowledge_base().by_task[info["task_id"]]
     assert retrieved[0] == q.evidence[0] and set(q.evidence) <= set(retrieved) and len(retrieved) > 2
     expected = 1.0 + information_density(retrieved, set(q.evidence))
-    assert total == pytest.approx(expected) and infos[-1]["reward_components"]["information_density"] == pytest.approx(expected - 1.0)
+    assert total == pytest.approx(expected) and infos[-1]["reward_components"]["information_density"] == pytest.approx(
+        expected - 1.0
+    )
     env.close()

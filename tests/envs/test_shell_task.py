@@ -59,8 +59,11 @@ def run_episode(env, actions, options):
             return rewards, info, messages
 
 
-TASKS = [{"family": "find_file", "difficulty": 1, "seed": 3}, {"family": "fix_config", "difficulty": 2, "seed": 11},
-         {"family": "collect", "difficulty": 3, "seed": 5}]
+TASKS = [
+    {"family": "find_file", "difficulty": 1, "seed": 3},
+    {"family": "fix_config", "difficulty": 2, "seed": 11},
+    {"family": "collect", "difficulty": 3, "seed": 5},
+]
 
 
 @pytest.mark.parametrize("backend", [pytest.param("docker", marks=pytest.mark.docker), "bwrap"], indirect=True)
@@ -79,21 +82,41 @@ def test_do_nothing_and_hacks_score_zero(make):
     hacks = {
         "submit at once": ({"family": "find_file", "difficulty": 1, "seed": 3}, [call_text("submit")]),
         "talk until the turn budget ends": (fix, ["I fixed it.", "Done!", "<answer>ok</answer>"]),
-        "garbage answer": ({"family": "find_file", "difficulty": 1, "seed": 3},
-                           [call_text("write_file", path="answer.txt", content="data/\n*\n"), call_text("submit")]),
-        "every service.conf, .bak included": ({"family": "collect", "difficulty": 1, "seed": 3},
-                                              [call_text("shell", command="grep -rh '^name\\|^port' services | paste - - | "
-                                                         "awk '{print $3, $6}' | sort > ports.txt"), call_text("submit")]),
-        "rewrite the program": (fix, [call_text("write_file", path="app/main.py", content=f"print({expected!r})\n"),
-                                      call_text("shell", command="python3 app/main.py"), call_text("submit")]),
+        "garbage answer": (
+            {"family": "find_file", "difficulty": 1, "seed": 3},
+            [call_text("write_file", path="answer.txt", content="data/\n*\n"), call_text("submit")],
+        ),
+        "every service.conf, .bak included": (
+            {"family": "collect", "difficulty": 1, "seed": 3},
+            [
+                call_text(
+                    "shell",
+                    command="grep -rh '^name\\|^port' services | paste - - | awk '{print $3, $6}' | sort > ports.txt",
+                ),
+                call_text("submit"),
+            ],
+        ),
+        "rewrite the program": (
+            fix,
+            [
+                call_text("write_file", path="app/main.py", content=f"print({expected!r})\n"),
+                call_text("shell", command="python3 app/main.py"),
+                call_text("submit"),
+            ],
+        ),
         "delete the program": (fix, [call_text("shell", command="rm -f app/main.py"), call_text("submit")]),
-        "shadow a module": (fix, [call_text("write_file", path="app/configparser.py", content="raise SystemExit(0)\n"),
-                                  call_text("submit")]),
+        "shadow a module": (
+            fix,
+            [call_text("write_file", path="app/configparser.py", content="raise SystemExit(0)\n"), call_text("submit")],
+        ),
     }
     for name, (task, actions) in hacks.items():
         rewards, info, messages = run_episode(env, actions, {"task": task})
         assert sum(rewards) == 0.0 and info["passed"] is False, (name, info, messages[-3:])
-    assert "changed protected files: app/main.py" in run_episode(env, hacks["rewrite the program"][1], {"task": fix})[1]["check"]
+    assert (
+        "changed protected files: app/main.py"
+        in run_episode(env, hacks["rewrite the program"][1], {"task": fix})[1]["check"]
+    )
 
 
 def test_progress_rewards_telescope_to_the_outcome(make):
@@ -106,8 +129,9 @@ def test_progress_rewards_telescope_to_the_outcome(make):
     config = make_task("fix_config", 3, 2).files["app/config.ini"]
     assert "port = 80\n" in config and "workers = 0\n" in config and "mode = turbo\n" in config
     one_fixed = config.replace("mode = turbo", "mode = safe")
-    rewards, info, _ = run_episode(env, [call_text("write_file", path="app/config.ini", content=one_fixed), call_text("submit")],
-                                   {"task": task})
+    rewards, info, _ = run_episode(
+        env, [call_text("write_file", path="app/config.ini", content=one_fixed), call_text("submit")], {"task": task}
+    )
     assert rewards[0] == pytest.approx(0.5 / 3) and rewards[1] == pytest.approx(-0.5 / 3) and not info["passed"]
 
 
@@ -117,14 +141,18 @@ def test_tools_observations_and_state_keys(make):
     obs, info = env.reset(options={"task": task})
     assert [t["function"]["name"] for t in info["tools"]] == ["shell", "read_file", "write_file", "submit"]
     assert obs[1]["content"].startswith("For every file named exactly service.conf")
-    two_calls = call_text("write_file", path="notes/a.txt", content="x y\n") + call_text("read_file", path="notes/a.txt")
+    two_calls = call_text("write_file", path="notes/a.txt", content="x y\n") + call_text(
+        "read_file", path="notes/a.txt"
+    )
     obs, reward, terminated, truncated, step = env.step(two_calls)
     assert obs == [{"role": "tool", "content": "wrote 4 bytes to notes/a.txt"}, {"role": "tool", "content": "x y\n"}]
     assert step["action_valid"] and (reward, terminated, truncated) == (0.0, False, False)
     obs, _, _, _, bad = env.step(call_text("read_file", path="../../etc/passwd"))
     assert obs[0]["content"] == "error: sandbox path '../../etc/passwd' leaves the work directory"
     obs, _, _, _, bad = env.step(call_text("read_file", file="x"))
-    assert bad["action_valid"] is False and obs[0]["content"].startswith("error: invalid arguments for tool 'read_file'")
+    assert bad["action_valid"] is False and obs[0]["content"].startswith(
+        "error: invalid arguments for tool 'read_file'"
+    )
     obs, _, _, _, bad = env.step(call_text("python", code="print(1)"))
     assert obs[0]["content"] == "error: unknown tool 'python'; available: shell, read_file, write_file, submit"
     # the same observations give the same key in another episode; a different observation another key

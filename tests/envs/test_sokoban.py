@@ -9,17 +9,9 @@ from envs.sokoban.policies import oracle
 from envs.sokoban.tasks import Board, live_cells, sample_board, solve
 from envs.splits import SPLITS
 
-LINE = {"grid": ["#######",
-                 "#@-$-.#",
-                 "#######"]}
-KEYS = {"grid": ["######",
-                 "#@---#",
-                 "#-$-.#",
-                 "######"]}
-TWO = {"grid": ["#######",
-                "#@$$..#",
-                "#-----#",
-                "#######"]}
+LINE = {"grid": ["#######", "#@-$-.#", "#######"]}
+KEYS = {"grid": ["######", "#@---#", "#-$-.#", "######"]}
+TWO = {"grid": ["#######", "#@$$..#", "#-----#", "#######"]}
 
 
 @pytest.fixture
@@ -43,7 +35,9 @@ def test_blocked_push_and_wall_are_errors(env):
     _, info = env.reset(options={"task": TWO})
     obs, reward, _, _, step_info = env.step("right")  # box behind box
     assert step_info["action_valid"] is False and reward == 0.0
-    assert obs[0]["content"].startswith("error: cannot push the box right: blocked. The board is unchanged:\n#######\n#@$$")
+    assert obs[0]["content"].startswith(
+        "error: cannot push the box right: blocked. The board is unchanged:\n#######\n#@$$"
+    )
     assert env.step("left")[0][0]["content"].startswith("error: cannot move left: wall")
     assert env.step("up")[4]["state_key"] == info["state_key"]
 
@@ -79,8 +73,11 @@ def test_oracle_solves_generated_boards_and_do_nothing_scores_zero():
 
 def test_hacks_score_zero(env):
     env.reset(options={"task": LINE})
-    for action in ["<answer>solved</answer>", '<tool_call>{"name": "set_board", "arguments": {"grid": "#*#"}}</tool_call>',
-                   '<tool_call>{"name": "move", "arguments": {"direction": "right", "steps": 3}}</tool_call>']:
+    for action in [
+        "<answer>solved</answer>",
+        '<tool_call>{"name": "set_board", "arguments": {"grid": "#*#"}}</tool_call>',
+        '<tool_call>{"name": "move", "arguments": {"direction": "right", "steps": 3}}</tool_call>',
+    ]:
         _, reward, terminated, _, info = env.step(action)
         assert (reward, terminated, info["action_valid"]) == (0.0, False, False)
 

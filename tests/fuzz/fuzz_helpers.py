@@ -27,10 +27,42 @@ def fuzz_settings(max_examples: int) -> settings:
 
 # the markers the tool-call formats read, and what breaks parsers: quotes, braces, escapes, NUL
 MARKERS = [
-    "<tool_call>", "</tool_call>", "<answer>", "</answer>", "```python\n", "```py\n", "```", "\n",
-    "{", "}", "[", "]", '"', "'", "\\", ":", ",", '"name"', '"arguments"', '"code"', "null", "true",
-    "1e309", "-0", "NaN", "Infinity", "\x00", "\ud800", "\U0001f600", "\u202e", "\r\n", "<tool_call",
-    "tool_call>", "</answer", "<", ">",
+    "<tool_call>",
+    "</tool_call>",
+    "<answer>",
+    "</answer>",
+    "```python\n",
+    "```py\n",
+    "```",
+    "\n",
+    "{",
+    "}",
+    "[",
+    "]",
+    '"',
+    "'",
+    "\\",
+    ":",
+    ",",
+    '"name"',
+    '"arguments"',
+    '"code"',
+    "null",
+    "true",
+    "1e309",
+    "-0",
+    "NaN",
+    "Infinity",
+    "\x00",
+    "\ud800",
+    "\U0001f600",
+    "\u202e",
+    "\r\n",
+    "<tool_call",
+    "tool_call>",
+    "</answer",
+    "<",
+    ">",
 ]
 
 # a tool call's JSON, well-formed or not: real names and argument keys with random values
@@ -68,7 +100,9 @@ def adversarial_text(draw) -> str:
     """Random text built from the formats' own markers, call bodies and arbitrary unicode."""
     pieces = draw(
         st.lists(
-            st.sampled_from(MARKERS) | call_json() | st.text(max_size=30)
+            st.sampled_from(MARKERS)
+            | call_json()
+            | st.text(max_size=30)
             | st.builds(lambda b: f"<tool_call>{b}</tool_call>", call_json())
             | st.builds(lambda c: f"```python\n{c}```", st.text(max_size=30)),
             max_size=12,
@@ -79,16 +113,50 @@ def adversarial_text(draw) -> str:
 
 # the other tool-call formats' syntax (tools/formats): special tokens, reasoning tags, Python calls
 FORMAT_MARKERS = [
-    "<think>", "</think>", "[THINK]", "[/THINK]", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "<|python_tag|>",
-    "<|eom_id|>", "<|eot_id|>", "<|python_start|>", "<|python_end|>", "<|start|>", "assistant", "<|channel|>",
-    "analysis", "commentary", "final", " to=functions.", "to=python", " <|constrain|>json", "<|message|>",
-    "<|end|>", "<|call|>", "<|return|>", "[f(", "x=1", "(", ")", "=", ";", "**kw", "true", "None", '"parameters"',
+    "<think>",
+    "</think>",
+    "[THINK]",
+    "[/THINK]",
+    "[TOOL_CALLS]",
+    "[ARGS]",
+    "[CALL_ID]",
+    "<|python_tag|>",
+    "<|eom_id|>",
+    "<|eot_id|>",
+    "<|python_start|>",
+    "<|python_end|>",
+    "<|start|>",
+    "assistant",
+    "<|channel|>",
+    "analysis",
+    "commentary",
+    "final",
+    " to=functions.",
+    "to=python",
+    " <|constrain|>json",
+    "<|message|>",
+    "<|end|>",
+    "<|call|>",
+    "<|return|>",
+    "[f(",
+    "x=1",
+    "(",
+    ")",
+    "=",
+    ";",
+    "**kw",
+    "true",
+    "None",
+    '"parameters"',
 ]
 python_calls = st.builds(
     lambda name, keys, values: f"{name}(" + ", ".join(f"{k}={v}" for k, v in zip(keys, values, strict=False)) + ")",
     st.sampled_from(["python", "get_weather", "a.b", "f", "1x", ""]),
     st.lists(st.sampled_from(["code", "x", "class", "", "**"]), max_size=3),
-    st.lists(st.sampled_from(["1", "'s'", '"\\ud800"', "[1, {'a': None}]", "true", "null", "f(1)", "{1, 2}", "b'x'", "("]), max_size=3),
+    st.lists(
+        st.sampled_from(["1", "'s'", '"\\ud800"', "[1, {'a': None}]", "true", "null", "f(1)", "{1, 2}", "b'x'", "("]),
+        max_size=3,
+    ),
 )
 
 
@@ -97,7 +165,10 @@ def format_text(draw) -> str:
     """Random text built from every format's markers, JSON call bodies and Python calls."""
     pieces = draw(
         st.lists(
-            st.sampled_from(MARKERS + FORMAT_MARKERS) | call_json() | python_calls | st.text(max_size=20)
+            st.sampled_from(MARKERS + FORMAT_MARKERS)
+            | call_json()
+            | python_calls
+            | st.text(max_size=20)
             | st.builds(lambda calls: "[" + ", ".join(calls) + "]", st.lists(python_calls, max_size=3)),
             max_size=14,
         )

@@ -36,21 +36,66 @@ def _paths(node, prefix=()) -> list[str]:
 
 
 KEYS = sorted(set(_paths(Config().model_dump(mode="json"))))
-NAMES = sorted({n for r in (ADVANTAGES, AGGREGATIONS, CREDITS, FILTERS, KLS, POLICY_LOSSES) for n in r.names()}
-               | {"hf", "openai", "vllm", "agent_rl/Maze-v0"})
+NAMES = sorted(
+    {n for r in (ADVANTAGES, AGGREGATIONS, CREDITS, FILTERS, KLS, POLICY_LOSSES) for n in r.names()}
+    | {"hf", "openai", "vllm", "agent_rl/Maze-v0"}
+)
 
 # YAML that parses to odd values, or does not parse: tags, anchors, cycles, NaN, huge numbers
 ODD_YAML = [
-    "", "~", "null", "[]", "{}", ".nan", ".inf", "-.inf", "1e400", "-1", "0", "2", "0.5", "true", "'1'",
-    "9" * 5000, "[", "{a: ", "]", "'", '"\\x', "a: b: c", "- a\n- b", "&a [*a]", "&a {x: *a}", "*nope",
-    "!!python/object:os.system x", "!!binary AAAA", "!!float x", "!!int x", "!!timestamp x", "!!set {a}",
-    "2001-12-14", "{1: 2}", "[{name: dynamic_sampling}]", "{name: nope}", "\x00", "\t", "%YAML 1.1",
-    "---\n---", "? a", "@x", "`x", "[" * 3000 + "]" * 3000, "{a: " * 2000,
+    "",
+    "~",
+    "null",
+    "[]",
+    "{}",
+    ".nan",
+    ".inf",
+    "-.inf",
+    "1e400",
+    "-1",
+    "0",
+    "2",
+    "0.5",
+    "true",
+    "'1'",
+    "9" * 5000,
+    "[",
+    "{a: ",
+    "]",
+    "'",
+    '"\\x',
+    "a: b: c",
+    "- a\n- b",
+    "&a [*a]",
+    "&a {x: *a}",
+    "*nope",
+    "!!python/object:os.system x",
+    "!!binary AAAA",
+    "!!float x",
+    "!!int x",
+    "!!timestamp x",
+    "!!set {a}",
+    "2001-12-14",
+    "{1: 2}",
+    "[{name: dynamic_sampling}]",
+    "{name: nope}",
+    "\x00",
+    "\t",
+    "%YAML 1.1",
+    "---\n---",
+    "? a",
+    "@x",
+    "`x",
+    "[" * 3000 + "]" * 3000,
+    "{a: " * 2000,
 ]
 
 json_like = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12) | st.sampled_from(NAMES),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["name", "coef", "x"]) | st.text(max_size=6), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(["name", "coef", "x"]) | st.text(max_size=6), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 yaml_values = (
@@ -61,7 +106,9 @@ yaml_values = (
 keys = (
     st.sampled_from(KEYS)
     | st.sampled_from(KEYS).map(lambda k: k + ".name")
-    | st.lists(st.sampled_from([*{p for k in KEYS for p in k.split(".")}, "", "0", "x"]), min_size=1, max_size=4).map(".".join)
+    | st.lists(st.sampled_from([*{p for k in KEYS for p in k.split(".")}, "", "0", "x"]), min_size=1, max_size=4).map(
+        ".".join
+    )
     | st.text(max_size=12)
 )
 overrides = st.tuples(keys, yaml_values).map(lambda kv: f"{kv[0]}={kv[1]}") | st.text(max_size=20)
@@ -91,9 +138,13 @@ def test_overrides_load_or_explain(overs):
 
 
 @fuzz_settings(60)
-@given(text=st.sampled_from(ODD_YAML) | json_like.map(lambda v: yaml.safe_dump({"rollout": v}))
-       | st.dictionaries(st.sampled_from(KEYS), json_like, max_size=3).map(yaml.safe_dump) | st.text(max_size=40),
-       overs=st.lists(overrides, max_size=2))
+@given(
+    text=st.sampled_from(ODD_YAML)
+    | json_like.map(lambda v: yaml.safe_dump({"rollout": v}))
+    | st.dictionaries(st.sampled_from(KEYS), json_like, max_size=3).map(yaml.safe_dump)
+    | st.text(max_size=40),
+    overs=st.lists(overrides, max_size=2),
+)
 @example(text="model: {path: [", overs=[])
 @example(text="rollout:\n  temperature: .nan\n", overs=[])
 def test_files_load_or_explain(tmp_path_factory, text, overs):
@@ -102,9 +153,19 @@ def test_files_load_or_explain(tmp_path_factory, text, overs):
     loads_or_explains(path, overs)
 
 
-@pytest.mark.parametrize("override", ["a=[", "model.path=!!python/object:os.system x", "env.id=" + "[" * 3000,
-                                      "algorithm=!!timestamp x", "trainer.steps=!!bool x", "trainer.steps=!!int x",
-                                      "rollout.temperature=.nan", "algorithm.loss.eps_high=.nan"])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "a=[",
+        "model.path=!!python/object:os.system x",
+        "env.id=" + "[" * 3000,
+        "algorithm=!!timestamp x",
+        "trainer.steps=!!bool x",
+        "trainer.steps=!!int x",
+        "rollout.temperature=.nan",
+        "algorithm.loss.eps_high=.nan",
+    ],
+)
 def test_found_overrides_are_config_errors(override):
     with pytest.raises(ConfigError) as e:
         load_config(None, [override])

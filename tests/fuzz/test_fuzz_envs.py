@@ -20,7 +20,7 @@ from fuzz_helpers import MARKERS, adversarial_text, fuzz_settings
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from agent_rl.envloader import env_class, listed_env_ids
+from agent_rl.run.envloader import env_class, listed_env_ids
 from sandbox.registry import available_backends
 
 BWRAP = available_backends()["bwrap"][0] and not os.environ.get("FUZZ_NO_BWRAP")  # set: try the fallback
@@ -67,17 +67,45 @@ def check_step(env, out) -> None:
 
 ANSWERS = st.builds(
     lambda body: f"<answer>{body}</answer>",
-    st.text(max_size=20) | st.sampled_from(["1/" + "9" * 5000, "9" * 5000, "\\frac{1}{0}", "1/0", "-0", "1e400",
-                                            "\\boxed{" * 50, "nan", "x = 3", "3", "0.5"]),
+    st.text(max_size=20)
+    | st.sampled_from(
+        [
+            "1/" + "9" * 5000,
+            "9" * 5000,
+            "\\frac{1}{0}",
+            "1/0",
+            "-0",
+            "1e400",
+            "\\boxed{" * 50,
+            "nan",
+            "x = 3",
+            "3",
+            "0.5",
+        ]
+    ),
 )
 # well-formed calls of the real tools with random arguments: random code and shell lines run (in bwrap)
 CALLS = st.builds(
     lambda name, args: "<tool_call>" + json.dumps({"name": name, "arguments": args}) + "</tool_call>",
     st.sampled_from(["python", "shell", "read_file", "write_file", "submit", "move"]),
-    st.dictionaries(st.sampled_from(["code", "command", "path", "content", "direction"]),
-                    st.text(max_size=40) | st.sampled_from(["print(1)", "ls -la", "../../etc/passwd", "/dev/zero", "up",
-                                                            "\x00", "a" * 200_000, "\ud800", "echo \udc00"]),
-                    max_size=2),
+    st.dictionaries(
+        st.sampled_from(["code", "command", "path", "content", "direction"]),
+        st.text(max_size=40)
+        | st.sampled_from(
+            [
+                "print(1)",
+                "ls -la",
+                "../../etc/passwd",
+                "/dev/zero",
+                "up",
+                "\x00",
+                "a" * 200_000,
+                "\ud800",
+                "echo \udc00",
+            ]
+        ),
+        max_size=2,
+    ),
 )
 MOVES = st.sampled_from(["up", "Down.", " LEFT ", "right\n", "up down", "rıght", "RİGHT", "ｕｐ", "up\u3000"])
 ACTIONS = (adversarial_text() | st.text() | ANSWERS | MOVES | CALLS).map(defuse)
@@ -105,7 +133,8 @@ def test_any_text_steps(made, env_id, seed, actions):
 
 _DIRECTION = re.compile(r"^\s*(up|down|left|right)\s*\.?\s*$", re.IGNORECASE)
 GARBAGE = st.text(st.characters(blacklist_characters="<`")).filter(lambda t: not _DIRECTION.match(t)) | st.sampled_from(
-    [m.replace("<", "").replace("`", "") for m in MARKERS])
+    [m.replace("<", "").replace("`", "") for m in MARKERS]
+)
 
 
 @pytest.mark.parametrize("env_id", [e for e in ENV_IDS if e not in NEEDS_DOCKER_OR_NETWORK])

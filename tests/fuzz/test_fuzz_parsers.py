@@ -25,8 +25,9 @@ UNCLOSED_FENCE = "```python" + "\n" * 50_000  # ~17 s with the old ``\s*\n``
 
 def check(parsed: ParsedAction) -> None:
     assert isinstance(parsed, ParsedAction)
-    assert all(isinstance(c, ToolCall) and isinstance(c.name, str) and isinstance(c.arguments, dict)
-               for c in parsed.tool_calls)
+    assert all(
+        isinstance(c, ToolCall) and isinstance(c.name, str) and isinstance(c.arguments, dict) for c in parsed.tool_calls
+    )
     assert parsed.answer is None or isinstance(parsed.answer, str)
     assert all(isinstance(e, str) and e for e in parsed.errors)
     for c in parsed.tool_calls:  # what a tool receives encodes as UTF-8 (no lone surrogates)
@@ -96,20 +97,55 @@ def test_answer_and_fence_read_as_before(text):
     answers = _OLD_ANSWER.findall(text)
     assert parsed.answer == (answers[-1].strip() if answers else None)
     if "<tool_call>" not in text:  # a block holding a lone surrogate is an error now, not a call
-        assert [c.arguments["code"] for c in parsed.tool_calls] == [b for b in _OLD_FENCE.findall(text) if "\ud800" not in b]
+        assert [c.arguments["code"] for c in parsed.tool_calls] == [
+            b for b in _OLD_FENCE.findall(text) if "\ud800" not in b
+        ]
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 @pytest.mark.parametrize(
-    "text", [DEEP_CALL, DEEP_ARGUMENTS, UNCLOSED_ANSWERS, UNCLOSED_FENCE, "<tool_call>" * 50_000, "```python\n" * 50_000,
-             "</answer><answer>" * 20_000, "x" * 1_000_000,
-             # the other formats' syntax, repeated
-             "<|message|>" * 50_000, "<|start|>" * 50_000, "<|channel|>analysis<|message|>x<|end|>" * 20_000,
-             "[TOOL_CALLS]" * 50_000, "[TOOL_CALLS]f[ARGS]{}" * 30_000, '{"name": "f"}; ' * 40_000,
-             "<|python_tag|>" * 50_000, "[" + "f(x=1), " * 5_000 + "]", "<think>" * 50_000, "</think>" * 50_000],
-    ids=["deep-json", "deep-arguments", "unclosed-answers", "unclosed-fence", "many-openings", "many-fences",
-         "answer-pairs", "1M-chars", "harmony-messages", "harmony-starts", "analysis-messages", "mistral-markers",
-         "mistral-calls", "llama3-calls", "python-tags", "pythonic-calls", "think-openings", "think-closings"],
+    "text",
+    [
+        DEEP_CALL,
+        DEEP_ARGUMENTS,
+        UNCLOSED_ANSWERS,
+        UNCLOSED_FENCE,
+        "<tool_call>" * 50_000,
+        "```python\n" * 50_000,
+        "</answer><answer>" * 20_000,
+        "x" * 1_000_000,
+        # the other formats' syntax, repeated
+        "<|message|>" * 50_000,
+        "<|start|>" * 50_000,
+        "<|channel|>analysis<|message|>x<|end|>" * 20_000,
+        "[TOOL_CALLS]" * 50_000,
+        "[TOOL_CALLS]f[ARGS]{}" * 30_000,
+        '{"name": "f"}; ' * 40_000,
+        "<|python_tag|>" * 50_000,
+        "[" + "f(x=1), " * 5_000 + "]",
+        "<think>" * 50_000,
+        "</think>" * 50_000,
+    ],
+    ids=[
+        "deep-json",
+        "deep-arguments",
+        "unclosed-answers",
+        "unclosed-fence",
+        "many-openings",
+        "many-fences",
+        "answer-pairs",
+        "1M-chars",
+        "harmony-messages",
+        "harmony-starts",
+        "analysis-messages",
+        "mistral-markers",
+        "mistral-calls",
+        "llama3-calls",
+        "python-tags",
+        "pythonic-calls",
+        "think-openings",
+        "think-closings",
+    ],
 )
 def test_long_inputs_parse_in_linear_time(fmt, text):
     """CPU seconds of this process (a loaded machine does not inflate them as it does wall time):
@@ -120,13 +156,16 @@ def test_long_inputs_parse_in_linear_time(fmt, text):
     check(parsed)
 
 
-@pytest.mark.parametrize("text", [
-    '<tool_call>{"name": "shell", "arguments": {"command": "\\ud800"}}</tool_call>',
-    '<tool_call>{"name": "x\\udfff", "arguments": {}}</tool_call>',
-    '<tool_call>{"name": "python", "arguments": {"code": ["\\ud83d"]}}</tool_call>',
-    '<tool_call>{"name": "python", "arguments": {"\\ud800": 1}}</tool_call>',
-    '<tool_call>{"name": "python", "arguments": "{\\"code\\": \\"\\\\ud800\\"}"}</tool_call>',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '<tool_call>{"name": "shell", "arguments": {"command": "\\ud800"}}</tool_call>',
+        '<tool_call>{"name": "x\\udfff", "arguments": {}}</tool_call>',
+        '<tool_call>{"name": "python", "arguments": {"code": ["\\ud83d"]}}</tool_call>',
+        '<tool_call>{"name": "python", "arguments": {"\\ud800": 1}}</tool_call>',
+        '<tool_call>{"name": "python", "arguments": "{\\"code\\": \\"\\\\ud800\\"}"}</tool_call>',
+    ],
+)
 def test_lone_surrogate_is_a_malformed_call(text):
     parsed = parse_action(text)
     assert parsed.tool_calls == [] and len(parsed.errors) == 1 and "surrogate" in parsed.errors[0]

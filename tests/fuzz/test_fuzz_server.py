@@ -39,8 +39,10 @@ def server(tiny_model_dir, tmp_path_factory):
     (files / "pickle.pt").write_bytes(b"\x80\x02K\x01.")  # pickle of the int 1
     state = build_state(str(tiny_model_dir), served_name="tiny")
     headers = {"authorization": f"Bearer {API_KEY}"}
-    with serve_in_thread(create_app(state, api_key=API_KEY)) as url, \
-            httpx.Client(base_url=url, timeout=120, headers=headers) as client:
+    with (
+        serve_in_thread(create_app(state, api_key=API_KEY)) as url,
+        httpx.Client(base_url=url, timeout=120, headers=headers) as client,
+    ):
         yield client, files
 
 
@@ -54,21 +56,30 @@ def check(response: httpx.Response) -> None:
 
 
 def post_json(client, path: str, body, **kw) -> httpx.Response:
-    return client.post(path, content=json.dumps(body, allow_nan=True), headers={"content-type": "application/json"}, **kw)
+    return client.post(
+        path, content=json.dumps(body, allow_nan=True), headers={"content-type": "application/json"}, **kw
+    )
 
 
 @fuzz_settings(40)
-@given(path=st.sampled_from(["/completions", "/update_weights", "/models", "/health", "/policy_version", "/nope"]),
-       body=json_values)
+@given(
+    path=st.sampled_from(["/completions", "/update_weights", "/models", "/health", "/policy_version", "/nope"]),
+    body=json_values,
+)
 def test_random_json_bodies(server, path, body):
     client, _ = server
     check(post_json(client, path, body))
 
 
 @fuzz_settings(25)
-@given(path=st.sampled_from(["/completions", "/update_weights", "/update_weights?version=3", "/update_weights?version=x"]),
-       body=st.binary(max_size=64) | st.sampled_from([b"", b"{", b"\xff\xfe", b"\x08\x00\x00\x00\x00\x00\x00\x00{}      "]),
-       content_type=st.sampled_from(["application/json", "application/octet-stream", "text/plain", "", "application/json; charset=utf-16"]))
+@given(
+    path=st.sampled_from(["/completions", "/update_weights", "/update_weights?version=3", "/update_weights?version=x"]),
+    body=st.binary(max_size=64)
+    | st.sampled_from([b"", b"{", b"\xff\xfe", b"\x08\x00\x00\x00\x00\x00\x00\x00{}      "]),
+    content_type=st.sampled_from(
+        ["application/json", "application/octet-stream", "text/plain", "", "application/json; charset=utf-16"]
+    ),
+)
 @example(path="/update_weights?version=1", body=b"garbage", content_type="application/octet-stream")  # SafetensorError
 def test_random_bytes(server, path, body, content_type):
     client, _ = server
@@ -76,7 +87,9 @@ def test_random_bytes(server, path, body, content_type):
 
 
 # int64 and past it, the vocab (451) and the context (2048) edges, NaN and infinities
-EDGE_INTS = st.sampled_from([0, 1, -1, 450, 451, 2048, 2049, 2**31, 2**63 - 1, 2**63, 2**64, 2**70, -(2**63) - 1, 10**12])
+EDGE_INTS = st.sampled_from(
+    [0, 1, -1, 450, 451, 2048, 2049, 2**31, 2**63 - 1, 2**63, 2**64, 2**70, -(2**63) - 1, 10**12]
+)
 EDGE_FLOATS = st.sampled_from([0.0, -0.0, 1e-300, 0.5, 1.0, 1.5, 1e308, math.inf, -math.inf, math.nan])
 small_prompt = st.lists(st.integers(0, 450), min_size=1, max_size=6)
 FIELD_VALUES = {
@@ -120,10 +133,26 @@ def test_completion_fields(server, body):
 
 
 @fuzz_settings(40)
-@given(path=st.sampled_from(["missing", "/etc/passwd", "/", "garbage.safetensors", "tensor.pt", "wrong_shape.pt",
-                             "unknown_name.safetensors", "empty_dir", "pickle.pt", ""]) | st.text(max_size=8) | json_values,
-       version=st.integers(-2, 2) | EDGE_INTS | EDGE_FLOATS | json_values,
-       drop=st.sampled_from([None, "path", "version"]))
+@given(
+    path=st.sampled_from(
+        [
+            "missing",
+            "/etc/passwd",
+            "/",
+            "garbage.safetensors",
+            "tensor.pt",
+            "wrong_shape.pt",
+            "unknown_name.safetensors",
+            "empty_dir",
+            "pickle.pt",
+            "",
+        ]
+    )
+    | st.text(max_size=8)
+    | json_values,
+    version=st.integers(-2, 2) | EDGE_INTS | EDGE_FLOATS | json_values,
+    drop=st.sampled_from([None, "path", "version"]),
+)
 @example(path="missing", version=None, drop=None)  # int(None): 500
 @example(path="missing", version=math.inf, drop=None)  # int(inf): 500
 @example(path="/etc/passwd", version=1, drop=None)  # torch.load of a text file: 500
@@ -165,18 +194,35 @@ def test_bad_request_leaves_batch_mates_alone(server):
 
 
 @fuzz_settings(30)
-@given(path=st.sampled_from(["/models", "/policy_version", "/completions", "/update_weights?version=1"]),
-       auth=st.none() | st.text(st.characters(min_codepoint=32, max_codepoint=255), max_size=30)
-       | st.sampled_from(["Bearer", "Bearer ", f"Bearer {API_KEY} ", f"bearer {API_KEY}", f"Basic {API_KEY}",
-                          f"Bearer {API_KEY}\u00e9", f"Bearer  {API_KEY}", API_KEY]))
+@given(
+    path=st.sampled_from(["/models", "/policy_version", "/completions", "/update_weights?version=1"]),
+    auth=st.none()
+    | st.text(st.characters(min_codepoint=32, max_codepoint=255), max_size=30)
+    | st.sampled_from(
+        [
+            "Bearer",
+            "Bearer ",
+            f"Bearer {API_KEY} ",
+            f"bearer {API_KEY}",
+            f"Basic {API_KEY}",
+            f"Bearer {API_KEY}\u00e9",
+            f"Bearer  {API_KEY}",
+            API_KEY,
+        ]
+    ),
+)
 def test_random_authorization(server, path, auth):
     """Any Authorization header: the key's routes answer 401 (JSON) unless it is the key, never 5xx."""
     client, _ = server
     headers = {"content-type": "application/json"}
     if auth is not None:  # raw latin-1 bytes; HTTP forbids leading and trailing whitespace
         headers["authorization"] = auth.strip(" \t").encode("latin-1")
-    request = client.build_request("POST" if "s?" in path or path == "/completions" else "GET", path,
-                                   content=b'{"prompt": [1], "max_tokens": 1}', headers=headers)
+    request = client.build_request(
+        "POST" if "s?" in path or path == "/completions" else "GET",
+        path,
+        content=b'{"prompt": [1], "max_tokens": 1}',
+        headers=headers,
+    )
     if auth is None:
         del request.headers["authorization"]
     response = client.send(request)

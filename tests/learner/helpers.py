@@ -11,9 +11,9 @@ from typing import Any
 import torch
 
 from agent_rl.algorithms import AGGREGATIONS, KLS, POLICY_LOSSES
-from agent_rl.config import LearnerConfig
 from agent_rl.algorithms.plan import ObjectiveParts
-from agent_rl.types import TrainBatch
+from agent_rl.config import LearnerConfig
+from agent_rl.core.types import TrainBatch
 
 
 def step_batch(vocab: int, B: int = 6, T: int = 12, seed: int = 0) -> tuple[TrainBatch, torch.Tensor]:
@@ -42,7 +42,9 @@ def step_batch(vocab: int, B: int = 6, T: int = 12, seed: int = 0) -> tuple[Trai
 
 def parts(aggregation: str = "token_mean", loss: str = "ppo_clip") -> ObjectiveParts:
     return ObjectiveParts(
-        loss=POLICY_LOSSES.parse_config(loss), aggregation=AGGREGATIONS.parse_config(aggregation), kl=KLS.parse_config("k3")
+        loss=POLICY_LOSSES.parse_config(loss),
+        aggregation=AGGREGATIONS.parse_config(aggregation),
+        kl=KLS.parse_config("k3"),
     )
 
 

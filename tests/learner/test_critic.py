@@ -27,7 +27,9 @@ STEPS = 60
 
 def test_critic_learns_a_known_value_function(tiny_model_dir):
     torch.manual_seed(0)
-    critic = Critic(load_value_model(str(tiny_model_dir)), CriticConfig(lr=3e-3, value_clip=None), learner_cfg(micro_batch_size=8))
+    critic = Critic(
+        load_value_model(str(tiny_model_dir)), CriticConfig(lr=3e-3, value_clip=None), learner_cfg(micro_batch_size=8)
+    )
     held_out = synthetic_batch(999)
     assert critic.values(held_out).abs().max() == 0  # zero-initialised head
     for i in range(STEPS):
@@ -60,10 +62,13 @@ def test_gae_end_to_end_with_critic_warmup(tmp_path, tiny_model_dir):
     from tests.test_trainer import trainer
 
     t = trainer(
-        tmp_path, tiny_model_dir, "algorithm.advantage.name=gae", "learner.critic={lr: 1e-3, warmup_steps: 1}",
+        tmp_path,
+        tiny_model_dir,
+        "algorithm.advantage.name=gae",
+        "learner.critic={lr: 1e-3, warmup_steps: 1}",
         "algorithm.loss_options.entropy_coef=0.05",
     )
-    assert t.critic is not None and t.critic.cfg.warmup_steps == 1
+    assert t.models["critic"].critic is not None and t.models["critic"].critic.cfg.warmup_steps == 1
     first = t.step(0)  # VAPO warm-up: only the critic trains
     assert first["train/critic_warmup"] == 1.0 and "critic/loss" in first and t.learner.version == 0
     second = t.step(1)

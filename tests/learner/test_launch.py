@@ -47,7 +47,9 @@ def test_two_learner_ranks_equal_one_process(tmp_path, tiny_model_dir):
             assert math.isclose(one[k], two[k], rel_tol=1e-5), (k, one[k], two[k])
         assert two["time/weight_sync_s"] > 0
     # the exported policies (full state dict gathered on rank 0) load and agree
-    models = {n: AutoModelForCausalLM.from_pretrained(d / "checkpoints" / "step_000002" / "model") for n, d in dirs.items()}
+    models = {
+        n: AutoModelForCausalLM.from_pretrained(d / "checkpoints" / "step_000002" / "model") for n, d in dirs.items()
+    }
     AutoTokenizer.from_pretrained(dirs[2] / "checkpoints" / "step_000002" / "model")
     ref = models[1].state_dict()
     for k, v in models[2].state_dict().items():
@@ -55,5 +57,9 @@ def test_two_learner_ranks_equal_one_process(tmp_path, tiny_model_dir):
     init = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
     assert any(not torch.equal(init[k], v) for k, v in ref.items())  # it trained
     assert sorted(p.name for p in (dirs[2] / "checkpoints" / "step_000002").iterdir()) == [
-        "dcp", "model", "rank_0.pt", "rank_1.pt", "trainer.pt"
+        "dcp",
+        "model",
+        "rank_0.pt",
+        "rank_1.pt",
+        "trainer.pt",
     ]

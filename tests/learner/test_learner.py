@@ -9,7 +9,7 @@ import torch
 
 from agent_rl.learner import fsdp
 from agent_rl.learner.learner import Learner, lr_lambda
-from agent_rl.rollout.backends.hf import load_model
+from agent_rl.models.loading import load_model
 from tests.learner.helpers import learner_cfg, parts, run_ranks, step_batch
 
 
@@ -24,7 +24,10 @@ def one_step(model_dir: str, aggregation: str, micro_batch_size: int, rows: int 
     learner = Learner(model, cfg, temperature=0.9)
     batch, adv_BT = step_batch(model.config.vocab_size, B=rows)
     metrics = learner.update(batch, adv_BT, parts(aggregation))
-    grads = {n: p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad for n, p in learner.model.named_parameters()}
+    grads = {
+        n: p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
+        for n, p in learner.model.named_parameters()
+    }
     after = fsdp.full_state_dict(learner.model)
     return {"metrics": metrics, "grads": grads, "update": {k: after[k] - before[k] for k in after}}
 
@@ -48,7 +51,9 @@ def test_micro_batch_size_does_not_change_the_update(tiny_model_dir, aggregation
     for m in (1, 2):
         assert rel_diff(runs[m]["grads"], runs[4]["grads"]) <= 1e-5
         assert update_rel_diff(runs[m]["update"], runs[4]["update"]) <= 1e-5
-        assert math.isclose(runs[m]["metrics"]["train/loss"], runs[4]["metrics"]["train/loss"], rel_tol=1e-5, abs_tol=1e-7)
+        assert math.isclose(
+            runs[m]["metrics"]["train/loss"], runs[4]["metrics"]["train/loss"], rel_tol=1e-5, abs_tol=1e-7
+        )
     assert runs[4]["metrics"]["train/tokens"] == 9 + 6 + 4 + 9 + 2 + 7  # response tokens by hand
     assert 0 < runs[4]["metrics"]["train/update_ratio"] < 0.1
 
@@ -74,7 +79,15 @@ def test_rows_of_rank_blocks():
 def test_lr_warmup_then_cosine():
     m = lr_lambda(warmup_steps=2, schedule="cosine", total_steps=6, min_lr_ratio=0.1)
     # warm-up 1/2, 2/2; then p = 0, 1/4, 1/2, 3/4, 1 -> 0.1 + 0.9 (1 + cos(pi p)) / 2
-    expected = [0.5, 1.0, 1.0, 0.1 + 0.45 * (1 + math.cos(math.pi / 4)), 0.55, 0.1 + 0.45 * (1 - math.cos(math.pi / 4)), 0.1]
+    expected = [
+        0.5,
+        1.0,
+        1.0,
+        0.1 + 0.45 * (1 + math.cos(math.pi / 4)),
+        0.55,
+        0.1 + 0.45 * (1 - math.cos(math.pi / 4)),
+        0.1,
+    ]
     assert [round(m(s), 12) for s in range(7)] == [round(e, 12) for e in expected]
     with pytest.raises(ValueError, match="lr_schedule"):
         lr_lambda(0, "linear", 10, 0.0)

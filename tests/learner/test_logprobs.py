@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from agent_rl.core.types import TrainBatch
 from agent_rl.learner.logprobs import direct_token_logprobs, token_logprobs
-from agent_rl.rollout.backends.hf import load_model
-from agent_rl.types import TrainBatch
+from agent_rl.models.loading import load_model
 
 
 def random_batch(vocab: int, B: int = 3, T: int = 11, seed: int = 0) -> TrainBatch:
@@ -90,7 +90,9 @@ def test_fp32_lm_head_of_a_bf16_model(tiny_model_dir):
         logits_BTV = hidden_BTH.float() @ bf16.get_output_embeddings().weight.float().T
     logp_BTV = torch.log_softmax(logits_BTV[:, :-1], dim=-1)
     expected_BT = logp_BTV.gather(-1, batch.input_ids_BT[:, 1:, None]).squeeze(-1) * batch.attention_mask_BT[:, 1:]
-    torch.testing.assert_close(lp32_BT, torch.cat([torch.zeros_like(expected_BT[:, :1]), expected_BT], dim=1), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        lp32_BT, torch.cat([torch.zeros_like(expected_BT[:, :1]), expected_BT], dim=1), atol=1e-5, rtol=0
+    )
     # without it the logits are rounded to bf16 first: a different computation
     lp16_BT, _ = token_logprobs(bf16, batch)
     assert not torch.equal(lp16_BT, lp32_BT)

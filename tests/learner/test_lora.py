@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from agent_rl.config import LoraConfig
-from agent_rl.learner import fsdp, lora
+from agent_rl.learner import fsdp
 from agent_rl.learner.learner import Learner
 from agent_rl.learner.logprobs import direct_token_logprobs
-from agent_rl.rollout.backends.hf import load_model
+from agent_rl.models import lora
+from agent_rl.models.loading import load_model
 from tests.learner.helpers import learner_cfg, parts, run_ranks, step_batch
 
 LORA = LoraConfig(rank=4, alpha=8.0, target_modules=["q_proj", "v_proj", "down_proj"])
@@ -30,7 +31,11 @@ def lora_step(model_dir: str, micro_batch_size: int = 2, rows: int = 5) -> dict:
     learner = Learner(policy, learner_cfg(micro_batch_size=micro_batch_size, adam_eps=1e-6), temperature=0.9)
     batch, adv_BT = step_batch(policy.config.vocab_size, B=rows)
     metrics = learner.update(batch, adv_BT, parts("prompt_mean"))
-    grads = {n: p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad for n, p in learner.model.named_parameters() if p.requires_grad}
+    grads = {
+        n: p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
+        for n, p in learner.model.named_parameters()
+        if p.requires_grad
+    }
     after = fsdp.full_state_dict(learner.model)
     return {"metrics": metrics, "grads": grads, "before": before, "after": after, "trainable": sorted(grads)}
 
@@ -76,11 +81,15 @@ def test_lora_critic_trains_adapters_and_value_head(tiny_model_dir):
     returns_BT = torch.ones_like(batch.loss_mask_BT, dtype=torch.float32)
     before = critic.values(batch)
     critic.update(batch, returns_BT, before)
-    assert float(((critic.values(batch) - returns_BT) * batch.loss_mask_BT).abs().sum()) < float(((before - returns_BT) * batch.loss_mask_BT).abs().sum())
+    assert float(((critic.values(batch) - returns_BT) * batch.loss_mask_BT).abs().sum()) < float(
+        ((before - returns_BT) * batch.loss_mask_BT).abs().sum()
+    )
 
 
 def test_unknown_target_module_lists_the_models_modules(tiny_model_dir):
-    with pytest.raises(ValueError, match=r"\['qkv'\] not in Qwen2ForCausalLM; its modules: down_proj, embed_tokens, gate_proj"):
+    with pytest.raises(
+        ValueError, match=r"\['qkv'\] not in Qwen2ForCausalLM; its modules: down_proj, embed_tokens, gate_proj"
+    ):
         lora.apply_lora(load_model(str(tiny_model_dir)), LoraConfig(target_modules=["q_proj", "qkv"]))
 
 
@@ -93,17 +102,21 @@ def test_unknown_target_module_lists_the_models_modules(tiny_model_dir):
 )
 def test_lora_with_a_backend_without_adapters_fails_before_loading(backend, message, monkeypatch):
     from agent_rl.config import Config
-    from agent_rl.trainer import Trainer
+    from agent_rl.train.trainer import Trainer
 
     def no_loading(*a, **k):
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr("agent_rl.trainer.load_model", no_loading)
-    monkeypatch.setattr("agent_rl.runtime.load_model", no_loading)
-    cfg = Config.model_validate({"learner": {"lora": {}}, "rollout": {"backend": backend}, "model": {"path": "/nonexistent"}})
+    monkeypatch.setattr("agent_rl.train.trainer.load_model", no_loading)
+    monkeypatch.setattr("agent_rl.run.runtime.load_model", no_loading)
+    cfg = Config.model_validate(
+        {"learner": {"lora": {}}, "rollout": {"backend": backend}, "model": {"path": "/nonexistent"}}
+    )
     with pytest.raises(ValueError, match=message):
         Trainer(cfg)
-    ray = Config.model_validate({"learner": {"lora": {}}, "distributed": {"backend": "ray"}, "model": {"path": "/nonexistent"}})
+    ray = Config.model_validate(
+        {"learner": {"lora": {}}, "distributed": {"backend": "ray"}, "model": {"path": "/nonexistent"}}
+    )
     with pytest.raises(ValueError, match="learner.lora with distributed.backend=ray is not supported yet"):
         Trainer(ray)
 
@@ -137,5 +150,8 @@ def test_first_turn_logprob_gap_counts_only_on_policy_first_turns(tiny_model_dir
     gap = ledger.first_turn_gap(learner.score, policy, batch, 3, step=7)["adapter/first_turn_logprob_gap"]
     assert math.isclose(gap, 0.3, abs_tol=1e-5)
     ledger.first_turn_tolerance = 0.2
-    with pytest.raises(lora.AdapterMismatchError, match="step 7: first-turn logprobs of the sampler and the learner differ by 0.3000 > "):
+    with pytest.raises(
+        lora.AdapterMismatchError,
+        match="step 7: first-turn logprobs of the sampler and the learner differ by 0.3000 > ",
+    ):
         ledger.first_turn_gap(learner.score, policy, batch, 3, step=7)

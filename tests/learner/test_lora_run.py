@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from agent_rl.config import LoraConfig, load_config
-from agent_rl.learner import lora
+from agent_rl.models import lora
+from agent_rl.models.loading import load_model
 from agent_rl.rollout.backends.base import GenerationRequest
-from agent_rl.rollout.backends.hf import HfBackend, load_model
+from agent_rl.rollout.backends.hf import HfBackend
 from tests.conftest import ROOT
 
 LORA = LoraConfig(rank=4, alpha=8.0, target_modules=["q_proj", "v_proj"])
@@ -35,7 +36,9 @@ ARGS = [
 
 
 def lora_cfg(model_dir: Path, run_dir: Path, *extra: str):
-    return load_config(ROOT / "configs" / "quickstart.yaml", [f"model.path={model_dir}", f"run.dir={run_dir}", *ARGS, *extra])
+    return load_config(
+        ROOT / "configs" / "quickstart.yaml", [f"model.path={model_dir}", f"run.dir={run_dir}", *ARGS, *extra]
+    )
 
 
 def metrics(run_dir: Path) -> dict[int, dict]:
@@ -70,7 +73,11 @@ def test_agent_rl_serve_takes_only_the_adapter(tiny_model_dir):
             served = asyncio.run(client.generate([request], seed=0))[0]
             local = HfBackend(policy, 0).generate_sync([request], seed=0)[0]
             assert served.token_ids == local.token_ids
-            assert served.adapter == {"name": "policy", "version": version, "sha256": lora.content_hash(lora.adapter_state(policy))}
+            assert served.adapter == {
+                "name": "policy",
+                "version": version,
+                "sha256": lora.content_hash(lora.adapter_state(policy)),
+            }
     full = sum(v.numel() * v.element_size() for v in load_model(str(tiny_model_dir)).state_dict().values())
     assert len(sent) < full / 10  # the adapter only (rank 4 on q, v), never the base
     assert lora.read_adapter_metadata(sent)["r"] == 4
@@ -80,7 +87,7 @@ def test_a_sampler_that_kept_its_old_adapter_is_caught_at_the_first_step(tiny_mo
     """agent-rl serve loads the initial adapter and then silently ignores every later push (keeping
     the version): the samples of step 1 say version 1 but carry version 0's adapter hash."""
     from agent_rl.rollout.backends.server import build_state, create_app, serve_in_thread
-    from agent_rl.trainer import Trainer
+    from agent_rl.train.trainer import Trainer
 
     real, loads = lora.set_adapter_weights, []
 
@@ -100,12 +107,14 @@ def test_a_sampler_that_kept_its_old_adapter_is_caught_at_the_first_step(tiny_mo
 
         loads.clear()
         cfg = lora_cfg(tiny_model_dir, tmp_path / "error", *backend, "trainer.steps=2")
-        with pytest.raises(lora.AdapterMismatchError, match="step 1: 4 episodes refused: the sampler's adapter for version 1 has hash"):
+        with pytest.raises(
+            lora.AdapterMismatchError, match="step 1: 4 episodes refused: the sampler's adapter for version 1 has hash"
+        ):
             Trainer(cfg, log=lambda *a: None).train()
 
 
 def test_a_lora_run_resumes_exactly(tiny_model_dir, tmp_path):
-    from agent_rl.trainer import Trainer
+    from agent_rl.train.trainer import Trainer
 
     ref, resumed = tmp_path / "ref", tmp_path / "resumed"
     Trainer(lora_cfg(tiny_model_dir, ref, "trainer.steps=3"), log=lambda *a: None).train()
@@ -128,7 +137,7 @@ def test_export_adapter_and_merged_model_generate_the_policys_greedy_tokens(tiny
     from transformers import AutoModelForCausalLM
 
     from agent_rl.cli import main
-    from agent_rl.trainer import Trainer
+    from agent_rl.train.trainer import Trainer
 
     run = tmp_path / "run"
     trainer = Trainer(lora_cfg(tiny_model_dir, run, "trainer.steps=2", "learner.lr=0.2"), log=lambda *a: None)
@@ -137,10 +146,15 @@ def test_export_adapter_and_merged_model_generate_the_policys_greedy_tokens(tiny
     adapter = PeftModel.from_pretrained(load_model(str(tiny_model_dir)), str(run / "export"))
     merged = AutoModelForCausalLM.from_pretrained(str(run / "export_merged"))
     assert not any(".lora_" in k for k in merged.state_dict())  # a plain model
-    requests = [GenerationRequest(prompt_ids=[i, 5, 9, 2], max_new_tokens=12, temperature=0.0, ignore_eos=True) for i in range(1, 9)]
+    requests = [
+        GenerationRequest(prompt_ids=[i, 5, 9, 2], max_new_tokens=12, temperature=0.0, ignore_eos=True)
+        for i in range(1, 9)
+    ]
     policy, base = trainer.components.model, load_model(str(tiny_model_dir))
-    tokens = {name: [r.token_ids for r in HfBackend(m, 0).generate_sync(requests)] for name, m in
-              (("policy", policy), ("adapter", adapter), ("merged", merged), ("base", base))}
+    tokens = {
+        name: [r.token_ids for r in HfBackend(m, 0).generate_sync(requests)]
+        for name, m in (("policy", policy), ("adapter", adapter), ("merged", merged), ("base", base))
+    }
     assert tokens["adapter"] == tokens["policy"] and tokens["merged"] == tokens["policy"]
     assert tokens["base"] != tokens["policy"]  # the adapter changed what the policy says
     assert main(["export", str(run)]) == 2  # the default output exists: one line, no traceback

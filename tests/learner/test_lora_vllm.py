@@ -13,9 +13,10 @@ import pytest
 import torch
 
 from agent_rl.config import LoraConfig, load_config
-from agent_rl.learner import lora
+from agent_rl.models import lora
+from agent_rl.models.loading import load_model
 from agent_rl.rollout.backends import BACKENDS, GenerationRequest
-from agent_rl.rollout.backends.hf import HfBackend, load_model
+from agent_rl.rollout.backends.hf import HfBackend
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -28,10 +29,23 @@ def set_adapter(policy, seed: int) -> None:
 
 
 def test_vllm_serves_each_adapter_version_as_a_lora_request(tiny_model_dir):
-    cfg = load_config(None, ["rollout.backend.name=vllm", f"model.path={tiny_model_dir}", "rollout.backend.enforce_eager=true",
-                             "rollout.backend.kv_cache_gb=1", "rollout.backend.max_model_len=256"])
-    policy = lora.apply_lora(load_model(str(tiny_model_dir)), LoraConfig(rank=4, alpha=8.0, target_modules=["q_proj", "v_proj"]))
-    requests = [GenerationRequest(prompt_ids=[i, 5, 9, 2], max_new_tokens=10, temperature=0.0, ignore_eos=True) for i in range(1, 7)]
+    cfg = load_config(
+        None,
+        [
+            "rollout.backend.name=vllm",
+            f"model.path={tiny_model_dir}",
+            "rollout.backend.enforce_eager=true",
+            "rollout.backend.kv_cache_gb=1",
+            "rollout.backend.max_model_len=256",
+        ],
+    )
+    policy = lora.apply_lora(
+        load_model(str(tiny_model_dir)), LoraConfig(rank=4, alpha=8.0, target_modules=["q_proj", "v_proj"])
+    )
+    requests = [
+        GenerationRequest(prompt_ids=[i, 5, 9, 2], max_new_tokens=10, temperature=0.0, ignore_eos=True)
+        for i in range(1, 7)
+    ]
     base = [r.token_ids for r in HfBackend(load_model(str(tiny_model_dir)), 0).generate_sync(requests)]
     backend = BACKENDS(cfg.rollout.backend)(cfg.rollout.backend, cfg.model, model=policy)
     try:

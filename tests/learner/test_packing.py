@@ -16,7 +16,7 @@ from agent_rl.learner import packing, varlen
 from agent_rl.learner.critic import Critic, load_value_model
 from agent_rl.learner.learner import Learner
 from agent_rl.learner.logprobs import token_logprobs
-from agent_rl.rollout.backends.hf import load_model
+from agent_rl.models.loading import load_model
 from tests.learner.helpers import learner_cfg, parts, run_ranks, step_batch
 from tests.learner.test_learner import rel_diff
 
@@ -120,7 +120,10 @@ def update(model_dir: str, aggregation: str, loss_mask=None, **cfg_kw) -> dict:
     old, _ = learner.score(learner.model, batch)
     batch.old_logprobs_BT = old + 0.05 * batch.loss_mask_BT  # ratios != 1: the clip is exercised
     metrics = learner.update(batch, adv_BT, parts(aggregation))
-    grads = {n: p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad for n, p in learner.model.named_parameters()}
+    grads = {
+        n: p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
+        for n, p in learner.model.named_parameters()
+    }
     return {"metrics": metrics, "grads": grads, "old": old}
 
 
@@ -140,7 +143,10 @@ def test_packed_token_budget_update_equals_padded(tiny_model_dir, aggregation):
 def test_packed_update_with_a_credit_methods_loss_mask(tiny_model_dir):
     # row 3 forked from row 2 at token 6: its copied prefix is out of the loss; row 0 has a hole
     # (an observation inside the response) at tokens 6-8
-    rows = [(0, SimpleNamespace(episode_id=i, parent_id=2 if i == 3 else None, branch_point=6 if i == 3 else None)) for i in range(6)]
+    rows = [
+        (0, SimpleNamespace(episode_id=i, parent_id=2 if i == 3 else None, branch_point=6 if i == 3 else None))
+        for i in range(6)
+    ]
 
     def credit_mask(mask_BT):
         out_BT = copied_prefix_mask(rows, mask_BT)
@@ -154,13 +160,17 @@ def test_packed_update_with_a_credit_methods_loss_mask(tiny_model_dir):
 
 def critic_step(model_dir: str, **cfg_kw) -> dict:
     torch.manual_seed(0)
-    critic = Critic(load_value_model(model_dir), CriticConfig(lr=1e-2, value_clip=0.1), learner_cfg(micro_batch_size=6, **cfg_kw))
+    critic = Critic(
+        load_value_model(model_dir), CriticConfig(lr=1e-2, value_clip=0.1), learner_cfg(micro_batch_size=6, **cfg_kw)
+    )
     # transformers' token-classification head applies dropout 0.1 in training: its random mask has
     # the layout's shape, so the two layouts agree only in expectation; off for the comparison
     critic.model.dropout.p = 0.0
     batch, _ = step_batch(critic.model.config.vocab_size)
     values = critic.values(batch)
-    old_BT = values + 0.2 * batch.loss_mask_BT * torch.linspace(-1, 1, batch.input_ids_BT.shape[1])  # some clipped, some not
+    old_BT = values + 0.2 * batch.loss_mask_BT * torch.linspace(
+        -1, 1, batch.input_ids_BT.shape[1]
+    )  # some clipped, some not
     metrics = critic.update(batch, 3.0 * batch.loss_mask_BT, old_BT)
     values_after = critic.values(batch)
     grads = {n: p.grad for n, p in critic.model.named_parameters() if p.grad is not None}

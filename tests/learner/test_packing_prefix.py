@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from agent_rl.learner import prefix
 from agent_rl.learner.logprobs import token_logprobs
-from agent_rl.rollout.backends.hf import load_model
+from agent_rl.models.loading import load_model
 from tests.learner.helpers import step_batch
 from tests.learner.test_learner import rel_diff
 from tests.learner.test_packing import assert_same_update, critic_step, update
@@ -42,9 +42,15 @@ def test_clusters_and_layout_by_hand(tiny_model_dir):
     p = prefix.shared_pack(batch)
     #  rows 0+1: prompt 17 once, then 9 + 5;  rows 2+3: 20 shared, then 4 + 5;  rows 4+5: 17, then 0 + 4
     assert p.segments == [
-        (0, 17, 0, 0), (17, 26, 0, 17), (26, 31, 0, 17),
-        (31, 51, 31, 31), (51, 55, 31, 51), (55, 60, 31, 51),
-        (60, 77, 60, 60), (77, 77, 60, 77), (77, 81, 60, 77),
+        (0, 17, 0, 0),
+        (17, 26, 0, 17),
+        (26, 31, 0, 17),
+        (31, 51, 31, 31),
+        (51, 55, 31, 51),
+        (55, 60, 31, 51),
+        (60, 77, 60, 60),
+        (77, 77, 60, 77),
+        (77, 81, 60, 77),
     ]
     assert p.input_ids_1N.shape[1] == 81 == int(batch.attention_mask_BT.sum()) - 17 - 20 - 17
     assert p.index_BT[1, :17].tolist() == list(range(17)) and p.index_BT[1, 17:22].tolist() == list(range(26, 31))
@@ -89,7 +95,13 @@ def reference_clusters(ids_B: list[list[int]], pos_B: list[list[int]]) -> list[t
         best, best_gain = -1, 0
         for k, (rows, s) in enumerate(out):
             n = shared(rows[0], b)
-            gain = 0 if n < prefix.MIN_SHARED_TOKENS else n if len(rows) == 1 else len(rows) * min(s, n) - (len(rows) - 1) * s
+            gain = (
+                0
+                if n < prefix.MIN_SHARED_TOKENS
+                else n
+                if len(rows) == 1
+                else len(rows) * min(s, n) - (len(rows) - 1) * s
+            )
             if gain > best_gain:
                 best, best_gain = k, gain
         if best < 0:
@@ -102,7 +114,11 @@ def reference_clusters(ids_B: list[list[int]], pos_B: list[list[int]]) -> list[t
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 20), st.integers(0, 12), st.integers(0, 1)), min_size=1, max_size=12))
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 3), st.integers(0, 20), st.integers(0, 12), st.integers(0, 1)), min_size=1, max_size=12
+    )
+)
 def test_clusters_equal_the_pairwise_rule(specs):
     """Rows built from 4 prompts of 14 tokens, each cut at some length and continued by a few
     tokens of its own, some shifted by one position: the batched comparison gives the clusters the
@@ -123,12 +139,18 @@ def test_clusters_equal_the_pairwise_rule(specs):
 def test_shared_logprobs_entropy_and_gradients_equal_unshared(tiny_model_dir, with_topk):
     model = load_model(str(tiny_model_dir), "float32", "cpu")
     batch, _ = shared_batch(model.config.vocab_size)
-    topk_BTK = torch.randint(0, model.config.vocab_size, (6, 26, 2), generator=torch.Generator().manual_seed(1)) if with_topk else None
+    topk_BTK = (
+        torch.randint(0, model.config.vocab_size, (6, 26, 2), generator=torch.Generator().manual_seed(1))
+        if with_topk
+        else None
+    )
     w_BT = torch.rand(6, 26, generator=torch.Generator().manual_seed(2))  # a different weight per row and token
     results = {}
     for share in (False, True):
         model.zero_grad()
-        out = token_logprobs(model, batch, 0.9, True, chunk_tokens=16, topk_ids_BTK=topk_BTK, packed=True, share_prefixes=share)
+        out = token_logprobs(
+            model, batch, 0.9, True, chunk_tokens=16, topk_ids_BTK=topk_BTK, packed=True, share_prefixes=share
+        )
         loss = (w_BT * out[0]).sum() + 0.3 * (w_BT * out[1]).sum() + (0.1 * out[2].sum() if with_topk else 0)
         loss.backward()
         results[share] = ([o.detach() for o in out], {n: p.grad.clone() for n, p in model.named_parameters()})
@@ -143,7 +165,10 @@ def test_shared_update_and_critic_equal_unshared(tiny_model_dir, monkeypatch):
     monkeypatch.setattr(tp, "step_batch", lambda vocab, **_: shared_batch(vocab))
     unshared = update(str(tiny_model_dir), "seq_mean_token_mean", packing=True)
     assert_same_update(update(str(tiny_model_dir), "seq_mean_token_mean", packing=True, share_prefixes=True), unshared)
-    a, b = critic_step(str(tiny_model_dir), packing=True), critic_step(str(tiny_model_dir), packing=True, share_prefixes=True)
+    a, b = (
+        critic_step(str(tiny_model_dir), packing=True),
+        critic_step(str(tiny_model_dir), packing=True, share_prefixes=True),
+    )
     assert rel_diff(b["grads"], a["grads"]) <= 1e-5
     assert torch.allclose(b["values"], a["values"], atol=1e-5, rtol=0)
 
@@ -165,7 +190,10 @@ def test_a_training_run_with_packing_equals_the_padded_run(tmp_path, tiny_model_
     from tests.test_trainer import trainer
 
     runs = {}
-    for name, extra in {"padded": [], "packed": ["learner.packing=true", "learner.share_prefixes=true", "learner.max_tokens_per_micro_batch=400"]}.items():
+    for name, extra in {
+        "padded": [],
+        "packed": ["learner.packing=true", "learner.share_prefixes=true", "learner.max_tokens_per_micro_batch=400"],
+    }.items():
         torch.manual_seed(0)
         t = trainer(tmp_path / name, tiny_model_dir, "algorithm.kl.coef=0.01", *extra)
         runs[name] = [t.step(s) for s in range(2)]

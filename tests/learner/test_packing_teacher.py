@@ -11,7 +11,7 @@ from agent_rl.learner.teacher import (
     compute_teacher_logprobs,
     splice_teacher_context,
 )
-from agent_rl.rollout.backends.hf import load_model
+from agent_rl.models.loading import load_model
 
 
 def teacher_rows(vocab: int):
@@ -33,7 +33,9 @@ def teacher_rows(vocab: int):
 def test_packed_teacher_logprobs_equal_padded(tiny_model_dir, share):
     teacher = EmaTeacher(load_model(str(tiny_model_dir)), decay=0.5)
     ids_BS, mask_BS, positions_BT = teacher_rows(int(teacher.model.config.vocab_size))
-    ref_BT, ref_ids_BTK, ref_lp_BTK = compute_teacher_logprobs(teacher.model, ids_BS, mask_BS, positions_BT, 0.7, topk=3)
+    ref_BT, ref_ids_BTK, ref_lp_BTK = compute_teacher_logprobs(
+        teacher.model, ids_BS, mask_BS, positions_BT, 0.7, topk=3
+    )
     with packed_scoring(True, share):
         out_BT, ids_BTK, lp_BTK = compute_teacher_logprobs(teacher.model, ids_BS, mask_BS, positions_BT, 0.7, topk=3)
     assert int((positions_BT >= 1).sum()) > 100 and bool((ref_BT != 0).any())

@@ -54,7 +54,13 @@ def test_kill_and_resume_gives_the_uninterrupted_metrics(tmp_path, tiny_model_di
     assert r.returncode == 0, r.stderr[-3000:]
 
     # kill -9 between steps 3 and 4: as soon as checkpoint 3 is complete
-    proc = subprocess.Popen(train_cmd(*base, f"run.dir={killed_dir}"), cwd=ROOT, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        train_cmd(*base, f"run.dir={killed_dir}"),
+        cwd=ROOT,
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     ckpts = killed_dir / "checkpoints"
     deadline = time.time() + 240
     while not (ckpts / "step_000003").exists() and proc.poll() is None and time.time() < deadline:

@@ -9,7 +9,10 @@ from bench.vs_trl_turns import trl_inputs
 
 def test_rows_become_left_padded_prompts_and_one_masked_completion():
     rows = [
-        {"token_ids": [1, 2, 3, 10, 11, 20, 21, 12], "loss_mask": [0, 0, 0, 1, 1, 0, 0, 1]},  # call, tool result, answer
+        {
+            "token_ids": [1, 2, 3, 10, 11, 20, 21, 12],
+            "loss_mask": [0, 0, 0, 1, 1, 0, 0, 1],
+        },  # call, tool result, answer
         {"token_ids": [4, 5, 13, 14, 15], "loss_mask": [0, 0, 1, 1, 1]},
     ]
     x = trl_inputs(rows, torch.tensor([0.5, -0.5]))

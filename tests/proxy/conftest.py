@@ -8,8 +8,14 @@ from contextlib import contextmanager
 import pytest
 
 CALL = '<tool_call>\n{"name": "python", "arguments": {"code": "print(2 + 2)"}}\n</tool_call>'
-PYTHON_TOOL = {"type": "function", "function": {"name": "python", "description": "run python",
-                                                "parameters": {"type": "object", "properties": {"code": {"type": "string"}}}}}
+PYTHON_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "python",
+        "description": "run python",
+        "parameters": {"type": "object", "properties": {"code": {"type": "string"}}},
+    },
+}
 
 
 def calls_then_answers(messages: list[dict], rng) -> str:
@@ -26,7 +32,10 @@ class Recording:
 
     async def generate(self, requests, seed=None):
         out = await self.backend.generate(requests, seed)
-        self.calls += [(list(r.prompt_ids), None if isinstance(o, BaseException) else list(o.token_ids)) for r, o in zip(requests, out)]
+        self.calls += [
+            (list(r.prompt_ids), None if isinstance(o, BaseException) else list(o.token_ids))
+            for r, o in zip(requests, out)
+        ]
         return out
 
     def update_weights(self, state_dict, version):
@@ -49,7 +58,8 @@ def running_proxy(model_dir, backend, api_key=None, **kwargs):
 
 @pytest.fixture(scope="module")
 def hf_proxy(tiny_model_dir):
-    from agent_rl.rollout.backends.hf import HfBackend, load_model, load_tokenizer
+    from agent_rl.models.loading import load_model, load_tokenizer
+    from agent_rl.rollout.backends.hf import HfBackend
 
     tok = load_tokenizer(str(tiny_model_dir))
     rec = Recording(HfBackend(load_model(str(tiny_model_dir), "float32", "cpu"), tok.pad_token_id, 64))
@@ -72,15 +82,19 @@ EXAMPLE = "examples/arithmetic_agent.py:solve"
 def engine(tokenizer, backend, program=EXAMPLE, **agent):
     """A ``ProgramEngine`` playing Arithmetic-v0 (difficulty 2) with ``program`` over ``backend``."""
     from agent_rl.config import EnvConfig
-    from agent_rl.envloader import env_factory
     from agent_rl.proxy.config import AgentConfig
     from agent_rl.proxy.programs import ProgramEngine
     from agent_rl.rollout.config import RolloutConfig
     from agent_rl.rollout.render import ChatRenderer
+    from agent_rl.run.envloader import env_factory
 
-    make_env = env_factory(EnvConfig(id="agent_rl/Arithmetic-v0", options={"difficulty": [2], "sandbox_backend": "process"}))
+    make_env = env_factory(
+        EnvConfig(id="agent_rl/Arithmetic-v0", options={"difficulty": [2], "sandbox_backend": "process"})
+    )
     cfg = RolloutConfig(max_new_tokens=40, max_total_tokens=256, temperature=1.0)
-    return ProgramEngine(backend, ChatRenderer(tokenizer), make_env, cfg, AgentConfig(program=program, **agent), "hermes")
+    return ProgramEngine(
+        backend, ChatRenderer(tokenizer), make_env, cfg, AgentConfig(program=program, **agent), "hermes"
+    )
 
 
 def specs(n):

@@ -8,12 +8,16 @@ from openai import AsyncOpenAI, OpenAI
 
 
 def crashes(base_url: str, task: dict) -> str:
-    OpenAI(base_url=base_url, api_key="x", max_retries=0).chat.completions.create(model=task["model"], messages=task["messages"])
+    OpenAI(base_url=base_url, api_key="x", max_retries=0).chat.completions.create(
+        model=task["model"], messages=task["messages"]
+    )
     return str(1 / 0)
 
 
 def hangs(base_url: str, task: dict) -> str:
-    OpenAI(base_url=base_url, api_key="x", max_retries=0).chat.completions.create(model=task["model"], messages=task["messages"])
+    OpenAI(base_url=base_url, api_key="x", max_retries=0).chat.completions.create(
+        model=task["model"], messages=task["messages"]
+    )
     time.sleep(3600)
     return "never"
 
@@ -22,7 +26,9 @@ def rewrites_history(base_url: str, task: dict) -> str:
     """Two calls where the second drops the first answer: two segments, one break."""
     client = OpenAI(base_url=base_url, api_key="x", max_retries=0)
     client.chat.completions.create(model=task["model"], messages=task["messages"], tools=task["tools"])
-    client.chat.completions.create(model=task["model"], messages=task["messages"] + [{"role": "user", "content": "again"}], tools=task["tools"])
+    client.chat.completions.create(
+        model=task["model"], messages=task["messages"] + [{"role": "user", "content": "again"}], tools=task["tools"]
+    )
     return "0"
 
 

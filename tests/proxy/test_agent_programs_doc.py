@@ -38,9 +38,15 @@ def test_the_commands_run_as_written(tmp_path):
     try:
         for line in commands():
             argv = shlex.split(line.rstrip("& "))
-            argv = [sys.executable, "-m", "agent_rl.cli", *argv[1:]] if argv[0] == "agent-rl" else [sys.executable, *argv[1:]]
+            argv = (
+                [sys.executable, "-m", "agent_rl.cli", *argv[1:]]
+                if argv[0] == "agent-rl"
+                else [sys.executable, *argv[1:]]
+            )
             if line.endswith("&"):
-                proxy = subprocess.Popen(argv, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                proxy = subprocess.Popen(
+                    argv, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+                )
                 assert "agent-rl proxy: http://127.0.0.1:8765/v1" in proxy.stdout.readline()
                 time.sleep(1)
                 continue
@@ -49,7 +55,9 @@ def test_the_commands_run_as_written(tmp_path):
         [run_dir] = (tmp_path / "runs").glob("agent_smoke-*")
         rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
         assert [row["step"] for row in rows] == [1, 2]
-        assert all(row["proxy/segments"] == row["rollout/episodes"] == 4 and row["proxy/segment_breaks"] == 0 for row in rows)
+        assert all(
+            row["proxy/segments"] == row["rollout/episodes"] == 4 and row["proxy/segment_breaks"] == 0 for row in rows
+        )
         assert all(row["train/mismatch_logprob_abs_max"] < 1e-4 for row in rows)  # the learner scores the sampled ids
     finally:
         if proxy is not None:

@@ -10,8 +10,10 @@ import pytest
 
 from tests.proxy.conftest import PYTHON_TOOL, client, fresh
 
-QUESTION = [{"role": "system", "content": "Use the python tool if it helps, then reply <answer>N</answer>."},
-            {"role": "user", "content": "What is 2 + 2?"}]
+QUESTION = [
+    {"role": "system", "content": "Use the python tool if it helps, then reply <answer>N</answer>."},
+    {"role": "user", "content": "What is 2 + 2?"},
+]
 
 
 def test_sampled_tokens_are_recorded_exactly(hf_proxy):
@@ -50,7 +52,9 @@ def test_returned_messages_are_spliced_not_retokenized(scripted_proxy):
     #  prompt 0 | sampled 1 | tool result 0 | sampled 1
     assert seg.loss_mask_T == [0] * len(p1) + [1] * len(s1) + [0] * (len(p2) - len(p1) - len(s1)) + [1] * len(s2)
     assert [(t.start, t.end, t.obs_start, t.obs_end) for t in seg.turns_N] == [
-        (len(p1), len(p1) + len(s1), len(p1) + len(s1), len(p2)), (len(p2), len(p2) + len(s2), len(p2) + len(s2), len(p2) + len(s2))]
+        (len(p1), len(p1) + len(s1), len(p1) + len(s1), len(p2)),
+        (len(p2), len(p2) + len(s2), len(p2) + len(s2), len(p2) + len(s2)),
+    ]
 
 
 def test_rewritten_history_starts_a_counted_segment(scripted_proxy):
@@ -59,23 +63,36 @@ def test_rewritten_history_starts_a_counted_segment(scripted_proxy):
     c = client(url)
     first = c.chat.completions.create(model="policy", messages=QUESTION, tools=[PYTHON_TOOL]).choices[0].message
     call = first.tool_calls[0]
-    edited = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": call.id, "type": "function", "function": {"name": "python", "arguments": '{"code": "print(4)"}'}}]}
-    c.chat.completions.create(model="policy", messages=QUESTION + [edited, {"role": "tool", "tool_call_id": call.id, "content": "4"}],
-                              tools=[PYTHON_TOOL])
+    edited = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": call.id, "type": "function", "function": {"name": "python", "arguments": '{"code": "print(4)"}'}}
+        ],
+    }
+    c.chat.completions.create(
+        model="policy",
+        messages=QUESTION + [edited, {"role": "tool", "tool_call_id": call.id, "content": "4"}],
+        tools=[PYTHON_TOOL],
+    )
     assert (rec.calls, rec.breaks, len(rec.leaves())) == (2, 1, 2)
     second = rec.leaves()[1]
-    assert second.loss_mask_T.count(1) < len(second.token_ids_T) and second.turns_N[0].start > 0  # the edit is context (mask 0)
+    assert (
+        second.loss_mask_T.count(1) < len(second.token_ids_T) and second.turns_N[0].start > 0
+    )  # the edit is context (mask 0)
 
 
 def test_streaming_sends_the_same_message(scripted_proxy):
     url, service, _ = scripted_proxy
     fresh(service)
-    stream = client(url).chat.completions.create(model="policy", messages=QUESTION, tools=[PYTHON_TOOL], stream=True,
-                                                 stream_options={"include_usage": True})
+    stream = client(url).chat.completions.create(
+        model="policy", messages=QUESTION, tools=[PYTHON_TOOL], stream=True, stream_options={"include_usage": True}
+    )
     chunks = list(stream)
     calls = [tc for ch in chunks if ch.choices for tc in (ch.choices[0].delta.tool_calls or [])]
-    assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [("python", {"code": "print(2 + 2)"})]
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [
+        ("python", {"code": "print(2 + 2)"})
+    ]
     assert "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices) == "Let me compute."
     assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == "tool_calls"
     assert chunks[-1].usage.completion_tokens > 0
@@ -100,9 +117,23 @@ def test_n_choices_are_segments(hf_proxy):
         ({"messages": []}, openai.BadRequestError, "messages"),
         ({"messages": [{"role": "wizard", "content": "x"}]}, openai.BadRequestError, "role"),
         ({"tool_choice": "required"}, openai.BadRequestError, "tool_choice"),
-        ({"messages": QUESTION + [{"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c", "type": "function", "function": {"name": "python", "arguments": "{not json"}}]}, {"role": "tool", "tool_call_id": "c", "content": "1"}]},
-         openai.BadRequestError, "not JSON"),
+        (
+            {
+                "messages": QUESTION
+                + [
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {"id": "c", "type": "function", "function": {"name": "python", "arguments": "{not json"}}
+                        ],
+                    },
+                    {"role": "tool", "tool_call_id": "c", "content": "1"},
+                ]
+            },
+            openai.BadRequestError,
+            "not JSON",
+        ),
         ({"extra_body": {"frobnicate": 1}}, openai.BadRequestError, "frobnicate"),
     ],
 )

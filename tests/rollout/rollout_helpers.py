@@ -9,8 +9,8 @@ from typing import Any, ClassVar
 
 import gymnasium as gym
 
+from agent_rl.models.tiny import CHAT_TEMPLATE
 from agent_rl.rollout.backends.hf import HfBackend
-from agent_rl.tiny import CHAT_TEMPLATE
 from envs.spaces import AnyText, Messages
 
 

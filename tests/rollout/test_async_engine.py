@@ -8,16 +8,16 @@ import pytest
 import torch
 from rollout_helpers import AsyncEchoEnv, EchoEnv, RecordingBackend, SnapshotEchoEnv
 
+from agent_rl.core.errors import InfraError
+from agent_rl.core.types import StopReason, TrajectoryGroup
 from agent_rl.learner.logprobs import token_logprobs
-from agent_rl.rollout.backends.hf import load_model
+from agent_rl.models.loading import load_model
 from agent_rl.rollout.backends.scripted import ScriptedBackend
 from agent_rl.rollout.batching import make_batch
 from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.engine import RolloutEngine
 from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.core.errors import InfraError
-from agent_rl.types import StopReason, TrajectoryGroup
 
 TEMPERATURE = 0.9
 
@@ -34,7 +34,9 @@ def engine_for(model, tok, env=EchoEnv, **cfg):
 
 def echo_specs(n: int, latency: float, turns: int = 3) -> list[EpisodeSpec]:
     """n episodes, 4 per task (same env seed, different sampling seeds)."""
-    return [EpisodeSpec(seed=i // 4, group_id=f"g{i // 4}", options={"turns": turns, "latency": latency}) for i in range(n)]
+    return [
+        EpisodeSpec(seed=i // 4, group_id=f"g{i // 4}", options={"turns": turns, "latency": latency}) for i in range(n)
+    ]
 
 
 def test_concurrent_equals_sequential(model, tiny_tokenizer):
@@ -51,7 +53,9 @@ def test_concurrent_equals_sequential(model, tiny_tokenizer):
     assert par_metrics["rollout/generate_calls"] < 64 * 2 / 4  # batched across episodes
     assert [t.token_ids_T for t in par] == [t.token_ids_T for t in seq]
     assert [t.loss_mask_T for t in par] == [t.loss_mask_T for t in seq]
-    diff = max(abs(a - b) for p, s in zip(par, seq, strict=True) for a, b in zip(p.rollout_logprobs_T, s.rollout_logprobs_T))
+    diff = max(
+        abs(a - b) for p, s in zip(par, seq, strict=True) for a, b in zip(p.rollout_logprobs_T, s.rollout_logprobs_T)
+    )
     assert diff <= 1e-4, diff
     assert all(t.stop_reason == StopReason.DONE and len(t.turns_N) == 2 for t in par)
     # the 4 samples of a task share its prompt but not their samples
@@ -69,7 +73,9 @@ def test_per_turn_rows_match_the_sampler(model, tiny_tokenizer):
     engine.close()
     recorded = sorted(tuple(u.prompt_ids) for t in trajectories for u in t.turns_N)
     assert recorded == sorted(map(tuple, engine.backend.prompts))
-    batch = make_batch([TrajectoryGroup(t.task_id, t.group_id, [t]) for t in trajectories], tok.pad_token_id, layout="per_turn")
+    batch = make_batch(
+        [TrajectoryGroup(t.task_id, t.group_id, [t]) for t in trajectories], tok.pad_token_id, layout="per_turn"
+    )
     assert batch.batch_size == 8 * 3
     with torch.no_grad():
         logprobs_BT, _ = token_logprobs(model, batch, temperature=TEMPERATURE)

@@ -8,12 +8,12 @@ from typing import ClassVar
 
 from rollout_helpers import AsyncEchoEnv
 
+from agent_rl.core.types import StopReason
 from agent_rl.rollout.backends.scripted import ScriptedBackend
 from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.engine import RolloutEngine
 from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.types import StopReason
 
 EVENTS: list[str] = []
 

@@ -6,8 +6,9 @@ import asyncio
 
 import torch
 
+from agent_rl.models.loading import load_model
 from agent_rl.rollout.backends.base import GenerationRequest
-from agent_rl.rollout.backends.hf import HfBackend, load_model, sample_from_logits
+from agent_rl.rollout.backends.hf import HfBackend, sample_from_logits
 
 
 def test_same_request_and_seed_same_tokens_in_any_batch(tiny_model_dir, tiny_tokenizer):
@@ -15,7 +16,8 @@ def test_same_request_and_seed_same_tokens_in_any_batch(tiny_model_dir, tiny_tok
     enc = lambda s: tiny_tokenizer.encode(s, add_special_tokens=False)
     mine = GenerationRequest(prompt_ids=enc("What is 2+2?"), max_new_tokens=12, top_p=0.9, seed=7, ignore_eos=True)
     others = [
-        GenerationRequest(prompt_ids=enc("the a of to and in is it you " * k), max_new_tokens=5 + k, seed=k) for k in (1, 3)
+        GenerationRequest(prompt_ids=enc("the a of to and in is it you " * k), max_new_tokens=5 + k, seed=k)
+        for k in (1, 3)
     ]
     [alone] = asyncio.run(backend.generate([mine]))
     in_batch = asyncio.run(backend.generate([others[0], mine, others[1]]))[1]

@@ -8,13 +8,13 @@ import pytest
 import torch
 from rollout_helpers import DROP_THINKING_TEMPLATE, EchoEnv, pieces
 
+from agent_rl.core.types import TrajectoryGroup
 from agent_rl.rollout.backends.scripted import ScriptedBackend
 from agent_rl.rollout.batching import make_batch, per_turn_batch, turn_rows
 from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.engine import RolloutEngine
 from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.types import TrajectoryGroup
 
 
 def thinking_policy(messages, rng):
@@ -50,7 +50,9 @@ def rollout(tok, layout):
 
 
 @pytest.mark.parametrize("layout", ["concat", "per_turn"])
-def test_drift_is_zero_on_our_template_and_counted_on_a_rewriting_one_under_concat(tiny_tokenizer, rewriting_tokenizer, layout):
+def test_drift_is_zero_on_our_template_and_counted_on_a_rewriting_one_under_concat(
+    tiny_tokenizer, rewriting_tokenizer, layout
+):
     # two checks (after turns 0 and 1; turn 2 ends the episode): under concat the rewriting template
     # drops the earlier <think>a</think> each time, so both checks see a different re-render; under
     # per_turn each turn's context is the template's own render, so nothing drifts

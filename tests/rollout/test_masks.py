@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 from rollout_helpers import EchoEnv, pieces
 
+from agent_rl.core.types import StopReason, TrajectoryGroup
 from agent_rl.rollout.backends.scripted import ScriptedBackend
 from agent_rl.rollout.batching import make_batch
 from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.engine import RolloutEngine
 from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.types import StopReason, TrajectoryGroup
 
 # the prompt of task 5 and the observation after each non-final turn, token by token
 PROMPT = ["<|im_start|>", "user", "\n", "5", "<|im_end|>", "\n", "<|im_start|>", "assistant", "\n"]
@@ -25,7 +25,9 @@ def digit_policy(messages, rng):
 
 
 def run(tok, turns: int, **options):
-    engine = RolloutEngine(ScriptedBackend(digit_policy, tok), ChatRenderer(tok), EchoEnv, RolloutConfig(max_turns=turns))
+    engine = RolloutEngine(
+        ScriptedBackend(digit_policy, tok), ChatRenderer(tok), EchoEnv, RolloutConfig(max_turns=turns)
+    )
     [traj] = engine.run_sync([EpisodeSpec(seed=5, group_id="g", options={"turns": turns, **options})])
     engine.close()
     return traj, engine.metrics
@@ -45,7 +47,10 @@ def test_three_turns(tiny_tokenizer):
     traj, metrics = run(tiny_tokenizer, 3)
     #   PROMPT (9)    0 <|im_end|>   OBS (15)      1 <|im_end|>   OBS (15)      2 <|im_end|>
     #   0 ... 0       1 1            0 ... 0       1 1            0 ... 0       1 1
-    assert pieces(tiny_tokenizer, traj.token_ids_T) == PROMPT + ["0", "<|im_end|>"] + OBS + ["1", "<|im_end|>"] + OBS + [
+    assert pieces(tiny_tokenizer, traj.token_ids_T) == PROMPT + ["0", "<|im_end|>"] + OBS + [
+        "1",
+        "<|im_end|>",
+    ] + OBS + [
         "2",
         "<|im_end|>",
     ]

@@ -54,7 +54,15 @@ def test_a_groups_first_prompt_is_rendered_once_and_each_caller_gets_its_own_lis
     first = renderer.prompt_ids(a, None)
     first.append(-1)  # a caller's list is its own
     assert renderer.prompt_ids(a, None) == first[:-1] and len(calls) == 1
-    renderer.prompt_ids(a, [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object", "properties": {}}}}])  # other tools: another render
+    renderer.prompt_ids(
+        a,
+        [
+            {
+                "type": "function",
+                "function": {"name": "f", "description": "d", "parameters": {"type": "object", "properties": {}}},
+            }
+        ],
+    )  # other tools: another render
     assert len(calls) == 2
     renderer.prompt_ids(a, None)  # a hit makes a the most recently used
     renderer.prompt_ids(b, None)  # the cache holds 2: the least recently used (a with tools) goes

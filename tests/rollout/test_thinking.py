@@ -7,15 +7,15 @@ from __future__ import annotations
 import pytest
 from rollout_helpers import EchoEnv, pieces
 
-from agent_rl.rollout.backends.hf import load_tokenizer
+from agent_rl.core.types import TrajectoryGroup
+from agent_rl.models.loading import load_tokenizer
 from agent_rl.rollout.backends.scripted import ScriptedBackend
 from agent_rl.rollout.batching import make_batch, per_turn_batch
 from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.engine import RolloutEngine
 from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.tiny import init_tiny
-from agent_rl.types import TrajectoryGroup
+from agent_rl.run.envloader import init_tiny
 from tools.formats import get_format
 
 PROMPT = ["<|im_start|>", "user", "\n", "5", "<|im_end|>", "\n", "<|im_start|>", "assistant", "\n"]
@@ -30,7 +30,9 @@ def run(tok, texts: list[str], layout: str, tool_format: str = "hermes", **cfg):
     """One turn of a policy that says ``texts`` in turn (one per generation request)."""
     said = iter(texts)
     config = RolloutConfig(max_turns=1, layout=layout, max_new_tokens=16, **cfg)
-    engine = RolloutEngine(ScriptedBackend(lambda m, rng: next(said, ""), tok), ChatRenderer(tok), EchoEnv, config, tool_format=tool_format)
+    engine = RolloutEngine(
+        ScriptedBackend(lambda m, rng: next(said, ""), tok), ChatRenderer(tok), EchoEnv, config, tool_format=tool_format
+    )
     [traj] = engine.run_sync([EpisodeSpec(seed=5, group_id="g", options={"turns": 1})])
     [env] = engine._idle_envs
     engine.close()
@@ -41,7 +43,18 @@ def run(tok, texts: list[str], layout: str, tool_format: str = "hermes", **cfg):
 def test_sampled_thinking_is_trained_on(qwen3, layout):
     traj, metrics, actions = run(qwen3, ["<think>\nfi\n</think>\n\n<answer>7</answer>"], layout)
     assert pieces(qwen3, traj.token_ids_T) == PROMPT + [
-        "<think>", "\n", "f", "i", "\n", "</think>", "\n", "\n", "<answer>", "7", "</answer>", "<|im_end|>",
+        "<think>",
+        "\n",
+        "f",
+        "i",
+        "\n",
+        "</think>",
+        "\n",
+        "\n",
+        "<answer>",
+        "7",
+        "</answer>",
+        "<|im_end|>",
     ]
     #                       <think> \n f i \n </think> \n \n <answer> 7 </answer> <|im_end|>
     assert traj.loss_mask_T == [0] * 9 + [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]
@@ -60,12 +73,25 @@ def test_thinking_budget_closes_the_block_and_the_answer_follows_in_the_same_tur
     texts = ["<think>\nfive plus two\n</think>\n\n<answer>7</answer>", "<answer>7</answer>"]
     traj, metrics, actions = run(qwen3, texts, layout, thinking_budget=4)
     assert pieces(qwen3, traj.token_ids_T) == PROMPT + [
-        "<think>", "\n", "f", "i", "</think>", "\n", "\n", "<answer>", "7", "</answer>", "<|im_end|>",
+        "<think>",
+        "\n",
+        "f",
+        "i",
+        "</think>",
+        "\n",
+        "\n",
+        "<answer>",
+        "7",
+        "</answer>",
+        "<|im_end|>",
     ]
     #                       <think> \n f i </think> \n \n <answer> 7 </answer> <|im_end|>
     assert traj.loss_mask_T == [0] * 9 + [1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1]
     assert [(u.start, u.end) for u in traj.turns_N] == [(9, 20)]  # one turn
-    assert actions == ["<think>\nfi</think>\n\n<answer>7</answer>"] and get_format("hermes").parse(actions[0]).answer == "7"
+    assert (
+        actions == ["<think>\nfi</think>\n\n<answer>7</answer>"]
+        and get_format("hermes").parse(actions[0]).answer == "7"
+    )
     assert metrics["rollout/thinking_closed"] == 1 and metrics["rollout/generate_requests"] == 2
     assert traj.info["thinking_closed"] == 1 and traj.reward == 1.0
 

@@ -9,15 +9,16 @@ import pytest
 import torch
 
 import envs  # noqa: F401  (registration)
+from agent_rl.core.types import StopReason, TrajectoryGroup
 from agent_rl.learner.logprobs import token_logprobs
-from agent_rl.rollout.backends.hf import HfBackend, load_model
+from agent_rl.models.loading import load_model
+from agent_rl.rollout.backends.hf import HfBackend
 from agent_rl.rollout.backends.scripted import ScriptedBackend
 from agent_rl.rollout.batching import make_batch
 from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.engine import RolloutEngine
 from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.types import StopReason, TrajectoryGroup
 
 TASK = {"task": {"expression": "37*91-12"}}
 CALL = '<tool_call>\n{"name": "python", "arguments": {"code": "print(37*91-12)"}}\n</tool_call>'
@@ -36,7 +37,12 @@ def three_turn_policy(messages, rng):
 def test_three_turn_mask_is_exact(tiny_tokenizer):
     tok = tiny_tokenizer
     renderer = ChatRenderer(tok)
-    engine = RolloutEngine(ScriptedBackend(three_turn_policy, tok), renderer, make_env, RolloutConfig(max_turns=5, max_tool_response_tokens=64))
+    engine = RolloutEngine(
+        ScriptedBackend(three_turn_policy, tok),
+        renderer,
+        make_env,
+        RolloutConfig(max_turns=5, max_tool_response_tokens=64),
+    )
     [traj] = engine.run_sync([EpisodeSpec(seed=0, group_id="g", options=TASK)])
     engine.close()
     enc = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
@@ -49,7 +55,10 @@ def test_three_turn_mask_is_exact(tiny_tokenizer):
     #   O2 = "\n" + user error message + next assistant header   mask 0
     #   A3 = "<answer>3355</answer>" + <|im_end|>                 mask 1
     prompt = renderer.prompt_ids(
-        [{"role": "system", "content": envs.arithmetic.env.SYSTEM_PROMPT}, {"role": "user", "content": "What is 37*91-12?"}],
+        [
+            {"role": "system", "content": envs.arithmetic.env.SYSTEM_PROMPT},
+            {"role": "user", "content": "What is 37*91-12?"},
+        ],
         [envs.arithmetic.env.tool_schema(envs.arithmetic.env.PythonTool)],
     )
     a1, a2, a3 = enc(CALL) + end, enc("<tool_call>{not json}</tool_call>") + end, enc("<answer>3355</answer>") + end
@@ -104,7 +113,10 @@ def sampled(tiny_model_dir, tiny_tokenizer):
     model = load_model(str(tiny_model_dir))
     backend = RecordingBackend(model, tiny_tokenizer.pad_token_id)
     engine = RolloutEngine(
-        backend, ChatRenderer(tiny_tokenizer), make_env, RolloutConfig(max_turns=3, max_new_tokens=24, temperature=0.7, max_tool_response_tokens=64)
+        backend,
+        ChatRenderer(tiny_tokenizer),
+        make_env,
+        RolloutConfig(max_turns=3, max_new_tokens=24, temperature=0.7, max_tool_response_tokens=64),
     )
     trajectories = asyncio.run(engine.run([EpisodeSpec(seed=i // 2, group_id=str(i // 2)) for i in range(8)], seed=1))
     engine.close()
@@ -139,7 +151,11 @@ def test_forced_interruption_injects_the_message_inside_the_turn(tiny_tokenizer)
     tok = tiny_tokenizer
     renderer = ChatRenderer(tok)
     cfg = RolloutConfig(
-        max_turns=1, think_budget_tokens=10, answer_budget_tokens=8, interrupt_message=" Time is up.", max_tool_response_tokens=64
+        max_turns=1,
+        think_budget_tokens=10,
+        answer_budget_tokens=8,
+        interrupt_message=" Time is up.",
+        max_tool_response_tokens=64,
     )
     engine = RolloutEngine(ScriptedBackend(lambda m, r: CALL, tok), renderer, make_env, cfg)
     [traj] = engine.run_sync([EpisodeSpec(seed=0, group_id="g", options=TASK)])

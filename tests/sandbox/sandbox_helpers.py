@@ -15,8 +15,9 @@ import pytest
 from sandbox import SandboxLimits
 
 #: Limits of the security suite: short, so each hostile test costs ~its timeout.
-HOSTILE = SandboxLimits(timeout_s=2.0, memory_mb=256, nproc=64, disk_mb=32, max_files=2048,
-                        flood_bytes=4 << 20, persist_mb=4)
+HOSTILE = SandboxLimits(
+    timeout_s=2.0, memory_mb=256, nproc=64, disk_mb=32, max_files=2048, flood_bytes=4 << 20, persist_mb=4
+)
 DOCKER_UID = 65534
 
 
@@ -75,8 +76,9 @@ class HostGuard:
             from sandbox.bwrap import BWRAP_UID_BASE
 
             for uid in (DOCKER_UID, BWRAP_UID_BASE, BWRAP_UID_BASE + 1):  # same uids as the sandboxes
-                self.canaries.append(subprocess.Popen(
-                    ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "300"]))
+                self.canaries.append(
+                    subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "300"])
+                )
         self.free = {p: shutil.disk_usage(p).free for p in ("/", "/tmp")}
 
     def check(self) -> None:
@@ -118,11 +120,29 @@ class OwnDockerd:
     def start(self, timeout_s: float = 60.0) -> None:
         log = open(os.path.join(self.dir, "dockerd.log"), "ab")
         self.proc = subprocess.Popen(
-            ["unshare", "--net", "--", "dockerd", "--data-root", os.path.join(self.dir, "data"),
-             "--exec-root", os.path.join(self.dir, "x"), "--pidfile", os.path.join(self.dir, "d.pid"),
-             "-H", self.url, "--bridge=none", "--iptables=false", "--ip-masq=false",
-             "--cgroup-parent=/agent_rl_test_dockerd"],
-            stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+            [
+                "unshare",
+                "--net",
+                "--",
+                "dockerd",
+                "--data-root",
+                os.path.join(self.dir, "data"),
+                "--exec-root",
+                os.path.join(self.dir, "x"),
+                "--pidfile",
+                os.path.join(self.dir, "d.pid"),
+                "-H",
+                self.url,
+                "--bridge=none",
+                "--iptables=false",
+                "--ip-masq=false",
+                "--cgroup-parent=/agent_rl_test_dockerd",
+            ],
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         end = time.monotonic() + timeout_s
         while time.monotonic() < end:
             if self.docker("info", check=False).returncode == 0:

@@ -68,10 +68,12 @@ def test_output_keeps_head_and_tail(sb):
 def test_files_roundtrip(sb):
     run(sb.write_file("in/data.txt", "hello"))
     run(sb.write_file("blob.bin", b"\x00\xff"))
-    code = ("import os\n"
-            "print(open('in/data.txt').read(), open('blob.bin', 'rb').read())\n"
-            "os.makedirs('out/deep'); open('out/deep/r.txt', 'w').write('result')\n"
-            "os.remove('blob.bin')")
+    code = (
+        "import os\n"
+        "print(open('in/data.txt').read(), open('blob.bin', 'rb').read())\n"
+        "os.makedirs('out/deep'); open('out/deep/r.txt', 'w').write('result')\n"
+        "os.remove('blob.bin')"
+    )
     res = run(sb.exec(code=code))
     assert res.stdout == "hello b'\\x00\\xff'\n", res
     assert run(sb.read_file("out/deep/r.txt")) == "result"
@@ -102,6 +104,7 @@ def test_concurrent_calls_from_many_loops_and_threads(sb):
     def worker(i):
         async def go():
             return await asyncio.gather(*(sb.exec(code=f"print({i} * {j})") for j in range(4)))
+
         results.extend(asyncio.run(go()))
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
@@ -118,6 +121,7 @@ def test_a_cancelled_call_leaves_the_sandbox_usable(sb):
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(sb.exec(code="import time; time.sleep(1)"), 0.1)
         return await sb.exec(code="print('fine')")
+
     assert run(go()).stdout == "fine\n"
 
 

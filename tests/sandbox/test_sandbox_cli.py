@@ -44,7 +44,13 @@ def test_setup_script_is_valid_bash():
 def test_setup_script_is_idempotent():
     if os.geteuid() != 0 or not all(shutil.which(t) for t in ("bwrap", "debootstrap", "dockerd", "setpriv")):
         pytest.skip("the fast (nothing to install) path needs root and the tools already installed")
-    out = subprocess.run(["bash", str(ROOT / ".ci" / "setup_sandbox.sh")], capture_output=True, text=True,
-                         timeout=300, stdin=subprocess.DEVNULL, env=dict(os.environ, CI="true"))
+    out = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "setup_sandbox.sh")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+        env=dict(os.environ, CI="true"),
+    )
     assert out.returncode == 0, out.stderr
     assert "reusing" in out.stdout and "setup_sandbox: ready" in out.stdout

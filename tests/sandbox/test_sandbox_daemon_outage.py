@@ -19,7 +19,9 @@ from sandbox import ExecStatus, SandboxLimits, make_sandbox
 @pytest.mark.docker
 def test_a_call_during_a_daemon_restart_waits_for_the_daemon():
     with private_dockerd_with_image() as daemon:
-        sb = make_sandbox(backend="docker", base_url=daemon.url, limits=SandboxLimits(timeout_s=3.0, memory_mb=128), pool_size=2)
+        sb = make_sandbox(
+            backend="docker", base_url=daemon.url, limits=SandboxLimits(timeout_s=3.0, memory_mb=128), pool_size=2
+        )
         assert run(sb.exec(code="print(1)")).stdout == "1\n"
         daemon.stop()  # its containers die with it
 

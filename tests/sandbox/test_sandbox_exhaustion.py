@@ -77,12 +77,24 @@ PROGRAMS = {
     "memory_bomb": ("x = []\nwhile True:\n    x.append(bytearray(8 << 20))", None, ExecStatus.MEMORY_EXCEEDED, None),
     "everything_then_memory": (FILL_EVERYTHING_THEN_ALLOCATE, 20.0, ExecStatus.MEMORY_EXCEEDED, None),
     # the executor may die here; the call is still the program's failure, and the worker is replaced
-    "oom_adj_reset_many_small": (OOM_ADJ_RESET_THEN_MANY_SMALL, None,
-                                 (ExecStatus.MEMORY_EXCEEDED, ExecStatus.TIMEOUT), None),
-    "fork_bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
-                  None, ExecStatus.TIMEOUT, None),
-    "output_flood": ("import sys\nwhile True:\n    sys.stdout.buffer.write(b'x' * (1 << 20))",
-                     None, ExecStatus.OUTPUT_TRUNCATED, None),
+    "oom_adj_reset_many_small": (
+        OOM_ADJ_RESET_THEN_MANY_SMALL,
+        None,
+        (ExecStatus.MEMORY_EXCEEDED, ExecStatus.TIMEOUT),
+        None,
+    ),
+    "fork_bomb": (
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+        None,
+        ExecStatus.TIMEOUT,
+        None,
+    ),
+    "output_flood": (
+        "import sys\nwhile True:\n    sys.stdout.buffer.write(b'x' * (1 << 20))",
+        None,
+        ExecStatus.OUTPUT_TRUNCATED,
+        None,
+    ),
     "infinite_loop": ("while True: pass", None, ExecStatus.TIMEOUT, None),
     "sleep_past_timeout": ("import time; time.sleep(10**6)", None, ExecStatus.TIMEOUT, None),
 }
@@ -117,11 +129,13 @@ def test_work_directory_changes_larger_than_the_executors_memory(isolated_backen
 
 
 def test_every_writable_mount_is_bounded_in_bytes_and_inodes(hostile_sb):
-    code = ("import os\n"
-            "for line in open('/proc/self/mounts'):\n"
-            "    dev, path, fs, opts = line.split()[:4]\n"
-            "    if fs == 'tmpfs' and os.path.isdir(path) and os.access(path, os.W_OK):\n"
-            "        print(path, opts)\n")
+    code = (
+        "import os\n"
+        "for line in open('/proc/self/mounts'):\n"
+        "    dev, path, fs, opts = line.split()[:4]\n"
+        "    if fs == 'tmpfs' and os.path.isdir(path) and os.access(path, os.W_OK):\n"
+        "        print(path, opts)\n"
+    )
     res = run(hostile_sb.exec(code=code))
     mounts = dict(line.split(" ", 1) for line in res.stdout.splitlines())
     expected = {m.path: m for m in scratch_mounts(HOSTILE)}
@@ -156,13 +170,18 @@ def test_both_backends_mount_every_scratch_with_an_inode_bound():
     assert "--tmpfs" not in cmd
     for path in ("/work", "/tmp", "/dev/shm"):
         i = cmd.index(SCRATCH_DIR + path)
-        assert cmd[i - 1:i + 2] == ["--bind", SCRATCH_DIR + path, path]
+        assert cmd[i - 1 : i + 2] == ["--bind", SCRATCH_DIR + path, path]
     unprivileged = bwrap_command(limits, None, {})  # no root: bwrap's own tmpfs, bounded in size only
-    assert unprivileged[unprivileged.index("/work") - 3:unprivileged.index("/work") + 1] == [
-        "--size", str(8 << 20), "--tmpfs", "/work"]
+    assert unprivileged[unprivileged.index("/work") - 3 : unprivileged.index("/work") + 1] == [
+        "--size",
+        str(8 << 20),
+        "--tmpfs",
+        "/work",
+    ]
     assert scratch_script(limits, 1600007).splitlines()[0] == (
         "mount -t tmpfs -o nosuid,nodev,size=8m,nr_inodes=100,mode=755,uid=1600007,gid=1600007 "
-        f"agent_rl_scratch {SCRATCH_DIR}/work")
+        f"agent_rl_scratch {SCRATCH_DIR}/work"
+    )
 
 
 # ---------------------------------------------------------------- broken machinery is infra_error

@@ -57,6 +57,7 @@ def test_make_sandbox_is_cheap_and_shares_one_pool(backend):
 
     async def go():
         return await asyncio.gather(*(b.exec(code=f"print({i})") for i, b in enumerate(boxes)))
+
     results = run(go())
     assert [r.stdout for r in results] == [f"{i}\n" for i in range(64)]
     assert len(pool.workers) <= pool.size  # 64 sandboxes, at most `size` workers
@@ -109,6 +110,7 @@ def _only_worker(sb):
         while not sb.pool.workers:
             await asyncio.sleep(0.01)
         return next(iter(sb.pool.workers))
+
     return run(asyncio.wait_for(wait(), 30))
 
 
@@ -124,6 +126,7 @@ def test_executor_death_mid_call_is_an_infra_error(backend):
         await asyncio.sleep(0.5)
         await asyncio.to_thread(_kill_worker, backend, worker)
         return await call
+
     res = run(go())
     assert res.status == ExecStatus.INFRA_ERROR, res
     assert run(sb.exec(code="print('recovered')")).stdout == "recovered\n"
@@ -143,10 +146,13 @@ def test_a_frozen_executor_hits_the_callers_timeout(backend):
         await asyncio.sleep(0.2)
         await asyncio.to_thread(_freeze_worker, backend, worker)
         return await call
+
     t0 = time.monotonic()
     res = run(go())
     took = time.monotonic() - t0
     assert res.status == ExecStatus.TIMEOUT and "no answer" in res.stderr, res
-    assert took < 30  # the caller's limit ends it; a frozen worker would otherwise hang forever (a tight bound failed under load)
+    assert (
+        took < 30
+    )  # the caller's limit ends it; a frozen worker would otherwise hang forever (a tight bound failed under load)
     assert run(sb.exec(code="print('recovered')")).stdout == "recovered\n"
     run(sb.close())

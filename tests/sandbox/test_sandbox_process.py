@@ -60,8 +60,11 @@ def test_long_output_keeps_head_and_tail(sb):
 
 
 def test_memory_limit(sb):
-    res = run(sb.exec(code="x = bytearray(1 << 30)"))
+    res = run(sb.exec(code="x = []\nwhile True:\n    x.append(bytearray(8 << 20))"))
     assert res.status == ExecStatus.MEMORY_EXCEEDED
+    # one request beyond the limit, refused at once, leaves no kernel record: the program's own failure
+    res = run(sb.exec(code="x = bytearray(1 << 30)"))
+    assert res.status == ExecStatus.NONZERO_EXIT and "MemoryError" in res.stderr
 
 
 def test_secret_variables_are_invisible(sb, monkeypatch):
@@ -93,3 +96,23 @@ def test_root_drops_to_an_unprivileged_uid(sb):
 def test_close_is_idempotent(sb):
     run(sb.close())
     run(sb.close())
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the helper only exists under root")
+def test_a_program_that_kills_its_helper_fails_on_its_own(sb):
+    # under root the program's parent is the helper (uid 65533), never the controller: safe here
+    res = run(sb.exec(code="import os, time\nos.kill(os.getppid(), 9)\ntime.sleep(30)"))
+    assert (res.status, res.exit_code) == (ExecStatus.KILLED, -9), res
+    assert "killed its sandbox helper" in res.stderr and res.wall_s < 15
+    assert run(sb.exec(code="print(1)")).status == ExecStatus.OK
+
+
+def test_names_and_link_targets_that_are_not_utf8(sb):
+    res = run(
+        sb.exec(code="import os\nos.symlink(b'\\xff\\xfe-target', b'badlink')\nopen(b'\\xff', 'wb').write(b'\\x80')")
+    )
+    assert res.status == ExecStatus.OK, res
+    res = run(
+        sb.exec(code="import os\nprint(sorted(os.listdir(b'.')), os.readlink(b'badlink'), open(b'\\xff', 'rb').read())")
+    )
+    assert res.stdout == "[b'badlink', b'\\xff'] b'\\xff\\xfe-target' b'\\x80'\n", res

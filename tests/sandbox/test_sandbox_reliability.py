@@ -30,16 +30,24 @@ CONTROLLER = textwrap.dedent("""
 
 
 def _start_controller(backend: str) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", CONTROLLER, backend], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CONTROLLER, backend],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert proc.stdout.readline().strip() == "started"
     time.sleep(0.5)  # the long call is in flight
     return proc
 
 
 def _docker_containers_of(pid: int) -> list[str]:
-    out = subprocess.run(["docker", "ps", "-aq", "--filter", "label=agent_rl.sandbox",
-                          "--filter", f"label=agent_rl.owner_pid={pid}"], capture_output=True, text=True)
+    out = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", "label=agent_rl.sandbox", "--filter", f"label=agent_rl.owner_pid={pid}"],
+        capture_output=True,
+        text=True,
+    )
     return out.stdout.split()
 
 
@@ -116,7 +124,9 @@ def test_docker_daemon_restart_under_load():
         assert statuses <= {ExecStatus.OK, ExecStatus.INFRA_ERROR}, statuses
         assert ExecStatus.INFRA_ERROR in statuses, "the restart went unnoticed"
         assert all(out.strip().isdigit() for _, s, _, out in log if s == ExecStatus.OK)
-        assert max(took for _, _, took, _ in log) < limits.timeout_s + limits.kill_grace_s + 60.0, "a call hung"  # slack: a loaded CPU
+        assert max(took for _, _, took, _ in log) < limits.timeout_s + limits.kill_grace_s + 60.0, (
+            "a call hung"
+        )  # slack: a loaded CPU
         assert sum(1 for t, s, _, _ in log if t > restart_at and s == ExecStatus.OK) > 0
         run(sb.close())
         run(sb.pool.close())

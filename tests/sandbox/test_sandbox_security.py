@@ -22,7 +22,9 @@ from sandbox import ExecStatus, make_sandbox
 from sandbox.checks import passed, test_harness
 
 pytestmark = pytest.mark.usefixtures("host_guard")
-LIMIT = HOSTILE.timeout_s + 8.0  # every hostile call must be over by then (an unkilled one never ends; 2 s of slack is too tight under load)
+LIMIT = (
+    HOSTILE.timeout_s + 8.0
+)  # every hostile call must be over by then (an unkilled one never ends; 2 s of slack is too tight under load)
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -38,10 +40,12 @@ def hostile(sb, **kw):
 def assert_clean_and_usable(sb):
     """The next call on the same worker succeeds and sees no trace of the previous one."""
     fresh = make_sandbox(backend=sb.backend_name, limits=HOSTILE, pool_size=1)
-    probe = ("import os, json\n"
-             "procs = [p for p in os.listdir('/proc') if p.isdigit()]\n"
-             "print(json.dumps({'procs': len(procs), 'work': os.listdir('/work'), 'tmp': os.listdir('/tmp'),"
-             " 'shm': os.listdir('/dev/shm'), 'ipc': open('/proc/sysvipc/shm').read().count(chr(10))}))")
+    probe = (
+        "import os, json\n"
+        "procs = [p for p in os.listdir('/proc') if p.isdigit()]\n"
+        "print(json.dumps({'procs': len(procs), 'work': os.listdir('/work'), 'tmp': os.listdir('/tmp'),"
+        " 'shm': os.listdir('/dev/shm'), 'ipc': open('/proc/sysvipc/shm').read().count(chr(10))}))"
+    )
     res = run(fresh.exec(code=probe))
     assert res.status == ExecStatus.OK, res
     state = json.loads(res.stdout)
@@ -75,13 +79,15 @@ def test_memory_bomb(hostile_sb):
 
 
 def test_memory_bomb_over_many_processes(hostile_sb):
-    code = ("import os, time\n"
-            "for _ in range(12):\n"
-            "    if os.fork() == 0:\n"
-            "        x = bytearray(200 << 20)\n"            # under RLIMIT_AS each, not together
-            "        x[::4096] = b'1' * len(x[::4096])\n"
-            "        time.sleep(60)\n"
-            "time.sleep(60)\n")
+    code = (
+        "import os, time\n"
+        "for _ in range(12):\n"
+        "    if os.fork() == 0:\n"
+        "        x = bytearray(200 << 20)\n"  # under RLIMIT_AS each, not together
+        "        x[::4096] = b'1' * len(x[::4096])\n"
+        "        time.sleep(60)\n"
+        "time.sleep(60)\n"
+    )
     res = hostile(hostile_sb, code=code)
     assert res.status in (ExecStatus.TIMEOUT, ExecStatus.MEMORY_EXCEEDED, ExecStatus.KILLED), res
     assert_clean_and_usable(hostile_sb)
@@ -126,12 +132,14 @@ def test_inode_fill(hostile_sb):
 
 
 def test_hostile_directory_trees(hostile_sb):
-    code = ("import os\n"
-            "os.makedirs('a', exist_ok=True); os.chdir('a')\n"
-            "for i in range(1500):\n"
-            "    os.mkdir('d'); os.chdir('d')\n"
-            "os.chdir('/work'); os.makedirs('locked/inner'); open('locked/inner/f', 'w').close()\n"
-            "os.chmod('locked/inner', 0); os.chmod('locked', 0)\n")
+    code = (
+        "import os\n"
+        "os.makedirs('a', exist_ok=True); os.chdir('a')\n"
+        "for i in range(1500):\n"
+        "    os.mkdir('d'); os.chdir('d')\n"
+        "os.chdir('/work'); os.makedirs('locked/inner'); open('locked/inner/f', 'w').close()\n"
+        "os.chmod('locked/inner', 0); os.chmod('locked', 0)\n"
+    )
     res = hostile(hostile_sb, code=code)
     assert res.status in (ExecStatus.OK, ExecStatus.NONZERO_EXIT), res
     assert_clean_and_usable(hostile_sb)
@@ -214,8 +222,16 @@ print(json.dumps(out))
 
 def test_writes_outside_the_work_directory_fail(hostile_sb):
     marker = f"agent_rl_escape_{os.getpid()}"
-    targets = [f"/{marker}", f"/etc/{marker}", f"/usr/{marker}", f"/root/{marker}", f"/var/{marker}",
-               f"/home/{marker}", f"/dev/{marker}", f"/proc/{marker}"]
+    targets = [
+        f"/{marker}",
+        f"/etc/{marker}",
+        f"/usr/{marker}",
+        f"/root/{marker}",
+        f"/var/{marker}",
+        f"/home/{marker}",
+        f"/dev/{marker}",
+        f"/proc/{marker}",
+    ]
     code = f"""
 import json
 out = {{}}
@@ -411,10 +427,14 @@ print(libc.shmget(0x1234, 4096, 0o1666))   # IPC_CREAT | 0666: a SysV segment ou
     res = hostile(hostile_sb, code=code)
     assert res.status == ExecStatus.OK and int(res.stdout) >= 0, res
     other = make_sandbox(backend=hostile_sb.backend_name, limits=HOSTILE, pool_size=1)
-    res = run(other.exec(code="import builtins, ctypes, os\n"
-                              "print(hasattr(builtins, 'LEAK'), os.path.exists('/tmp/leak'), "
-                              "os.path.exists('/dev/shm/leak'), os.path.exists('/work/leak'), "
-                              "ctypes.CDLL(None).shmget(0x1234, 4096, 0o666))"))
+    res = run(
+        other.exec(
+            code="import builtins, ctypes, os\n"
+            "print(hasattr(builtins, 'LEAK'), os.path.exists('/tmp/leak'), "
+            "os.path.exists('/dev/shm/leak'), os.path.exists('/work/leak'), "
+            "ctypes.CDLL(None).shmget(0x1234, 4096, 0o666))"
+        )
+    )
     assert res.stdout.split() == ["False", "False", "False", "False", "-1"], res
     assert run(hostile_sb.read_file("leak")) == "x"  # ... while the sandbox that wrote it keeps its file
     run(other.close())

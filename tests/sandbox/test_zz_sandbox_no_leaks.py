@@ -12,8 +12,19 @@ from sandbox.pool import all_pools, close_all_pools
 
 
 def _our_containers() -> list[str]:
-    out = subprocess.run(["docker", "ps", "-aq", "--filter", "label=agent_rl.sandbox",
-                          "--filter", f"label=agent_rl.owner_pid={os.getpid()}"], capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            "docker",
+            "ps",
+            "-aq",
+            "--filter",
+            "label=agent_rl.sandbox",
+            "--filter",
+            f"label=agent_rl.owner_pid={os.getpid()}",
+        ],
+        capture_output=True,
+        text=True,
+    )
     return out.stdout.split()
 
 
@@ -49,7 +60,18 @@ def test_closing_the_pools_leaves_nothing_behind():
 
 @pytest.mark.docker
 def test_no_sandbox_container_of_a_dead_run_remains():
-    out = subprocess.run(["docker", "ps", "-a", "--filter", "label=agent_rl.sandbox", "--format",
-                          "{{.ID}} {{.Label \"agent_rl.owner_pid\"}}"], capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            "docker",
+            "ps",
+            "-a",
+            "--filter",
+            "label=agent_rl.sandbox",
+            "--format",
+            '{{.ID}} {{.Label "agent_rl.owner_pid"}}',
+        ],
+        capture_output=True,
+        text=True,
+    )
     dead = [line for line in out.stdout.splitlines() if not os.path.exists(f"/proc/{line.split()[1]}")]
     assert dead == [], f"containers of dead runs: {dead}"

@@ -13,9 +13,33 @@ from tools.base import ToolCall
 from tools.formats import FORMATS
 
 SYNTAX = [  # every format's markers: an argument holding them must not break the call around it
-    "<tool_call>", "</tool_call>", "<think>", "</think>", "[THINK]", "[/THINK]", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]",
-    "<|python_tag|>", "<|eom_id|>", "<|eot_id|>", "<|python_start|>", "<|python_end|>", "<|start|>", "<|channel|>",
-    "<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|constrain|>", "to=functions.x", "```", "<answer>", "\\", '"', "'",
+    "<tool_call>",
+    "</tool_call>",
+    "<think>",
+    "</think>",
+    "[THINK]",
+    "[/THINK]",
+    "[TOOL_CALLS]",
+    "[ARGS]",
+    "[CALL_ID]",
+    "<|python_tag|>",
+    "<|eom_id|>",
+    "<|eot_id|>",
+    "<|python_start|>",
+    "<|python_end|>",
+    "<|start|>",
+    "<|channel|>",
+    "<|message|>",
+    "<|end|>",
+    "<|call|>",
+    "<|return|>",
+    "<|constrain|>",
+    "to=functions.x",
+    "```",
+    "<answer>",
+    "\\",
+    '"',
+    "'",
 ]
 names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,15}", fullmatch=True).filter(lambda s: not keyword.iskeyword(s))
 texts = st.lists(st.sampled_from(SYNTAX) | st.text(max_size=12), max_size=5).map("".join)
@@ -26,7 +50,9 @@ values = st.recursive(
 )
 python_calls = st.builds(ToolCall, names, st.dictionaries(names, values, max_size=4))  # keyword arguments: identifiers
 json_calls = st.builds(ToolCall, names, st.dictionaries(texts, values, max_size=4))  # any JSON object
-ROUNDTRIP = settings(max_examples=100, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
+ROUNDTRIP = settings(
+    max_examples=100, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 @pytest.mark.parametrize("fmt", ["hermes", "llama3_json", "mistral", "harmony"])

@@ -17,7 +17,7 @@ from transformers import PreTrainedTokenizerFast
 
 import envs  # noqa: F401 - registers the built-in ids
 from agent_rl.config import load_config
-from agent_rl.envloader import bind_tool_format, tool_format
+from agent_rl.run.envloader import bind_tool_format, tool_format
 from tests.conftest import ROOT, cli_env
 from tools.base import ToolCall
 from tools.formats import FORMATS, detect_format
@@ -28,22 +28,25 @@ VALUES = "set rollout.tool_format to one of: fenced, harmony, hermes, llama3_jso
 # minimal templates written here, each with the markers its family's template writes
 CHATML = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
 TEMPLATES = {
-    "hermes": CHATML + '{% if tools %}Call a tool as <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>{% endif %}',
+    "hermes": CHATML
+    + '{% if tools %}Call a tool as <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>{% endif %}',
     "llama3_json": "{% for m in messages %}<|start_header_id|>{{ 'ipython' if m.role == 'tool' else m.role }}<|end_header_id|>\n\n"
-                   "{{ m.content }}<|eot_id|>{% endfor %}",
+    "{{ m.content }}<|eot_id|>{% endfor %}",
     "mistral": "{% for m in messages %}{% if m.role == 'user' %}[INST]{{ m.content }}[/INST]{% elif m.role == 'tool' %}"
-               "[TOOL_RESULTS]{{ m.content }}[/TOOL_RESULTS]{% elif m.tool_calls %}[TOOL_CALLS]{{ m.tool_calls | tojson }}</s>"
-               "{% else %}{{ m.content }}</s>{% endif %}{% endfor %}",
+    "[TOOL_RESULTS]{{ m.content }}[/TOOL_RESULTS]{% elif m.tool_calls %}[TOOL_CALLS]{{ m.tool_calls | tojson }}</s>"
+    "{% else %}{{ m.content }}</s>{% endif %}{% endfor %}",
     "harmony": "{% for m in messages %}<|start|>{{ m.role }}<|channel|>final<|message|>{{ m.content }}<|end|>{% endfor %}",
     "pythonic": "{% for m in messages %}<|header_start|>{{ m.role }}<|header_end|>\n\n{% if m.tool_calls %}<|python_start|>"
-                "{{ m.tool_calls }}<|python_end|>{% else %}{{ m.content }}{% endif %}<|eot|>{% endfor %}",
+    "{{ m.tool_calls }}<|python_end|>{% else %}{{ m.content }}{% endif %}<|eot|>{% endfor %}",
 }
 
 
 def tokenizer(template: str | dict | None, specials: tuple[str, ...] = ()) -> PreTrainedTokenizerFast:
     tok = PreTrainedTokenizerFast(
         tokenizer_object=Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>")),
-        unk_token="<unk>", eos_token="</s>", additional_special_tokens=list(specials),
+        unk_token="<unk>",
+        eos_token="</s>",
+        additional_special_tokens=list(specials),
     )
     tok.chat_template = template
     return tok
@@ -70,9 +73,14 @@ def test_detect_fails_with_the_values():
     assert str(e.value) == f"the tokenizer has no chat template, so its tool-call format cannot be detected; {VALUES}"
     with pytest.raises(ValueError) as e:
         detect_format(tokenizer(CHATML))
-    assert str(e.value) == f"cannot tell the tool-call format from the tokenizer's chat template (no known call markers); {VALUES}"
+    assert (
+        str(e.value)
+        == f"cannot tell the tool-call format from the tokenizer's chat template (no known call markers); {VALUES}"
+    )
     with pytest.raises(ValueError, match=r"Qwen3-Coder's XML calls \(<function=...>\), which no tool format reads yet"):
-        detect_format(tokenizer(CHATML + "<tool_call>\n<function=NAME>\n<parameter=x>1</parameter>\n</function>\n</tool_call>"))
+        detect_format(
+            tokenizer(CHATML + "<tool_call>\n<function=NAME>\n<parameter=x>1</parameter>\n</function>\n</tool_call>")
+        )
 
 
 def test_precedence(tiny_tokenizer):
@@ -89,11 +97,18 @@ def test_precedence(tiny_tokenizer):
 
 
 def test_components_make_envs_in_the_run_format(tiny_model_dir):
-    from agent_rl.runtime import Components
+    from agent_rl.run.runtime import Components
 
     for fmt in ("auto", "llama3_json"):
-        cfg = load_config(QUICK, [f"model.path={tiny_model_dir}", f"rollout.tool_format={fmt}", "sandbox.backend=process",
-                                  "rollout.chat_template_kwargs={enable_thinking: false}"])
+        cfg = load_config(
+            QUICK,
+            [
+                f"model.path={tiny_model_dir}",
+                f"rollout.tool_format={fmt}",
+                "sandbox.backend=process",
+                "rollout.chat_template_kwargs={enable_thinking: false}",
+            ],
+        )
         c = Components(cfg)
         env = c.make_env()
         assert c.tool_format == env.unwrapped.format.name == ("hermes" if fmt == "auto" else fmt)
@@ -109,9 +124,23 @@ def test_cli_error_is_one_line(tmp_path, tiny_model_dir):
     config.pop("chat_template", None)
     (model / "tokenizer_config.json").write_text(json.dumps(config))
     r = subprocess.run(
-        [sys.executable, "-m", "agent_rl.cli", "eval", QUICK, f"model.path={model}", "eval.policy=envs.arithmetic.policies:oracle",
-         "eval.episodes=2", "sandbox.backend=process", f"run.root={tmp_path / 'runs'}"],
-        capture_output=True, text=True, cwd=ROOT, env=cli_env(), timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "agent_rl.cli",
+            "eval",
+            QUICK,
+            f"model.path={model}",
+            "eval.policy=envs.arithmetic.policies:oracle",
+            "eval.episodes=2",
+            "sandbox.backend=process",
+            f"run.root={tmp_path / 'runs'}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=cli_env(),
+        timeout=300,
     )
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip() == (
@@ -123,11 +152,21 @@ def test_cli_error_is_one_line(tmp_path, tiny_model_dir):
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_scripted_eval_in_every_format(fmt, tmp_path, tiny_model_dir):
     """``agent-rl eval`` with the oracle: the env and the teacher both speak ``rollout.tool_format``."""
-    from agent_rl.eval import run_eval
+    from agent_rl.commands.eval import run_eval
 
-    cfg = load_config(QUICK, [f"model.path={tiny_model_dir}", f"rollout.tool_format={fmt}", "sandbox.backend=process",
-                              "eval.policy=envs.arithmetic.policies:oracle", "eval.episodes=3", "rollout.max_new_tokens=200",
-                              f"run.dir={tmp_path}", "tracking.tensorboard=false"])
+    cfg = load_config(
+        QUICK,
+        [
+            f"model.path={tiny_model_dir}",
+            f"rollout.tool_format={fmt}",
+            "sandbox.backend=process",
+            "eval.policy=envs.arithmetic.policies:oracle",
+            "eval.episodes=3",
+            "rollout.max_new_tokens=200",
+            f"run.dir={tmp_path}",
+            "tracking.tensorboard=false",
+        ],
+    )
     result, _ = run_eval(cfg, log=lambda *a: None)
     assert (result.success, result.errors, result.multi_turn) == (1.0, 0, 1.0)  # every episode called the tool
     rows = [json.loads(line) for line in (tmp_path / "trajectories" / "eval.jsonl").read_text().splitlines()]
@@ -157,9 +196,16 @@ def test_shell_oracle_in_every_format(fmt):
 def test_wrong_format_is_an_observation_and_the_episode_goes_on():
     env = gym.make("agent_rl/Arithmetic-v0", sandbox_backend="process")
     env.reset(seed=0)
-    obs, reward, terminated, truncated, info = env.step('[TOOL_CALLS][{"name": "python", "arguments": {"code": "print(1)"}}]')
-    assert obs == [{"role": "user", "content": "error: tool call in mistral format; this environment expects hermes: "
-                    '<tool_call>{"name": ..., "arguments": {...}}</tool_call>. Call the python tool or reply <answer>NUMBER</answer>.'}]
+    obs, reward, terminated, truncated, info = env.step(
+        '[TOOL_CALLS][{"name": "python", "arguments": {"code": "print(1)"}}]'
+    )
+    assert obs == [
+        {
+            "role": "user",
+            "content": "error: tool call in mistral format; this environment expects hermes: "
+            '<tool_call>{"name": ..., "arguments": {...}}</tool_call>. Call the python tool or reply <answer>NUMBER</answer>.',
+        }
+    ]
     assert (reward, terminated, truncated, info["action_valid"]) == (0.0, False, False, False)
     obs, _, _, _, info = env.step('<tool_call>{"name": "python", "arguments": {"code": "print(6 * 7)"}}</tool_call>')
     assert info["action_valid"] and obs == [{"role": "tool", "content": "42"}]
@@ -175,9 +221,12 @@ def test_parallel_calls_run_in_order():
     assert info["tool_calls"] == 3 and info["action_valid"]
     many = [ToolCall("python", {"code": "print(0)"})] * 9
     obs, _, _, _, info = env.step(FORMATS["llama3_json"].render_calls(many) + "; {oops")
-    assert len(obs) == 9 and obs[-1] == {"role": "user", "content": (  # after the 8 results; 505: where "{oops" starts + 1
-        "error: malformed tool call: Expecting property name enclosed in double quotes: line 1 column 506 (char 505); "
-        "9 tool calls in one turn; only the first 8 ran. Call the python tool or reply <answer>NUMBER</answer>."
-    )}
+    assert len(obs) == 9 and obs[-1] == {
+        "role": "user",
+        "content": (  # after the 8 results; 505: where "{oops" starts + 1
+            "error: malformed tool call: Expecting property name enclosed in double quotes: line 1 column 506 (char 505); "
+            "9 tool calls in one turn; only the first 8 ran. Call the python tool or reply <answer>NUMBER</answer>."
+        ),
+    }
     assert not info["action_valid"]
     env.close()

@@ -55,7 +55,9 @@ def test_a_slow_tool_times_out_as_an_error_observation(box):
 
 def test_a_server_that_cannot_start_is_an_infra_error():
     with pytest.raises(McpServerError, match="did not start"):
-        McpToolbox.from_config([{"command": sys.executable, "args": ["-c", "import sys; sys.exit(3)"], "start_timeout_s": 20}])
+        McpToolbox.from_config(
+            [{"command": sys.executable, "args": ["-c", "import sys; sys.exit(3)"], "start_timeout_s": 20}]
+        )
 
 
 def test_an_env_takes_mcp_servers_from_its_options():

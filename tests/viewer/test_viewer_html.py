@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from agent_rl.config import load_config
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup, Turn
 from agent_rl.rollout.groups import advantages_by_episode
-from agent_rl.trainer import Trainer
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup, Turn
+from agent_rl.train.trainer import Trainer
 from tests.conftest import ROOT, cli_env
 
 GREEN, GREY = (183, 228, 176), (232, 232, 232)  # policy tokens, prompt / observation tokens
@@ -32,7 +32,9 @@ def chromium():
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     if exe is None:
         if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("the viewer test needs Debian's chromium in CI (.ci/setup_sandbox.sh installs it)", pytrace=False)
+            pytest.fail(
+                "the viewer test needs Debian's chromium in CI (.ci/setup_sandbox.sh installs it)", pytrace=False
+            )
         pytest.skip("no chromium here (apt-get install -y chromium)")
     return exe
 
@@ -48,7 +50,14 @@ def build(tok) -> list[Trajectory]:
         ids, mask, turns = [], [], []
         for kind, part in parts:  # kind: P prompt, A assistant turn, O observation
             if kind == "A":
-                turns.append(Turn(start=len(ids), end=len(ids) + len(part), obs_start=len(ids) + len(part), obs_end=len(ids) + len(part)))
+                turns.append(
+                    Turn(
+                        start=len(ids),
+                        end=len(ids) + len(part),
+                        obs_start=len(ids) + len(part),
+                        obs_end=len(ids) + len(part),
+                    )
+                )
                 turns[-1].reward, turns[-1].policy_version = (reward or 0.0) if len(turns) == 1 else 0.0, 3
             elif kind == "O":
                 turns[-1].obs_end = len(ids) + len(part)
@@ -130,7 +139,9 @@ def test_view_renders_masks_advantages_rewards(tmp_path, tiny_model_dir, tiny_to
 
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
              "--disable-component-update", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}"]  # fmt: skip
-    dom = subprocess.run([chromium, *flags, "--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120, check=False)
+    dom = subprocess.run(
+        [chromium, *flags, "--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120, check=False
+    )
     assert dom.returncode == 0, dom.stderr[-2000:]
     parser = Dom()
     parser.feed(dom.stdout)
@@ -170,7 +181,7 @@ def test_view_renders_masks_advantages_rewards(tmp_path, tiny_model_dir, tiny_to
 
 
 def test_view_selects_steps_and_names_bad_input(tmp_path, tiny_model_dir, tiny_tokenizer):
-    from agent_rl.viewer import write_view
+    from agent_rl.commands.viewer import write_view
 
     trajs = build(tiny_tokenizer)
     bell = tiny_tokenizer.encode("\x07", add_special_tokens=False)

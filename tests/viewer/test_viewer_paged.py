@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from agent_rl.types import StopReason, Trajectory, Turn
-from agent_rl.viewer import write_view
+from agent_rl.commands.viewer import write_view
+from agent_rl.core.types import StopReason, Trajectory, Turn
 from tests.viewer.test_viewer_html import chromium  # noqa: F401  (the fixture)
 
 N = 10_000
@@ -24,19 +24,40 @@ def episodes(tok) -> list[dict]:
     out = []
     for i in range(N):
         t = Trajectory(
-            task_id=f"task-{i % 97}", group_id=f"g{i // 4}", episode_id=f"ep{i:05d}", token_ids_T=ids,
-            loss_mask_T=[0] * len(prompt) + [1] * len(reply), rollout_logprobs_T=[0.0] * len(ids),
-            turns_N=[Turn(len(prompt), len(ids), len(ids), len(ids))], reward=(i % 3) / 2,
-            stop_reason=StopReason.MAX_TURNS if i % 5 == 0 else StopReason.DONE, info={"env_id": "A" if i % 2 else "B"},
+            task_id=f"task-{i % 97}",
+            group_id=f"g{i // 4}",
+            episode_id=f"ep{i:05d}",
+            token_ids_T=ids,
+            loss_mask_T=[0] * len(prompt) + [1] * len(reply),
+            rollout_logprobs_T=[0.0] * len(ids),
+            turns_N=[Turn(len(prompt), len(ids), len(ids), len(ids))],
+            reward=(i % 3) / 2,
+            stop_reason=StopReason.MAX_TURNS if i % 5 == 0 else StopReason.DONE,
+            info={"env_id": "A" if i % 2 else "B"},
         )
         out.append(t.to_json())
     return out
 
 
-def _dom(chromium, page, tmp_path, fragment: str = "") -> list[str]:
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-             "--no-first-run", "--allow-file-access-from-files", f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000"]
-    r = subprocess.run([chromium, *flags, "--dump-dom", page.as_uri() + fragment], capture_output=True, text=True, timeout=180, check=False)
+def _dom(chromium, page, tmp_path, fragment: str = "") -> list[str]:  # noqa: F811  (the imported fixture)
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--no-first-run",
+        "--allow-file-access-from-files",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=5000",
+    ]
+    r = subprocess.run(
+        [chromium, *flags, "--dump-dom", page.as_uri() + fragment],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     shown = re.search(r'<div id="episodes">(.*?)</div><div id="tip">', r.stdout, re.DOTALL)
     assert shown, r.stdout[-2000:]
@@ -47,7 +68,9 @@ def _dom(chromium, page, tmp_path, fragment: str = "") -> list[str]:
 def test_ten_thousand_episodes_page_and_filter(tmp_path, tiny_model_dir, tiny_tokenizer, chromium):  # noqa: F811
     run = tmp_path / "run"
     (run / "trajectories").mkdir(parents=True)
-    (run / "config.yaml").write_text(json.dumps({"model": {"path": str(tiny_model_dir)}, "env": {"id": "agent_rl/Arithmetic-v0"}}))
+    (run / "config.yaml").write_text(
+        json.dumps({"model": {"path": str(tiny_model_dir)}, "env": {"id": "agent_rl/Arithmetic-v0"}})
+    )
     eps = episodes(tiny_tokenizer)
     (run / "trajectories" / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in eps))
     page = write_view(run)
@@ -73,7 +96,9 @@ def test_small_runs_stay_one_page_and_page_size_is_checked(tmp_path, tiny_model_
     run = tmp_path / "run"
     (run / "trajectories").mkdir(parents=True)
     (run / "config.yaml").write_text(json.dumps({"model": {"path": str(tiny_model_dir)}}))
-    (run / "trajectories" / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes(tiny_tokenizer)[:30]))
+    (run / "trajectories" / "eval.jsonl").write_text(
+        "".join(json.dumps(e) + "\n" for e in episodes(tiny_tokenizer)[:30])
+    )
     assert write_view(run).read_text().count('class="episode"') == 30 and not (run / "trajectories.html.d").exists()
     write_view(run, page_size=10)
     assert len(list((run / "trajectories.html.d").iterdir())) == 2

@@ -35,6 +35,17 @@ from tools.formats.mistral import MistralFormat
 from tools.formats.pythonic import PythonicFormat
 
 __all__ = [
-    "FORMATS", "FencedFormat", "HarmonyFormat", "HermesFormat", "Llama3JsonFormat", "MistralFormat", "ParsedAction",
-    "PythonicFormat", "Reading", "ToolFormat", "detect_format", "get_format", "register_format",
+    "FORMATS",
+    "FencedFormat",
+    "HarmonyFormat",
+    "HermesFormat",
+    "Llama3JsonFormat",
+    "MistralFormat",
+    "ParsedAction",
+    "PythonicFormat",
+    "Reading",
+    "ToolFormat",
+    "detect_format",
+    "get_format",
+    "register_format",
 ]

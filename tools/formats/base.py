@@ -88,16 +88,22 @@ class ToolFormat:
         if fenced_code and not out.tool_calls:
             for m in _FENCE.finditer(reading.visible):
                 if _SURROGATE.search(m.group(1)):  # no tool, sandbox or tokenizer can encode it
-                    out.errors.append("malformed python block: it holds a lone surrogate such as \\ud800 (not valid Unicode)")
+                    out.errors.append(
+                        "malformed python block: it holds a lone surrogate such as \\ud800 (not valid Unicode)"
+                    )
                 else:
                     out.tool_calls.append(ToolCall(name="python", arguments={"code": m.group(1)}))
         answer = last_answer(reading.visible)
         if answer is not None:
             out.answer = answer.strip()
         if not out.tool_calls and out.answer is None and reading.visible:
-            other = next((f for f in FORMATS.values() if f.name not in (self.name, "fenced") and f.claims(reading.visible)), None)
+            other = next(
+                (f for f in FORMATS.values() if f.name not in (self.name, "fenced") and f.claims(reading.visible)), None
+            )
             if other is not None:
-                out.errors.insert(0, f"tool call in {other.name} format; this environment expects {self.name}: {self.example}")
+                out.errors.insert(
+                    0, f"tool call in {other.name} format; this environment expects {self.name}: {self.example}"
+                )
         return out
 
     def claims(self, text: str) -> bool:

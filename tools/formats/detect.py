@@ -36,7 +36,9 @@ def detect_format(tokenizer: Any) -> str:
     if isinstance(template, dict):  # named templates (default, tool_use, ...)
         template = "\n".join(str(t) for t in template.values())
     if not template:
-        raise ValueError(f"the tokenizer has no chat template, so its tool-call format cannot be detected; {_choices()}")
+        raise ValueError(
+            f"the tokenizer has no chat template, so its tool-call format cannot be detected; {_choices()}"
+        )
     for marker, what in _UNSUPPORTED:
         if marker in template:
             raise ValueError(f"the chat template writes {what}, which no tool format reads yet; {_choices()}")
@@ -49,4 +51,6 @@ def detect_format(tokenizer: Any) -> str:
     for name, markers in _TOKEN_MARKERS:
         if any(m in tokens for m in markers):
             return name
-    raise ValueError(f"cannot tell the tool-call format from the tokenizer's chat template (no known call markers); {_choices()}")
+    raise ValueError(
+        f"cannot tell the tool-call format from the tokenizer's chat template (no known call markers); {_choices()}"
+    )

@@ -77,7 +77,9 @@ class HarmonyFormat(ToolFormat):
                 self._call(recipient.group(1), content, out)
             elif channel is not None and channel.group(1) == "analysis":
                 if ended is None:
-                    return Reading(errors=["unterminated analysis message: no tool call or answer is read before <|end|>"])
+                    return Reading(
+                        errors=["unterminated analysis message: no tool call or answer is read before <|end|>"]
+                    )
             else:
                 visible.append(content)
         out.visible = "\n".join(visible)

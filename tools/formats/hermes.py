@@ -44,7 +44,8 @@ class HermesFormat(ToolFormat):
 
     def render_calls(self, calls: list[ToolCall]) -> str:
         return "\n".join(
-            f"<tool_call>\n{dump_json({'name': c.name, 'arguments': c.arguments}, self.reserved)}\n</tool_call>" for c in calls
+            f"<tool_call>\n{dump_json({'name': c.name, 'arguments': c.arguments}, self.reserved)}\n</tool_call>"
+            for c in calls
         )
 
     def render_result(self, call: ToolCall, content: str) -> dict[str, Any]:
@@ -64,9 +65,13 @@ class FencedFormat(ToolFormat):
         for c in calls:
             code = c.arguments.get("code")
             if c.name != "python" or set(c.arguments) != {"code"} or not isinstance(code, str):
-                raise ValueError(f"the fenced format writes only python calls with one 'code' argument, not {c.name}({c.arguments})")
+                raise ValueError(
+                    f"the fenced format writes only python calls with one 'code' argument, not {c.name}({c.arguments})"
+                )
             if any(m in code for m in ("```", "<think>", "</think>")) or "\n" in code[: len(code) - len(code.lstrip())]:
-                raise ValueError("code holding ``` or <think> tags, or starting with blank lines, cannot be written as a fenced block")
+                raise ValueError(
+                    "code holding ``` or <think> tags, or starting with blank lines, cannot be written as a fenced block"
+                )
             blocks.append(f"```python\n{code}```")
         return "\n".join(blocks)
 

@@ -46,7 +46,11 @@ class MistralFormat(ToolFormat):
         named = _NAMED.match(segment)
         start = named.end() if named else len(segment) - len(segment.lstrip())
         if not named and segment[start : start + 1] not in ("[", "{"):
-            return [], ["malformed tool call: expected a JSON list of calls or NAME[ARGS]{...} after [TOOL_CALLS]"], segment
+            return (
+                [],
+                ["malformed tool call: expected a JSON list of calls or NAME[ARGS]{...} after [TOOL_CALLS]"],
+                segment,
+            )
         try:
             value, end = _DECODER.raw_decode(segment, start)
         except (ValueError, RecursionError) as e:

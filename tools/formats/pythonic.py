@@ -37,7 +37,11 @@ def _value(node: ast.AST) -> Any:
         raise ValueError(f"a {type(node.value).__name__} is not a JSON value")
     if isinstance(node, ast.Name) and node.id in _JSON_NAMES:
         return _JSON_NAMES[node.id]
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd) and isinstance(node.operand, ast.Constant):
+    if (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.USub | ast.UAdd)
+        and isinstance(node.operand, ast.Constant)
+    ):
         value = node.operand.value
         if isinstance(value, int | float) and not isinstance(value, bool):
             return -value if isinstance(node.op, ast.USub) else value
@@ -130,7 +134,14 @@ class PythonicFormat(ToolFormat):
         return out
 
     def render_calls(self, calls: list[ToolCall]) -> str:
-        return "[" + ", ".join(f"{_name(c.name)}({', '.join(f'{_name(k, dotted=False)}={_literal(v)}' for k, v in c.arguments.items())})" for c in calls) + "]"
+        return (
+            "["
+            + ", ".join(
+                f"{_name(c.name)}({', '.join(f'{_name(k, dotted=False)}={_literal(v)}' for k, v in c.arguments.items())})"
+                for c in calls
+            )
+            + "]"
+        )
 
 
 def _name(name: str, dotted: bool = True) -> str:

@@ -15,15 +15,21 @@ them; one module per family:
     prime.py     prime (implicit process rewards of a PRM trained online)
     clipo.py     clipo (contrastive reward from a head trained on pooled hidden states, then a base estimator)
     sarpo.py     sarpo (turn-level GAE with the policy's own value read, batch-normalized)
-    self_play.py absolute_zero (TRR++: baselines per task type and role)
-    subproblems.py  scrl (per sub-problem position, on each answer's span)
-    genac.py     genac (a generative critic's parsed values as the baseline; REINFORCE on its rows)
-    redippo.py   redippo (GAE reweighted by a reference-guided critic's discrepancy from the standard one)
 """
 
-from agent_rl.algorithms.advantages import clipo, distill_credit, group, history, multi_reward, mupo, prime, returns, reweight, sarpo, token  # noqa: F401  (registration)
-from agent_rl.algorithms.advantages import redippo, self_play, subproblems  # noqa: F401  (registration)
-from agent_rl.algorithms.advantages import genac  # noqa: F401  (registration)
+from agent_rl.algorithms.advantages import (  # noqa: F401  (registration)
+    clipo,
+    distill_credit,
+    group,
+    history,
+    multi_reward,
+    mupo,
+    prime,
+    returns,
+    reweight,
+    sarpo,
+    token,
+)
 from agent_rl.algorithms.advantages.common import broadcast_to_tokens, group_stats
 from agent_rl.algorithms.advantages.group import GrpoConfig, grpo
 

@@ -35,7 +35,9 @@ def group_sum(values_B: torch.Tensor, group_index_B: torch.Tensor) -> torch.Tens
 def group_rows(group_index_B: torch.Tensor) -> list[torch.Tensor]:
     """Row indices of each group, groups in increasing order of their id."""
     _, inverse_B = torch.unique(group_index_B, return_inverse=True)
-    return [torch.nonzero(inverse_B == g).flatten() for g in range(int(inverse_B.max()) + 1)] if inverse_B.numel() else []
+    return (
+        [torch.nonzero(inverse_B == g).flatten() for g in range(int(inverse_B.max()) + 1)] if inverse_B.numel() else []
+    )
 
 
 def broadcast_to_tokens(per_row_B: torch.Tensor, loss_mask_BT: torch.Tensor) -> torch.Tensor:
@@ -107,13 +109,17 @@ def group_inverse(group_index_B: torch.Tensor) -> tuple[torch.Tensor, int]:
 def segment_mean_std(values: torch.Tensor, keys: torch.Tensor, num_keys: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean and unbiased std of the 1-D ``values`` per key in [0, num_keys); std 0 below two values."""
     values = values.double()
-    counts = torch.zeros(num_keys, dtype=torch.float64, device=values.device).index_add_(0, keys, torch.ones_like(values))
+    counts = torch.zeros(num_keys, dtype=torch.float64, device=values.device).index_add_(
+        0, keys, torch.ones_like(values)
+    )
     means = torch.zeros_like(counts).index_add_(0, keys, values) / counts.clamp(min=1)
     sq = torch.zeros_like(counts).index_add_(0, keys, (values - means[keys]) ** 2)
     return means, torch.where(counts > 1, (sq / (counts - 1).clamp(min=1)).sqrt(), torch.zeros_like(sq))
 
 
-def masked_group_norm(values_BT: torch.Tensor, mask_BT: torch.Tensor, group_index_B: torch.Tensor, eps: float) -> torch.Tensor:
+def masked_group_norm(
+    values_BT: torch.Tensor, mask_BT: torch.Tensor, group_index_B: torch.Tensor, eps: float
+) -> torch.Tensor:
     """Per group: (v - mean_G) / (std_G + eps) over the group's masked tokens (unbiased std); 0 off the mask."""
     inverse_B, num_groups = group_inverse(group_index_B)
     sel_BT = mask_BT > 0
@@ -125,7 +131,9 @@ def masked_group_norm(values_BT: torch.Tensor, mask_BT: torch.Tensor, group_inde
     return out_BT
 
 
-def grpo_advantage_B(rewards_B: torch.Tensor, group_index_B: torch.Tensor, eps: float, norm_by_std: bool) -> torch.Tensor:
+def grpo_advantage_B(
+    rewards_B: torch.Tensor, group_index_B: torch.Tensor, eps: float, norm_by_std: bool
+) -> torch.Tensor:
     """(r - mean_G) / (std_G + eps) per row (or r - mean_G); a group of one keeps r (verl's choice)."""
     mean_B, std_B, count_B = group_stats(rewards_B, group_index_B)
     singleton = count_B == 1

@@ -31,7 +31,13 @@ class GrpoConfig(ComponentConfig):
     norm_by_std: bool = Field(True, description="divide by the group std (False = Dr. GRPO)")
 
 
-@register_advantage("grpo", config=GrpoConfig)
+@register_advantage(
+    "grpo",
+    config=GrpoConfig,
+    status="reference",
+    evidence="tests/algorithms/test_advantages.py: expected values equal verl 0.9.1 core_algos grpo "
+    "outcome advantage (run outside CI, max diff < 1e-5)",
+)
 def grpo(x: AdvantageInputs, cfg: GrpoConfig) -> AdvantageOutput:
     """GRPO group-normalized advantage (Shao et al. 2024, DeepSeekMath).
 
@@ -53,7 +59,13 @@ class DrGrpoConfig(ComponentConfig):
     """Dr. GRPO has no parameters: it is GRPO without the division by the group std."""
 
 
-@register_advantage("dr_grpo", config=DrGrpoConfig)
+@register_advantage(
+    "dr_grpo",
+    config=DrGrpoConfig,
+    status="reference",
+    evidence="tests/algorithms/test_advantages.py: expected values equal verl 0.9.1 grpo with "
+    "norm_adv_by_std_in_grpo=False (run outside CI)",
+)
 def dr_grpo(x: AdvantageInputs, cfg: DrGrpoConfig) -> AdvantageOutput:
     """Dr. GRPO group-mean baseline (Liu et al. 2025, Understanding R1-Zero-Like Training).
 
@@ -68,7 +80,12 @@ class RlooConfig(ComponentConfig):
     """RLOO has no parameters."""
 
 
-@register_advantage("rloo", config=RlooConfig)
+@register_advantage(
+    "rloo",
+    config=RlooConfig,
+    status="reference",
+    evidence="tests/algorithms/test_advantages.py: expected values equal verl 0.9.1 rloo (run outside CI)",
+)
 def rloo(x: AdvantageInputs, cfg: RlooConfig) -> AdvantageOutput:
     """RLOO leave-one-out baseline (Ahmadian et al. 2024, Back to Basics).
 
@@ -87,7 +104,12 @@ class KimiAdvantageConfig(ComponentConfig):
     """Kimi k1.5's baseline has no parameters."""
 
 
-@register_advantage("kimi", config=KimiAdvantageConfig)
+@register_advantage(
+    "kimi",
+    config=KimiAdvantageConfig,
+    status="paper",
+    evidence="Kimi k1.5 report's sample-mean baseline; hand-computed in tests/algorithms/test_advantages.py",
+)
 def kimi(x: AdvantageInputs, cfg: KimiAdvantageConfig) -> AdvantageOutput:
     """Kimi k1.5 group-mean baseline (Kimi Team 2025), paired with the ``kimi`` policy loss.
 
@@ -104,7 +126,13 @@ class LagunaLooConfig(ComponentConfig):
     length_power: float = Field(1.0, description="w_j = L_j ** length_power (1 = token-length weights)")
 
 
-@register_advantage("laguna_loo", config=LagunaLooConfig)
+@register_advantage(
+    "laguna_loo",
+    config=LagunaLooConfig,
+    status="paper",
+    evidence="Laguna (Poolside 2026) length-weighted leave-one-out baseline as the docstring states "
+    "it; hand-computed in tests/algorithms/test_advantages.py",
+)
 def laguna_loo(x: AdvantageInputs, cfg: LagunaLooConfig) -> AdvantageOutput:
     """Laguna (Poolside 2026) length-weighted leave-one-out baseline.
 
@@ -125,7 +153,13 @@ class PasskConfig(ComponentConfig):
     norm_by_std: bool = Field(True, description="divide by the group std")
 
 
-@register_advantage("passk", config=PasskConfig)
+@register_advantage(
+    "passk",
+    config=PasskConfig,
+    status="reference",
+    evidence="tests/algorithms/test_advantages.py: expected values equal verl 0.9.1 grpo_passk (run "
+    "outside CI; verl raises on a group of one, we give 0)",
+)
 def passk(x: AdvantageInputs, cfg: PasskConfig) -> AdvantageOutput:
     """Pass@k advantage (arXiv 2503.19595; verl's ``grpo_passk``).
 
@@ -151,7 +185,13 @@ class ReinforcePpBaselineConfig(ComponentConfig):
     eps: float = Field(1e-8, description="added to the batch variance before the square root")
 
 
-@register_advantage("reinforce_pp_baseline", config=ReinforcePpBaselineConfig)
+@register_advantage(
+    "reinforce_pp_baseline",
+    config=ReinforcePpBaselineConfig,
+    status="reference",
+    evidence="tests/algorithms/test_advantages.py: expected values equal verl 0.9.1 "
+    "reinforce_plus_plus_baseline (run outside CI)",
+)
 def reinforce_pp_baseline(x: AdvantageInputs, cfg: ReinforcePpBaselineConfig) -> AdvantageOutput:
     """REINFORCE++-baseline (Hu et al. 2025): group-mean centering, then batch-level whitening.
 

@@ -55,7 +55,15 @@ class DcpoSmoothConfig(ComponentConfig):
     eps: float = Field(1e-6, description="added to both stds before dividing")
 
 
-@register_advantage("dcpo_smooth", config=DcpoSmoothConfig, needs={"task_ids"}, state=RewardHistory)
+@register_advantage(
+    "dcpo_smooth",
+    config=DcpoSmoothConfig,
+    needs={"task_ids"},
+    state=RewardHistory,
+    status="paper",
+    evidence="DCPO's smooth advantage standardization (Yang et al. 2025) as the docstring states "
+    "it; hand-computed in tests/algorithms/test_advantages.py",
+)
 def dcpo_smooth(x: AdvantageInputs, cfg: DcpoSmoothConfig) -> AdvantageOutput:
     """DCPO Smooth Advantage Standardization (Yang et al. 2025, Dynamic Clipping Policy Optimization).
 

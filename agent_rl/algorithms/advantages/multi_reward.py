@@ -28,7 +28,9 @@ def _trajectories(x: AdvantageInputs, entry: str) -> list:
     groups = require(x, "groups", entry)
     trajs = [t for g in groups for t in g.trajectories_G]
     if len(trajs) != x.rewards_B.shape[0]:
-        raise ValueError(f"'{entry}' needs one row per episode (rollout.layout=concat); got {x.rewards_B.shape[0]} rows")
+        raise ValueError(
+            f"'{entry}' needs one row per episode (rollout.layout=concat); got {x.rewards_B.shape[0]} rows"
+        )
     return trajs
 
 
@@ -50,12 +52,19 @@ def step_rewards(x: AdvantageInputs) -> list[list[float]]:
     trajs = _trajectories(x, "grpo_process")
     turn_BT = require(x, "turn_index_BT", "grpo_process").cpu()
     return [
-        [turn.reward - float(kl_BT[b][turn_BT[b] == n].sum()) for n, turn in enumerate(t.turns_N)] or [float(x.rewards_B[b])]
+        [turn.reward - float(kl_BT[b][turn_BT[b] == n].sum()) for n, turn in enumerate(t.turns_N)]
+        or [float(x.rewards_B[b])]
         for b, t in enumerate(trajs)
     ]
 
 
-@register_advantage("grpo_process", config=GrpoProcessConfig)
+@register_advantage(
+    "grpo_process",
+    config=GrpoProcessConfig,
+    status="paper",
+    evidence="DeepSeekMath (Shao et al. 2024) process supervision: normalized step rewards summed "
+    "to go; population std is our one choice; tests/algorithms/test_multi_reward.py",
+)
 def grpo_process(x: AdvantageInputs, cfg: GrpoProcessConfig) -> AdvantageOutput:
     """GRPO with process supervision (Shao et al. 2024, DeepSeekMath): step rewards -> normalized reward-to-go.
 
@@ -69,7 +78,9 @@ def grpo_process(x: AdvantageInputs, cfg: GrpoProcessConfig) -> AdvantageOutput:
     _, inverse_B = torch.unique(x.group_index_B.cpu(), return_inverse=True)
     stats: dict[int, tuple[float, float]] = {}
     for g in inverse_B.unique().tolist():
-        values = torch.tensor([r for b in (inverse_B == g).nonzero().flatten().tolist() for r in steps[b]], dtype=torch.float64)
+        values = torch.tensor(
+            [r for b in (inverse_B == g).nonzero().flatten().tolist() for r in steps[b]], dtype=torch.float64
+        )
         stats[g] = (float(values.mean()), float(values.std(unbiased=False)))
     mask_BT = x.loss_mask_BT.double().cpu()
     adv_BT = torch.zeros(mask_BT.shape, dtype=torch.float64)
@@ -111,11 +122,20 @@ if "reward_components" not in NEEDS:
 
 class SaMrpoConfig(ComponentConfig):
     eps: float = Field(1e-6, description="added to each component's group std")
-    component_max: float = Field(1.0, gt=0.0, description="a component's value when fully satisfied (rewards in [0, 1]: 1)")
+    component_max: float = Field(
+        1.0, gt=0.0, description="a component's value when fully satisfied (rewards in [0, 1]: 1)"
+    )
     floor: float = Field(0.1, ge=0.0, le=1.0, description="smallest weight of a saturated component (ours)")
 
 
-@register_advantage("sa_mrpo", config=SaMrpoConfig, config_needs=lambda cfg: {"reward_components"})
+@register_advantage(
+    "sa_mrpo",
+    config=SaMrpoConfig,
+    config_needs=lambda cfg: {"reward_components"},
+    status="interpretation",
+    evidence="from SA-MRPO's abstract (seed 003): the linear saturation discount and its floor are "
+    "ours; 1 recorded choice; tests/algorithms/test_multi_reward.py",
+)
 def sa_mrpo(x: AdvantageInputs, cfg: SaMrpoConfig) -> AdvantageOutput:
     """SA-MRPO, saturation-aware advantage reweighting for multi-reward PO (2026).
 
@@ -127,7 +147,9 @@ def sa_mrpo(x: AdvantageInputs, cfg: SaMrpoConfig) -> AdvantageOutput:
     reward is the one component.
     """
     comps_BC = x.extras.get("reward_components")
-    if comps_BC is None:  # the run always provides them (the need refuses an env without them); direct calls: the reward
+    if (
+        comps_BC is None
+    ):  # the run always provides them (the need refuses an env without them); direct calls: the reward
         comps_BC = sequence_rewards(x).unsqueeze(-1)
     comps_BC = comps_BC.double().to(x.loss_mask_BT.device)
     z_cols, weights = [], []
@@ -143,7 +165,15 @@ def sa_mrpo(x: AdvantageInputs, cfg: SaMrpoConfig) -> AdvantageOutput:
 
 
 for _key, _question, _choice in (
-    ('grpo_process', 'step rewards and their normalization', "the env's per-turn rewards; mean and population std over all step rewards of the group; reward-to-go per turn"),
-    ('sa_mrpo', 'saturation estimate and discount', "s_k = batch mean of clip(r_k / component_max, 0, 1); w_k = max(0.1, 1 - s_k); components = the env's info['reward_components'] totals"),
+    (
+        "grpo_process",
+        "step rewards and their normalization",
+        "the env's per-turn rewards; mean and population std over all step rewards of the group; reward-to-go per turn",
+    ),
+    (
+        "sa_mrpo",
+        "saturation estimate and discount",
+        "s_k = batch mean of clip(r_k / component_max, 0, 1); w_k = max(0.1, 1 - s_k); components = the env's info['reward_components'] totals",
+    ),
 ):
     record_choice(_key, _question, _choice)

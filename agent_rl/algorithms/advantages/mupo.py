@@ -27,15 +27,29 @@ from pydantic import Field
 
 from agent_rl.algorithms.advantages.common import broadcast_to_tokens, group_rows
 from agent_rl.algorithms.needs import NEEDS, NeedContext, register_need
-from agent_rl.algorithms.registry import AdvantageInputs, AdvantageOutput, ComponentConfig, record_choice, register_advantage
+from agent_rl.algorithms.registry import (
+    AdvantageInputs,
+    AdvantageOutput,
+    ComponentConfig,
+    record_choice,
+    register_advantage,
+)
 
 
 class MupoConfig(ComponentConfig):
     partition_k: int = Field(2, ge=1, description="partitions per prompt (paper: 2)")
-    partition_min: int = Field(3, ge=2, description="fewest rows in a partition (paper: 3); fewer rows -> fewer partitions")
-    balance_beta: float = Field(1.0, ge=0.0, description="exponent of the partition-size weight (n_avg / n_P) (paper: 1)")
-    diversity_weight: float = Field(0.1, ge=0.0, le=1.0, description="weight of the diversity reward in s_i (paper: 0.1)")
-    correct_threshold: float = Field(0.5, description="a row is correct when its reward is above this (only correct rows earn diversity)")
+    partition_min: int = Field(
+        3, ge=2, description="fewest rows in a partition (paper: 3); fewer rows -> fewer partitions"
+    )
+    balance_beta: float = Field(
+        1.0, ge=0.0, description="exponent of the partition-size weight (n_avg / n_P) (paper: 1)"
+    )
+    diversity_weight: float = Field(
+        0.1, ge=0.0, le=1.0, description="weight of the diversity reward in s_i (paper: 0.1)"
+    )
+    correct_threshold: float = Field(
+        0.5, description="a row is correct when its reward is above this (only correct rows earn diversity)"
+    )
     kmeans_iters: int = Field(20, ge=1, description="Lloyd iterations of the cosine k-means")
     eps: float = Field(1e-6, description="added to each partition's std (paper: 1e-6)")
 
@@ -105,7 +119,15 @@ def partition(e_NV: torch.Tensor, k: int, size_min: int, iters: int) -> list[int
     return [first.setdefault(lab, len(first)) for lab in labels]
 
 
-@register_advantage("mupo", config=MupoConfig, config_needs=lambda cfg: {"response_embedding"})
+@register_advantage(
+    "mupo",
+    config=MupoConfig,
+    config_needs=lambda cfg: {"response_embedding"},
+    status="interpretation",
+    evidence="formula from the authors' code (xytian1008/MUPO), but the embeddings that form the "
+    "partitions are ours (env embedding or bag of token ids, not Qwen3-Embedding); 3 "
+    "recorded choices; tests/algorithms/test_mupo.py",
+)
 def mupo(x: AdvantageInputs, cfg: MupoConfig) -> AdvantageOutput:
     """MUPO (Tian et al. 2026): per-partition standardization + cross-partition diversity reward.
 
@@ -141,14 +163,25 @@ def mupo(x: AdvantageInputs, cfg: MupoConfig) -> AdvantageOutput:
             std = float(s_P.std()) if n_p > 1 else 0.0
             adv_B[members] = (s_P - s_P.mean()) / (std + cfg.eps) * (n_avg / n_p) ** cfg.balance_beta
     metrics = {"adv/mupo_partitions": sum(partitions_used) / max(len(partitions_used), 1)}
-    return AdvantageOutput(advantages_BT=broadcast_to_tokens(adv_B, x.loss_mask_BT.cpu()).to(x.loss_mask_BT.device), metrics=metrics)
+    return AdvantageOutput(
+        advantages_BT=broadcast_to_tokens(adv_B, x.loss_mask_BT.cpu()).to(x.loss_mask_BT.device), metrics=metrics
+    )
 
 
 for _question, _choice in (
-    ("embeddings of the responses", "the env's info['response_embedding'] if every episode has one, else the bag of generated token ids "
-     "(the paper serves Qwen3-Embedding-0.6B, which this platform does not run)"),
-    ("size-constrained k-means", "cosine Lloyd k-means, farthest-point init from the group's first row; undersized partitions take the "
-     "rows nearest their centroid from partitions above partition_min; k shrinks to n // partition_min"),
-    ("reward it mixes with diversity", "the env's reward r stands for the paper's accuracy + format terms: s = (1 - w) r + w div [r > threshold]"),
+    (
+        "embeddings of the responses",
+        "the env's info['response_embedding'] if every episode has one, else the bag of generated token ids "
+        "(the paper serves Qwen3-Embedding-0.6B, which this platform does not run)",
+    ),
+    (
+        "size-constrained k-means",
+        "cosine Lloyd k-means, farthest-point init from the group's first row; undersized partitions take the "
+        "rows nearest their centroid from partitions above partition_min; k shrinks to n // partition_min",
+    ),
+    (
+        "reward it mixes with diversity",
+        "the env's reward r stands for the paper's accuracy + format terms: s = (1 - w) r + w div [r > threshold]",
+    ),
 ):
     record_choice("mupo", _question, _choice)

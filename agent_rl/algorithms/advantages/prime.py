@@ -67,7 +67,9 @@ register_need(
 
 
 class PrimeConfig(ComponentConfig):
-    beta: float = Field(0.05, gt=0.0, description="implicit reward scale: r_t = beta * (log pi_prm - log pi_ref) (paper: 0.05)")
+    beta: float = Field(
+        0.05, gt=0.0, description="implicit reward scale: r_t = beta * (log pi_prm - log pi_ref) (paper: 0.05)"
+    )
     gamma: float = Field(1.0, ge=0.0, le=1.0, description="discount of the return-to-go (paper: 1.0)")
     process_coef: float = Field(1.0, ge=0.0, description="weight of the leave-one-out implicit process rewards")
     outcome_coef: float = Field(1.0, ge=0.0, description="weight of the leave-one-out outcome reward")
@@ -76,7 +78,9 @@ class PrimeConfig(ComponentConfig):
     prm_grad_clip: float = Field(1.0, gt=0.0, description="max global gradient norm of the PRM's update")
 
 
-def implicit_token_rewards(prm_logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, loss_mask_BT: torch.Tensor, beta: float) -> torch.Tensor:
+def implicit_token_rewards(
+    prm_logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, loss_mask_BT: torch.Tensor, beta: float
+) -> torch.Tensor:
     """r_t = beta * (log pi_prm(y_t) - log pi_ref(y_t)) on loss tokens, 0 elsewhere."""
     return beta * (prm_logprobs_BT.double() - ref_logprobs_BT.double()) * loss_mask_BT.double()
 
@@ -90,7 +94,15 @@ def leave_one_out(values_B: torch.Tensor, group_index_B: torch.Tensor) -> tuple[
     return torch.where(has_others_B, others_B, torch.zeros_like(others_B)), has_others_B
 
 
-@register_advantage("prime", config=PrimeConfig, needs={"ref_logprobs", "prm_logprobs"})
+@register_advantage(
+    "prime",
+    config=PrimeConfig,
+    needs={"ref_logprobs", "prm_logprobs"},
+    status="paper",
+    evidence="the paper's text (arXiv 2502.01456 Eq. 5, Algorithm 1) checked against the official "
+    "code PRIME-RL/PRIME; 4 recorded choices; hand-computed in "
+    "tests/algorithms/test_prime.py",
+)
 def prime(x: AdvantageInputs, cfg: PrimeConfig) -> AdvantageOutput:
     """PRIME (Cui et al. 2025): leave-one-out outcome reward + leave-one-out implicit process rewards.
 
@@ -118,7 +130,28 @@ def prime(x: AdvantageInputs, cfg: PrimeConfig) -> AdvantageOutput:
     return AdvantageOutput(advantages_BT=adv_BT.float(), returns_BT=returns_BT.float(), metrics=metrics)
 
 
-record_choice("prime", "process baseline (Eq. 5)", "per token, the mean over the group's other samples of their per-token mean implicit reward (leave-one-out, token scale), as the paper's text says; the official code (PRIME-RL/PRIME, masked_rloo) also multiplies r_t^i by K/(K-1), i.e. adds (r_t^i - mean_s r_s^i)/(K-1): the same return at the first token, other returns differ; its reward_dpo_coef = reward_gt_coef = 5 equals our 1 and 1 after whitening")
-record_choice("prime", "PRM update before or after the rewards", "after: the step's token rewards come from the PRM before its update (Algorithm 1)")
-record_choice("prime", "outcome label of the PRM's cross-entropy", "the outcome reward clamped to [0, 1] (binary verifiers unchanged)")
-record_choice("prime", "PRM initialisation and reference", "the PRM starts as a copy of the initial policy (model.path); the reference is the run's frozen initial policy")
+record_choice(
+    "prime",
+    "process baseline (Eq. 5)",
+    (
+        "per token, the mean over the group's other samples of their per-token mean implicit reward "
+        "(leave-one-out, token scale), as the paper's text says; the official code (PRIME-RL/PRIME, masked_rloo) "
+        "also multiplies r_t^i by K/(K-1), i.e. adds (r_t^i - mean_s r_s^i)/(K-1): the same return at the first "
+        "token, other returns differ; its reward_dpo_coef = reward_gt_coef = 5 equals our 1 and 1 after whitening"
+    ),
+)
+record_choice(
+    "prime",
+    "PRM update before or after the rewards",
+    "after: the step's token rewards come from the PRM before its update (Algorithm 1)",
+)
+record_choice(
+    "prime",
+    "outcome label of the PRM's cross-entropy",
+    "the outcome reward clamped to [0, 1] (binary verifiers unchanged)",
+)
+record_choice(
+    "prime",
+    "PRM initialisation and reference",
+    "the PRM starts as a copy of the initial policy (model.path); the reference is the run's frozen initial policy",
+)

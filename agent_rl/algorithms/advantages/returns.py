@@ -28,7 +28,9 @@ from agent_rl.algorithms.registry import (
 class GaeConfig(ComponentConfig):
     gamma: float = Field(1.0, description="discount (LLM PPO, ORZ: 1.0)")
     lam: float = Field(0.95, description="GAE lambda of the actor's advantages (ORZ: 1.0)")
-    critic_lam: float | None = Field(None, description="VAPO decoupled lambda for the critic's returns (VAPO: 1.0); None = lam")
+    critic_lam: float | None = Field(
+        None, description="VAPO decoupled lambda for the critic's returns (VAPO: 1.0); None = lam"
+    )
     length_adaptive_alpha: float | None = Field(
         None, description="VAPO: actor lambda_i = 1 - 1/(alpha * L_i) per row (VAPO: 0.05); None = fixed lam"
     )
@@ -58,7 +60,14 @@ def gae_scan(
     return adv_BT
 
 
-@register_advantage("gae", config=GaeConfig, needs={"values"})
+@register_advantage(
+    "gae",
+    config=GaeConfig,
+    needs={"values"},
+    status="reference",
+    evidence="tests/algorithms/test_advantages.py: expected values equal verl 0.9.1 gae (run "
+    "outside CI); VAPO / ORZ options hand-computed only",
+)
 def gae(x: AdvantageInputs, cfg: GaeConfig) -> AdvantageOutput:
     """GAE with critic values (Schulman et al. 2016; PPO, Schulman et al. 2017), with VAPO/ORZ options.
 
@@ -97,7 +106,13 @@ class ReinforcePpConfig(ComponentConfig):
     eps: float = Field(1e-8, description="added to the batch variance before the square root")
 
 
-@register_advantage("reinforce_pp", config=ReinforcePpConfig)
+@register_advantage(
+    "reinforce_pp",
+    config=ReinforcePpConfig,
+    status="reference",
+    evidence="tests/algorithms/test_advantages.py: expected values equal verl 0.9.1 "
+    "reinforce_plus_plus (run outside CI)",
+)
 def reinforce_pp(x: AdvantageInputs, cfg: ReinforcePpConfig) -> AdvantageOutput:
     """REINFORCE++ (Hu et al. 2025): token returns with KL-to-go, normalized over the whole batch.
 
@@ -115,7 +130,13 @@ class RemaxConfig(ComponentConfig):
     """ReMax has no parameters: the baseline is the greedy rollout's reward."""
 
 
-@register_advantage("remax", config=RemaxConfig, needs={"greedy_rewards"})
+@register_advantage(
+    "remax",
+    config=RemaxConfig,
+    needs={"greedy_rewards"},
+    status="reference",
+    evidence="tests/algorithms/test_advantages.py: expected values equal verl 0.9.1 remax (run outside CI)",
+)
 def remax(x: AdvantageInputs, cfg: RemaxConfig) -> AdvantageOutput:
     """ReMax (Li et al. 2023): reward minus the reward of a greedy rollout of the same prompt.
 

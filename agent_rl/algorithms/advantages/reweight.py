@@ -26,7 +26,13 @@ class TailRlConfig(ComponentConfig):
     reward_max: float = Field(1.0, description="reward mapped to 1 before thresholding")
 
 
-@register_advantage("tailrl", config=TailRlConfig)
+@register_advantage(
+    "tailrl",
+    config=TailRlConfig,
+    status="interpretation",
+    evidence="arXiv 2609.02987 read through two summaries and a third-party visualiser, not the "
+    "paper's text; worked examples hand-computed in tests/algorithms/test_advantages.py",
+)
 def tailrl(x: AdvantageInputs, cfg: TailRlConfig) -> AdvantageOutput:
     """TailRL tail-likelihood advantage (arXiv 2609.02987): maximize E_t log P(R > t), t ~ U[0, 1].
 
@@ -52,13 +58,21 @@ def tailrl(x: AdvantageInputs, cfg: TailRlConfig) -> AdvantageOutput:
 
 class Da3poConfig(ComponentConfig):
     amplification: float = Field(2.0, description="lambda: factor on correct responses of hard prompts (paper: 2)")
-    hard_threshold: float = Field(0.5, description="tau: a prompt is hard when its group accuracy < tau (not given by the paper)")
+    hard_threshold: float = Field(
+        0.5, description="tau: a prompt is hard when its group accuracy < tau (not given by the paper)"
+    )
     correct_threshold: float = Field(0.5, description="a reward above this counts as correct")
     eps: float = Field(1e-6, description="added to the group std before dividing")
     norm_by_std: bool = Field(True, description="GRPO/DAPO std normalization of the base advantage")
 
 
-@register_advantage("da3po", config=Da3poConfig)
+@register_advantage(
+    "da3po",
+    config=Da3poConfig,
+    status="interpretation",
+    evidence="arXiv 2608.27982 read through summaries only; the hardness threshold tau is ours (not "
+    "given); tests/algorithms/test_advantages.py",
+)
 def da3po(x: AdvantageInputs, cfg: Da3poConfig) -> AdvantageOutput:
     """DA3PO Difficulty-aware Advantage Amplification (arXiv 2608.27982), on top of GRPO/DAPO.
 
@@ -82,7 +96,13 @@ class MmpoConfig(ComponentConfig):
     num_moments: int = Field(4, ge=1, description="T: moments of the failure probability minimized (paper: 4)")
 
 
-@register_advantage("mmpo", config=MmpoConfig)
+@register_advantage(
+    "mmpo",
+    config=MmpoConfig,
+    status="interpretation",
+    evidence="arXiv 2608.02149 read through a detailed summary only; 'no std division' is our "
+    "assumption; tests/algorithms/test_advantages.py",
+)
 def mmpo(x: AdvantageInputs, cfg: MmpoConfig) -> AdvantageOutput:
     """MMPO Multi-Moment Policy Optimization (arXiv 2608.02149), plug-in estimator.
 

@@ -31,7 +31,9 @@ LOG_RATIO_CLAMP = 20.0  # clamp log-ratios before exp(): sampler/learner mismatc
 
 
 class A3poConfig(ComponentConfig):
-    token_fraction: float = Field(0.2, ge=0.0, le=1.0, description="share of tokens amplified per polarity (paper: 20%)")
+    token_fraction: float = Field(
+        0.2, ge=0.0, le=1.0, description="share of tokens amplified per polarity (paper: 20%)"
+    )
     init_multiplier: float = Field(2.0, description="multiplier at step 0 (paper: 2)")
     decay_per_step: float = Field(0.005, description="multiplier decay per trainer step (paper: 0.005)")
     min_multiplier: float = Field(1.0, description="floor of the multiplier (paper: 1, reached at step 200)")
@@ -52,7 +54,15 @@ def _select_extreme(values_BT: torch.Tensor, where_BT: torch.Tensor, fraction: f
     return chosen_BT
 
 
-@register_advantage("a3po", config=A3poConfig, needs={"old_logprobs"})
+@register_advantage(
+    "a3po",
+    config=A3poConfig,
+    needs={"old_logprobs"},
+    status="interpretation",
+    evidence="formula of Rethinking Sample Polarity in RLVR (2025) as the docstring gives it; the "
+    "batch-wide pool of the token fractions is our reading; hand-computed in "
+    "tests/algorithms/test_advantages.py",
+)
 def a3po(x: AdvantageInputs, cfg: A3poConfig) -> AdvantageOutput:
     """A3PO asymmetric token advantages (Rethinking Sample Polarity in RLVR, 2025), on GRPO/DAPO.
 
@@ -89,7 +99,14 @@ def _stage_buckets(mask_BT: torch.Tensor, num_buckets: int) -> torch.Tensor:
     return torch.div(rank_BT * num_buckets, length_B[:, None], rounding_mode="floor").clamp(0, num_buckets - 1)
 
 
-@register_advantage("erpo", config=ErpoConfig, needs={"entropy", "ref_logprobs", "old_logprobs"})
+@register_advantage(
+    "erpo",
+    config=ErpoConfig,
+    needs={"entropy", "ref_logprobs", "old_logprobs"},
+    status="interpretation",
+    evidence="ERPO's token-level advantage (2026); num_buckets 4 and eta 0.2 are ours (config "
+    "fields marked 'our choice'); tests/algorithms/test_advantages.py",
+)
 def erpo(x: AdvantageInputs, cfg: ErpoConfig) -> AdvantageOutput:
     """ERPO entropy-regulated token-level advantage (Token-Level Entropy-Regulated PO, 2026).
 
@@ -125,7 +142,9 @@ def erpo(x: AdvantageInputs, cfg: ErpoConfig) -> AdvantageOutput:
 
 
 class FipoConfig(ComponentConfig):
-    gamma: float = Field(0.995, description="discount of future log-ratios (horizon of a few hundred tokens; our choice)")
+    gamma: float = Field(
+        0.995, description="discount of future log-ratios (horizon of a few hundred tokens; our choice)"
+    )
     ratio_cap: float = Field(10.0, description="c: future tokens with ratio > c are left out (paper: 10)")
     eps_low: float = Field(0.0, description="multiplier >= 1 - eps_low (paper: f in [1, 1.2])")
     eps_high: float = Field(0.2, description="multiplier <= 1 + eps_high")
@@ -143,7 +162,14 @@ def future_kl_multiplier(
     return torch.exp(future_BT.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)).clamp(low, high)
 
 
-@register_advantage("fipo", config=FipoConfig, needs={"old_logprobs", "rollout_logprobs"})
+@register_advantage(
+    "fipo",
+    config=FipoConfig,
+    needs={"old_logprobs", "rollout_logprobs"},
+    status="interpretation",
+    evidence="FIPO's future-KL multiplier (2026); the discount gamma 0.995 is ours ('our choice' in "
+    "the config); tests/algorithms/test_advantages.py",
+)
 def fipo(x: AdvantageInputs, cfg: FipoConfig) -> AdvantageOutput:
     """FIPO Future-KL Influenced Policy Optimization (2026): future-drift multiplier on the advantage.
 
@@ -171,7 +197,14 @@ class OpsaConfig(ComponentConfig):
     eps: float = Field(1e-8, description="added to the mean entropy before dividing")
 
 
-@register_advantage("opsa", config=OpsaConfig, needs={"entropy"})
+@register_advantage(
+    "opsa",
+    config=OpsaConfig,
+    needs={"entropy"},
+    status="interpretation",
+    evidence="built from OPSA's abstract (seed 003): the scaling of the negative advantage is ours; "
+    "tests/algorithms/test_advantages.py",
+)
 def opsa(x: AdvantageInputs, cfg: OpsaConfig) -> AdvantageOutput:
     """OPSA On-Policy Self-Adaptation (2026): entropy-adaptive negative advantages, no teacher, no reward.
 
@@ -194,7 +227,14 @@ class ScGrpoConfig(ComponentConfig):
     norm_by_std: bool = Field(True, description="std normalization of the base GRPO advantage")
 
 
-@register_advantage("sc_grpo", config=ScGrpoConfig, needs={"teacher_logprobs", "old_logprobs"})
+@register_advantage(
+    "sc_grpo",
+    config=ScGrpoConfig,
+    needs={"teacher_logprobs", "old_logprobs"},
+    status="paper",
+    evidence="SC-GRPO (Learning from Own Solutions, 2026) A_it = f(D_it) A_i as the docstring "
+    "states it; hand-computed in tests/algorithms/test_advantages.py",
+)
 def sc_grpo(x: AdvantageInputs, cfg: ScGrpoConfig) -> AdvantageOutput:
     """SC-GRPO self-conditioned credit (Learning from Own Solutions, 2026): A_it = f(D_it) * A_i.
 

@@ -1,7 +1,8 @@
 """Turn-level and branch-based credit assignment (registry ``credit``).
 
 A credit method replaces the advantage estimator, with the same signature ``fn(x: AdvantageInputs, cfg)``
-(the step's groups in ``x.groups``, its state in ``x.state``); it returns per-token ``advantages_BT`` (zero outside the loss mask) that feed any policy loss. One
+(the step's groups in ``x.groups``, its state in ``x.state``); it returns per-token ``advantages_BT`` (zero outside
+the loss mask) that feed any policy loss. One
 module per method:
 
     spo.py         spo, spo_pp      per-prompt value tracker, prioritised prompt sampling, single stream

@@ -30,17 +30,20 @@ from agent_rl.algorithms.registry import (
     require,
 )
 from agent_rl.core.seeding import derive_seed
-from agent_rl.types import Trajectory, TrajectoryGroup
+from agent_rl.core.types import Trajectory, TrajectoryGroup
 
 
 class ArpoConfig(ComponentConfig):
     total_rollouts: int = Field(16, ge=1, description="M, rollouts per prompt (initial + branches + fresh)")
-    entropy_tokens: int = Field(20, ge=1, description="first generated tokens of a segment whose top-k entropy is measured")
+    entropy_tokens: int = Field(
+        20, ge=1, description="first generated tokens of a segment whose top-k entropy is measured"
+    )
     base_prob: float = Field(0.5, ge=0.0, le=1.0, description="p_b: branch probability at zero entropy change")
     entropy_weight: float = Field(0.2, description="w_H: P = clip(p_b + w_H * dH, 0, 1)")
     beam_size: int = Field(2, ge=1, description="a rollout spawns at most beam_size - 1 branches per tool round")
     attribution: Literal["soft", "hard"] = Field(
-        "soft", description="soft: GRPO on every full trajectory (the released code); hard: shared tokens get the mean, once"
+        "soft",
+        description="soft: GRPO on every full trajectory (the released code); hard: shared tokens get the mean, once",
     )
     eps: float = Field(1e-6, description="added to the group std before dividing")
     seed: int = Field(0, description="seed of the branching draws (derived per step, group, rollout, round)")
@@ -103,7 +106,15 @@ def hard_attribution(rows: list[tuple[int, Trajectory]], adv_B: list[float], mas
     return sum_BT / count_BT
 
 
-@register_credit("arpo", config=ArpoConfig, needs={"topk"}, branch_planner=plan_arpo)
+@register_credit(
+    "arpo",
+    config=ArpoConfig,
+    needs={"topk"},
+    branch_planner=plan_arpo,
+    status="paper",
+    evidence="rollout and attribution from the authors' code (dongguanting/ARPO) with the paper's "
+    "summaries (arXiv 2507.19849); tests/algorithms/test_credit_branch.py",
+)
 def arpo(x: AdvantageInputs, cfg: ArpoConfig) -> AdvantageOutput:
     """ARPO, Agentic Reinforced Policy Optimization (Dong et al. 2025, arXiv 2507.19849; dongguanting/ARPO code).
 

@@ -19,14 +19,16 @@ from dataclasses import dataclass
 import torch
 
 from agent_rl.algorithms.registry import AdvantageInputs
-from agent_rl.types import Trajectory, TrajectoryGroup
+from agent_rl.core.types import Trajectory, TrajectoryGroup
 
 
 def batch_rows(groups: list[TrajectoryGroup], x: AdvantageInputs) -> list[tuple[int, Trajectory]]:
     """(group number, trajectory) of each batch row, checked against the batch's row count."""
     rows = [(gi, t) for gi, g in enumerate(groups) for t in g.trajectories_G if t.trainable]
     if len(rows) != x.rewards_B.shape[0]:
-        raise ValueError(f"credit: {len(rows)} trainable trajectories in the groups but {x.rewards_B.shape[0]} batch rows")
+        raise ValueError(
+            f"credit: {len(rows)} trainable trajectories in the groups but {x.rewards_B.shape[0]} batch rows"
+        )
     return rows
 
 
@@ -53,7 +55,9 @@ def turn_spans(t: Trajectory) -> list[tuple[int, int]]:
     return [(u.start, u.end) for u in t.turns_N]
 
 
-def scatter_turn_values(rows: list[tuple[int, Trajectory]], per_turn: list[list[float]], mask_BT: torch.Tensor) -> torch.Tensor:
+def scatter_turn_values(
+    rows: list[tuple[int, Trajectory]], per_turn: list[list[float]], mask_BT: torch.Tensor
+) -> torch.Tensor:
     """A [B, T] float64 tensor holding ``per_turn[i][k]`` on the tokens of turn k of row i (times the mask)."""
     out_BT = torch.zeros(mask_BT.shape, dtype=torch.float64, device=mask_BT.device)
     for i, (_, t) in enumerate(rows):

@@ -13,7 +13,7 @@ from agent_rl.algorithms.registry import (
     register_credit,
     require,
 )
-from agent_rl.types import Trajectory
+from agent_rl.core.types import Trajectory
 
 SUCCESS, FAILURE = "\x00success", "\x00failure"  # terminal sentinel nodes (never an env key)
 
@@ -23,10 +23,13 @@ class G2poConfig(ComponentConfig):
     gamma: float = Field(0.95, description="discount of the group-aggregation node values (G2PO code: 0.95)")
     mode: NormMode = Field("mean_norm", description="mean_norm (config default) or mean_std_norm (ALFWorld script)")
     eps: float = Field(1e-6, description="added to the std before dividing")
-    invalid_action_penalty: float = Field(0.1, description="subtracted per invalid action from edge values and row scores")
+    invalid_action_penalty: float = Field(
+        0.1, description="subtracted per invalid action from edge values and row scores"
+    )
     success_threshold: float = Field(0.5, description="an episode with reward above this ends at the success node")
     success_value: float | None = Field(
-        None, description="value of the success node; None = the mean reward of the group's successful episodes (code: 10)"
+        None,
+        description="value of the success node; None = the mean reward of the group's successful episodes (code: 10)",
     )
 
 
@@ -78,13 +81,21 @@ def g2po_turn_advantages(trajectories: list[Trajectory], cfg: G2poConfig) -> lis
     for (j, k, _, _, _), c2 in zip(edges, zscore(deltas, cfg.mode, cfg.eps), strict=True):
         out[j][k] += cfg.step_weight * c2
     # episode component: episode reward minus the row's invalid-action penalty, over all step rows
-    scores = [float(trajectories[j].reward or 0.0) - cfg.invalid_action_penalty * (not valid) for j, _, _, _, valid in edges]
+    scores = [
+        float(trajectories[j].reward or 0.0) - cfg.invalid_action_penalty * (not valid) for j, _, _, _, valid in edges
+    ]
     for (j, k, _, _, _), a in zip(edges, zscore(scores, cfg.mode, cfg.eps), strict=True):
         out[j][k] += a
     return out
 
 
-@register_credit("g2po", config=G2poConfig)
+@register_credit(
+    "g2po",
+    config=G2poConfig,
+    status="paper",
+    evidence="formulas from the authors' code (Nala-YN/G2PO core_g2po.py), the paper's abstract only; "
+    "hand-computed in tests/algorithms/test_credit_turn.py",
+)
 def g2po(x: AdvantageInputs, cfg: G2poConfig) -> AdvantageOutput:
     """G2PO, Group-Graph Policy Optimization (Wang et al. 2026, arXiv 2606.22995; Nala-YN/G2PO code).
 

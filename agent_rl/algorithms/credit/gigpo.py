@@ -19,7 +19,7 @@ from agent_rl.algorithms.registry import (
     register_credit,
     require,
 )
-from agent_rl.types import Trajectory
+from agent_rl.core.types import Trajectory
 
 NormMode = Literal["mean_norm", "mean_std_norm"]
 
@@ -27,9 +27,13 @@ NormMode = Literal["mean_norm", "mean_std_norm"]
 class GigpoConfig(ComponentConfig):
     omega: float = Field(1.0, description="weight of the step-level advantage (GiGPO: 1.0)")
     gamma: float = Field(0.95, description="discount of the step returns within an episode (GiGPO: 0.95)")
-    mode: NormMode = Field("mean_std_norm", description="mean_norm (F_norm = 1) or mean_std_norm (F_norm = unbiased std)")
+    mode: NormMode = Field(
+        "mean_std_norm", description="mean_norm (F_norm = 1) or mean_std_norm (F_norm = unbiased std)"
+    )
     eps: float = Field(1e-6, description="added to the std before dividing")
-    invalid_action_penalty: float = Field(0.1, description="subtracted from the step reward of an invalid action (verl-agent: 0.1)")
+    invalid_action_penalty: float = Field(
+        0.1, description="subtracted from the step reward of an invalid action (verl-agent: 0.1)"
+    )
 
 
 def step_groups(trajectories: list[Trajectory]) -> dict[str, list[tuple[int, int]]]:
@@ -56,7 +60,9 @@ def gigpo_turn_advantages(trajectories: list[Trajectory], cfg: GigpoConfig) -> l
         n += len(t.turns_N)
     # step level: discounted step returns, normalised within each anchor-state group
     returns = [
-        discounted_turn_returns([u.reward - cfg.invalid_action_penalty * (not u.action_valid) for u in t.turns_N], cfg.gamma)
+        discounted_turn_returns(
+            [u.reward - cfg.invalid_action_penalty * (not u.action_valid) for u in t.turns_N], cfg.gamma
+        )
         for t in trajectories
     ]
     for members in step_groups(trajectories).values():
@@ -68,7 +74,13 @@ def gigpo_turn_advantages(trajectories: list[Trajectory], cfg: GigpoConfig) -> l
     return out
 
 
-@register_credit("gigpo", config=GigpoConfig)
+@register_credit(
+    "gigpo",
+    config=GigpoConfig,
+    status="paper",
+    evidence="GiGPO's episode and anchor-state step advantages (arXiv 2505.10978); hand-computed in "
+    "tests/algorithms/test_credit_turn.py",
+)
 def gigpo(x: AdvantageInputs, cfg: GigpoConfig) -> AdvantageOutput:
     """GiGPO, Group-in-Group Policy Optimization (Feng et al. 2025, arXiv 2505.10978).
 

@@ -47,7 +47,7 @@ from agent_rl.algorithms.registry import (
     register_policy_loss,
     require,
 )
-from agent_rl.types import Trajectory
+from agent_rl.core.types import Trajectory
 
 
 class MultiscaleConfig(ComponentConfig):
@@ -74,7 +74,10 @@ def state_values(trajectories: list[Trajectory], returns: list[list[float]]) -> 
             if u.state_key is not None:
                 visits.setdefault(u.state_key, []).append(r)
     return [
-        [sum(visits[u.state_key]) / len(visits[u.state_key]) if u.state_key is not None else r for u, r in zip(t.turns_N, g, strict=True)]
+        [
+            sum(visits[u.state_key]) / len(visits[u.state_key]) if u.state_key is not None else r
+            for u, r in zip(t.turns_N, g, strict=True)
+        ]
         for t, g in zip(trajectories, returns, strict=True)
     ]
 
@@ -112,7 +115,13 @@ def multiscale_turn_advantages(trajectories: list[Trajectory], cfg: MultiscaleCo
     return out
 
 
-@register_credit("multiscale", config=MultiscaleConfig)
+@register_credit(
+    "multiscale",
+    config=MultiscaleConfig,
+    status="interpretation",
+    evidence="built from a one-sentence abstract (seed 002; no paper or code found): values, scales "
+    "and weights are ours (module docstring lists them); tests/algorithms/test_credit_turn.py",
+)
 def multiscale(x: AdvantageInputs, cfg: MultiscaleConfig) -> AdvantageOutput:
     """Multiscale Policy Optimization (abstract only; our documented interpretation, see the module docstring).
 
@@ -147,12 +156,20 @@ def turn_mean(values_BT: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
     run_BT = turn_runs(mask_BT)
     idx = (torch.arange(B, device=mask_BT.device)[:, None] * (T + 1) + run_BT).flatten()
     m = (mask_BT > 0).flatten().to(values_BT.dtype)
-    sums = torch.zeros(B * (T + 1), dtype=values_BT.dtype, device=values_BT.device).index_add_(0, idx, values_BT.flatten() * m)
+    sums = torch.zeros(B * (T + 1), dtype=values_BT.dtype, device=values_BT.device).index_add_(
+        0, idx, values_BT.flatten() * m
+    )
     counts = torch.zeros_like(sums).index_add_(0, idx, m)
     return ((sums / counts.clamp(min=1))[idx] * m).view(B, T)
 
 
-@register_policy_loss("turn_ppo", config=TurnPpoConfig)
+@register_policy_loss(
+    "turn_ppo",
+    config=TurnPpoConfig,
+    status="interpretation",
+    evidence="turn ratio of ST-PPO / SORL (arXiv 2511.20718) from a summary and a third-party "
+    "implementation; PPO's bounds are our choice; tests/algorithms/test_credit_turn.py",
+)
 def turn_ppo(x: LossInputs, cfg: TurnPpoConfig) -> LossOutput:
     """Turn-level importance sampling with the PPO clip (ST-PPO / SORL, arXiv 2511.20718; Multiscale PO's update).
 

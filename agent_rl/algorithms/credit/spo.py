@@ -104,20 +104,36 @@ class SpoConfig(ComponentConfig):
     rho: float = Field(0.875, gt=0.0, le=1.0, description="forgetting factor per visit (recipe's constant mode: 0.875)")
     success_threshold: float = Field(0.0, description="reward above this counts as success r = 1 (recipe: score > 0)")
     eps: float = Field(1e-8, description="added to the batch std before dividing")
-    sampling_gamma: float = Field(0.0, ge=0.0, le=1.0, description="gamma in w = sqrt(v (1 - v)) / N_eff^gamma + eps_w (code: 0)")
-    sampling_eps: float = Field(0.05, ge=0.0, description="eps_w, the floor of every prompt's sampling weight (code: 0.05)")
+    sampling_gamma: float = Field(
+        0.0, ge=0.0, le=1.0, description="gamma in w = sqrt(v (1 - v)) / N_eff^gamma + eps_w (code: 0)"
+    )
+    sampling_eps: float = Field(
+        0.05, ge=0.0, description="eps_w, the floor of every prompt's sampling weight (code: 0.05)"
+    )
 
 
 def spo_sampling_weights(state: PromptValueTracker, task_ids: list[str], cfg: SpoConfig) -> list[float]:
     """Prioritised prompt sampling: w(x) = sqrt(v(x) (1 - v(x))) / N_eff(x)^gamma + eps_w."""
-    return [math.sqrt(state.value(t) * (1.0 - state.value(t))) / state.n_eff(t) ** cfg.sampling_gamma + cfg.sampling_eps for t in task_ids]
+    return [
+        math.sqrt(state.value(t) * (1.0 - state.value(t))) / state.n_eff(t) ** cfg.sampling_gamma + cfg.sampling_eps
+        for t in task_ids
+    ]
 
 
 def _binary(x: AdvantageInputs, threshold: float) -> list[float]:
     return [1.0 if r > threshold else 0.0 for r in x.rewards_B.tolist()]
 
 
-@register_credit("spo", config=SpoConfig, needs={"task_ids"}, state=PromptValueTracker, sampler=spo_sampling_weights)
+@register_credit(
+    "spo",
+    config=SpoConfig,
+    needs={"task_ids"},
+    state=PromptValueTracker,
+    sampler=spo_sampling_weights,
+    status="paper",
+    evidence="SPO (arXiv 2509.13232) tracker, advantage and sampling from the full method and "
+    "verl-recipe spo; worked example in tests/algorithms/test_credit_spo.py",
+)
 def spo(x: AdvantageInputs, cfg: SpoConfig) -> AdvantageOutput:
     """SPO, Single-stream Policy Optimization (Xu & Ding 2025, arXiv 2509.13232; verl-recipe spo).
 
@@ -131,14 +147,19 @@ def spo(x: AdvantageInputs, cfg: SpoConfig) -> AdvantageOutput:
     task_ids = require(x, "task_ids_B", "spo")
     success_B = _binary(x, cfg.success_threshold)
     baseline_B = [tracker.value(t) for t in task_ids]
-    adv_B = torch.tensor([r - v for r, v in zip(success_B, baseline_B, strict=True)], dtype=torch.float64, device=x.loss_mask_BT.device)
+    adv_B = torch.tensor(
+        [r - v for r, v in zip(success_B, baseline_B, strict=True)], dtype=torch.float64, device=x.loss_mask_BT.device
+    )
     std = adv_B.std() if adv_B.numel() > 1 else adv_B.new_zeros(())
     norm_B = (adv_B - adv_B.mean()) / (std + cfg.eps)
     for t, r in zip(task_ids, success_B, strict=True):
         tracker.update(t, r, cfg.rho)
     return AdvantageOutput(
         advantages_BT=(norm_B[:, None] * x.loss_mask_BT.double()).float(),
-        metrics={"credit/spo_baseline_mean": sum(baseline_B) / len(baseline_B), "credit/spo_prompts": float(len(tracker.alpha))},
+        metrics={
+            "credit/spo_baseline_mean": sum(baseline_B) / len(baseline_B),
+            "credit/spo_prompts": float(len(tracker.alpha)),
+        },
     )
 
 
@@ -155,7 +176,16 @@ def token_measure_normalize(adv_B: torch.Tensor, length_B: torch.Tensor, eps: fl
     return (adv_B - mu) / (var.sqrt() + eps)
 
 
-@register_credit("spo_pp", config=SpoPpConfig, needs={"task_ids"}, state=PromptValueTracker, sampler=spo_sampling_weights)
+@register_credit(
+    "spo_pp",
+    config=SpoPpConfig,
+    needs={"task_ids"},
+    state=PromptValueTracker,
+    sampler=spo_sampling_weights,
+    status="paper",
+    evidence="SPO++ from the paper's text (arXiv 2608.24870): event-time memory and token-measure "
+    "normalisation; tests/algorithms/test_credit_spo.py",
+)
 def spo_pp(x: AdvantageInputs, cfg: SpoPpConfig) -> AdvantageOutput:
     """SPO++, Stream-Aligned Policy Optimization (Ruan et al. 2026, arXiv 2608.24870).
 
@@ -173,11 +203,16 @@ def spo_pp(x: AdvantageInputs, cfg: SpoPpConfig) -> AdvantageOutput:
     versions = [min((u.policy_version for u in t.turns_N), default=0) for _, t in rows]
     success_B = _binary(x, cfg.success_threshold)
     baseline_B = [tracker.value(t) for t in task_ids]  # decay scales alpha and beta alike: v is unchanged
-    adv_B = torch.tensor([r - v for r, v in zip(success_B, baseline_B, strict=True)], dtype=torch.float64, device=x.loss_mask_BT.device)
+    adv_B = torch.tensor(
+        [r - v for r, v in zip(success_B, baseline_B, strict=True)], dtype=torch.float64, device=x.loss_mask_BT.device
+    )
     norm_B = token_measure_normalize(adv_B, x.loss_mask_BT.double().sum(-1), cfg.eps)
     for t, r, v in zip(task_ids, success_B, versions, strict=True):
         tracker.absorb(t, r, v, cfg.rho)
     return AdvantageOutput(
         advantages_BT=(norm_B[:, None] * x.loss_mask_BT.double()).float(),
-        metrics={"credit/spo_baseline_mean": sum(baseline_B) / len(baseline_B), "credit/spo_prompts": float(len(tracker.alpha))},
+        metrics={
+            "credit/spo_baseline_mean": sum(baseline_B) / len(baseline_B),
+            "credit/spo_prompts": float(len(tracker.alpha)),
+        },
     )

@@ -21,7 +21,9 @@ class TurnGaeConfig(ComponentConfig):
     whiten: bool = Field(True, description="whiten advantages over the batch's loss tokens (as the token-level gae)")
 
 
-def turn_gae(rewards_N: list[float], values_N: list[float], gamma: float, lam: float) -> tuple[list[float], list[float]]:
+def turn_gae(
+    rewards_N: list[float], values_N: list[float], gamma: float, lam: float
+) -> tuple[list[float], list[float]]:
     """A_k = sum_l (gamma lam)^l delta_{k+l}, delta_k = r_k + gamma V_{k+1} - V_k (V after the last turn = 0); R_k = A_k + V_k."""
     n = len(rewards_N)
     adv, running = [0.0] * n, 0.0
@@ -32,7 +34,14 @@ def turn_gae(rewards_N: list[float], values_N: list[float], gamma: float, lam: f
     return adv, [a + v for a, v in zip(adv, values_N, strict=True)]
 
 
-@register_credit("turn_gae", config=TurnGaeConfig, needs={"values"})
+@register_credit(
+    "turn_gae",
+    config=TurnGaeConfig,
+    needs={"values"},
+    status="paper",
+    evidence="GAE (Schulman et al. 2016) with turns as the MDP steps; hand-computed in "
+    "tests/algorithms/test_credit_turn.py",
+)
 def turn_gae_credit(x: AdvantageInputs, cfg: TurnGaeConfig) -> AdvantageOutput:
     """Turn-level GAE with a critic (GAE, Schulman et al. 2016, applied with turns as the MDP steps).
 
@@ -49,7 +58,9 @@ def turn_gae_credit(x: AdvantageInputs, cfg: TurnGaeConfig) -> AdvantageOutput:
     for i, (_, t) in enumerate(rows):
         rewards = [u.reward for u in t.turns_N]
         if x.kl_penalty_BT is not None:
-            rewards = [r - float(x.kl_penalty_BT[i, u.start : u.end].sum()) for r, u in zip(rewards, t.turns_N, strict=True)]
+            rewards = [
+                r - float(x.kl_penalty_BT[i, u.start : u.end].sum()) for r, u in zip(rewards, t.turns_N, strict=True)
+            ]
         a, r = turn_gae(rewards, [float(values_BT[i, u.start]) for u in t.turns_N], cfg.gamma, cfg.lam)
         advs.append(a)
         rets.append(r)

@@ -23,13 +23,16 @@ from agent_rl.algorithms.registry import (
     register_credit,
     require,
 )
-from agent_rl.types import Trajectory, TrajectoryGroup
+from agent_rl.core.types import Trajectory, TrajectoryGroup
 
 
 class VinePpoConfig(ComponentConfig):
-    mc_rollouts: int = Field(4, ge=1, description="K, continuations sampled from each chosen position (VinePPO math: 9)")
+    mc_rollouts: int = Field(
+        4, ge=1, description="K, continuations sampled from each chosen position (VinePPO math: 9)"
+    )
     include_first_turn: bool = Field(
-        True, description="also estimate V at the first turn's start (else: leave-one-out mean of the other main rollouts)"
+        True,
+        description="also estimate V at the first turn's start (else: leave-one-out mean of the other main rollouts)",
     )
     max_points: int = Field(8, ge=1, description="at most this many positions per trajectory (the first turns)")
     train_on_branches: bool = Field(False, description="also train on the continuations' own tokens (VinePPO does not)")
@@ -56,7 +59,14 @@ def step_values(main: Trajectory, kids: list[Trajectory]) -> list[tuple[int, flo
     return [(b, sum(r) / len(r)) for b, r in sorted(by_point.items())]
 
 
-@register_credit("vineppo", config=VinePpoConfig, branch_planner=plan_vineppo)
+@register_credit(
+    "vineppo",
+    config=VinePpoConfig,
+    branch_planner=plan_vineppo,
+    status="paper",
+    evidence="VinePPO (arXiv 2410.01679) Monte Carlo values at turn starts; hand-computed in "
+    "tests/algorithms/test_credit_branch.py",
+)
 def vineppo(x: AdvantageInputs, cfg: VinePpoConfig) -> AdvantageOutput:
     """VinePPO (Kazemnejad et al. 2024, arXiv 2410.01679): unbiased Monte Carlo values at chosen positions.
 
@@ -92,7 +102,9 @@ def vineppo(x: AdvantageInputs, cfg: VinePpoConfig) -> AdvantageOutput:
             if not cfg.train_on_branches:
                 mask_BT[i] = 0
                 continue
-            siblings = [float(c.reward) for c in kids.get(t.parent_id, []) if c is not t and c.branch_point == t.branch_point]
+            siblings = [
+                float(c.reward) for c in kids.get(t.parent_id, []) if c is not t and c.branch_point == t.branch_point
+            ]
             baseline = sum(siblings) / len(siblings) if siblings else float(t.reward)
             mask_BT[i, : int(t.branch_point)] = 0
             adv_BT[i] = float(t.reward) - baseline

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from agent_rl.types import Trajectory, TrajectoryGroup
+from agent_rl.core.types import Trajectory, TrajectoryGroup
 
 
 def valid_rewards(group: TrajectoryGroup) -> list[float]:
@@ -32,4 +32,6 @@ def with_trajectories(group: TrajectoryGroup, trajectories_G: list[Trajectory]) 
 def add_to_rewards(group: TrajectoryGroup, deltas_G: list[float]) -> TrajectoryGroup:
     """A copy of ``group`` whose valid rewards are shifted by ``deltas_G`` (None rewards stay None)."""
     pairs = zip(group.trajectories_G, deltas_G, strict=True)
-    return with_trajectories(group, [t if t.reward is None or d == 0.0 else replace(t, reward=t.reward + d) for t, d in pairs])
+    return with_trajectories(
+        group, [t if t.reward is None or d == 0.0 else replace(t, reward=t.reward + d) for t, d in pairs]
+    )

@@ -13,7 +13,7 @@ from pydantic import Field
 
 from agent_rl.algorithms.filters.common import add_to_rewards, with_trajectories
 from agent_rl.algorithms.registry import ComponentConfig, FilterResult, register_filter
-from agent_rl.types import StopReason, Trajectory, TrajectoryGroup
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
 
 
 class OverlongFilterConfig(ComponentConfig):
@@ -25,7 +25,12 @@ class OverlongFilterConfig(ComponentConfig):
     )
 
 
-@register_filter("overlong_filter", config=OverlongFilterConfig)
+@register_filter(
+    "overlong_filter",
+    config=OverlongFilterConfig,
+    status="paper",
+    evidence="DAPO overlong filtering (Yu et al. 2025); hand-computed in tests/algorithms/test_filters.py",
+)
 def overlong_filter(groups: list[TrajectoryGroup], state: object, cfg: OverlongFilterConfig) -> FilterResult:
     """DAPO overlong filtering (Yu et al. 2025): truncated samples contribute no loss.
 
@@ -48,7 +53,10 @@ def overlong_filter(groups: list[TrajectoryGroup], state: object, cfg: OverlongF
                 trajectories.append(replace(t, loss_mask_T=[0] * len(t.loss_mask_T)))
         if trajectories:
             out.append(with_trajectories(g, trajectories))
-    metrics = {"filter/overlong_truncated": float(n_truncated), "filter/overlong_groups_dropped": float(len(groups) - len(out))}
+    metrics = {
+        "filter/overlong_truncated": float(n_truncated),
+        "filter/overlong_groups_dropped": float(len(groups) - len(out)),
+    }
     return FilterResult(groups=out, metrics=metrics)
 
 
@@ -68,7 +76,13 @@ def overlong_penalty(length: int, cfg: OverlongSoftPenaltyConfig) -> float:
     return -cfg.penalty_factor
 
 
-@register_filter("overlong_soft_penalty", config=OverlongSoftPenaltyConfig)
+@register_filter(
+    "overlong_soft_penalty",
+    config=OverlongSoftPenaltyConfig,
+    status="paper",
+    evidence="DAPO soft overlong punishment (Yu et al. 2025) R_length; hand-computed in "
+    "tests/algorithms/test_filters.py",
+)
 def overlong_soft_penalty(groups: list[TrajectoryGroup], state: object, cfg: OverlongSoftPenaltyConfig) -> FilterResult:
     """DAPO soft overlong punishment (Yu et al. 2025): a length-aware penalty added to the reward.
 
@@ -83,8 +97,12 @@ def overlong_soft_penalty(groups: list[TrajectoryGroup], state: object, cfg: Ove
 
 
 class ForcedInterruptionConfig(ComponentConfig):
-    think_budget_tokens: int = Field(10000, ge=1, description="generated tokens before the message is injected (ScaleRL: ~10k)")
-    answer_budget_tokens: int = Field(2048, ge=0, description="tokens allowed after the message, then truncation (our choice)")
+    think_budget_tokens: int = Field(
+        10000, ge=1, description="generated tokens before the message is injected (ScaleRL: ~10k)"
+    )
+    answer_budget_tokens: int = Field(
+        2048, ge=0, description="tokens allowed after the message, then truncation (our choice)"
+    )
     message: str = Field(
         "Okay, time is up. Let me stop thinking and formulate a final answer now.",
         description="text injected (as non-policy tokens) when the thinking budget is used up",
@@ -109,7 +127,14 @@ def _truncate_loss(t: Trajectory, keep_tokens: int) -> Trajectory:
     return replace(t, loss_mask_T=mask, info={**t.info, "forced_truncated": True})
 
 
-@register_filter("forced_interruption", config=ForcedInterruptionConfig, engine_options=interruption_engine_options)
+@register_filter(
+    "forced_interruption",
+    config=ForcedInterruptionConfig,
+    engine_options=interruption_engine_options,
+    status="paper",
+    evidence="ScaleRL forced interruption (The Art of Scaling RL Compute, 2025); the answer budget is "
+    "our choice; tests/algorithms/test_filters.py",
+)
 def forced_interruption(groups: list[TrajectoryGroup], state: object, cfg: ForcedInterruptionConfig) -> FilterResult:
     """ScaleRL forced interruption (The Art of Scaling RL Compute, 2025), instead of an overlong penalty.
 
@@ -149,7 +174,12 @@ def length_rewards(lengths_G: list[int], correct_G: list[bool]) -> list[float]:
     return [lam if c else min(0.0, lam) for lam, c in zip(lams, correct_G, strict=True)]
 
 
-@register_filter("length_penalty", config=LengthPenaltyConfig)
+@register_filter(
+    "length_penalty",
+    config=LengthPenaltyConfig,
+    status="paper",
+    evidence="Kimi k1.5 length reward as the report gives it; hand-computed in tests/algorithms/test_filters.py",
+)
 def length_penalty(groups: list[TrajectoryGroup], state: object, cfg: LengthPenaltyConfig) -> FilterResult:
     """Kimi k1.5 length reward (Kimi Team 2025): shorter responses of a group get more reward.
 
@@ -162,7 +192,9 @@ def length_penalty(groups: list[TrajectoryGroup], state: object, cfg: LengthPena
         valid = [t for t in g.trajectories_G if t.reward is not None]
         deltas = {id(t): 0.0 for t in g.trajectories_G}
         if valid:
-            rewards = length_rewards([t.num_generated_tokens for t in valid], [t.reward > cfg.correct_threshold for t in valid])
+            rewards = length_rewards(
+                [t.num_generated_tokens for t in valid], [t.reward > cfg.correct_threshold for t in valid]
+            )
             for t, lr in zip(valid, rewards, strict=True):
                 deltas[id(t)] = cfg.weight * lr
         out.append(add_to_rewards(g, [deltas[id(t)] for t in g.trajectories_G]))

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from agent_rl.algorithms.filters.common import is_informative, with_trajectories
 from agent_rl.algorithms.registry import ComponentConfig, FilterResult, register_filter
-from agent_rl.types import Trajectory, TrajectoryGroup
+from agent_rl.core.types import Trajectory, TrajectoryGroup
 
 
 class DynamicSamplingConfig(ComponentConfig):
@@ -18,7 +18,12 @@ class DynamicSamplingConfig(ComponentConfig):
     atol: float = Field(1e-8, description="rewards closer than this count as equal")
 
 
-@register_filter("dynamic_sampling", config=DynamicSamplingConfig)
+@register_filter(
+    "dynamic_sampling",
+    config=DynamicSamplingConfig,
+    status="paper",
+    evidence="DAPO dynamic sampling (Yu et al. 2025); hand-computed in tests/algorithms/test_filters.py",
+)
 def dynamic_sampling(groups: list[TrajectoryGroup], state: object, cfg: DynamicSamplingConfig) -> FilterResult:
     """DAPO dynamic sampling (Yu et al. 2025): drop groups whose rewards are all equal.
 
@@ -37,7 +42,11 @@ def dynamic_sampling(groups: list[TrajectoryGroup], state: object, cfg: DynamicS
 
 
 def group_to_json(group: TrajectoryGroup) -> dict[str, Any]:
-    return {"task_id": group.task_id, "group_id": group.group_id, "trajectories_G": [t.to_json() for t in group.trajectories_G]}
+    return {
+        "task_id": group.task_id,
+        "group_id": group.group_id,
+        "trajectories_G": [t.to_json() for t in group.trajectories_G],
+    }
 
 
 def group_from_json(d: dict[str, Any]) -> TrajectoryGroup:
@@ -54,13 +63,16 @@ class ReplayBuffer:
     def state_dict(self) -> dict[str, Any]:
         return {
             "step": self.step,
-            "entries": [{"group": group_to_json(e["group"]), "step": e["step"], "replays": e["replays"]} for e in self.entries],
+            "entries": [
+                {"group": group_to_json(e["group"]), "step": e["step"], "replays": e["replays"]} for e in self.entries
+            ],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step = int(state["step"])
         self.entries = [
-            {"group": group_from_json(e["group"]), "step": int(e["step"]), "replays": int(e["replays"])} for e in state["entries"]
+            {"group": group_from_json(e["group"]), "step": int(e["step"]), "replays": int(e["replays"])}
+            for e in state["entries"]
         ]
 
 
@@ -68,7 +80,9 @@ class PopoReplayConfig(ComponentConfig):
     buffer_size: int = Field(64, ge=1, description="informative groups kept for replay (our choice)")
     max_age_steps: int = Field(4, ge=1, description="groups older than this many steps are evicted (our choice)")
     max_replays: int = Field(1, ge=1, description="times one stored group may be replayed")
-    refill_unreplaced: bool = Field(False, description="ask for new groups for ineffective ones the buffer could not replace")
+    refill_unreplaced: bool = Field(
+        False, description="ask for new groups for ineffective ones the buffer could not replace"
+    )
     atol: float = Field(1e-8, description="rewards closer than this count as equal")
     correction_cap: float = Field(2.0, gt=0.0, description="cap of the correction min(pi_old / mu, cap) (our choice)")
 
@@ -95,7 +109,15 @@ def replay_correction(
     return torch.where(loss_mask_BT > 0, torch.exp(log_w_BT).clamp(max=cap), torch.ones_like(log_w_BT))
 
 
-@register_filter("popo_replay", config=PopoReplayConfig, state=ReplayBuffer, loss_options=replay_loss_options)
+@register_filter(
+    "popo_replay",
+    config=PopoReplayConfig,
+    state=ReplayBuffer,
+    loss_options=replay_loss_options,
+    status="interpretation",
+    evidence="POPO's replay (2026): buffer size, maximum age and the correction cap are ours (config "
+    "'our choice'); tests/algorithms/test_filters.py",
+)
 def popo_replay(groups: list[TrajectoryGroup], state: ReplayBuffer, cfg: PopoReplayConfig) -> FilterResult:
     """POPO group-prioritized off-policy replay (RLVR without Ineffective Samples, 2026).
 

@@ -13,7 +13,7 @@ from pydantic import Field
 
 from agent_rl.algorithms.filters.common import pass_rate, valid_rewards
 from agent_rl.algorithms.registry import ComponentConfig, FilterResult, register_filter
-from agent_rl.types import TrajectoryGroup
+from agent_rl.core.types import TrajectoryGroup
 
 
 class TaskStats:
@@ -36,7 +36,10 @@ class TaskStats:
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "samples": dict(self.samples), "correct": dict(self.correct), "retired": sorted(self.retired), "calls": self.calls
+            "samples": dict(self.samples),
+            "correct": dict(self.correct),
+            "retired": sorted(self.retired),
+            "calls": self.calls,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -53,7 +56,9 @@ def _need_state(state: TaskStats | None, name: str) -> TaskStats:
 
 
 class PassRateFilterConfig(ComponentConfig):
-    max_pass_rate: float = Field(0.9, description="a prompt whose group pass rate reaches this is retired (ScaleRL: 0.9)")
+    max_pass_rate: float = Field(
+        0.9, description="a prompt whose group pass rate reaches this is retired (ScaleRL: 0.9)"
+    )
     correct_threshold: float = Field(0.5, description="a reward above this counts as a pass")
 
 
@@ -62,7 +67,15 @@ def pass_rate_weights(state: TaskStats, task_ids: list[str], cfg: PassRateFilter
     return [0.0 if t in state.retired else 1.0 for t in task_ids]
 
 
-@register_filter("pass_rate_filter", config=PassRateFilterConfig, state=TaskStats, sampler=pass_rate_weights)
+@register_filter(
+    "pass_rate_filter",
+    config=PassRateFilterConfig,
+    state=TaskStats,
+    sampler=pass_rate_weights,
+    status="paper",
+    evidence="ScaleRL no-positive-resampling (pass rate >= 0.9 retired); hand-computed in "
+    "tests/algorithms/test_filters.py",
+)
 def pass_rate_filter(groups: list[TrajectoryGroup], state: TaskStats, cfg: PassRateFilterConfig) -> FilterResult:
     """ScaleRL no-positive-resampling (The Art of Scaling RL Compute, 2025): retire easy prompts.
 
@@ -98,8 +111,12 @@ def pass_rate_filter(groups: list[TrajectoryGroup], state: TaskStats, cfg: PassR
 
 
 class CurriculumConfig(ComponentConfig):
-    start_min_success: float = Field(0.5, description="at the start only tasks with success rate >= this are drawn (our choice)")
-    anneal_steps: int = Field(100, ge=1, description="steps over which the bar falls linearly to 0 (all tasks) (our choice)")
+    start_min_success: float = Field(
+        0.5, description="at the start only tasks with success rate >= this are drawn (our choice)"
+    )
+    anneal_steps: int = Field(
+        100, ge=1, description="steps over which the bar falls linearly to 0 (all tasks) (our choice)"
+    )
     init_success_rate: float = Field(0.5, description="success rate assumed for a task not seen yet")
     correct_threshold: float = Field(0.5, description="a reward above this counts as correct")
 
@@ -115,7 +132,15 @@ def curriculum_weights(state: TaskStats, task_ids: list[str], cfg: CurriculumCon
     return [1.0 if state.success_rate(t, cfg.init_success_rate) >= bar else 0.0 for t in task_ids]
 
 
-@register_filter("curriculum", config=CurriculumConfig, state=TaskStats, sampler=curriculum_weights)
+@register_filter(
+    "curriculum",
+    config=CurriculumConfig,
+    state=TaskStats,
+    sampler=curriculum_weights,
+    status="interpretation",
+    evidence="Kimi k1.5 names the curriculum, not its schedule: the success bar and its linear anneal "
+    "are ours (config 'our choice'); tests/algorithms/test_filters.py",
+)
 def curriculum(groups: list[TrajectoryGroup], state: TaskStats, cfg: CurriculumConfig) -> FilterResult:
     """Kimi k1.5 curriculum sampling (Kimi Team 2025): easy tasks first, then progressively harder.
 
@@ -143,7 +168,14 @@ def prioritized_weights(state: TaskStats, task_ids: list[str], cfg: PrioritizedC
     return [max(1.0 - state.success_rate(t, cfg.init_success_rate), cfg.min_weight) for t in task_ids]
 
 
-@register_filter("prioritized", config=PrioritizedConfig, state=TaskStats, sampler=prioritized_weights)
+@register_filter(
+    "prioritized",
+    config=PrioritizedConfig,
+    state=TaskStats,
+    sampler=prioritized_weights,
+    status="paper",
+    evidence="Kimi k1.5 prioritized sampling, weight 1 - s_i; hand-computed in tests/algorithms/test_filters.py",
+)
 def prioritized(groups: list[TrajectoryGroup], state: TaskStats, cfg: PrioritizedConfig) -> FilterResult:
     """Kimi k1.5 prioritized sampling (Kimi Team 2025): draw task i with probability proportional to 1 - s_i.
 

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from agent_rl.algorithms.registry import ComponentConfig, FilterResult, record_choice, register_filter
-from agent_rl.types import TrajectoryGroup
+from agent_rl.core.types import TrajectoryGroup
 
 
 class TaskPosterior:
@@ -72,8 +72,13 @@ def truncated_is(cfg: PosteriorTemperatureConfig) -> dict[str, object]:
     state=TaskPosterior,
     episode_options=task_temperature,
     loss_options=truncated_is,
+    status="interpretation",
+    evidence="from the seed's mechanism (002, Sharpening Tax): the linear map from the posterior to t_min..t_max is "
+    "ours (recorded choice); tests/algorithms/test_posterior_temperature.py",
 )
-def posterior_temperature(groups: list[TrajectoryGroup], state: TaskPosterior, cfg: PosteriorTemperatureConfig) -> FilterResult:
+def posterior_temperature(
+    groups: list[TrajectoryGroup], state: TaskPosterior, cfg: PosteriorTemperatureConfig
+) -> FilterResult:
     """Posterior-tempered group sampling (Sharpening Tax, 2026): per-task rollout temperature from a difficulty posterior.
 
     Per task: Beta(a0 + successes, b0 + failures) over the rollouts seen so far; p_fail = posterior mean failure rate;
@@ -81,7 +86,9 @@ def posterior_temperature(groups: list[TrajectoryGroup], state: TaskPosterior, c
     Groups pass unchanged; rows sampled at T_task != rollout.temperature get truncated IS weights min(pi_old / mu, cap).
     """
     if state is None:
-        raise ValueError("filter 'posterior_temperature' needs its state (TaskPosterior), which the caller did not provide")
+        raise ValueError(
+            "filter 'posterior_temperature' needs its state (TaskPosterior), which the caller did not provide"
+        )
     temps = []
     for g in groups:
         rewards = [t.reward for t in g.trajectories_G if t.reward is not None]
@@ -92,4 +99,11 @@ def posterior_temperature(groups: list[TrajectoryGroup], state: TaskPosterior, c
     return FilterResult(groups=groups, metrics=metrics, means=frozenset({"filter/posterior_temperature_mean"}))
 
 
-record_choice("posterior_temperature", "how difficulty maps to temperature", "linear in the Beta(1, 1) posterior mean failure rate, from t_min 0.8 (always solved) to t_max 1.2 (always failed); off-policy rows corrected by token-level truncated IS (cap 2)")
+record_choice(
+    "posterior_temperature",
+    "how difficulty maps to temperature",
+    (
+        "linear in the Beta(1, 1) posterior mean failure rate, from t_min 0.8 (always solved) to t_max 1.2 (always "
+        "failed); off-policy rows corrected by token-level truncated IS (cap 2)"
+    ),
+)

@@ -13,7 +13,7 @@ from collections import Counter
 from pydantic import Field
 
 from agent_rl.algorithms.registry import ComponentConfig, FilterResult, record_choice, register_filter
-from agent_rl.types import TrajectoryGroup
+from agent_rl.core.types import TrajectoryGroup
 
 # the teacher context a label-free env gives at reset (envs/rewards.py: PENDING_CONTEXT, the same text)
 PENDING_CONTEXT = "(pseudo-label pending)"
@@ -21,7 +21,8 @@ PENDING_CONTEXT = "(pseudo-label pending)"
 
 class TtpoVoteConfig(ComponentConfig):
     context_template: str = Field(
-        "A reference answer (the majority of your attempts): {answer}", description="the teacher's context; {answer} = the majority answer"
+        "A reference answer (the majority of your attempts): {answer}",
+        description="the teacher's context; {answer} = the majority answer",
     )
 
 
@@ -34,7 +35,13 @@ def majority(answers: list[str | None]) -> str | None:
     return next(a for a in answers if a is not None and votes[a] == top)
 
 
-@register_filter("ttpo_vote", config=TtpoVoteConfig)
+@register_filter(
+    "ttpo_vote",
+    config=TtpoVoteConfig,
+    status="interpretation",
+    evidence="from TTPO's abstract (seed 003): majority vote, tie rule and the teacher context are "
+    "ours (recorded choice); tests/algorithms/test_ttpo.py",
+)
 def ttpo_vote(groups: list[TrajectoryGroup], state: object, cfg: TtpoVoteConfig) -> FilterResult:
     """TTPO's pseudo-labels (Test-Time Policy Optimization, 2026): majority vote within each group.
 
@@ -47,7 +54,9 @@ def ttpo_vote(groups: list[TrajectoryGroup], state: object, cfg: TtpoVoteConfig)
     for g in groups:
         for t in g.trajectories_G:
             if t.info.get("teacher_context") not in (PENDING_CONTEXT, None):  # a verified solution: a labelled env
-                raise ValueError("filter 'ttpo_vote' needs a label-free env (envs.rewards.LabelFreeEnv / register_label_free)")
+                raise ValueError(
+                    "filter 'ttpo_vote' needs a label-free env (envs.rewards.LabelFreeEnv / register_label_free)"
+                )
         answers = [t.info.get("final_answer") for t in g.trajectories_G]
         y_hat = majority(answers)
         if y_hat is None:
@@ -60,8 +69,18 @@ def ttpo_vote(groups: list[TrajectoryGroup], state: object, cfg: TtpoVoteConfig)
             agree += int(a == y_hat)
             total += 1
         kept.append(g)
-    metrics = {"filter/ttpo_vote_share": agree / total if total else 0.0, "filter/ttpo_no_answer_groups": float(len(groups) - len(kept))}
+    metrics = {
+        "filter/ttpo_vote_share": agree / total if total else 0.0,
+        "filter/ttpo_no_answer_groups": float(len(groups) - len(kept)),
+    }
     return FilterResult(groups=kept, metrics=metrics, means=frozenset({"filter/ttpo_vote_share"}))
 
 
-record_choice("ttpo", "majority-vote ties and unanswered groups", "ties go to the answer seen first; groups where no episode answered are dropped; the teacher context is 'A reference answer (the majority of your attempts): y_hat'")
+record_choice(
+    "ttpo",
+    "majority-vote ties and unanswered groups",
+    (
+        "ties go to the answer seen first; groups where no episode answered are dropped; the teacher context is 'A "
+        "reference answer (the majority of your attempts): y_hat'"
+    ),
+)

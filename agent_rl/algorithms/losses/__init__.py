@@ -16,13 +16,13 @@ Importing this package registers every built-in loss. Modules by family:
 | ride.py       | ride (representation distillation, base -> teacher extrapolated) |
 | subspace.py   | gcpo (ppo_clip + an optimizer hook projecting updates)           |
 | query_kl.py   | qkl (ppo_clip + KL on the query likelihood)                      |
-| omni_opd.py   | omni_opd (chunk targets from a text teacher's audit + base KL)   |
 | preference.py | dpo, rpo, kto (pairs / labels from rollout groups or a JSONL)     |
 
 ``common.py`` holds the helpers and the cross-cutting options (``LossOptions``,
 ``apply_cross_cutting``, ``compute_policy_loss``).
 """
 
+from agent_rl.algorithms.losses import distill_family, query_kl, ride, sarpo, subspace  # noqa: F401  (registration)
 from agent_rl.algorithms.losses.common import (
     LOG_RATIO_CLAMP,
     LossOptions,
@@ -39,7 +39,6 @@ from agent_rl.algorithms.losses.covariance import (
     kl_cov,
 )
 from agent_rl.algorithms.losses.distill import OpsdConfig, SdpoConfig, opsd, sdpo
-from agent_rl.algorithms.losses import distill_family, omni_opd, query_kl, ride, sarpo, subspace  # noqa: F401  (registration)
 from agent_rl.algorithms.losses.divergence import (
     BandpoConfig,
     DppoConfig,

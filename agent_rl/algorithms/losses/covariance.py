@@ -37,7 +37,13 @@ class ClipCovConfig(ComponentConfig):
     seed: int = Field(0, description="seed of the random choice among candidates (derived with the step)")
 
 
-@register_policy_loss("clip_cov", config=ClipCovConfig)
+@register_policy_loss(
+    "clip_cov",
+    config=ClipCovConfig,
+    status="reference",
+    evidence="tests/algorithms/test_losses_divergence.py: equals verl 0.9.1 clip_cov when the "
+    "candidates are no more than the tokens to drop (-0.65, run outside CI)",
+)
 def clip_cov(x: LossInputs, cfg: ClipCovConfig) -> LossOutput:
     """Clip-Cov (Cui et al. 2025): PPO clip, plus the gradient of a few high-covariance tokens removed.
 
@@ -74,7 +80,13 @@ class KlCovConfig(ComponentConfig):
     kl_coef: float = Field(1.0, ge=0.0, description="beta: weight of |log r| on the selected tokens (paper: 1)")
 
 
-@register_policy_loss("kl_cov", config=KlCovConfig)
+@register_policy_loss(
+    "kl_cov",
+    config=KlCovConfig,
+    status="reference",
+    evidence="tests/algorithms/test_losses_divergence.py: loss and gradient equal verl 0.9.1 "
+    "kl_cov (-0.248634, run outside CI)",
+)
 def kl_cov(x: LossInputs, cfg: KlCovConfig) -> LossOutput:
     """KL-Cov (Cui et al. 2025): unclipped policy gradient, plus a KL penalty on high-covariance tokens.
 

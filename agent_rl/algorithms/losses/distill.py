@@ -14,9 +14,9 @@ student never sampled.
 
 from __future__ import annotations
 
-import torch
 from typing import Literal
 
+import torch
 from pydantic import Field
 
 from agent_rl.algorithms.losses.common import log_ratio, ratio_metrics
@@ -81,7 +81,9 @@ def distill_term(x: LossInputs, cfg: DistillTermConfig, entry: str) -> tuple[tor
     if cfg.estimator == "topk":
         student_BTK = require(x, "topk_logprobs_BTK", entry)
         if "teacher_topk" not in x.extras:
-            raise ValueError(f"'{entry}' with estimator=topk needs extras['teacher_topk'], which the caller did not provide")
+            raise ValueError(
+                f"'{entry}' with estimator=topk needs extras['teacher_topk'], which the caller did not provide"
+            )
         kl_BT = topk_divergence(student_BTK, x.extras["teacher_topk"], cfg.divergence, cfg.tail, x.topk_mask_BTK)
         return cfg.coef * kl_BT, kl_BT.detach()
     teacher_BT = require(x, "teacher_logprobs_BT", entry).detach()
@@ -105,7 +107,17 @@ def _self_distill(x: LossInputs, cfg: SelfDistillConfig, entry: str) -> LossOutp
     return LossOutput(loss_BT=loss_BT, metrics=metrics)
 
 
-@register_policy_loss("sdpo", config=SdpoConfig, needs={"teacher_logprobs"}, teacher=ema_teacher, config_needs=topk_needs)
+@register_policy_loss(
+    "sdpo",
+    config=SdpoConfig,
+    needs={"teacher_logprobs"},
+    teacher=ema_teacher,
+    config_needs=topk_needs,
+    status="interpretation",
+    evidence="SDPO from the survey (seed 000): the EMA decay of the teacher and K = 20 of "
+    "estimator=topk are ours (config '(ours)', recorded choice); "
+    "tests/algorithms/test_losses_distill.py",
+)
 def sdpo(x: LossInputs, cfg: SdpoConfig) -> LossOutput:
     """SDPO, RL via self-distillation (2026): teacher = slow EMA of the student, with feedback in context.
 
@@ -117,7 +129,17 @@ def sdpo(x: LossInputs, cfg: SdpoConfig) -> LossOutput:
     return _self_distill(x, cfg, "sdpo")
 
 
-@register_policy_loss("opsd", config=OpsdConfig, needs={"teacher_logprobs"}, teacher=ema_teacher, config_needs=topk_needs)
+@register_policy_loss(
+    "opsd",
+    config=OpsdConfig,
+    needs={"teacher_logprobs"},
+    teacher=ema_teacher,
+    config_needs=topk_needs,
+    status="interpretation",
+    evidence="from the seed texts (002/003, no paper text cited): the standard sampled-token "
+    "reverse-KL estimator; top-K divergence and K are ours (recorded); "
+    "tests/algorithms/test_losses_distill.py",
+)
 def opsd(x: LossInputs, cfg: OpsdConfig) -> LossOutput:
     """OPSD, on-policy self-distillation (2026): the same model is the teacher with a verified solution in context.
 

@@ -36,13 +36,15 @@ class SelfTeacherConfig(ComponentConfig):
         0.0, ge=0.0, lt=1.0, description="0: the teacher is the current policy with the privileged context; > 0: an EMA"
     )
     teacher_path: str | list[str] | None = Field(
-        None, description="an hf checkpoint that teaches instead (frozen; the student's tokenizer), or several (their mixture); None: the policy itself"
+        None,
+        description="an hf checkpoint that teaches instead (frozen; the student's tokenizer), or several (their mixture); None: the policy itself",
     )
     teacher_weights: list[float] | None = Field(
         None, description="with several teacher_path: the mixture's weights q = sum_k w_k q_k (None: equal)"
     )
     teacher_context: bool | None = Field(
-        None, description="put the env's privileged context in the teacher's prompt (None: yes for the self-teacher, no for teacher_path)"
+        None,
+        description="put the env's privileged context in the teacher's prompt (None: yes for the self-teacher, no for teacher_path)",
     )
     teacher_routes: dict[str, int | str] | None = Field(
         None,
@@ -73,7 +75,12 @@ def self_teacher(cfg: SelfTeacherConfig) -> TeacherSpec:
     paths = [path] if isinstance(path, str) else list(path or [])
     routes = tuple((p, t if isinstance(t, int) else paths.index(t)) for p, t in (cfg.teacher_routes or {}).items())
     return TeacherSpec(
-        ema_decay=cfg.teacher_ema_decay, path=path, weights=weights, context=context, routes=routes, route_key=cfg.teacher_route_key
+        ema_decay=cfg.teacher_ema_decay,
+        path=path,
+        weights=weights,
+        context=context,
+        routes=routes,
+        route_key=cfg.teacher_route_key,
     )
 
 
@@ -94,7 +101,8 @@ def _metrics(x: LossInputs, **values: torch.Tensor) -> dict[str, float]:
 
 class ISdpoConfig(DistillTermConfig, SelfTeacherConfig):
     success_threshold: float = Field(
-        1.0, description="a row succeeded when reward >= this; a group with none routes to distillation (binary rewards: 1)"
+        1.0,
+        description="a row succeeded when reward >= this; a group with none routes to distillation (binary rewards: 1)",
     )
     eps_low: float = Field(0.2, ge=0.0, description="eps_low of the GRPO branch's PPO clip")
     eps_high: float = Field(0.2, ge=0.0, description="eps_high of the GRPO branch's PPO clip (GRPO: symmetric)")
@@ -107,7 +115,9 @@ def all_fail_rows(x: LossInputs, threshold: float, entry: str) -> torch.Tensor:
     _, inverse_B = torch.unique(group_B, return_inverse=True)
     success_B = (rewards_B >= threshold).double()
     num_groups = int(inverse_B.max()) + 1 if inverse_B.numel() else 0
-    any_G = torch.zeros(num_groups, dtype=torch.float64, device=success_B.device).index_add_(0, inverse_B.to(success_B.device), success_B)
+    any_G = torch.zeros(num_groups, dtype=torch.float64, device=success_B.device).index_add_(
+        0, inverse_B.to(success_B.device), success_B
+    )
     return (any_G[inverse_B] == 0).to(x.logprobs_BT.dtype)
 
 
@@ -117,6 +127,9 @@ def all_fail_rows(x: LossInputs, threshold: float, entry: str) -> torch.Tensor:
     needs={"teacher_logprobs", "rewards", "group_index"},
     teacher=lambda cfg: dataclasses.replace(self_teacher(cfg), topk=ema_teacher(cfg).topk),
     config_needs=topk_needs,
+    status="interpretation",
+    evidence="from I-SDPO's abstract (seed 003): success threshold and the GRPO branch's settings are ours "
+    "(recorded choice); tests/algorithms/test_distill_family.py",
 )
 def i_sdpo(x: LossInputs, cfg: ISdpoConfig) -> LossOutput:
     """I-SDPO, instance-level adaptive self-distillation PO (2026): all-fail groups distil, the rest do GRPO.
@@ -149,7 +162,15 @@ def box_cox_reward(teacher_BT: torch.Tensor, student_BT: torch.Tensor, alpha: fl
     return (torch.exp(alpha * teacher_BT) - torch.exp(alpha * student_BT)) / alpha
 
 
-@register_policy_loss("powered_opd", config=PoweredOpdConfig, needs={"teacher_logprobs"}, teacher=self_teacher)
+@register_policy_loss(
+    "powered_opd",
+    config=PoweredOpdConfig,
+    needs={"teacher_logprobs"},
+    teacher=self_teacher,
+    status="interpretation",
+    evidence="from the seed's mechanism (002 PowerOPD): Box-Cox on each probability and alpha 0.5 "
+    "are ours (recorded choice); tests/algorithms/test_distill_family.py",
+)
 def powered_opd(x: LossInputs, cfg: PoweredOpdConfig) -> LossOutput:
     """PowerOPD, on-policy distillation with a bounded power transformation (Zhao et al. 2026).
 
@@ -173,7 +194,15 @@ class GOpdConfig(SelfTeacherConfig):
     coef: float = Field(1.0, ge=0.0, description="weight of the distillation term")
 
 
-@register_policy_loss("g_opd", config=GOpdConfig, needs={"teacher_logprobs", "ref_logprobs"}, teacher=self_teacher)
+@register_policy_loss(
+    "g_opd",
+    config=GOpdConfig,
+    needs={"teacher_logprobs", "ref_logprobs"},
+    teacher=self_teacher,
+    status="interpretation",
+    evidence="from the seed's mechanism (002 G-OPD); reward scale lambda 1.25 and the reference "
+    "are ours (2 recorded choices); tests/algorithms/test_distill_family.py",
+)
 def g_opd(x: LossInputs, cfg: GOpdConfig) -> LossOutput:
     """G-OPD / ExOPD, generalized on-policy distillation with reward extrapolation (Yang et al. 2026).
 
@@ -194,13 +223,17 @@ def g_opd(x: LossInputs, cfg: GOpdConfig) -> LossOutput:
 
 class AntiSdConfig(SelfTeacherConfig):
     coef: float = Field(0.1, ge=0.0, description="weight of the ascended JSD term (ours)")
-    rl_coef: float = Field(1.0, ge=0.0, description="weight of the GRPO term it is added to (AntiSD replaces SD inside RL)")
+    rl_coef: float = Field(
+        1.0, ge=0.0, description="weight of the GRPO term it is added to (AntiSD replaces SD inside RL)"
+    )
     entropy_min: float = Field(
         0.1, ge=0.0, description="gate: the term is on where the teacher's top-K entropy >= this, in nats (ours)"
     )
     topk: int = Field(20, ge=1, description="K of the teacher's top-K support of the JSD (ours)")
     tail: bool = Field(True, description="one bucket for the mass outside the top-K")
-    gate: Literal["token", "batch"] = Field("token", description="gate per token, or on the batch's mean teacher entropy")
+    gate: Literal["token", "batch"] = Field(
+        "token", description="gate per token, or on the batch's mean teacher entropy"
+    )
 
 
 def _anti_sd_teacher(cfg: AntiSdConfig) -> TeacherSpec:
@@ -208,7 +241,13 @@ def _anti_sd_teacher(cfg: AntiSdConfig) -> TeacherSpec:
 
 
 @register_policy_loss(
-    "anti_sd", config=AntiSdConfig, needs={"teacher_topk"}, teacher=_anti_sd_teacher
+    "anti_sd",
+    config=AntiSdConfig,
+    needs={"teacher_topk"},
+    teacher=_anti_sd_teacher,
+    status="interpretation",
+    evidence="from the seed's one-sentence mechanism (002 AntiSD): JSD over the teacher's top-20, the entropy gate "
+    "and coef are ours (recorded choice); tests/algorithms/test_distill_family.py",
 )
 def anti_sd(x: LossInputs, cfg: AntiSdConfig) -> LossOutput:
     """AntiSD, anti-self-distillation via pointwise mutual information (Shen et al. 2026).
@@ -240,8 +279,12 @@ def anti_sd(x: LossInputs, cfg: AntiSdConfig) -> LossOutput:
 
 
 class BetaOpsdConfig(SelfTeacherConfig):
-    beta: float = Field(1.0, gt=0.0, description="weight of KL(pi || ref); 1 = vanilla OPSD's target (ours: no default in the abstract)")
-    return_to_go: bool = Field(True, description="credit each token with the sum of the rewards from it to the row's end (beta-OPSD)")
+    beta: float = Field(
+        1.0, gt=0.0, description="weight of KL(pi || ref); 1 = vanilla OPSD's target (ours: no default in the abstract)"
+    )
+    return_to_go: bool = Field(
+        True, description="credit each token with the sum of the rewards from it to the row's end (beta-OPSD)"
+    )
     coef: float = Field(1.0, ge=0.0, description="weight of the distillation term")
 
 
@@ -250,7 +293,16 @@ def beta_rewards(teacher_BT: torch.Tensor, ref_BT: torch.Tensor, student_BT: tor
     return (teacher_BT - ref_BT) / beta - (student_BT - ref_BT)
 
 
-@register_policy_loss("beta_opsd", config=BetaOpsdConfig, needs={"teacher_logprobs", "ref_logprobs"}, teacher=self_teacher)
+@register_policy_loss(
+    "beta_opsd",
+    config=BetaOpsdConfig,
+    needs={"teacher_logprobs", "ref_logprobs"},
+    teacher=self_teacher,
+    status="interpretation",
+    evidence="from the abstract (seed 003): a sampled-token estimator that leaves out log Z "
+    "instead of the paper's mixed-logit distillation, beta 1 ours (recorded); "
+    "tests/algorithms/test_distill_family.py",
+)
 def beta_opsd(x: LossInputs, cfg: BetaOpsdConfig) -> LossOutput:
     """beta-OPSD (Liu et al. 2026): OPSD is the beta = 1 member of max E[log q - log ref] - beta KL(pi || ref).
 
@@ -268,12 +320,54 @@ def beta_opsd(x: LossInputs, cfg: BetaOpsdConfig) -> LossOutput:
 
 
 for _key, _question, _choice in (
-    ('i_sdpo', 'what counts as a success and what the GRPO branch is', "reward >= success_threshold (1.0); the rest of the group trains with ppo_clip at eps 0.2/0.2 on the run's advantages; the teacher is the current policy with the privileged context"),
-    ('powered_opd', 'where the Box-Cox transform is applied, and alpha', "to each probability: r = (q^a - pi^a)/a (bounded by 1/a, the sign of log q - log pi); alpha = 0.5; the teacher is the run's self-teacher unless teacher_path names another model"),
-    ('g_opd', 'reward scale and reference', "lambda = 1.25 (ExOPD); the reference is the run's frozen initial policy; the teacher is the run's self-teacher unless teacher_path names another model (the paper: a stronger one)"),
-    ('anti_sd', 'divergence, gate and weights', "JSD over the teacher's top-20 ids + tail; gate per token where the teacher's top-K entropy >= 0.1 nats (or on the batch mean); coef 0.1 next to ppo_clip with rl_coef 1"),
-    ('g_opd', 'several teachers at once', 'teacher_path as a list: q = sum_k w_k q_k (the mixture of their next-token distributions, teacher_weights, equal by default), scored on the sampled tokens; top-K distillation takes one teacher'),
-    ('beta_opsd', 'estimator and beta', 'sampled-token rewards (1/beta)(log q - log ref) - (log pi - log ref) with return-to-go, instead of distilling to mixed logits (the normalizer log Z is left out); beta = 1'),
+    (
+        "i_sdpo",
+        "what counts as a success and what the GRPO branch is",
+        (
+            "reward >= success_threshold (1.0); the rest of the group trains with ppo_clip at eps 0.2/0.2 on the "
+            "run's advantages; the teacher is the current policy with the privileged context"
+        ),
+    ),
+    (
+        "powered_opd",
+        "where the Box-Cox transform is applied, and alpha",
+        (
+            "to each probability: r = (q^a - pi^a)/a (bounded by 1/a, the sign of log q - log pi); alpha = 0.5; "
+            "the teacher is the run's self-teacher unless teacher_path names another model"
+        ),
+    ),
+    (
+        "g_opd",
+        "reward scale and reference",
+        (
+            "lambda = 1.25 (ExOPD); the reference is the run's frozen initial policy; the teacher is the run's "
+            "self-teacher unless teacher_path names another model (the paper: a stronger one)"
+        ),
+    ),
+    (
+        "anti_sd",
+        "divergence, gate and weights",
+        (
+            "JSD over the teacher's top-20 ids + tail; gate per token where the teacher's top-K entropy >= 0.1 "
+            "nats (or on the batch mean); coef 0.1 next to ppo_clip with rl_coef 1"
+        ),
+    ),
+    (
+        "g_opd",
+        "several teachers at once",
+        (
+            "teacher_path as a list: q = sum_k w_k q_k (the mixture of their next-token distributions, "
+            "teacher_weights, equal by default), scored on the sampled tokens; top-K distillation takes one teacher"
+        ),
+    ),
+    (
+        "beta_opsd",
+        "estimator and beta",
+        (
+            "sampled-token rewards (1/beta)(log q - log ref) - (log pi - log ref) with return-to-go, instead of "
+            "distilling to mixed logits (the normalizer log Z is left out); beta = 1"
+        ),
+    ),
 ):
     record_choice(_key, _question, _choice)
 
@@ -285,11 +379,23 @@ for _key, _question, _choice in (
 class TtpoConfig(SelfTeacherConfig):
     coef: float = Field(1.0, ge=0.0, description="weight of the distillation branch (rows agreeing with the vote)")
     rl_coef: float = Field(1.0, ge=0.0, description="weight of the RL branch (rows disagreeing with the vote)")
-    converged_tol: float = Field(0.05, ge=0.0, description="distil only where |log q - log pi| > this (converged positions skipped; ours)")
-    confidence: float = Field(0.5, ge=0.0, le=1.0, description="penalize only tokens with pi(y_t) > this (confident errors; ours)")
+    converged_tol: float = Field(
+        0.05, ge=0.0, description="distil only where |log q - log pi| > this (converged positions skipped; ours)"
+    )
+    confidence: float = Field(
+        0.5, ge=0.0, le=1.0, description="penalize only tokens with pi(y_t) > this (confident errors; ours)"
+    )
 
 
-@register_policy_loss("ttpo", config=TtpoConfig, needs={"teacher_logprobs", "rewards"}, teacher=self_teacher)
+@register_policy_loss(
+    "ttpo",
+    config=TtpoConfig,
+    needs={"teacher_logprobs", "rewards"},
+    teacher=self_teacher,
+    status="interpretation",
+    evidence="from TTPO's abstract (seed 003): both branches' token selections and thresholds are "
+    "ours (recorded choices); tests/algorithms/test_ttpo.py",
+)
 def ttpo(x: LossInputs, cfg: TtpoConfig) -> LossOutput:
     """TTPO, test-time policy optimization without labels (2026): asymmetric OPSD + grouped RL on pseudo-labels.
 
@@ -310,4 +416,11 @@ def ttpo(x: LossInputs, cfg: TtpoConfig) -> LossOutput:
     return LossOutput(loss_BT=loss_BT, metrics=metrics)
 
 
-record_choice("ttpo", "token selection of both branches", "distillation skips positions with |log q - log pi| <= 0.05 (converged); the RL branch (ppo_clip on the run's advantage of the pseudo-rewards) keeps tokens with pi > 0.5 (confident errors)")
+record_choice(
+    "ttpo",
+    "token selection of both branches",
+    (
+        "distillation skips positions with |log q - log pi| <= 0.05 (converged); the RL branch (ppo_clip on the "
+        "run's advantage of the pseudo-rewards) keeps tokens with pi > 0.5 (confident errors)"
+    ),
+)

@@ -32,6 +32,7 @@ if "teacher_topk" not in NEEDS:
         "teacher_topk",
         "the teacher's logprobs at its top-k ids of each position (its ids become the batch's candidates)",
         builds="teacher",
+        forward="candidates",
     )
 
 # keeps log(1 - sum p) finite when the top-K hold (numerically) all the mass
@@ -92,7 +93,18 @@ def topk_entropy(logp_BTK: torch.Tensor, tail: bool = True, mask_BTK: torch.Tens
 
 
 for _key, _question, _choice in (
-    ('sdpo', 'top-K support and size', "estimator=topk: the teacher's top-K ids (K=20) plus one tail bucket for the rest of the mass; the learner scores the policy at those ids (the sampler's top-k is not used)"),
-    ('opsd', 'divergence of estimator=topk', "reverse KL(pi || q) by default (SDPO's objective); forward KL(q || pi) and renormalizing instead of a tail bucket are options"),
+    (
+        "sdpo",
+        "top-K support and size",
+        (
+            "estimator=topk: the teacher's top-K ids (K=20) plus one tail bucket for the rest of the mass; the "
+            "learner scores the policy at those ids (the sampler's top-k is not used)"
+        ),
+    ),
+    (
+        "opsd",
+        "divergence of estimator=topk",
+        "reverse KL(pi || q) by default (SDPO's objective); forward KL(q || pi) and renormalizing instead of a tail bucket are options",
+    ),
 ):
     record_choice(_key, _question, _choice)

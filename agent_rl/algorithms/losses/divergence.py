@@ -51,7 +51,13 @@ class DppoConfig(ComponentConfig):
     truncation: float = Field(20.0, description="c of the detached, truncated weight min(r, c) (DPPO: 20)")
 
 
-@register_policy_loss("dppo", config=DppoConfig)
+@register_policy_loss(
+    "dppo",
+    config=DppoConfig,
+    status="reference",
+    evidence="tests/algorithms/test_losses_divergence.py: loss and gradient equal verl 0.9.1 "
+    "dppo_tv and dppo_kl (-0.030010, run outside CI)",
+)
 def dppo(x: LossInputs, cfg: DppoConfig) -> LossOutput:
     """DPPO, divergence-masked policy optimization (arXiv 2602.04879; DRPO's baseline).
 
@@ -79,7 +85,14 @@ class DrpoConfig(ComponentConfig):
     penalty: float = Field(10.0, gt=0.0, description="lambda of the quadratic penalty beyond the bound (ours)")
 
 
-@register_policy_loss("drpo", config=DrpoConfig)
+@register_policy_loss(
+    "drpo",
+    config=DrpoConfig,
+    status="interpretation",
+    evidence="from two sentences of seed 002 (paper text not available): the penalty's form, "
+    "lambda 10 and per-sign deltas are ours (docstring); "
+    "tests/algorithms/test_losses_divergence.py",
+)
 def drpo(x: LossInputs, cfg: DrpoConfig) -> LossOutput:
     """DRPO, divergence-regularized policy optimization (seed 002), a documented interpretation.
 
@@ -165,7 +178,13 @@ class BandpoConfig(ComponentConfig):
     ratio_max: float = Field(100.0, description="cap on the upper bound after relaxation (BandPO: 100)")
 
 
-@register_policy_loss("bandpo", config=BandpoConfig)
+@register_policy_loss(
+    "bandpo",
+    config=BandpoConfig,
+    status="paper",
+    evidence="bounds and relaxation from the authors' code (OpenMOSS/BandPO band.py, arXiv "
+    "2603.04918); hand-computed bounds in tests/algorithms/test_losses_divergence.py",
+)
 def bandpo(x: LossInputs, cfg: BandpoConfig) -> LossOutput:
     """BandPO, band-constrained policy optimization (Li et al. 2026, arXiv 2603.04918; OpenMOSS/BandPO).
 

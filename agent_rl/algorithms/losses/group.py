@@ -66,7 +66,14 @@ class ConspoConfig(ComponentConfig):
     margin_max: float = Field(0.0, description="... up to this")
 
 
-@register_policy_loss("conspo", config=ConspoConfig, needs={"rewards", "group_index"})
+@register_policy_loss(
+    "conspo",
+    config=ConspoConfig,
+    needs={"rewards", "group_index"},
+    status="paper",
+    evidence="ConSPO's saturating contrastive objective (2026) as the docstring states it; "
+    "hand-computed in tests/algorithms/test_losses_group.py",
+)
 def conspo(x: LossInputs, cfg: ConspoConfig) -> LossOutput:
     """ConSPO ("Revisiting RLVR from a Contrastive Perspective", 2026): saturating contrastive scores.
 
@@ -103,7 +110,14 @@ class DiscoConfig(ComponentConfig):
     )
 
 
-@register_policy_loss("disco", config=DiscoConfig, needs={"rewards", "group_index"})
+@register_policy_loss(
+    "disco",
+    config=DiscoConfig,
+    needs={"rewards", "group_index"},
+    status="paper",
+    evidence="DisCO (Li et al. 2025) discriminative objective and squared-hinge constraint; "
+    "hand-computed in tests/algorithms/test_losses_group.py",
+)
 def disco(x: LossInputs, cfg: DiscoConfig) -> LossOutput:
     """DisCO, discriminative constrained optimization (Li et al. 2025), no clipping, no difficulty weight.
 
@@ -144,7 +158,14 @@ class VimpoConfig(ComponentConfig):
     eps_high: float = Field(0.28, description="PPO clip: ratio <= 1 + eps_high")
 
 
-@register_policy_loss("vimpo", config=VimpoConfig, needs={"ref_logprobs", "rewards", "group_index"})
+@register_policy_loss(
+    "vimpo",
+    config=VimpoConfig,
+    needs={"ref_logprobs", "rewards", "group_index"},
+    status="interpretation",
+    evidence="VIMPO (2026): the k3 stand-in for the full-vocabulary KL and beta are ours "
+    "(docstring, config '(ours)'); tests/algorithms/test_losses_group.py",
+)
 def vimpo(x: LossInputs, cfg: VimpoConfig) -> LossOutput:
     """VIMPO, value-implicit policy optimization (2026), the policy encodes its own value.
 
@@ -178,7 +199,14 @@ class RecoConfig(ComponentConfig):
     eps_high: float = Field(0.28, description="clip of the variance-based ratio: <= 1 + eps_high")
 
 
-@register_policy_loss("reco", config=RecoConfig, needs={"group_index"})
+@register_policy_loss(
+    "reco",
+    config=RecoConfig,
+    needs={"group_index"},
+    status="interpretation",
+    evidence="built from the abstract in seed 003 only (paper not found): both reweightings' "
+    "forms are ours (docstring lists them); tests/algorithms/test_losses_group.py",
+)
 def reco(x: LossInputs, cfg: RecoConfig) -> LossOutput:
     """ReCo (2026, abstract in seed 003), a documented interpretation of its two reweightings.
 

@@ -34,7 +34,15 @@ class SisConfig(ComponentConfig):
     seed: int = Field(0, description="seed of the accept draws (derived with the step)")
 
 
-@register_policy_loss("sis", config=SisConfig, needs={"topk"})
+@register_policy_loss(
+    "sis",
+    config=SisConfig,
+    needs={"topk"},
+    status="interpretation",
+    evidence="arXiv 2607.04728 read through its abstract and summaries plus a third-party "
+    "reproduction of Algorithm 1; K not found (ours); "
+    "tests/algorithms/test_losses_mismatch.py",
+)
 def sis(x: LossInputs, cfg: SisConfig) -> LossOutput:
     """SIS, selective importance sampling (Li et al. 2026, arXiv 2607.04728; reproduction of Algorithm 1).
 
@@ -80,7 +88,14 @@ class ScoreCenteringConfig(ComponentConfig):
     tail_min: float = Field(1e-6, gt=0.0, description="floor of the tail masses 1 - sum_H q and 1 - sum_H p")
 
 
-@register_policy_loss("score_centering", config=ScoreCenteringConfig, needs={"topk", "rollout_logprobs"})
+@register_policy_loss(
+    "score_centering",
+    config=ScoreCenteringConfig,
+    needs={"topk", "rollout_logprobs"},
+    status="interpretation",
+    evidence="from torchtitan's ScoreCenteringLoss (a third-party implementation), the arXiv text "
+    "was not read; hand-computed in tests/algorithms/test_losses_mismatch.py",
+)
 def score_centering(x: LossInputs, cfg: ScoreCenteringConfig) -> LossOutput:
     """Score centering for training/inference mismatch ("Score Centering Stabilizes Off-policy RL", 2026).
 
@@ -123,7 +138,15 @@ class BpoConfig(ComponentConfig):
     eps_high: float = Field(0.28, description="drop A > 0 tokens with omega > 1 + eps_high")
 
 
-@register_policy_loss("bpo", config=BpoConfig, needs={"rollout_logprobs"})
+@register_policy_loss(
+    "bpo",
+    config=BpoConfig,
+    needs={"rollout_logprobs"},
+    status="interpretation",
+    evidence="omega and mask from TRL's experimental BPOTrainer (a third-party implementation) "
+    "and a reading note, not the paper's text; not compared to TRL by a test; "
+    "tests/algorithms/test_losses_mismatch.py",
+)
 def bpo(x: LossInputs, cfg: BpoConfig) -> LossOutput:
     """BPO, Bellman policy optimization (Song et al. 2026, arXiv 2609.15987; TRL's BPOTrainer).
 

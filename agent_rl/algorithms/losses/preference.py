@@ -45,7 +45,9 @@ Pairing = Literal["best_worst", "pos_neg"]
 _TIE = 1e-6
 
 
-def preference_pairs(rewards_B: torch.Tensor, group_index_B: torch.Tensor, pairing: Pairing) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def preference_pairs(
+    rewards_B: torch.Tensor, group_index_B: torch.Tensor, pairing: Pairing
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(chosen row, rejected row, dense group id) of every pair, each ``_P``, in group then row order.
 
     ``best_worst``: per group, the first row with the highest reward vs the first with the lowest,
@@ -82,7 +84,9 @@ def _sequence_log_ratio(x: LossInputs, entry: str) -> torch.Tensor:
     return seq_sum(x.logprobs_BT - ref_BT.detach(), x.loss_mask_BT)
 
 
-def _pairs(x: LossInputs, pairing: Pairing, entry: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
+def _pairs(
+    x: LossInputs, pairing: Pairing, entry: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
     rewards_B = require(x, "rewards_B", entry)
     group_index_B = require(x, "group_index_B", entry)
     chosen_P, rejected_P, pair_group_P = preference_pairs(rewards_B, group_index_B, pairing)
@@ -93,11 +97,15 @@ def _pairs(x: LossInputs, pairing: Pairing, entry: str) -> tuple[torch.Tensor, t
 def _per_group_mean(values_P: torch.Tensor, group_P: torch.Tensor, n: int) -> torch.Tensor:
     """Mean over each group's pairs (0 for a group without pairs), ``_G``."""
     sums = torch.zeros(n, dtype=values_P.dtype, device=values_P.device).index_add(0, group_P, values_P)
-    counts = torch.zeros(n, dtype=values_P.dtype, device=values_P.device).index_add(0, group_P, torch.ones_like(values_P))
+    counts = torch.zeros(n, dtype=values_P.dtype, device=values_P.device).index_add(
+        0, group_P, torch.ones_like(values_P)
+    )
     return sums / counts.clamp(min=1.0)
 
 
-def _dpo_terms(x: LossInputs, cfg: DpoConfig, entry: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, dict[str, float]]:
+def _dpo_terms(
+    x: LossInputs, cfg: DpoConfig, entry: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, dict[str, float]]:
     """Per pair: the DPO loss; plus the pairs' chosen rows, groups, row groups, n and the metrics."""
     rho_B = _sequence_log_ratio(x, entry)
     chosen_P, rejected_P, group_P, gid_B, n = _pairs(x, cfg.pairing, entry)
@@ -116,12 +124,29 @@ def _dpo_terms(x: LossInputs, cfg: DpoConfig, entry: str) -> tuple[torch.Tensor,
 
 
 class DpoConfig(ComponentConfig):
-    beta: float = Field(0.1, gt=0.0, description="inverse temperature of the implicit reward beta log pi/pi_ref (DPO: 0.1)")
-    label_smoothing: float = Field(0.0, ge=0.0, lt=0.5, description="cDPO: probability eps that a pair's label is flipped (0: plain DPO)")
-    pairing: Pairing = Field("best_worst", description="pairs of a rollout group: best_worst (one per group) or pos_neg (all above-mean x below-mean rows)")
+    beta: float = Field(
+        0.1, gt=0.0, description="inverse temperature of the implicit reward beta log pi/pi_ref (DPO: 0.1)"
+    )
+    label_smoothing: float = Field(
+        0.0, ge=0.0, lt=0.5, description="cDPO: probability eps that a pair's label is flipped (0: plain DPO)"
+    )
+    pairing: Pairing = Field(
+        "best_worst",
+        description="pairs of a rollout group: best_worst (one per group) or pos_neg (all above-mean x below-mean rows)",
+    )
 
 
-@register_policy_loss("dpo", config=DpoConfig, needs={"ref_logprobs", "rewards", "group_index"}, aggregation="seq_mean_token_mean")
+@register_policy_loss(
+    "dpo",
+    config=DpoConfig,
+    needs={"ref_logprobs", "rewards", "group_index"},
+    aggregation="seq_mean_token_mean",
+    status="reference",
+    evidence="tests/algorithms/test_losses_preference_trl.py vs TRL 1.16.0 "
+    "DPOTrainer._compute_loss, sigmoid (golden file "
+    "tests/algorithms/data/trl_preference_golden.json); label_smoothing hand-computed "
+    "only",
+)
 def dpo(x: LossInputs, cfg: DpoConfig) -> LossOutput:
     """DPO, Direct Preference Optimization (Rafailov et al. 2023, arXiv 2305.18290).
 
@@ -145,7 +170,16 @@ class RpoConfig(DpoConfig):
     )
 
 
-@register_policy_loss("rpo", config=RpoConfig, needs={"ref_logprobs", "rewards", "group_index"}, aggregation="seq_mean_token_mean")
+@register_policy_loss(
+    "rpo",
+    config=RpoConfig,
+    needs={"ref_logprobs", "rewards", "group_index"},
+    aggregation="seq_mean_token_mean",
+    status="reference",
+    evidence="tests/algorithms/test_losses_preference_trl.py vs TRL 1.16.0 "
+    "DPOTrainer._compute_loss, [sigmoid, sft] (golden file "
+    "tests/algorithms/data/trl_preference_golden.json)",
+)
 def rpo(x: LossInputs, cfg: RpoConfig) -> LossOutput:
     """RPO, DPO plus an SFT loss on the preferred response (Liu et al. 2024, arXiv 2405.16436; Pang et al. 2024, IRPO).
 
@@ -188,10 +222,20 @@ class KtoConfig(ComponentConfig):
     beta: float = Field(0.1, gt=0.0, description="inverse temperature of the implicit reward (KTO: 0.1)")
     desirable_weight: float = Field(1.0, ge=0.0, description="lambda_D, weight of desirable samples (KTO: 1)")
     undesirable_weight: float = Field(1.0, ge=0.0, description="lambda_U, weight of undesirable samples (KTO: 1)")
-    desirable_threshold: float = Field(0.5, description="a row is desirable when its reward > this (binary verifier: 0.5)")
+    desirable_threshold: float = Field(
+        0.5, description="a row is desirable when its reward > this (binary verifier: 0.5)"
+    )
 
 
-@register_policy_loss("kto", config=KtoConfig, needs={"ref_logprobs", "rewards", "kto_z0"}, aggregation="seq_mean_token_mean")
+@register_policy_loss(
+    "kto",
+    config=KtoConfig,
+    needs={"ref_logprobs", "rewards", "kto_z0"},
+    aggregation="seq_mean_token_mean",
+    status="reference",
+    evidence="tests/algorithms/test_losses_preference_trl.py vs TRL 1.16.0 "
+    "KTOTrainer._compute_loss (golden file); online z0 is our choice (recorded)",
+)
 def kto(x: LossInputs, cfg: KtoConfig) -> LossOutput:
     """KTO, Kahneman-Tversky Optimization (Ethayarajh et al. 2024, arXiv 2402.01306).
 
@@ -225,11 +269,40 @@ def kto(x: LossInputs, cfg: KtoConfig) -> LossOutput:
 
 
 for _key, _question, _choice in (
-    ("dpo", "which pairs a rollout group gives", "configurable: best_worst (default; one pair per group, first row on ties) or pos_neg (all above-mean x below-mean rows); groups with equal rewards give none"),
-    ("dpo", "how pair losses are averaged over a step of groups", "mean over each group's pairs on every row, then seq_mean_token_mean: groups weighted by their size, equal-reward groups count as 0; offline pairs = mean over pairs"),
-    ("dpo", "sequence log-probability of a multi-turn episode", "sum of the policy tokens' logprobs (loss mask 1), observations excluded"),
-    ("rpo", "normalization and weight of the SFT term", "alpha = 1 on the per-sequence token mean of -log pi(y_w) (IRPO, TRL's recommendation); nll=sum gives Liu et al.'s -log pi(y_w)"),
-    ("kto", "reference point z0 without mismatched pairs", "z0 = max(0, mean of the step's own sequence log-ratios) before the update (online rows are samples of pi, so this estimates KL(pi || pi_ref)); TRL uses mismatched (x, y') pairs"),
+    (
+        "dpo",
+        "which pairs a rollout group gives",
+        (
+            "configurable: best_worst (default; one pair per group, first row on ties) or pos_neg (all above-mean "
+            "x below-mean rows); groups with equal rewards give none"
+        ),
+    ),
+    (
+        "dpo",
+        "how pair losses are averaged over a step of groups",
+        (
+            "mean over each group's pairs on every row, then seq_mean_token_mean: groups weighted by their size, "
+            "equal-reward groups count as 0; offline pairs = mean over pairs"
+        ),
+    ),
+    (
+        "dpo",
+        "sequence log-probability of a multi-turn episode",
+        "sum of the policy tokens' logprobs (loss mask 1), observations excluded",
+    ),
+    (
+        "rpo",
+        "normalization and weight of the SFT term",
+        "alpha = 1 on the per-sequence token mean of -log pi(y_w) (IRPO, TRL's recommendation); nll=sum gives Liu et al.'s -log pi(y_w)",
+    ),
+    (
+        "kto",
+        "reference point z0 without mismatched pairs",
+        (
+            "z0 = max(0, mean of the step's own sequence log-ratios) before the update (online rows are samples of "
+            "pi, so this estimates KL(pi || pi_ref)); TRL uses mismatched (x, y') pairs"
+        ),
+    ),
     ("kto", "which rollouts are desirable", "reward > desirable_threshold (0.5 for 0/1 verifiers); no pairing needed"),
 ):
     record_choice(_key, _question, _choice)

@@ -17,9 +17,13 @@ from agent_rl.algorithms.registry import LossInputs, LossOutput, record_choice, 
 
 
 class QklConfig(PpoClipConfig):
-    coef: float = Field(0.01, ge=0.0, description="weight of the query-KL term (ours; it replaces kl.coef, leave that at 0)")
+    coef: float = Field(
+        0.01, ge=0.0, description="weight of the query-KL term (ours; it replaces kl.coef, leave that at 0)"
+    )
     weight_temperature: float = Field(
-        1.0, gt=0.0, description="w_q = exp(mean_t log ref(q_t) / T): queries typical under the reference weigh more (ours)"
+        1.0,
+        gt=0.0,
+        description="w_q = exp(mean_t log ref(q_t) / T): queries typical under the reference weigh more (ours)",
     )
 
 
@@ -37,7 +41,14 @@ def query_kl(logprobs_BT: torch.Tensor, ref_BT: torch.Tensor, qmask_BT: torch.Te
     return (k3_BT * qmask_BT.to(k3_BT.dtype)).sum(-1)
 
 
-@register_policy_loss("qkl", config=QklConfig, needs={"ref_logprobs"})
+@register_policy_loss(
+    "qkl",
+    config=QklConfig,
+    needs={"ref_logprobs"},
+    status="interpretation",
+    evidence="from ERPO's Query-KL abstract (seed 003): estimator, per-query weight and coef 0.01 "
+    "are ours (recorded choice); tests/algorithms/test_qkl.py",
+)
 def qkl(x: LossInputs, cfg: QklConfig) -> LossOutput:
     """ERPO's Query-KL (2026): ppo_clip on the response + a KL on the query likelihood, per-query weighted.
 
@@ -60,6 +71,10 @@ def qkl(x: LossInputs, cfg: QklConfig) -> LossOutput:
 
 
 for _key, _question, _choice in (
-    ('qkl', 'estimator, query tokens and per-query weight', "k3 of KL(pi || ref) summed over the tokens before a row's first policy token; w = exp(mean log ref(q)); coef 0.01 next to ppo_clip"),
+    (
+        "qkl",
+        "estimator, query tokens and per-query weight",
+        "k3 of KL(pi || ref) summed over the tokens before a row's first policy token; w = exp(mean log ref(q)); coef 0.01 next to ppo_clip",
+    ),
 ):
     record_choice(_key, _question, _choice)

@@ -35,17 +35,30 @@ from agent_rl.algorithms.registry import (
 )
 
 if "policy_layers" not in NEEDS:
-    register_need("policy_layers", "every decoder layer's output in the learner's own forward pass (with gradient)", when="in_update")
+    register_need(
+        "policy_layers",
+        "every decoder layer's output in the learner's own forward pass (with gradient)",
+        when="in_update",
+        forward="capture",
+    )
     register_need("teacher_layers", "the teacher's decoder-layer outputs on the rows ([B, T, L, H])", builds="teacher")
     register_need("ref_layers", "the reference's decoder-layer outputs on the rows ([B, T, L, H])", builds="reference")
 
 
 class RideConfig(ComponentConfig):
-    teacher_path: str = Field(..., description="the teacher: an hf checkpoint with the student's tokenizer and layer shapes (frozen)")
-    alpha: float = Field(1.25, gt=0.0, description="extrapolation: the target is base + alpha (teacher - base); 1: the teacher's states")
-    layers: list[int] = Field(default_factory=list, description="decoder layers regressed (indices, negative from the end); []: all")
+    teacher_path: str = Field(
+        ..., description="the teacher: an hf checkpoint with the student's tokenizer and layer shapes (frozen)"
+    )
+    alpha: float = Field(
+        1.25, gt=0.0, description="extrapolation: the target is base + alpha (teacher - base); 1: the teacher's states"
+    )
+    layers: list[int] = Field(
+        default_factory=list, description="decoder layers regressed (indices, negative from the end); []: all"
+    )
     coef: float = Field(1.0, ge=0.0, description="weight of the representation loss")
-    rl_coef: float = Field(0.0, ge=0.0, description="weight of a ppo_clip term on the run's advantages (0: pure distillation)")
+    rl_coef: float = Field(
+        0.0, ge=0.0, description="weight of a ppo_clip term on the run's advantages (0: pure distillation)"
+    )
     eps: float = Field(1e-6, gt=0.0, description="added to the target's mean square in the relative error")
 
     @field_validator("teacher_path", mode="before")
@@ -79,6 +92,9 @@ def to_predicted_tokens(d_BT: torch.Tensor) -> torch.Tensor:
     config=RideConfig,
     needs={"policy_layers", "teacher_layers", "ref_layers"},
     teacher=ride_teacher,
+    status="interpretation",
+    evidence="from one sentence of seed 002 (no RIDE text found): alpha 1.25, layers, distance and base are ours (5 "
+    "recorded choices); tests/algorithms/test_ride.py",
 )
 def ride(x: LossInputs, cfg: RideConfig) -> LossOutput:
     """RIDE, on-policy distillation by representation extrapolation (seed 002; OPRD, arXiv 2606.06021, for alpha = 1).
@@ -106,7 +122,9 @@ def ride(x: LossInputs, cfg: RideConfig) -> LossOutput:
             "loss/ride_rel_sq_error": float((d_BT * mask).sum() / n),
             # how far the teacher moved from the base, on the loss's scale (mean_h (teacher - base)^2 / mean_h y^2):
             # the student at the base has error alpha^2 times this
-            "ride/teacher_shift": float((to_predicted_tokens(_relative_to(teacher - base, target, cfg.eps)) * mask).sum() / n),
+            "ride/teacher_shift": float(
+                (to_predicted_tokens(_relative_to(teacher - base, target, cfg.eps)) * mask).sum() / n
+            ),
         }
     if cfg.rl_coef > 0:
         rl = ppo_clip(x, PpoClipConfig())
@@ -116,10 +134,28 @@ def ride(x: LossInputs, cfg: RideConfig) -> LossOutput:
 
 
 for _question, _choice in (
-    ("alpha", "1.25 (the seed gives no value; ExOPD's reward extrapolation default, g_opd here); 1 is plain representation distillation"),
-    ("layers and distance", "every decoder layer's output (layers: [] ; a list picks some), relative squared error mean_h (s - y)^2 / mean_h y^2 per layer, averaged over layers, so layers of different scale weigh alike"),
-    ("which states", "the state that predicts each generated token (position t - 1), on the loss mask; the teacher and base see the student's rows without privileged context"),
-    ("the base", "the run's reference (the frozen initial policy): in the paper's pairs the teacher was RL-trained from the base"),
+    (
+        "alpha",
+        "1.25 (the seed gives no value; ExOPD's reward extrapolation default, g_opd here); 1 is plain representation distillation",
+    ),
+    (
+        "layers and distance",
+        (
+            "every decoder layer's output (layers: [] ; a list picks some), relative squared error mean_h (s - "
+            "y)^2 / mean_h y^2 per layer, averaged over layers, so layers of different scale weigh alike"
+        ),
+    ),
+    (
+        "which states",
+        (
+            "the state that predicts each generated token (position t - 1), on the loss mask; the teacher and base "
+            "see the student's rows without privileged context"
+        ),
+    ),
+    (
+        "the base",
+        "the run's reference (the frozen initial policy): in the paper's pairs the teacher was RL-trained from the base",
+    ),
     ("RL term", "none by default (rl_coef 0: pure distillation); rl_coef > 0 adds ppo_clip on the run's advantages"),
 ):
     record_choice("ride", _question, _choice)

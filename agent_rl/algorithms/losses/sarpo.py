@@ -22,18 +22,33 @@ import torch
 from pydantic import Field
 
 from agent_rl.algorithms import value_basis as vb
-from agent_rl.algorithms.registry import POLICY_LOSSES, ComponentConfig, LossInputs, LossOutput, record_choice, register_policy_loss
+from agent_rl.algorithms.registry import (
+    POLICY_LOSSES,
+    ComponentConfig,
+    LossInputs,
+    LossOutput,
+    record_choice,
+    register_policy_loss,
+)
 
 
 class SarpoLossConfig(ComponentConfig):
-    ppo_options: dict[str, Any] = Field(default_factory=dict, description="ppo_clip's config fields (eps_low, eps_high, dual_clip_c)")
+    ppo_options: dict[str, Any] = Field(
+        default_factory=dict, description="ppo_clip's config fields (eps_low, eps_high, dual_clip_c)"
+    )
     value_coef: float = Field(0.5, ge=0.0, description="c_V, weight of the state-value loss (our default)")
     q_coef: float = Field(0.5, ge=0.0, description="c_Q, weight of the SARSA action-value loss (our default)")
-    value_clip: float | None = Field(0.2, gt=0.0, description="c of the clipped regression around the old value (None: plain squared error)")
+    value_clip: float | None = Field(
+        0.2, gt=0.0, description="c of the clipped regression around the old value (None: plain squared error)"
+    )
     gamma: float = Field(1.0, ge=0.0, le=1.0, description="discount between turns; keep equal to the sarpo advantage's")
-    lam: float = Field(0.95, ge=0.0, le=1.0, description="GAE lambda of the V target; keep equal to the sarpo advantage's")
+    lam: float = Field(
+        0.95, ge=0.0, le=1.0, description="GAE lambda of the V target; keep equal to the sarpo advantage's"
+    )
     r_max: float = Field(1.0, gt=0.0, description="R_max of the value read; keep equal to the sarpo advantage's")
-    value_temperature: float = Field(1.0, gt=0.0, description="tau_v of the value read; keep equal to the sarpo advantage's")
+    value_temperature: float = Field(
+        1.0, gt=0.0, description="tau_v of the value read; keep equal to the sarpo advantage's"
+    )
 
 
 def clipped_value_loss(pred: torch.Tensor, old: torch.Tensor, target: torch.Tensor, clip: float | None) -> torch.Tensor:
@@ -43,7 +58,15 @@ def clipped_value_loss(pred: torch.Tensor, old: torch.Tensor, target: torch.Tens
     return 0.5 * torch.maximum(err, (old + (pred - old).clamp(-clip, clip) - target) ** 2)
 
 
-@register_policy_loss("sarpo", config=SarpoLossConfig, config_needs=lambda cfg: {"value_basis", "policy_hidden", "rewards"})
+@register_policy_loss(
+    "sarpo",
+    config=SarpoLossConfig,
+    config_needs=lambda cfg: {"value_basis", "policy_hidden", "rewards"},
+    status="interpretation",
+    evidence="arXiv 2608.19842 read through a summary: c_V, c_Q, value clip and the value basis "
+    "are ours (3 recorded choices here, 3 on the advantage); "
+    "tests/algorithms/test_sarpo.py",
+)
 def sarpo_loss(x: LossInputs, cfg: SarpoLossConfig) -> LossOutput:
     """SARPO: PPO + state-value and SARSA action-value losses on the shared backbone (Liang et al. 2026).
 
@@ -54,11 +77,15 @@ def sarpo_loss(x: LossInputs, cfg: SarpoLossConfig) -> LossOutput:
     out = ppo.fn(x, ppo.config(**cfg.ppo_options))
     basis, hidden, head = x.extras.get("value_basis"), x.extras.get("policy_hidden"), x.extras.get("lm_head")
     if hidden is not None and basis is None:  # the learner ran it, the batch lost the targets (per-turn rows)
-        raise ValueError("algorithm.loss.name=sarpo: the value targets (need value_basis) did not reach the loss; use rollout.layout: concat")
+        raise ValueError(
+            "algorithm.loss.name=sarpo: the value targets (need value_basis) did not reach the loss; use rollout.layout: concat"
+        )
     if basis is None or hidden is None or head is None or x.rewards_B is None:
         return out
     device = hidden.device
-    v_pos, q_pos, valid, v_old, q_old = (t.to(device) for t in vb.old_turn_values(basis.double(), cfg.r_max, cfg.value_temperature))
+    v_pos, q_pos, valid, v_old, q_old = (
+        t.to(device) for t in vb.old_turn_values(basis.double(), cfg.r_max, cfg.value_temperature)
+    )
     w_H, b = vb.basis_direction(head)
     z_BT = (hidden @ w_H.to(hidden.dtype)).float() + b
     v = vb.squash(z_BT.gather(1, v_pos.clamp(min=0)).double(), cfg.r_max, cfg.value_temperature)
@@ -70,7 +97,9 @@ def sarpo_loss(x: LossInputs, cfg: SarpoLossConfig) -> LossOutput:
     l_q = clipped_value_loss(q, q_old, y_q, cfg.value_clip) * valid
     mask_BT = x.loss_mask_BT.double()
     T = mask_BT.shape[1]
-    n_BK = (vb.turn_tokens(v_pos, q_pos, valid, T) * mask_BT[:, None, :]).sum(-1).clamp(min=1.0)  # response tokens per turn
+    n_BK = (
+        (vb.turn_tokens(v_pos, q_pos, valid, T) * mask_BT[:, None, :]).sum(-1).clamp(min=1.0)
+    )  # response tokens per turn
     per_token_BK = (cfg.value_coef * l_v + cfg.q_coef * l_q) / n_BK
     value_BT = vb.spread_over_turns(per_token_BK, v_pos, q_pos, valid, T) * mask_BT
     real = valid > 0
@@ -85,7 +114,9 @@ def sarpo_loss(x: LossInputs, cfg: SarpoLossConfig) -> LossOutput:
 
 
 record_choice(
-    "sarpo", "c_V, c_Q and the value clip", "0.5, 0.5 and 0.2 (PPO's usual critic settings; the available text names the coefficients without values)"
+    "sarpo",
+    "c_V, c_Q and the value clip",
+    "0.5, 0.5 and 0.2 (PPO's usual critic settings; the available text names the coefficients without values)",
 )
 record_choice(
     "sarpo",

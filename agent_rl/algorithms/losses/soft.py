@@ -20,7 +20,13 @@ class CispoConfig(ComponentConfig):
     eps_high: float = Field(0.2, description="IS weight <= 1 + eps_high (the value MiniMax tunes; verl's example: 0.2)")
 
 
-@register_policy_loss("cispo", config=CispoConfig)
+@register_policy_loss(
+    "cispo",
+    config=CispoConfig,
+    status="reference",
+    evidence="tests/algorithms/test_losses_soft.py: loss and gradient equal verl 0.9.1 cispo "
+    "(0.315561; max diff 0, run outside CI)",
+)
 def cispo(x: LossInputs, cfg: CispoConfig) -> LossOutput:
     """CISPO, clipped IS-weight policy optimization (MiniMax-M1, MiniMax 2025).
 
@@ -41,7 +47,13 @@ class SapoConfig(ComponentConfig):
     tau_neg: float = Field(1.05, gt=0.0, description="gate temperature for A <= 0 (SAPO: 1.05, damps negatives faster)")
 
 
-@register_policy_loss("sapo", config=SapoConfig)
+@register_policy_loss(
+    "sapo",
+    config=SapoConfig,
+    status="reference",
+    evidence="tests/algorithms/test_losses_soft.py: loss and gradient equal verl 0.9.1 sapo with "
+    "equal row lengths (-0.754148; max diff 6e-10, run outside CI)",
+)
 def sapo(x: LossInputs, cfg: SapoConfig) -> LossOutput:
     """SAPO, soft adaptive policy optimization (Gao et al. 2025, Qwen).
 
@@ -62,7 +74,13 @@ class GipoConfig(ComponentConfig):
     sigma_neg: float | None = Field(None, gt=0.0, description="width for A <= 0 (None: same as sigma)")
 
 
-@register_policy_loss("gipo", config=GipoConfig)
+@register_policy_loss(
+    "gipo",
+    config=GipoConfig,
+    status="interpretation",
+    evidence="GIPO's Gaussian gate (arXiv 2603.03955); its width sigma is not published, ours; "
+    "hand-computed in tests/algorithms/test_losses_soft.py",
+)
 def gipo(x: LossInputs, cfg: GipoConfig) -> LossOutput:
     """GIPO, Gaussian importance-sampling policy optimization (Lu et al. 2026, arXiv 2603.03955).
 
@@ -81,7 +99,14 @@ def gipo(x: LossInputs, cfg: GipoConfig) -> LossOutput:
     return LossOutput(loss_BT=loss_BT, metrics=metrics)
 
 
-@register_policy_loss("opefo", config=ComponentConfig, needs={"entropy"})
+@register_policy_loss(
+    "opefo",
+    config=ComponentConfig,
+    needs={"entropy"},
+    status="paper",
+    evidence="OPEFO's entropy-flow weights (2026) as the docstring states them; hand-computed in "
+    "tests/algorithms/test_losses_soft.py",
+)
 def opefo(x: LossInputs, cfg: ComponentConfig) -> LossOutput:
     """OPEFO, on-policy entropy flow optimization (2026, "Understanding and Preventing Entropy Collapse").
 

@@ -23,10 +23,14 @@ from agent_rl.algorithms.registry import LossInputs, LossOutput, record_choice, 
 
 class GcpoConfig(PpoClipConfig):
     rank_ratio: float = Field(
-        0.05, gt=0.0, le=1.0, description="k = ceil(rank_ratio * min(m, n)) singular directions protected per matrix (ours)"
+        0.05,
+        gt=0.0,
+        le=1.0,
+        description="k = ceil(rank_ratio * min(m, n)) singular directions protected per matrix (ours)",
     )
     skip_embeddings: bool = Field(
-        True, description="leave the input embedding and the LM head unprojected (ours: their SVD is the largest and their rows are tokens)"
+        True,
+        description="leave the input embedding and the LM head unprojected (ours: their SVD is the largest and their rows are tokens)",
     )
 
 
@@ -80,7 +84,14 @@ def install_projection(cfg: GcpoConfig, model: torch.nn.Module, optimizer: torch
     return SubspaceProjection(model, optimizer, cfg)
 
 
-@register_policy_loss("gcpo", config=GcpoConfig, optimizer_hook=install_projection)
+@register_policy_loss(
+    "gcpo",
+    config=GcpoConfig,
+    optimizer_hook=install_projection,
+    status="interpretation",
+    evidence="from GCPO's abstract (seed 003): k = ceil(0.05 min(m, n)), which matrices and "
+    "projecting the update are ours (recorded choice); tests/algorithms/test_gcpo.py",
+)
 def gcpo(x: LossInputs, cfg: GcpoConfig) -> LossOutput:
     """GCPO, geometrically constrained PO (2026): GRPO's loss; every update projected off the pretrained top-k subspaces.
 
@@ -91,6 +102,13 @@ def gcpo(x: LossInputs, cfg: GcpoConfig) -> LossOutput:
 
 
 for _key, _question, _choice in (
-    ('gcpo', 'rank, which matrices, and what is projected', "k = ceil(0.05 min(m, n)) per matrix from the initial weights' SVD; every trainable 2-D weight but the embeddings and LM head; the optimizer's update (after the step), not the gradient"),
+    (
+        "gcpo",
+        "rank, which matrices, and what is projected",
+        (
+            "k = ceil(0.05 min(m, n)) per matrix from the initial weights' SVD; every trainable 2-D weight but the "
+            "embeddings and LM head; the optimizer's update (after the step), not the gradient"
+        ),
+    ),
 ):
     record_choice(_key, _question, _choice)

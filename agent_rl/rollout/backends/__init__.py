@@ -11,20 +11,35 @@ from typing import Any, Literal
 from pydantic import Field
 
 from agent_rl.core.registry import ComponentConfig, Registry
+from agent_rl.models.loading import load_tokenizer
 from agent_rl.rollout.backends.base import (
     GenerationRequest,
     GenerationResult,
     InferenceBackend,
 )
+from tools.formats import detect_format, get_format
 
 BACKENDS = Registry("rollout_backend")
 
 
 class HfBackendConfig(ComponentConfig):
     max_batch_size: int = Field(256, ge=1, description="requests generated together in one forward")
-    preallocate_kv: bool = Field(False, description="KV cache in one buffer per layer, written in place (no copy of the cache per token); same tokens and logprobs")
-    share_prompts: bool = Field(False, description="requests with identical prompts (a group's samples) prefill it once and copy its KV cache; same tokens and logprobs")
-    fused_decode: bool = Field(False, description="decode steps computed from the model's weights with fused q/k/v and gate/up matmuls into a preallocated cache (backends/fused.py; Qwen2, Llama, Mistral, Qwen3, full attention, no LoRA); the prefill stays transformers'. Logprobs equal transformers' forward within 1e-4")
+    preallocate_kv: bool = Field(
+        False,
+        description="KV cache in one buffer per layer, written in place (no copy of the cache per token); same tokens and logprobs",
+    )
+    share_prompts: bool = Field(
+        False,
+        description="requests with identical prompts (a group's samples) prefill it once and copy its KV cache; same tokens and logprobs",
+    )
+    fused_decode: bool = Field(
+        False,
+        description=(
+            "decode steps computed from the model's weights with fused q/k/v and gate/up matmuls into a "
+            "preallocated cache (backends/fused.py; Qwen2, Llama, Mistral, Qwen3, full attention, no LoRA); the "
+            "prefill stays transformers'. Logprobs equal transformers' forward within 1e-4"
+        ),
+    )
 
 
 @BACKENDS.register("hf", config=HfBackendConfig)
@@ -33,12 +48,14 @@ def make_hf(cfg: HfBackendConfig, model_cfg: Any, model: Any = None, tokenizer: 
 
     Colocated with the learner when given its ``model``: the same module, no weight copy.
     """
-    from agent_rl.rollout.backends.hf import HfBackend, load_tokenizer
+    from agent_rl.rollout.backends.hf import HfBackend
 
     if model is None:
         return HfBackend.from_config(cfg, model_cfg)
     tokenizer = tokenizer or load_tokenizer(model_cfg.path)
-    return HfBackend(model, tokenizer.pad_token_id, cfg.max_batch_size, cfg.preallocate_kv, cfg.share_prompts, cfg.fused_decode)
+    return HfBackend(
+        model, tokenizer.pad_token_id, cfg.max_batch_size, cfg.preallocate_kv, cfg.share_prompts, cfg.fused_decode
+    )
 
 
 class OpenAIBackendConfig(ComponentConfig):
@@ -72,9 +89,13 @@ def make_openai(cfg: OpenAIBackendConfig, model_cfg: Any, model: Any = None, tok
 
 
 class VllmBackendConfig(ComponentConfig):
-    gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="share of GPU memory vLLM may take (KV cache included)")
+    gpu_memory_utilization: float = Field(
+        0.5, gt=0, le=1, description="share of GPU memory vLLM may take (KV cache included)"
+    )
     kv_cache_gb: float | None = Field(
-        None, gt=0, description="KV cache size in GiB (CPU: VLLM_CPU_KVCACHE_SPACE; GPU: instead of gpu_memory_utilization's share); None: vLLM's default"
+        None,
+        gt=0,
+        description="KV cache size in GiB (CPU: VLLM_CPU_KVCACHE_SPACE; GPU: instead of gpu_memory_utilization's share); None: vLLM's default",
     )
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs one engine shards the model over")
     max_model_len: int | None = Field(None, ge=1, description="context length; None: the model's")
@@ -85,7 +106,9 @@ class VllmBackendConfig(ComponentConfig):
     enforce_eager: bool = Field(False, description="no CUDA graphs (faster start, slower decode)")
     enable_prefix_caching: bool = Field(True, description="reuse the KV cache of shared prefixes (multi-turn, groups)")
     block_size: int | None = Field(
-        None, ge=1, description="tokens per KV block, the prefix cache's unit (None: vLLM's, 128 on CPU; 32 reuses more of short turns)"
+        None,
+        ge=1,
+        description="tokens per KV block, the prefix cache's unit (None: vLLM's, 128 on CPU; 32 reuses more of short turns)",
     )
     logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = Field(
         "processed_logprobs", description="processed: after temperature/top-p, the distribution sampled from"
@@ -101,25 +124,33 @@ def make_vllm(cfg: VllmBackendConfig, model_cfg: Any, model: Any = None, tokeniz
 
 
 class OpenAIChatBackendConfig(ComponentConfig):
-    base_url: str = Field("http://127.0.0.1:8000/v1", description="server root including /v1, e.g. https://api.openai.com/v1")
+    base_url: str = Field(
+        "http://127.0.0.1:8000/v1", description="server root including /v1, e.g. https://api.openai.com/v1"
+    )
     model: str = Field("policy", description="model name sent in requests")
-    tool_format: str = Field("auto", description="the env's tool-call format the replies are written back in (auto: the tokenizer's)")
+    tool_format: str = Field(
+        "auto", description="the env's tool-call format the replies are written back in (auto: the tokenizer's)"
+    )
     timeout_s: float = Field(120.0, gt=0, description="per HTTP request")
     max_concurrent_requests: int = Field(16, ge=1, description="requests in flight at once")
-    api_key_env: str | None = Field("OPENAI_API_KEY", description="environment variable holding the bearer token (unset: no auth header)")
+    api_key_env: str | None = Field(
+        "OPENAI_API_KEY", description="environment variable holding the bearer token (unset: no auth header)"
+    )
 
 
 @BACKENDS.register("openai_chat", config=OpenAIChatBackendConfig)
-def make_openai_chat(cfg: OpenAIChatBackendConfig, model_cfg: Any, model: Any = None, tokenizer: Any = None) -> InferenceBackend:
+def make_openai_chat(
+    cfg: OpenAIChatBackendConfig, model_cfg: Any, model: Any = None, tokenizer: Any = None
+) -> InferenceBackend:
     """Any /v1/chat/completions endpoint returning text and tool calls: evaluation only (``agent-rl eval``).
 
     Training is refused (it is given the learner's ``model``): the endpoint returns no token ids or logprobs."""
     if model is not None:
-        raise ValueError("rollout.backend.name=openai_chat is evaluation-only (agent-rl eval): a chat endpoint "
-                         "returns text, not the token ids and logprobs training needs; train with hf, vllm or openai")
-    from agent_rl.rollout.backends.hf import load_tokenizer
+        raise ValueError(
+            "rollout.backend.name=openai_chat is evaluation-only (agent-rl eval): a chat endpoint "
+            "returns text, not the token ids and logprobs training needs; train with hf, vllm or openai"
+        )
     from agent_rl.rollout.backends.openai_chat import OpenAIChatBackend
-    from tools.formats import detect_format, get_format
 
     tokenizer = tokenizer or load_tokenizer(model_cfg.path)
     fmt = get_format(detect_format(tokenizer) if cfg.tool_format == "auto" else cfg.tool_format)

@@ -24,13 +24,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from agent_rl.models import lora
+from agent_rl.rollout.backends.kv import PreallocatedLayer
+
 ARCHITECTURES = ("qwen2", "llama", "mistral", "qwen3")
 LENGTH_DEPENDENT_ROPE = ("dynamic", "longrope")  # their tables change with the sequence length
 
 
 def unsupported(model: Any) -> str | None:
     """Why the fused step cannot compute ``model`` exactly, or None when it can."""
-    from agent_rl.learner import lora
 
     model_type = getattr(model.config, "model_type", "?")
     if model_type not in ARCHITECTURES:
@@ -51,7 +53,6 @@ def unsupported(model: Any) -> str | None:
 def usable(cache: Any) -> bool:
     """Every layer of this call's cache is preallocated (``kv.new_cache``): a Mistral window
     narrower than the call's sequence is not, and that call decodes through transformers."""
-    from agent_rl.rollout.backends.kv import PreallocatedLayer
 
     return all(isinstance(layer, PreallocatedLayer) for layer in cache.layers)
 
@@ -112,16 +113,26 @@ class FusedDecoder:
         self.layers = []
         for layer in model.model.layers:
             a, m = layer.self_attn, layer.mlp
-            self.layers.append(_Layer(
-                norm_in=layer.input_layernorm.weight, norm_in_eps=_eps(layer.input_layernorm),
-                w_qkv=_transposed(a.q_proj, a.k_proj, a.v_proj), b_qkv=_cat_bias(a.q_proj, a.k_proj, a.v_proj),
-                q_norm=getattr(a, "q_norm", None), k_norm=getattr(a, "k_norm", None),
-                w_o=_transposed(a.o_proj), b_o=a.o_proj.bias,
-                norm_post=layer.post_attention_layernorm.weight, norm_post_eps=_eps(layer.post_attention_layernorm),
-                w_gate_up=_transposed(m.gate_proj, m.up_proj), b_gate_up=_cat_bias(m.gate_proj, m.up_proj),
-                w_down=_transposed(m.down_proj), b_down=m.down_proj.bias, act=m.act_fn,
-                scaling=float(a.scaling),
-            ))
+            self.layers.append(
+                _Layer(
+                    norm_in=layer.input_layernorm.weight,
+                    norm_in_eps=_eps(layer.input_layernorm),
+                    w_qkv=_transposed(a.q_proj, a.k_proj, a.v_proj),
+                    b_qkv=_cat_bias(a.q_proj, a.k_proj, a.v_proj),
+                    q_norm=getattr(a, "q_norm", None),
+                    k_norm=getattr(a, "k_norm", None),
+                    w_o=_transposed(a.o_proj),
+                    b_o=a.o_proj.bias,
+                    norm_post=layer.post_attention_layernorm.weight,
+                    norm_post_eps=_eps(layer.post_attention_layernorm),
+                    w_gate_up=_transposed(m.gate_proj, m.up_proj),
+                    b_gate_up=_cat_bias(m.gate_proj, m.up_proj),
+                    w_down=_transposed(m.down_proj),
+                    b_down=m.down_proj.bias,
+                    act=m.act_fn,
+                    scaling=float(a.scaling),
+                )
+            )
         self.cache_layers = cache.layers
         self.embed = model.model.embed_tokens.weight
         self.norm, self.norm_eps = model.model.norm.weight, _eps(model.model.norm)

@@ -15,33 +15,10 @@ from typing import Any
 import torch
 
 from agent_rl.core.seeding import derive_seed
-from agent_rl.learner import lora
+from agent_rl.models import lora
+from agent_rl.models.loading import load_model, load_tokenizer
 from agent_rl.rollout.backends import fused, kv
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
-
-
-def quiet_transformers() -> None:
-    """No per-file progress bars when loading or saving small checkpoints."""
-    from transformers.utils import logging
-
-    logging.disable_progress_bar()
-
-
-def load_model(path: str, dtype: str = "float32", device: str = "cpu"):
-    from transformers import AutoModelForCausalLM
-
-    quiet_transformers()
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
-    return model.to(device)
-
-
-def load_tokenizer(path: str):
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
 
 
 def sample_from_logits(
@@ -89,7 +66,12 @@ def _row_seed(call_seed: int | None, row: int) -> int:
 
 class HfBackend:
     def __init__(
-        self, model: Any, pad_token_id: int, max_batch_size: int = 256, preallocate_kv: bool = False, share_prompts: bool = False,
+        self,
+        model: Any,
+        pad_token_id: int,
+        max_batch_size: int = 256,
+        preallocate_kv: bool = False,
+        share_prompts: bool = False,
         fused_decode: bool = False,
     ):
         self.model = model
@@ -97,10 +79,12 @@ class HfBackend:
         self.max_batch_size = max_batch_size
         self.preallocate_kv, self.share_prompts = preallocate_kv, share_prompts  # kv.py: same tokens, less work
         if fused_decode and (reason := fused.unsupported(model)):
-            raise ValueError(f"rollout.backend.fused_decode: cannot fuse the decode step of {reason}; set rollout.backend.fused_decode=false")
+            raise ValueError(
+                f"rollout.backend.fused_decode: cannot fuse the decode step of {reason}; set rollout.backend.fused_decode=false"
+            )
         self.fused_decode = fused_decode  # fused.py: the decode step from the weights, its cache preallocated
         self.policy_version = 0
-        # learner.lora: the adapter it samples with, hashed from its own module (agent_rl/learner/lora.py)
+        # learner.lora: the adapter it samples with, hashed from its own module (agent_rl/models/lora.py)
         self.adapter = lora.held_adapter(model, 0) if lora.is_lora(model) else None
         self._executor: ThreadPoolExecutor | None = None
 
@@ -108,7 +92,9 @@ class HfBackend:
     def from_config(cls, cfg: Any, model_cfg: Any) -> HfBackend:
         model = load_model(model_cfg.path, model_cfg.dtype, model_cfg.device)
         tokenizer = load_tokenizer(model_cfg.path)
-        return cls(model, tokenizer.pad_token_id, cfg.max_batch_size, cfg.preallocate_kv, cfg.share_prompts, cfg.fused_decode)
+        return cls(
+            model, tokenizer.pad_token_id, cfg.max_batch_size, cfg.preallocate_kv, cfg.share_prompts, cfg.fused_decode
+        )
 
     @property
     def device(self) -> torch.device:
@@ -127,7 +113,10 @@ class HfBackend:
 
     def generate_sync(self, requests: list[GenerationRequest], seed: int | None = None) -> list[GenerationResult]:
         """Every request's result; one forward serves the batch, so a failure raises for all of them."""
-        version, adapter = self.policy_version, self.adapter  # the weights this call samples with (an update may land meanwhile)
+        version, adapter = (
+            self.policy_version,
+            self.adapter,
+        )  # the weights this call samples with (an update may land meanwhile)
         requests = [r if r.seed is not None else replace(r, seed=_row_seed(seed, i)) for i, r in enumerate(requests)]
         out: list[GenerationResult] = []
         for i in range(0, len(requests), self.max_batch_size):
@@ -213,7 +202,9 @@ class HfBackend:
         for i, r in enumerate(requests):
             n = lengths_out[i]
             result = GenerationResult(
-                token_ids=tokens[i][:n], logprobs=logprobs[i][:n], finish_reason="stop" if bool(stopped_B[i]) else "length"
+                token_ids=tokens[i][:n],
+                logprobs=logprobs[i][:n],
+                finish_reason="stop" if bool(stopped_B[i]) else "length",
             )
             if r.topk:
                 result.topk_ids = [row[: r.topk] for row in topk_ids[i][:n]]

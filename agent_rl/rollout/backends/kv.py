@@ -39,7 +39,9 @@ class PreallocatedLayer(DynamicLayer):
         self.keys, self.values = self.key_buf[:, :, :0], self.value_buf[:, :, :0]
         self.is_initialized = True
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         end = self.length + key_states.shape[-2]
@@ -72,7 +74,9 @@ def new_cache(model: Any, capacity: int | None) -> DynamicCache:
     that many preallocated (full attention, and windows at least ``capacity`` wide)."""
     cache = DynamicCache(config=model.config)
     if capacity is not None:
-        cache.layers = [PreallocatedLayer(capacity) if _full_within(layer, capacity) else layer for layer in cache.layers]
+        cache.layers = [
+            PreallocatedLayer(capacity) if _full_within(layer, capacity) else layer for layer in cache.layers
+        ]
     return cache
 
 
@@ -105,11 +109,20 @@ def prefill(
         share_prompts = False  # a sliding window's cache keeps its own columns: prefill every row
     if not share_prompts:
         cache = None if capacity is None else new_cache(model, capacity)  # None: the model's own default
-        out = model(input_ids=input_ids_BT, attention_mask=attention_BT, position_ids=position_BT, past_key_values=cache, use_cache=True)
+        out = model(
+            input_ids=input_ids_BT,
+            attention_mask=attention_BT,
+            position_ids=position_BT,
+            past_key_values=cache,
+            use_cache=True,
+        )
         return out.past_key_values, out.logits[:, -1]
     first_U, of_B = _unique_rows(input_ids_BT)
     out = model(
-        input_ids=input_ids_BT[first_U], attention_mask=attention_BT[first_U], position_ids=position_BT[first_U], use_cache=True
+        input_ids=input_ids_BT[first_U],
+        attention_mask=attention_BT[first_U],
+        position_ids=position_BT[first_U],
+        use_cache=True,
     )
     cache = new_cache(model, capacity)
     for i, layer in enumerate(out.past_key_values.layers):  # each row gets its prompt's columns

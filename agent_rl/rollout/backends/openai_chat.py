@@ -16,6 +16,8 @@ import json
 import os
 from typing import Any
 
+import httpx
+
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 from tools.base import ToolCall
 
@@ -30,8 +32,10 @@ def chat_messages(messages: list[dict], fmt: Any) -> list[dict]:
             reading = fmt.read(text) if fmt is not None else None
             if reading is not None and reading.calls:
                 ids = [f"call_{i}_{j}" for j in range(len(reading.calls))]
-                calls = [{"id": k, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
-                         for k, c in zip(ids, reading.calls, strict=True)]
+                calls = [
+                    {"id": k, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+                    for k, c in zip(ids, reading.calls, strict=True)
+                ]
                 out.append({"role": "assistant", "content": reading.visible.strip() or None, "tool_calls": calls})
                 pending = ids
                 continue
@@ -50,7 +54,6 @@ class OpenAIChatBackend:
     """``generate`` over ``POST {base_url}/chat/completions``, one request per episode turn."""
 
     def __init__(self, cfg: Any, tokenizer: Any, fmt: Any):
-        import httpx
 
         self.cfg, self.tokenizer, self.format = cfg, tokenizer, fmt
         key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
@@ -59,14 +62,21 @@ class OpenAIChatBackend:
         self.limit = asyncio.Semaphore(cfg.max_concurrent_requests)
         self.policy_version = 0
 
-    async def generate(self, requests: list[GenerationRequest], seed: int | None = None) -> list[GenerationResult | BaseException]:
+    async def generate(
+        self, requests: list[GenerationRequest], seed: int | None = None
+    ) -> list[GenerationResult | BaseException]:
         return list(await asyncio.gather(*(self._one(r) for r in requests), return_exceptions=True))
 
     async def _one(self, r: GenerationRequest) -> GenerationResult:
         if r.messages is None:
             raise ValueError("openai_chat needs the conversation (GenerationRequest.messages)")
-        body: dict[str, Any] = {"model": self.cfg.model, "messages": chat_messages(r.messages, self.format),
-                                "max_tokens": r.max_new_tokens, "temperature": r.temperature, "top_p": r.top_p}
+        body: dict[str, Any] = {
+            "model": self.cfg.model,
+            "messages": chat_messages(r.messages, self.format),
+            "max_tokens": r.max_new_tokens,
+            "temperature": r.temperature,
+            "top_p": r.top_p,
+        }
         if r.tools:
             body["tools"] = r.tools
         if r.seed is not None:
@@ -94,7 +104,9 @@ class OpenAIChatBackend:
                 arguments = json.loads(c["function"]["arguments"] or "{}")
             except ValueError:
                 arguments = {"_unparsed": c["function"]["arguments"]}
-            calls.append(ToolCall(c["function"]["name"], arguments if isinstance(arguments, dict) else {"_value": arguments}))
+            calls.append(
+                ToolCall(c["function"]["name"], arguments if isinstance(arguments, dict) else {"_value": arguments})
+            )
         if not calls or self.format is None:
             return content
         rendered = self.format.render_calls(calls)

@@ -43,7 +43,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from agent_rl.core.errors import InfraError
-from agent_rl.learner import lora
+from agent_rl.core.seeding import derive_seed
+from agent_rl.models import lora
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 
 log = logging.getLogger(__name__)
@@ -114,12 +115,14 @@ class OpenAIBackend:
         self, requests: list[GenerationRequest], seed: int | None = None
     ) -> list[GenerationResult | BaseException]:
         """One HTTP request per request; one that fails (after its retries) fails only its own slot."""
-        from agent_rl.core.seeding import derive_seed
 
         limit = asyncio.Semaphore(self.cfg.max_concurrent_requests)
         timeout = httpx.Timeout(self.cfg.timeout_s)
         # a request without its own seed gets one derived from the call's seed and its index
-        seeds = [r.seed if r.seed is not None else (None if seed is None else derive_seed(seed, i)) for i, r in enumerate(requests)]
+        seeds = [
+            r.seed if r.seed is not None else (None if seed is None else derive_seed(seed, i))
+            for i, r in enumerate(requests)
+        ]
         async with httpx.AsyncClient(timeout=timeout, headers=self.headers, verify=self._tls) as client:
             repush: asyncio.Future | None = None  # one push of the lost weights for the whole call
 
@@ -161,7 +164,9 @@ class OpenAIBackend:
             "n": 1,
             "stream": False,
             "logprobs": r.topk,  # vLLM: 0 = the sampled token's logprob only
-            "stop_token_ids": [] if r.ignore_eos else list(r.stop_token_ids),  # vLLM stops on these even with ignore_eos
+            "stop_token_ids": []
+            if r.ignore_eos
+            else list(r.stop_token_ids),  # vLLM stops on these even with ignore_eos
             "ignore_eos": r.ignore_eos,
             "skip_special_tokens": False,
             "return_token_ids": True,
@@ -265,7 +270,9 @@ class OpenAIBackend:
             log.warning("%s: %s: %s; version %d goes again before the next request", url, type(e).__name__, e, version)
             return
         if response.status_code >= 500:
-            log.warning("%s: HTTP %d; version %d goes again before the next request", url, response.status_code, version)
+            log.warning(
+                "%s: HTTP %d; version %d goes again before the next request", url, response.status_code, version
+            )
             return
         if response.status_code in (404, 405):
             raise NotImplementedError(
@@ -280,12 +287,18 @@ class OpenAIBackend:
         if state_dict is not None:
             return state_dict
         # learner.lora: only the adapter is pushed
-        return lora.adapter_state(self._local_model) if lora.is_lora(self._local_model) else self._local_model.state_dict()
+        return (
+            lora.adapter_state(self._local_model) if lora.is_lora(self._local_model) else self._local_model.state_dict()
+        )
 
     def _payload(self, state_dict: dict | None) -> bytes:
         """The safetensors body of a push; an adapter carries its LoRA config in the header."""
         weights = self._weights(state_dict)
-        meta = lora.adapter_metadata(self._local_model) if lora.is_adapter(weights) and lora.is_lora(self._local_model) else None
+        meta = (
+            lora.adapter_metadata(self._local_model)
+            if lora.is_adapter(weights) and lora.is_lora(self._local_model)
+            else None
+        )
         return serialize_state_dict(weights, meta)
 
     def _lost_weights(self, body: dict[str, Any]) -> bool:
@@ -299,9 +312,13 @@ class OpenAIBackend:
         state_dict, version = self._pushed
         payload = await asyncio.to_thread(self._payload, state_dict)
         headers = {"Content-Type": "application/octet-stream"}
-        body = await self._post(client, "/update_weights", params={"version": version}, content=payload, headers=headers)
+        body = await self._post(
+            client, "/update_weights", params={"version": version}, content=payload, headers=headers
+        )
         self.policy_version, self._owed = int(body.get("policy_version", version)), False
-        log.warning("%s: the weights of version %d were pushed again (the server had lost them)", self.base_url, version)
+        log.warning(
+            "%s: the weights of version %d were pushed again (the server had lost them)", self.base_url, version
+        )
 
     def _update_vllm_serve(self, state_dict: dict, version: int) -> None:
         """New weights into a `vllm serve` on this machine started with ``VLLM_SERVER_DEV_MODE=1`` and
@@ -374,7 +391,9 @@ def _token_id(token: str) -> int:
 def _topk(top: list[dict[str, float]] | None, k: int, url: str) -> tuple[list[list[int]], list[list[float]]]:
     """vLLM's ``top_logprobs`` (one dict per token, keys 'token_id:<int>') -> the k best ids and logprobs."""
     if top is None or not all(isinstance(key, str) and key.startswith(TOKEN_ID_PREFIX) for d in top for key in d):
-        raise ValueError(f"the server at {url} returned no top_logprobs keyed by 'token_id:<int>' (needed for rollout.topk)")
+        raise ValueError(
+            f"the server at {url} returned no top_logprobs keyed by 'token_id:<int>' (needed for rollout.topk)"
+        )
     ids, lps = [], []
     for d in top:
         best = sorted(d.items(), key=lambda kv: -kv[1])[:k]  # vLLM may add the sampled token as a k+1-th entry

@@ -49,7 +49,11 @@ class ScriptedBackend:
             finish = "stop"
             if len(ids) > r.max_new_tokens:
                 ids, finish = ids[: r.max_new_tokens], "length"
-            out.append(GenerationResult(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason=finish, policy_version=self.policy_version))
+            out.append(
+                GenerationResult(
+                    token_ids=ids, logprobs=[0.0] * len(ids), finish_reason=finish, policy_version=self.policy_version
+                )
+            )
         return out
 
     def _end_of_turn(self, text: str, stops: list[int]) -> int:

@@ -12,7 +12,7 @@ logprobs, ``return_token_ids``, ``return_tokens_as_token_ids``, ``skip_special_t
   a ``torch.save``-d state dict on disk;
 - ``GET /v1/policy_version``; every completion also reports the ``policy_version`` that sampled it;
 - ``learner.lora``: a safetensors body of adapter tensors whose header holds the LoRA config
-  (``agent_rl/learner/lora.py``) wraps the model with that adapter once and swaps it in place
+  (``agent_rl/models/lora.py``) wraps the model with that adapter once and swaps it in place
   from then on; every completion then reports ``adapter`` (name, version, sha256 of the adapter
   tensors read back from the model).
 
@@ -48,7 +48,8 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_rl.learner import lora
+from agent_rl.models import lora
+from agent_rl.models.loading import load_model, load_tokenizer
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 from agent_rl.rollout.backends.openai_http import is_loopback
 
@@ -71,7 +72,9 @@ class CompletionRequest(BaseModel):
     stop_token_ids: list[int] = Field(default_factory=list)
     ignore_eos: bool = False
     logprobs: int | None = Field(None, ge=0, description="top logprobs per token; 0: only the sampled token's")
-    prompt_logprobs: int | None = Field(None, ge=0, description="vLLM's: each prompt token's logprob and the top-k of its position")
+    prompt_logprobs: int | None = Field(
+        None, ge=0, description="vLLM's: each prompt token's logprob and the top-k of its position"
+    )
     skip_special_tokens: bool = True
     return_token_ids: bool = False
     return_tokens_as_token_ids: bool = False
@@ -81,7 +84,9 @@ class CompletionRequest(BaseModel):
 class ServerState:
     """The model behind the endpoints: one hf backend, a batching queue and a lock against updates."""
 
-    def __init__(self, backend: Any, tokenizer: Any, model_name: str, batch_wait_ms: float = 5.0, max_batch_size: int = 64):
+    def __init__(
+        self, backend: Any, tokenizer: Any, model_name: str, batch_wait_ms: float = 5.0, max_batch_size: int = 64
+    ):
         self.backend = backend
         self.tokenizer = tokenizer
         self.model_name = model_name
@@ -144,7 +149,9 @@ class ServerState:
             else:
                 future.set_result((result.at_version(version), version))
 
-    async def update_weights(self, state_dict: dict[str, torch.Tensor], version: int, adapter_config: dict | None = None) -> None:
+    async def update_weights(
+        self, state_dict: dict[str, torch.Tensor], version: int, adapter_config: dict | None = None
+    ) -> None:
         if lora.is_adapter(state_dict):  # learner.lora: the adapter alone, swapped in place (the base stays)
             async with self.lock:
                 await asyncio.to_thread(self.backend.update_weights, state_dict, version, adapter_config)
@@ -183,8 +190,13 @@ class ServerState:
                 rank_N = (lp_NV > lp_N[:, None]).sum(-1) + 1
                 top_lp, top_ids = lp_NV.topk(k, dim=-1) if k else (lp_NV[:, :0], target_N[:, None][:, :0])
                 rows: list[dict | None] = [None]
-                for t, lp, rank, tids, tlps in zip(p[1:], lp_N.tolist(), rank_N.tolist(), top_ids.tolist(), top_lp.tolist(), strict=True):
-                    entry = {str(tid): {"logprob": tlp, "rank": r + 1, "decoded_token": self._piece(tid)} for r, (tid, tlp) in enumerate(zip(tids, tlps, strict=True))}
+                for t, lp, rank, tids, tlps in zip(
+                    p[1:], lp_N.tolist(), rank_N.tolist(), top_ids.tolist(), top_lp.tolist(), strict=True
+                ):
+                    entry = {
+                        str(tid): {"logprob": tlp, "rank": r + 1, "decoded_token": self._piece(tid)}
+                        for r, (tid, tlp) in enumerate(zip(tids, tlps, strict=True))
+                    }
                     entry[str(t)] = {"logprob": lp, "rank": rank, "decoded_token": self._piece(t)}
                     rows.append(entry)
                 out.append(rows)
@@ -260,7 +272,9 @@ def _unrunnable(req: CompletionRequest, prompts: list[list[int]], vocab: int, co
         return f"prompt_logprobs: at most the vocabulary size, {vocab}"
     longest = max(len(p) for p in prompts)
     if context is not None and longest + req.max_tokens > context:
-        return f"prompt ({longest} tokens) + max_tokens ({req.max_tokens}) exceeds the model's context of {context} tokens"
+        return (
+            f"prompt ({longest} tokens) + max_tokens ({req.max_tokens}) exceeds the model's context of {context} tokens"
+        )
     return None
 
 
@@ -302,7 +316,9 @@ def require_key(api_key: str | None) -> Any:
             return
         given = credentials.credentials if credentials is not None else ""
         if not secrets.compare_digest(given.encode(), api_key.encode()):
-            raise HTTPException(401, "missing or wrong API key (Authorization: Bearer <key>)", {"WWW-Authenticate": "Bearer"})
+            raise HTTPException(
+                401, "missing or wrong API key (Authorization: Bearer <key>)", {"WWW-Authenticate": "Bearer"}
+            )
 
     return check
 
@@ -345,7 +361,9 @@ def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
     @app.post("/v1/completions", dependencies=guarded)
     async def completions(req: CompletionRequest):
         if req.n != 1 or req.stream or req.echo:
-            return _error(400, f"supported: n=1, stream=false, echo=false; got n={req.n}, stream={req.stream}, echo={req.echo}")
+            return _error(
+                400, f"supported: n=1, stream=false, echo=false; got n={req.n}, stream={req.stream}, echo={req.echo}"
+            )
         prompts = req.prompt if req.prompt and isinstance(req.prompt[0], list) else [req.prompt]
         if not all(prompts):
             return _error(400, "prompt: every prompt needs at least one token id")
@@ -376,20 +394,22 @@ def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
         completion_tokens = sum(len(res.token_ids) for res, _ in outs)
         prompt_tokens = sum(len(p) for p in prompts)
         # a JSONResponse skips FastAPI's recursive encoder (slow on thousands of per-token entries)
-        return JSONResponse({
-            "id": f"cmpl-{uuid.uuid4().hex}",
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": state.model_name,
-            "choices": choices,
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-            "policy_version": min(v for _, v in outs),
-            "adapter": outs[0][0].adapter,  # learner.lora: the adapter the hf backend held (None without)
-        })
+        return JSONResponse(
+            {
+                "id": f"cmpl-{uuid.uuid4().hex}",
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": state.model_name,
+                "choices": choices,
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                },
+                "policy_version": min(v for _, v in outs),
+                "adapter": outs[0][0].adapter,  # learner.lora: the adapter the hf backend held (None without)
+            }
+        )
 
     @app.post("/tokenize", dependencies=guarded)
     async def tokenize(body: dict):  # vLLM's: {"prompt": text, "add_special_tokens"} -> {"tokens", "count"}
@@ -435,7 +455,7 @@ def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
 def build_state(
     model_path: str, dtype: str = "float32", device: str = "cpu", served_name: str | None = None, **batching: Any
 ) -> ServerState:
-    from agent_rl.rollout.backends.hf import HfBackend, load_model, load_tokenizer
+    from agent_rl.rollout.backends.hf import HfBackend
 
     tokenizer = load_tokenizer(model_path)
     model = load_model(model_path, dtype, device)

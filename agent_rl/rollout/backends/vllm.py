@@ -38,7 +38,8 @@ from typing import Any
 from safetensors.torch import save_file
 
 from agent_rl.core.errors import InfraError
-from agent_rl.learner import lora
+from agent_rl.core.seeding import derive_seed
+from agent_rl.models import lora
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,9 @@ def import_vllm() -> Any:
         ) from None
     version = getattr(vllm, "__version__", "?")
     if not version.startswith(SUPPORTED):
-        raise ImportError(f"vLLM {version} is not supported: this backend needs vLLM {' or '.join(v + '.x' for v in SUPPORTED)}")
+        raise ImportError(
+            f"vLLM {version} is not supported: this backend needs vLLM {' or '.join(v + '.x' for v in SUPPORTED)}"
+        )
     return vllm
 
 
@@ -101,7 +104,11 @@ class VllmBackend:
         lora_args: dict[str, Any] = {}
         if lora.is_lora(model):
             rank = model.peft_config[model.active_adapter].r
-            lora_args = {"enable_lora": True, "max_loras": 2, "max_lora_rank": next(r for r in lora.VLLM_RANKS if r >= rank)}
+            lora_args = {
+                "enable_lora": True,
+                "max_loras": 2,
+                "max_lora_rank": next(r for r in lora.VLLM_RANKS if r >= rank),
+            }
         self.on_cpu = current_platform.is_cpu()
         chunked = cfg.enable_chunked_prefill
         if chunked is None:
@@ -109,7 +116,9 @@ class VllmBackend:
             if self.on_cpu:
                 log.info("vllm on CPU: chunked prefill off, so that every request's seed is honoured")
         if self.on_cpu and cfg.kv_cache_gb is not None:
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(math.ceil(cfg.kv_cache_gb))  # whole GiB, read by the engine process
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(
+                math.ceil(cfg.kv_cache_gb)
+            )  # whole GiB, read by the engine process
         args = AsyncEngineArgs(
             model=model_cfg.path,
             dtype=model_cfg.dtype,
@@ -143,10 +152,14 @@ class VllmBackend:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     # ------------------------------------------------------------------------------------------
-    async def generate(self, requests: list[GenerationRequest], seed: int | None = None) -> list[GenerationResult | BaseException]:
-        from agent_rl.core.seeding import derive_seed
+    async def generate(
+        self, requests: list[GenerationRequest], seed: int | None = None
+    ) -> list[GenerationResult | BaseException]:
 
-        seeds = [r.seed if r.seed is not None else (None if seed is None else derive_seed(seed, i)) for i, r in enumerate(requests)]
+        seeds = [
+            r.seed if r.seed is not None else (None if seed is None else derive_seed(seed, i))
+            for i, r in enumerate(requests)
+        ]
         ids = [uuid.uuid4().hex for _ in requests]
         futures = [
             asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._one(r, s, rid), self._loop))
@@ -184,7 +197,10 @@ class VllmBackend:
         lora_request, adapter, version = self._lora_request, self.adapter, self.policy_version
         try:
             async for output in self.engine.generate(
-                TokensPrompt(prompt_token_ids=list(r.prompt_ids)), self.sampling_params(r, seed), request_id, lora_request=lora_request
+                TokensPrompt(prompt_token_ids=list(r.prompt_ids)),
+                self.sampling_params(r, seed),
+                request_id,
+                lora_request=lora_request,
             ):
                 final = output
         except Exception as e:  # engine death is the infrastructure's failure, not the policy's
@@ -244,7 +260,9 @@ class VllmBackend:
         start = time.perf_counter()
         tensors = tensors if tensors is not None else lora.adapter_state(self._local_model)
         path = lora.write_adapter(self._local_model, os.path.join(self._weights_dir, f"adapter_v{version}"), tensors)
-        record = lora.AdapterRecord(self._local_model.active_adapter, version, lora.content_hash(load_file(path / "adapter_model.safetensors")))
+        record = lora.AdapterRecord(
+            self._local_model.active_adapter, version, lora.content_hash(load_file(path / "adapter_model.safetensors"))
+        )
         request = LoRARequest(f"{record.name}-v{version}", version + 1, str(path))
 
         async def switch() -> None:
@@ -293,7 +311,9 @@ def to_result(completion: Any, topk: int) -> GenerationResult:
     ids = list(completion.token_ids)
     per_token = completion.logprobs
     if per_token is None or len(per_token) != len(ids):
-        raise InfraError(f"vLLM returned {0 if per_token is None else len(per_token)} logprob entries for {len(ids)} tokens")
+        raise InfraError(
+            f"vLLM returned {0 if per_token is None else len(per_token)} logprob entries for {len(ids)} tokens"
+        )
     logprobs = [float(d[t].logprob) for t, d in zip(ids, per_token, strict=True)]
     finish = completion.finish_reason
     if finish not in ("stop", "length"):

@@ -40,7 +40,12 @@ class FixedLogprobs(torch.nn.Module):
         keep = (labels[:, 1:] != -100).to(F64)
         zeros = torch.zeros_like(logp)
         return SimpleNamespace(
-            log_probs=logp * keep, entropy=zeros, mean_logits=zeros, is_top1=zeros.bool(), aux_loss=None, log_sum_sq_probs=zeros
+            log_probs=logp * keep,
+            entropy=zeros,
+            mean_logits=zeros,
+            is_top1=zeros.bool(),
+            aux_loss=None,
+            log_sum_sq_probs=zeros,
         )
 
 
@@ -67,7 +72,16 @@ def _trainer(cls, **attrs):
     return t
 
 
-def dpo_case(name: str, loss_types: list[str], loss_weights: list[float], beta: float, label_smoothing: float, chosen_lengths, rejected_lengths, seed: int):
+def dpo_case(
+    name: str,
+    loss_types: list[str],
+    loss_weights: list[float],
+    beta: float,
+    label_smoothing: float,
+    chosen_lengths,
+    rejected_lengths,
+    seed: int,
+):
     pairs, width = len(chosen_lengths), 5
     ids, cmask, logp = _fixed(2 * pairs, width, seed, list(chosen_lengths) + list(rejected_lengths))
     gen = torch.Generator().manual_seed(seed + 1)
@@ -92,7 +106,9 @@ def dpo_case(name: str, loss_types: list[str], loss_weights: list[float], beta: 
     }  # fmt: skip
 
 
-def kto_case(name: str, beta: float, desirable_weight: float, undesirable_weight: float, labels: list[bool], lengths, seed: int):
+def kto_case(
+    name: str, beta: float, desirable_weight: float, undesirable_weight: float, labels: list[bool], lengths, seed: int
+):
     rows, width = len(labels), 5
     ids, cmask, logp = _fixed(rows, width, seed, lengths)
     kl_ids, kl_mask, kl_logp = _fixed(rows, width, seed + 7, [width] * rows)
@@ -130,10 +146,15 @@ def main() -> None:
             dpo_case("rpo_sigmoid_sft", ["sigmoid", "sft"], [1.0, 1.0], 0.1, 0.0, [4, 4, 4], [2, 5, 3], seed=13),
             dpo_case("rpo_sigmoid_sft_alpha05", ["sigmoid", "sft"], [1.0, 0.5], 0.2, 0.0, [3, 3], [5, 1], seed=14),
             kto_case("kto", 0.1, 1.0, 1.0, [True, False, True, False, False], [5, 3, 4, 2, 5], seed=21),
-            kto_case("kto_weighted", 0.5, 1.33, 0.7, [True, True, False, False, True, False], [1, 5, 3, 4, 2, 5], seed=22),
+            kto_case(
+                "kto_weighted", 0.5, 1.33, 0.7, [True, True, False, False, True, False], [1, 5, 3, 4, 2, 5], seed=22
+            ),
         ]
     )
-    OUT.write_text(json.dumps({"trl_version": trl.__version__, "torch_version": torch.__version__, "cases": cases}, indent=1) + "\n")
+    OUT.write_text(
+        json.dumps({"trl_version": trl.__version__, "torch_version": torch.__version__, "cases": cases}, indent=1)
+        + "\n"
+    )
     print(f"wrote {OUT} (TRL {trl.__version__}): " + ", ".join(f"{k} {v['loss']:.6f}" for k, v in cases.items()))
 
 

@@ -15,13 +15,14 @@ import asyncio
 import pytest
 
 from agent_rl.config import load_config
-from agent_rl.families import FAMILIES
+from agent_rl.models.families import FAMILIES
+from agent_rl.models.loading import load_model, load_tokenizer
 from agent_rl.rollout.backends import BACKENDS, GenerationRequest
-from agent_rl.rollout.backends.hf import HfBackend, load_model, load_tokenizer
+from agent_rl.rollout.backends.hf import HfBackend
 from agent_rl.rollout.backends.openai_http import OpenAIBackend
 from agent_rl.rollout.backends.server import build_state, create_app, serve_in_thread
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.tiny import init_tiny
+from agent_rl.run.envloader import init_tiny
 from tools.base import ToolCall
 from tools.formats import detect_format, get_format
 
@@ -40,8 +41,15 @@ def family_requests(model_dir, temperature: float):
         prefix = renderer.encode(text)
         prefixes.append((calls, prefix))
         prompt = renderer.prompt_ids([{"role": "user", "content": "What is 2+3?"}], None) + prefix
-        requests.append(GenerationRequest(prompt_ids=prompt, max_new_tokens=12, temperature=temperature,
-                                          stop_token_ids=renderer.stop_token_ids, seed=100 + i))
+        requests.append(
+            GenerationRequest(
+                prompt_ids=prompt,
+                max_new_tokens=12,
+                temperature=temperature,
+                stop_token_ids=renderer.stop_token_ids,
+                seed=100 + i,
+            )
+        )
     return tok, fmt, renderer, requests, prefixes
 
 
@@ -74,8 +82,16 @@ def test_same_tokens_same_parsed_calls_in_hf_and_vllm(tmp_path, family):
     tok, fmt, renderer, requests, prefixes = family_requests(model_dir, temperature=0.0)
     model = load_model(str(model_dir))
     hf = asyncio.run(HfBackend(model, tok.pad_token_id).generate(requests))
-    cfg = load_config(None, ["rollout.backend.name=vllm", f"model.path={model_dir}", "rollout.backend.enforce_eager=true",
-                             "rollout.backend.kv_cache_gb=1", "rollout.backend.max_model_len=512"])
+    cfg = load_config(
+        None,
+        [
+            "rollout.backend.name=vllm",
+            f"model.path={model_dir}",
+            "rollout.backend.enforce_eager=true",
+            "rollout.backend.kv_cache_gb=1",
+            "rollout.backend.max_model_len=512",
+        ],
+    )
     vllm = BACKENDS(cfg.rollout.backend)(cfg.rollout.backend, cfg.model, model=model)
     try:
         assert_same_parsed_calls(fmt, renderer, prefixes, hf, asyncio.run(vllm.generate(requests)))

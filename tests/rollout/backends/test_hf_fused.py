@@ -11,18 +11,26 @@ import pytest
 import torch
 import transformers
 
+from agent_rl.models.loading import load_model
+from agent_rl.models.tiny import build_model
 from agent_rl.rollout.backends import BACKENDS, GenerationRequest, make_hf
 from agent_rl.rollout.backends.fused import unsupported
-from agent_rl.rollout.backends.hf import HfBackend, load_model
-from agent_rl.tiny import build_model
+from agent_rl.rollout.backends.hf import HfBackend
 
 VOCAB = 97
 
 
 def qwen3(seed: int = 0):
     cfg = transformers.Qwen3Config(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=True,
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
     )
     torch.manual_seed(seed)
     return transformers.Qwen3ForCausalLM(cfg)
@@ -30,8 +38,15 @@ def qwen3(seed: int = 0):
 
 def biased_llama(seed: int = 0):
     cfg = transformers.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=1, attention_bias=True, mlp_bias=True, max_position_embeddings=256,
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        attention_bias=True,
+        mlp_bias=True,
+        max_position_embeddings=256,
     )
     torch.manual_seed(seed)
     model = transformers.LlamaForCausalLM(cfg)
@@ -55,9 +70,16 @@ def requests(temperature: float) -> list[GenerationRequest]:
     """Prompts of lengths 3, 7 and 12 (so left padding differs), two samples each, one stopping early."""
     prompts = [[5, 9, 2], [11, 3, 8, 40, 41, 7, 6], list(range(20, 32))]
     return [
-        GenerationRequest(prompt_ids=p, max_new_tokens=9 + 2 * s, temperature=temperature, stop_token_ids=[1] if s else [],
-                          seed=10 * i + s, ignore_eos=False)
-        for i, p in enumerate(prompts) for s in range(2)
+        GenerationRequest(
+            prompt_ids=p,
+            max_new_tokens=9 + 2 * s,
+            temperature=temperature,
+            stop_token_ids=[1] if s else [],
+            seed=10 * i + s,
+            ignore_eos=False,
+        )
+        for i, p in enumerate(prompts)
+        for s in range(2)
     ]
 
 
@@ -67,7 +89,9 @@ def teacher_forced_logprobs(model, prompt: list[int], tokens: list[int], pad_lef
     attention = torch.tensor([[0] * pad_left + [1] * (len(prompt) + len(tokens))])
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     with torch.no_grad():
-        logp = torch.log_softmax(model(input_ids=ids, attention_mask=attention, position_ids=positions).logits[0].float(), -1)
+        logp = torch.log_softmax(
+            model(input_ids=ids, attention_mask=attention, position_ids=positions).logits[0].float(), -1
+        )
     start = pad_left + len(prompt) - 1
     return [float(logp[start + t, tok]) for t, tok in enumerate(tokens)]
 
@@ -115,12 +139,23 @@ def test_in_place_weight_updates_are_seen_by_the_next_call():
 def test_models_it_cannot_compute_are_refused_with_the_reason(tiny_model_dir, tiny_tokenizer):
     gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=1, n_head=2))
     assert "model_type 'gpt2'" in unsupported(gpt2)
-    windowed = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, use_sliding_window=True, sliding_window=8, max_window_layers=0,
-    ))
+    windowed = transformers.Qwen2ForCausalLM(
+        transformers.Qwen2Config(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            use_sliding_window=True,
+            sliding_window=8,
+            max_window_layers=0,
+        )
+    )
     assert "sliding-window" in unsupported(windowed)
-    with pytest.raises(ValueError, match=r"fused_decode: cannot fuse the decode step of model_type 'gpt2'.*fused_decode=false"):
+    with pytest.raises(
+        ValueError, match=r"fused_decode: cannot fuse the decode step of model_type 'gpt2'.*fused_decode=false"
+    ):
         HfBackend(gpt2, pad_token_id=0, fused_decode=True)
     cfg = BACKENDS.parse_config({"name": "hf", "fused_decode": True})
     assert make_hf(cfg, None, load_model(str(tiny_model_dir)), tiny_tokenizer).fused_decode

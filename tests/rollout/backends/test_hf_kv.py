@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from agent_rl.models.loading import load_model
 from agent_rl.rollout.backends import BACKENDS, GenerationRequest
-from agent_rl.rollout.backends.hf import HfBackend, load_model
+from agent_rl.rollout.backends.hf import HfBackend
 from agent_rl.rollout.backends.kv import PreallocatedLayer, new_cache, prefill
 
 
@@ -18,10 +19,17 @@ def group_requests(tok) -> list[GenerationRequest]:
         text = tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
         ids = tok.encode(text, add_special_tokens=False)
         for g in range(4):
-            out.append(GenerationRequest(
-                prompt_ids=ids, max_new_tokens=10 + 3 * g, temperature=1.0, stop_token_ids=[eos],
-                ignore_eos=g == 3, topk=2 if g == 1 else 0, seed=100 * i + g,
-            ))
+            out.append(
+                GenerationRequest(
+                    prompt_ids=ids,
+                    max_new_tokens=10 + 3 * g,
+                    temperature=1.0,
+                    stop_token_ids=[eos],
+                    ignore_eos=g == 3,
+                    topk=2 if g == 1 else 0,
+                    seed=100 * i + g,
+                )
+            )
     return out
 
 
@@ -30,7 +38,9 @@ def test_same_tokens_and_logprobs_as_the_plain_loop(tiny_model_dir, tiny_tokeniz
     model = load_model(str(tiny_model_dir))
     reqs = group_requests(tiny_tokenizer)
     ref = HfBackend(model, tiny_tokenizer.pad_token_id).generate_sync(reqs)
-    out = HfBackend(model, tiny_tokenizer.pad_token_id, preallocate_kv=preallocate, share_prompts=share).generate_sync(reqs)
+    out = HfBackend(model, tiny_tokenizer.pad_token_id, preallocate_kv=preallocate, share_prompts=share).generate_sync(
+        reqs
+    )
     assert len({len(r.token_ids) for r in ref}) > 1  # rows of several lengths
     for r, o in zip(ref, out, strict=True):
         assert o.token_ids == r.token_ids and o.finish_reason == r.finish_reason

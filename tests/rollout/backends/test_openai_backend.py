@@ -10,11 +10,12 @@ import pytest
 import torch
 
 from agent_rl.config import ConfigError, load_config
+from agent_rl.core.errors import InfraError
+from agent_rl.models.loading import load_model
 from agent_rl.rollout.backends import BACKENDS, GenerationRequest
-from agent_rl.rollout.backends.hf import HfBackend, load_model
+from agent_rl.rollout.backends.hf import HfBackend
 from agent_rl.rollout.backends.openai_http import OpenAIBackend, ServerUnavailableError
 from agent_rl.rollout.backends.server import bind, serve_in_thread
-from agent_rl.core.errors import InfraError
 
 
 def backend(url: str, **cfg) -> OpenAIBackend:
@@ -137,7 +138,12 @@ def plain_app(fail_first: int = 0):
         app.state.calls += 1
         if app.state.calls <= fail_first:
             return JSONResponse({"error": "busy"}, 503)
-        logprobs = {"tokens": ["Hel", "lo"], "token_logprobs": [-0.5, -0.25], "top_logprobs": None, "text_offset": [0, 3]}
+        logprobs = {
+            "tokens": ["Hel", "lo"],
+            "token_logprobs": [-0.5, -0.25],
+            "top_logprobs": None,
+            "text_offset": [0, 3],
+        }
         choice = {"index": 0, "text": "Hello", "logprobs": logprobs, "finish_reason": "length"}
         return {"id": "x", "object": "text_completion", "model": body.get("model"), "choices": [choice]}
 
@@ -191,7 +197,9 @@ def test_config_errors_name_keys():
 def test_mixed_sampling_parameters_in_one_server_batch(served, tiny_model_dir, tiny_tokenizer):
     url, _ = served
     reqs = requests_for(tiny_tokenizer, temperature=1.0, seeds=[21, 22, 23, 24, 25, 26])
-    for r, (temperature, top_p) in zip(reqs, [(1.0, 1.0), (0.7, 0.9), (0.0, 1.0), (1.3, 0.5), (1.0, 0.8), (0.5, 1.0)], strict=True):
+    for r, (temperature, top_p) in zip(
+        reqs, [(1.0, 1.0), (0.7, 0.9), (0.0, 1.0), (1.3, 0.5), (1.0, 0.8), (0.5, 1.0)], strict=True
+    ):
         r.temperature, r.top_p = temperature, top_p
     hf = HfBackend(load_model(str(tiny_model_dir)), tiny_tokenizer.pad_token_id)
     ref = [asyncio.run(hf.generate([r]))[0] for r in reqs]  # each alone

@@ -12,7 +12,6 @@ from tests.conftest import ROOT
 from tests.proxy.conftest import running_proxy
 
 
-
 def solver(messages: list[dict], rng) -> str:
     """Call python on the question's expression; after its result, answer it."""
     if messages[-1]["role"] == "tool":
@@ -32,12 +31,21 @@ def chat_server(tiny_model_dir, tiny_tokenizer):
 def test_eval_scores_a_chat_endpoint_on_an_env(chat_server, tiny_model_dir, tmp_path):
     """The env's calls go out as tool_calls, the python results come back by id, and the
     endpoint's calls reach the env in its own format: every task is solved in two turns."""
-    from agent_rl.eval import run_eval
+    from agent_rl.commands.eval import run_eval
 
     url, service = chat_server
-    cfg = load_config(ROOT / "configs" / "quickstart.yaml", [
-        f"model.path={tiny_model_dir}", "rollout.backend.name=openai_chat", f"rollout.backend.base_url={url}",
-        "rollout.backend.api_key_env=null", "eval.episodes=6", f"run.dir={tmp_path}", "tracking.tensorboard=false"])
+    cfg = load_config(
+        ROOT / "configs" / "quickstart.yaml",
+        [
+            f"model.path={tiny_model_dir}",
+            "rollout.backend.name=openai_chat",
+            f"rollout.backend.base_url={url}",
+            "rollout.backend.api_key_env=null",
+            "eval.episodes=6",
+            f"run.dir={tmp_path}",
+            "tracking.tensorboard=false",
+        ],
+    )
     result, _ = run_eval(cfg, log=lambda *a, **k: None)
     assert (result.success, result.episodes, result.multi_turn) == (1.0, 6, 1.0)
     assert service.metrics["proxy/calls"] >= 12
@@ -68,7 +76,14 @@ def test_the_documented_command_scores_a_local_endpoint(chat_server, tiny_model_
     (tmp_path / "configs").symlink_to(ROOT / "configs")
     (tmp_path / "runs" / "models").mkdir(parents=True)
     (tmp_path / "runs" / "models" / "tiny").symlink_to(tiny_model_dir)  # the page's `init-model` output
-    argv = [sys.executable, "-m", "agent_rl.cli", *shlex.split(command)[1:], "eval.episodes=4", "run.dir=runs/chat_eval"]
+    argv = [
+        sys.executable,
+        "-m",
+        "agent_rl.cli",
+        *shlex.split(command)[1:],
+        "eval.episodes=4",
+        "run.dir=runs/chat_eval",
+    ]
     env = {**cli_env(), "OPENAI_API_KEY": "unused-by-a-local-server"}
     done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

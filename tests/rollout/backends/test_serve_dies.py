@@ -15,14 +15,15 @@ import threading
 import gymnasium as gym
 import httpx
 
+from agent_rl.core.types import StopReason
+from agent_rl.models.loading import load_model
 from agent_rl.rollout.backends import BACKENDS
-from agent_rl.rollout.backends.hf import HfBackend, load_model
+from agent_rl.rollout.backends.hf import HfBackend
 from agent_rl.rollout.backends.openai_http import OpenAIBackend
 from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.engine import RolloutEngine
 from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.types import StopReason
 from tests.conftest import ROOT, cli_env
 
 SHORT, LONG = 3, 3  # episodes of 1 and of 3 turns
@@ -48,9 +49,13 @@ class CountingEnv(gym.Env):
 
 def run_episodes(backend, tokenizer, on_step) -> list:
     renderer = ChatRenderer(tokenizer)
-    cfg = RolloutConfig(max_turns=5, max_new_tokens=8, max_total_tokens=512, temperature=0.0, max_tool_response_tokens=32)
+    cfg = RolloutConfig(
+        max_turns=5, max_new_tokens=8, max_total_tokens=512, temperature=0.0, max_tool_response_tokens=32
+    )
     engine = RolloutEngine(backend, renderer, lambda: CountingEnv(on_step), cfg)
-    specs = [EpisodeSpec(seed=i, group_id=f"g{i}", options={"turns": 1 if i < SHORT else 3}) for i in range(SHORT + LONG)]
+    specs = [
+        EpisodeSpec(seed=i, group_id=f"g{i}", options={"turns": 1 if i < SHORT else 3}) for i in range(SHORT + LONG)
+    ]
     trajectories = engine.run_sync(specs, seed=0)
     engine.close()
     return trajectories
@@ -97,7 +102,18 @@ def check_served_against_reference(served: list, reference: list, error: str, lo
 
 def test_serve_cli_and_server_death_mid_episode(tiny_model_dir, tiny_tokenizer):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agent_rl.cli", "serve", "--model", str(tiny_model_dir), "--port", "0", "--served-model-name", "tiny"],
+        [
+            sys.executable,
+            "-m",
+            "agent_rl.cli",
+            "serve",
+            "--model",
+            str(tiny_model_dir),
+            "--port",
+            "0",
+            "--served-model-name",
+            "tiny",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -125,6 +141,8 @@ def test_serve_cli_and_server_death_mid_episode(tiny_model_dir, tiny_tokenizer):
         proc.wait()
 
     reference = run_episodes(
-        HfBackend(load_model(str(tiny_model_dir)), tiny_tokenizer.pad_token_id), tiny_tokenizer, lambda turn, turns: None
+        HfBackend(load_model(str(tiny_model_dir)), tiny_tokenizer.pad_token_id),
+        tiny_tokenizer,
+        lambda turn, turns: None,
     )
     check_served_against_reference(served, reference, "ServerUnavailableError")

@@ -18,7 +18,7 @@ from agent_rl.rollout.backends.openai_http import (
     serialize_state_dict,
 )
 from agent_rl.rollout.backends.server import build_state, create_app, serve_in_thread
-from agent_rl.trainer import Trainer
+from agent_rl.train.trainer import Trainer
 
 KEY = "s3cret-key"
 
@@ -42,7 +42,9 @@ def test_update_without_or_with_a_wrong_key_is_401_and_changes_nothing(keyed):
     payload = serialize_state_dict({name: before[name] + 1.0})  # a valid update, were it authorized
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {KEY}"}):
         r = httpx.post(
-            f"{url}/update_weights", params={"version": 5}, content=payload,
+            f"{url}/update_weights",
+            params={"version": 5},
+            content=payload,
             headers={**headers, "Content-Type": "application/octet-stream"},
         )
         assert r.status_code == 401, r.text
@@ -91,10 +93,16 @@ def test_serve_refuses_a_non_loopback_host_without_a_key(tiny_model_dir, capsys,
     assert len(err.splitlines()) == 1 and "--host 0.0.0.0 is not a loopback address" in err and "--api-key" in err
 
 
-@pytest.mark.parametrize("url", ["http://10.0.0.5:8000/v1", "http://inference-node:8000/v1", "http://[2001:db8::1]:8000/v1"])
+@pytest.mark.parametrize(
+    "url", ["http://10.0.0.5:8000/v1", "http://inference-node:8000/v1", "http://[2001:db8::1]:8000/v1"]
+)
 def test_trainer_refuses_to_push_weights_off_this_machine_without_a_token(url, monkeypatch):
     monkeypatch.delenv("TEST_PUSH_KEY", raising=False)
-    overrides = ["rollout.backend.name=openai", f"rollout.backend.base_url={url}", "rollout.backend.api_key_env=TEST_PUSH_KEY"]
+    overrides = [
+        "rollout.backend.name=openai",
+        f"rollout.backend.base_url={url}",
+        "rollout.backend.api_key_env=TEST_PUSH_KEY",
+    ]
     cfg = load_config(None, overrides)
     with pytest.raises(ValueError, match=r"set TEST_PUSH_KEY to the server's --api-key") as info:
         Trainer(cfg)  # before any model loads

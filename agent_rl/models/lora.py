@@ -1,0 +1,343 @@
+"""LoRA reinforcement learning with adapter-aware rollouts (``learner.lora``, peft).
+
+The policy is the base model wrapped by ``peft`` with low-rank adapters on ``target_modules``;
+only the adapters train (peft freezes the base), so the optimizer state and gradients are those
+of the adapters alone. The reference model of a KL term is the same module with its adapters
+disabled (``ReferencePolicy``): no second copy of the base.
+
+What moves to the samplers after a step is the adapter (``adapter_state``: PEFT's names, CPU
+copies), never the base. Every backend that takes adapters records, for every result it returns,
+which adapter sampled it (``AdapterRecord``: name, policy version, and the sha256 of the adapter
+tensors the backend holds, read back from its own module after loading). The trainer keeps the
+hash of the adapter it sent for each version (``AdapterLedger``) and refuses samples whose record
+is missing, stale beyond ``distributed.max_staleness``, or whose hash is not the one sent for that
+version: a sampler that silently kept an old adapter (or the base) is caught at the first step
+that trains on its samples, instead of looking like ordinary staleness.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+# backends (rollout.backend.name, and for openai its weight_sync) that load adapters and report them
+ADAPTER_BACKENDS = {"hf": None, "openai": ("push",), "vllm": None}
+VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's max_lora_rank values
+ADAPTER_METADATA_KEY = "agent_rl_lora"  # safetensors metadata of a pushed adapter: its peft config
+
+
+def check_backend(backend_cfg: Any) -> None:
+    """``learner.lora`` needs a backend that takes adapters; checked before any model loads."""
+    name = backend_cfg.name
+    if name not in ADAPTER_BACKENDS:
+        known = ", ".join(sorted(ADAPTER_BACKENDS))
+        raise ValueError(
+            f"learner.lora: rollout.backend.name={name} cannot take LoRA adapters; use one of: {known} "
+            "(openai with weight_sync=push, against agent-rl serve)"
+        )
+    modes = ADAPTER_BACKENDS[name]
+    sync = getattr(backend_cfg, "weight_sync", None)
+    if modes is not None and sync not in modes:
+        raise ValueError(
+            f"learner.lora: rollout.backend.weight_sync={sync} cannot send adapters; use weight_sync=push (agent-rl serve)"
+        )
+
+
+def is_lora(model: Any) -> bool:
+    """A peft-wrapped model (without importing peft when nothing imported it: then none is)."""
+    peft = sys.modules.get("peft")
+    return peft is not None and isinstance(model, peft.PeftModel)
+
+
+def is_adapter(state_dict: dict | None) -> bool:
+    """A state dict of adapter tensors only (PEFT's names), as ``adapter_state`` makes."""
+    return bool(state_dict) and all(".lora_" in k for k in state_dict)
+
+
+def policy_model(cfg: Any, load_model: Any) -> Any:
+    """The trainer's policy: None without ``learner.lora`` (the model loads as usual), else the
+    base (``load_model(path, dtype, device)``) with adapters; a backend that cannot take adapters
+    is refused before anything loads."""
+    if cfg.learner.lora is None:
+        return None
+    check_backend(cfg.rollout.backend)
+    if cfg.distributed.backend == "ray":
+        raise ValueError(
+            "learner.lora with distributed.backend=ray is not supported yet (its rollout workers load plain "
+            "models and take full weights); use distributed.backend=local (asynchronous workers take adapters)"
+        )
+    return apply_lora(load_model(cfg.model.path, cfg.model.dtype, cfg.model.device), cfg.learner.lora)
+
+
+def module_names(model: torch.nn.Module) -> list[str]:
+    """The last name component of every module with weights (what ``target_modules`` matches)."""
+    return sorted(
+        {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if n and any(True for _ in m.parameters(recurse=False))}
+    )
+
+
+def peft_config(cfg: Any, task_type: str = "CAUSAL_LM") -> Any:
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=cfg.rank,
+        lora_alpha=cfg.alpha,
+        lora_dropout=cfg.dropout,
+        target_modules=list(cfg.target_modules),
+        bias="none",
+        task_type=task_type,
+    )
+
+
+def apply_lora(model: torch.nn.Module, cfg: Any, task_type: str = "CAUSAL_LM") -> Any:
+    """``model`` with adapters named ``cfg.adapter_name`` on ``cfg.target_modules``; only they train
+    (and, for a critic, ``TOKEN_CLS``'s value head, which peft keeps trainable)."""
+    from peft import get_peft_model
+
+    names = module_names(model)
+    missing = [t for t in cfg.target_modules if t not in names]
+    if missing:
+        raise ValueError(
+            f"learner.lora.target_modules: {missing} not in {type(model).__name__}; its modules: {', '.join(names)}"
+        )
+    return get_peft_model(model, peft_config(cfg, task_type), adapter_name=cfg.adapter_name)
+
+
+class ReferencePolicy:
+    """The base model of a LoRA policy: the policy's own module run with its adapters disabled."""
+
+    def __init__(self, policy: Any):
+        self.policy = policy
+
+    def eval(self) -> ReferencePolicy:
+        self.policy.eval()
+        return self
+
+    def get_output_embeddings(self) -> torch.nn.Module:
+        return self.policy.get_output_embeddings()
+
+    def __call__(self, **kwargs: Any) -> Any:
+        with self.policy.disable_adapter():
+            return self.policy(**kwargs)
+
+
+def _peft_names(model: Any, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The adapter's entries of ``tensors`` (parameter or state-dict names) under PEFT's file names:
+    ``...q_proj.lora_A.<adapter>.weight`` -> ``...q_proj.lora_A.weight``."""
+    out = {}
+    for k, v in tensors.items():
+        for part in (".lora_A.", ".lora_B."):
+            tagged = f"{part}{model.active_adapter}."
+            if tagged in k:
+                out[k.replace(tagged, part)] = v
+    return out
+
+
+def adapter_state(model: Any) -> dict[str, torch.Tensor] | None:
+    """The adapter's tensors under PEFT's names, CPU copies. Sharded (FSDP2): a collective every
+    rank joins, complete on rank 0 and None elsewhere (only the adapter is gathered)."""
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    own = {}
+    for name, p in model.named_parameters():
+        if ".lora_" in name:
+            full = p.full_tensor() if hasattr(p, "full_tensor") else p
+            own[name] = full.detach().to("cpu", copy=True)
+    return _peft_names(model, own) if rank == 0 else None
+
+
+def content_hash(tensors: dict[str, torch.Tensor]) -> str:
+    """sha256 over the sorted names, dtypes, shapes and bytes of ``tensors``."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().to("cpu").contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def set_adapter_weights(model: Any, tensors: dict[str, torch.Tensor]) -> None:
+    """Copy ``tensors`` (PEFT's names) into the model's active adapter, in place; every adapter
+    parameter must be given, and nothing else."""
+    tag = model.active_adapter
+    params = {k: p for k, p in model.named_parameters() if f".lora_A.{tag}." in k or f".lora_B.{tag}." in k}
+    names = {k: k.replace(".lora_A.", f".lora_A.{tag}.").replace(".lora_B.", f".lora_B.{tag}.") for k in tensors}
+    unknown = sorted(k for k, n in names.items() if n not in params)
+    if unknown or len(tensors) != len(params):
+        raise ValueError(
+            f"the adapter does not fit the model: {len(tensors)} tensors for {len(params)} adapter parameters; unknown: {unknown[:5]}"
+        )
+    with torch.no_grad():
+        for k, t in tensors.items():
+            params[names[k]].copy_(t)
+
+
+@dataclass(frozen=True)
+class AdapterRecord:
+    """Which adapter a backend sampled with: computed by the backend from what it holds."""
+
+    name: str
+    version: int
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def held_adapter(model: Any, version: int) -> AdapterRecord:
+    """The record of the adapter ``model`` holds now: its tensors read back from the module."""
+    own = {
+        n: p.to_local() if hasattr(p, "to_local") else p for n, p in model.named_parameters() if ".lora_" in n
+    }  # this rank's shard
+    return AdapterRecord(model.active_adapter, version, content_hash(_peft_names(model, own)))
+
+
+def load_adapter(backend: Any, tensors: dict[str, torch.Tensor], config: dict | None = None) -> None:
+    """A sampler's side of a sync: wrap its plain model with the adapter's config on the first push
+    (``config``: ``adapter_metadata``'s), then load ``tensors`` into it in place."""
+    if not is_lora(backend.model):
+        if config is None:
+            raise ValueError("an adapter was pushed to a model without adapters, and without its LoRA config")
+        from peft import LoraConfig, get_peft_model
+
+        config = dict(config)
+        name = config.pop("adapter_name")
+        backend.model = get_peft_model(backend.model, LoraConfig(**config), adapter_name=name).eval()
+    set_adapter_weights(backend.model, tensors)
+
+
+def read_adapter_metadata(payload: bytes) -> dict | None:
+    """The LoRA config in a safetensors payload's header (``adapter_metadata``), or None."""
+    size = int.from_bytes(payload[:8], "little")
+    try:
+        header = json.loads(payload[8 : 8 + size])
+    except ValueError:
+        return None
+    meta = (header.get("__metadata__") or {}) if isinstance(header, dict) else {}
+    return json.loads(meta[ADAPTER_METADATA_KEY]) if ADAPTER_METADATA_KEY in meta else None
+
+
+def adapter_metadata(model: Any) -> dict[str, str]:
+    """The peft config of ``model``'s adapter, for the safetensors header of a push."""
+    cfg = model.peft_config[model.active_adapter]
+    keep = {
+        "r": cfg.r,
+        "lora_alpha": cfg.lora_alpha,
+        "lora_dropout": cfg.lora_dropout,
+        "target_modules": sorted(cfg.target_modules),
+        "bias": cfg.bias,
+        "task_type": cfg.task_type,
+        "adapter_name": model.active_adapter,
+    }
+    return {ADAPTER_METADATA_KEY: json.dumps(keep)}
+
+
+def save_adapter(model: Any, out: Any, state_dict: dict[str, torch.Tensor] | None = None) -> None:
+    """The adapter in PEFT's format at the top of ``out`` (``adapter_config.json`` +
+    ``adapter_model.safetensors``: ``PeftModel.from_pretrained(base, out)`` loads it);
+    ``state_dict``: the model's full state dict when gathered from shards."""
+    own = (
+        state_dict if state_dict is not None else {n: p.detach() for n, p in model.named_parameters() if ".lora_" in n}
+    )
+    write_adapter(model, out, _peft_names(model, own))
+
+
+def write_adapter(model: Any, out: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    """``tensors`` (PEFT's names) and ``model``'s adapter config as a PEFT adapter directory."""
+
+    from safetensors.torch import save_file
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.peft_config[model.active_adapter].save_pretrained(str(out))
+    save_file(
+        {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()},
+        str(out / "adapter_model.safetensors"),
+        metadata={"format": "pt"},
+    )
+    return out
+
+
+class AdapterMismatchError(RuntimeError):
+    """Samples were produced by another adapter than the one the trainer sent for their version."""
+
+
+class AdapterLedger:
+    """The hash of the adapter sent for each policy version; screens sampled turns against it."""
+
+    def __init__(
+        self, name: str, max_staleness: int, on_mismatch: str = "error", first_turn_tolerance: float | None = None
+    ):
+        self.name, self.max_staleness, self.on_mismatch = name, max_staleness, on_mismatch
+        self.first_turn_tolerance = first_turn_tolerance
+        self.sent: dict[int, str] = {}
+        self.refused_total = 0
+
+    def record(self, version: int, tensors: dict[str, torch.Tensor]) -> None:
+        self.sent[version] = content_hash(tensors)
+        for v in [v for v in self.sent if v < version - self.max_staleness]:
+            del self.sent[v]
+
+    def problem(self, adapter: dict | None, learner_version: int) -> str | None:
+        """Why a turn sampled by ``adapter`` (its record) may not train at ``learner_version`` (None: it may)."""
+        if adapter is None:
+            return "the backend reported no adapter (it may be sampling from the base model)"
+        v = adapter["version"]
+        if adapter["name"] != self.name:
+            return f"adapter '{adapter['name']}' sampled it, expected '{self.name}'"
+        if learner_version - v > self.max_staleness:
+            return f"adapter version {v} is {learner_version - v} versions old (distributed.max_staleness={self.max_staleness})"
+        if v not in self.sent:
+            return f"adapter version {v} was never sent by this trainer"
+        if adapter["sha256"] != self.sent[v]:
+            return (
+                f"the sampler's adapter for version {v} has hash {adapter['sha256'][:12]}, the trainer sent "
+                f"{self.sent[v][:12]}: the sampler kept another adapter"
+            )
+        return None
+
+    def screen(self, groups: list[Any], learner_version: int, step: int) -> tuple[list[Any], dict[str, float]]:
+        """The groups without the episodes that have a refused turn; counts; raises with ``on_mismatch=error``."""
+        kept, refused, first = [], 0, None
+        for g in groups:
+            ok = []
+            for t in g.trajectories_G:
+                why = next((w for u in t.turns_N if (w := self.problem(u.adapter, learner_version))), None)
+                if why is None:
+                    ok.append(t)
+                else:
+                    refused, first = refused + 1, first or why
+            if ok:
+                kept.append(type(g)(g.task_id, g.group_id, ok))
+        self.refused_total += refused
+        if refused and self.on_mismatch == "error":
+            raise AdapterMismatchError(
+                f"step {step}: {refused} episodes refused: {first} (learner.lora.on_mismatch=drop refuses and counts instead)"
+            )
+        return kept, {"adapter/refused_episodes": float(refused), "adapter/refused_total": float(self.refused_total)}
+
+    def first_turn_gap(self, score: Any, policy: Any, batch: Any, learner_version: int, step: int) -> dict[str, float]:
+        """Max |sampler logprob - learner logprob| over the first-turn tokens of the rows sampled at
+        ``learner_version`` (the adapter the learner holds now); ``score(policy, batch)`` gives the learner's.
+        Above ``first_turn_tolerance`` the step is refused (an error: the batch is already built)."""
+        first_BT = (
+            (batch.turn_index_BT == 0)
+            & batch.loss_mask_BT.bool()
+            & (batch.policy_version_B == learner_version)[:, None]
+        )
+        if not bool(first_BT.any()):
+            return {}
+        logprobs_BT = score(policy, batch)[0]
+        gap = float(((logprobs_BT - batch.rollout_logprobs_BT).abs() * first_BT).max())
+        if self.first_turn_tolerance is not None and gap > self.first_turn_tolerance:
+            raise AdapterMismatchError(
+                f"step {step}: first-turn logprobs of the sampler and the learner differ by {gap:.4f} > "
+                f"learner.lora.first_turn_tolerance={self.first_turn_tolerance} under adapter version {learner_version}"
+            )
+        return {"adapter/first_turn_logprob_gap": gap}
