@@ -132,18 +132,32 @@ def throughput(args, progress) -> dict[str, float]:
         env = gym.make("agent_rl/TextWorldExpress-v0", game="cooking", max_turns=60).unwrapped
         games = record(env, twx_policies.gold, args.episodes)
         sim = TextWorldExpressEnv(envStepLimit=10**9)
-        sides["twx"] = (lambda e=env, g=games: ours_loop(e, g), lambda s=sim, g=games: twx_raw(s, g), [env.close, sim.close])
+        sides["twx"] = (
+            lambda e=env, g=games: ours_loop(e, g),
+            lambda s=sim, g=games: twx_raw(s, g),
+            [env.close, sim.close],
+        )
     if "sw" in args.families:
         from scienceworld import ScienceWorldEnv
 
-        env = gym.make("agent_rl/ScienceWorld-v0", task="find-living-thing", simplifications="easy", max_turns=60).unwrapped
+        env = gym.make(
+            "agent_rl/ScienceWorld-v0", task="find-living-thing", simplifications="easy", max_turns=60
+        ).unwrapped
         games = record(env, sw_policies.gold, max(2, args.episodes // 10))
         sim = ScienceWorldEnv("", envStepLimit=10**9)
-        sides["sw"] = (lambda e=env, g=games: ours_loop(e, g), lambda s=sim, g=games: sw_raw(s, g), [env.close, sim.close])
+        sides["sw"] = (
+            lambda e=env, g=games: ours_loop(e, g),
+            lambda s=sim, g=games: sw_raw(s, g),
+            [env.close, sim.close],
+        )
     if "ta" in args.families:
         env = gym.make("agent_rl/TextArena-v0", game="FrozenLake-v0-hardcore", max_turns=60).unwrapped
         games = record(env, ta_policies.solver, args.episodes)
-        sides["ta"] = (lambda e=env, g=games: ours_loop(e, g) * 1, lambda g=games: ta_raw("FrozenLake-v0-hardcore", g), [env.close])
+        sides["ta"] = (
+            lambda e=env, g=games: ours_loop(e, g) * 1,
+            lambda g=games: ta_raw("FrozenLake-v0-hardcore", g),
+            [env.close],
+        )
     rates: dict[str, dict[str, list[float]]] = {f: {"ours": [], "raw": []} for f in sides}
     for ours, raw, _ in sides.values():  # one pass each first: both JVMs compile the same code paths
         ours()
@@ -159,7 +173,9 @@ def throughput(args, progress) -> dict[str, float]:
     for family, (_, _, closers) in sides.items():
         ours, raw = statistics.median(rates[family]["ours"]), statistics.median(rates[family]["raw"])
         out[family] = ours / raw
-        print(f"{family}: ours {ours:.1f} steps/s, raw upstream {raw:.1f} steps/s, ratio {ours / raw:.3f} (median of {args.rounds} rounds)")
+        print(
+            f"{family}: ours {ours:.1f} steps/s, raw upstream {raw:.1f} steps/s, ratio {ours / raw:.3f} (median of {args.rounds} rounds)"
+        )
         for close in closers:
             close()
     return out
@@ -172,7 +188,10 @@ def concurrent(n: int, family: str, progress) -> None:
     from envs.scienceworld import policies as sw_policies
     from envs.textworld_express import policies as twx_policies
 
-    env_id, policies = {"twx": ("agent_rl/TextWorldExpress-v0", twx_policies), "sw": ("agent_rl/ScienceWorld-v0", sw_policies)}[family]
+    env_id, policies = {
+        "twx": ("agent_rl/TextWorldExpress-v0", twx_policies),
+        "sw": ("agent_rl/ScienceWorld-v0", sw_policies),
+    }[family]
     made = [gym.make(env_id).unwrapped for _ in range(n)]
     progress.phase(f"{n} {env_id} resets at once")
     t0 = time.perf_counter()
@@ -180,8 +199,10 @@ def concurrent(n: int, family: str, progress) -> None:
         list(pool.map(lambda ie: ie[1].reset(seed=ie[0], options={"split": "test"}), enumerate(made)))
     started = time.perf_counter() - t0
     jvm_mb = sum(rss_mb(e._jvm.process().pid) for e in made)
-    print(f"{n} {env_id}: all reset after {started:.1f} s wall; JVMs resident {jvm_mb:.0f} MB ({jvm_mb / n:.0f} MB each); "
-          f"this process {rss_mb(os.getpid()):.0f} MB")
+    print(
+        f"{n} {env_id}: all reset after {started:.1f} s wall; JVMs resident {jvm_mb:.0f} MB ({jvm_mb / n:.0f} MB each); "
+        f"this process {rss_mb(os.getpid()):.0f} MB"
+    )
 
     def episode(ie):
         i, env = ie
@@ -198,7 +219,9 @@ def concurrent(n: int, family: str, progress) -> None:
     with ThreadPoolExecutor(n) as pool:
         wins = sum(pool.map(episode, enumerate(made)))
     jvm_mb = sum(rss_mb(e._jvm.process().pid) for e in made)
-    print(f"{n} gold episodes at once: {wins}/{n} succeeded in {time.perf_counter() - t0:.1f} s; JVMs then {jvm_mb:.0f} MB")
+    print(
+        f"{n} gold episodes at once: {wins}/{n} succeeded in {time.perf_counter() - t0:.1f} s; JVMs then {jvm_mb:.0f} MB"
+    )
     for env in made:
         env.close()
 
@@ -209,14 +232,20 @@ def rollout(n: int, model: str | None, progress) -> None:
     import torch
 
     from agent_rl.config import load_config
-    from agent_rl.train.evaluation import eval_specs
-    from agent_rl.run.runtime import Components
     from agent_rl.run.envloader import init_tiny
+    from agent_rl.run.runtime import Components
+    from agent_rl.train.evaluation import eval_specs
 
     torch.set_num_threads(1)
     tmp = tempfile.TemporaryDirectory()
     model = model or str(init_tiny(Path(tmp.name) / "tiny", env_ids=("agent_rl/TextWorldExpress-v0",)))
-    overrides = [f"model.path={model}", "env.options.max_turns=20", "rollout.max_turns=20", "rollout.max_total_tokens=2048", f"rollout.concurrency={n}"]
+    overrides = [
+        f"model.path={model}",
+        "env.options.max_turns=20",
+        "rollout.max_turns=20",
+        "rollout.max_total_tokens=2048",
+        f"rollout.concurrency={n}",
+    ]
     cfg = load_config(ROOT / "configs" / "twx_cooking_long.yaml", overrides)
     engine = Components(cfg).engine()
     specs = eval_specs(n, 1, "test")
@@ -230,8 +259,10 @@ def rollout(n: int, model: str | None, progress) -> None:
     generated = sum(t.num_generated_tokens for t in trajectories)
     total = sum(len(t.token_ids_T) for t in trajectories)
     turns = [len(t.turns_N) for t in trajectories]
-    print(f"rollout: {n} episodes, {min(turns)}-{max(turns)} turns, {wall:.1f} s: {generated / wall:.1f} generated tokens/s "
-          f"({generated} tokens), {total / wall:.0f} episode tokens/s ({total} tokens)")
+    print(
+        f"rollout: {n} episodes, {min(turns)}-{max(turns)} turns, {wall:.1f} s: {generated / wall:.1f} generated tokens/s "
+        f"({generated} tokens), {total / wall:.0f} episode tokens/s ({total} tokens)"
+    )
     tmp.cleanup()
 
 

@@ -37,7 +37,9 @@ class JvmSimulator:
             if not start:
                 raise InfraError(f"no {self.name} JVM: call reset() first")
             if shutil.which("java") is None:
-                raise InfraError(f"{self.name} needs a Java runtime: no 'java' on PATH (Debian: apt-get install default-jre-headless)")
+                raise InfraError(
+                    f"{self.name} needs a Java runtime: no 'java' on PATH (Debian: apt-get install default-jre-headless)"
+                )
             from py4j.protocol import Py4JError
 
             try:

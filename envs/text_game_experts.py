@@ -101,7 +101,11 @@ def noisy_action(messages: list[dict], rng: random.Random, p_noise: float, tool_
     if back is not None:
         return back
     if rng.random() < p_noise:
-        detours = [a for a in shown_valid(messages) if a.startswith(HARMLESS) or (a.startswith("move ") and a.split()[-1] in OPPOSITE)]
+        detours = [
+            a
+            for a in shown_valid(messages)
+            if a.startswith(HARMLESS) or (a.startswith("move ") and a.split()[-1] in OPPOSITE)
+        ]
         return rng.choice(detours or ["look around", "inventory"])
     return gold[done] if done < len(gold) else "look around"
 

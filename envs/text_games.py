@@ -91,7 +91,9 @@ def require(module: str, package: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise ImportError(f"this environment needs the '{package}' package: pip install '{package}' (or agent-rl[text-games]); {e}") from e
+        raise ImportError(
+            f"this environment needs the '{package}' package: pip install '{package}' (or agent-rl[text-games]); {e}"
+        ) from e
 
 
 def count_tokens(text: str) -> int:
@@ -215,7 +217,11 @@ class TextGameEnv(gym.Env):
         self._turn += 1
         command, call, error = self.read_command(action if isinstance(action, str) else str(action))
         if error:
-            step = GameStep(reply=f"error: {error}. {self.tool_hint if self.action_mode == 'tool' else self.text_hint}", valid_action=False, valid=self._valid)
+            step = GameStep(
+                reply=f"error: {error}. {self.tool_hint if self.action_mode == 'tool' else self.text_hint}",
+                valid_action=False,
+                valid=self._valid,
+            )
             content = step.reply
         else:
             step = self._command(command)

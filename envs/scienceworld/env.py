@@ -73,14 +73,21 @@ class ScienceWorldEnv(TextGameEnv):
         max_action_chars: int = 8192,
     ):
         super().__init__(
-            split=split, max_turns=max_turns, action_mode=action_mode, tool_format=tool_format,
-            valid_actions=valid_actions, max_valid_actions=max_valid_actions,
-            max_observation_tokens=max_observation_tokens, max_action_chars=max_action_chars,
+            split=split,
+            max_turns=max_turns,
+            action_mode=action_mode,
+            tool_format=tool_format,
+            valid_actions=valid_actions,
+            max_valid_actions=max_valid_actions,
+            max_observation_tokens=max_observation_tokens,
+            max_action_chars=max_action_chars,
         )
         self.task = task_name(task)
         self.simplifications = simplifications
         self._jvm = JvmSimulator(self._launch, "ScienceWorld")
-        self._loaded: tuple[int, str, int, str] | None = None  # (the JVM start it is in, task, variation, simplifications)
+        self._loaded: tuple[int, str, int, str] | None = (
+            None  # (the JVM start it is in, task, variation, simplifications)
+        )
         self._gold: list[str] = []
         self._variations: dict[str, list[int]] = {}
         self._score = self._unpaid = 0
@@ -97,21 +104,36 @@ class ScienceWorldEnv(TextGameEnv):
         else:
             fold = FOLDS[split]
             variations = self._variations_of(fold)
-            task = {"task": self.task, "variation": variations[seed % len(variations)], "simplifications": self.simplifications, "fold": fold}
+            task = {
+                "task": self.task,
+                "variation": variations[seed % len(variations)],
+                "simplifications": self.simplifications,
+                "fold": fold,
+            }
         obs, infos = self._jvm.call(lambda sim: self._reset_upstream(sim, task))
         task_id = f"sw/{task['task']}/{task['variation']}/{task['simplifications'] or 'none'}"
         remember_gold(task_id, self._gold)
-        self._score, self._unpaid = int(infos["score"]), int(infos["score"])  # reset points: paid with the first valid command
+        self._score, self._unpaid = (
+            int(infos["score"]),
+            int(infos["score"]),
+        )  # reset points: paid with the first valid command
         self._look = (infos["look"], infos["inv"])
         intro = f"{infos['taskDesc'].strip()}\n\n{obs.strip()}"
-        return GameStart(task_id, task, intro, list(infos["valid"]), teacher_context="Gold path: " + " | ".join(self._gold))
+        return GameStart(
+            task_id, task, intro, list(infos["valid"]), teacher_context="Gold path: " + " | ".join(self._gold)
+        )
 
     def _variations_of(self, fold: str) -> list[int]:
         if fold not in self._variations:
+
             def load(sim: Any) -> list[int]:
                 sim.load(self.task, 0, self.simplifications)  # the variation lists belong to the loaded task
                 self._loaded = None
-                return {"train": sim.get_variations_train, "dev": sim.get_variations_dev, "test": sim.get_variations_test}[fold]()
+                return {
+                    "train": sim.get_variations_train,
+                    "dev": sim.get_variations_dev,
+                    "test": sim.get_variations_test,
+                }[fold]()
 
             self._variations[fold] = [int(v) for v in self._jvm.call(load)]
         return self._variations[fold]
@@ -150,7 +172,11 @@ class ScienceWorldEnv(TextGameEnv):
         try:
             obs, completed, infos = self._jvm.call(lambda sim: self._step_upstream(sim, command), start=False)
         except Py4JJavaError as e:  # the simulator raised on this input; the JVM lives on
-            return GameStep(reply=f"error: the simulator could not read this command ({e.java_exception})", valid_action=False, valid=before)
+            return GameStep(
+                reply=f"error: the simulator could not read this command ({e.java_exception})",
+                valid_action=False,
+                valid=before,
+            )
         score, valid = int(infos["score"]), obs.strip() != INVALID_REPLY
         points, self._score = score - self._score, score
         if valid and self._unpaid:

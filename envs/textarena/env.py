@@ -44,7 +44,11 @@ def _random_users() -> list:
     under the lock, when no env's generator is in place."""
     import sys
 
-    return [m for name, m in list(sys.modules.items()) if name.startswith("textarena") and getattr(m, "random", None) is random]
+    return [
+        m
+        for name, m in list(sys.modules.items())
+        if name.startswith("textarena") and getattr(m, "random", None) is random
+    ]
 
 
 class TextArenaEnv(TextGameEnv):
@@ -75,9 +79,14 @@ class TextArenaEnv(TextGameEnv):
         max_action_chars: int = 8192,
     ):
         super().__init__(
-            split=split, max_turns=max_turns, action_mode=action_mode, tool_format=tool_format,
-            valid_actions=valid_actions, max_valid_actions=max_valid_actions,
-            max_observation_tokens=max_observation_tokens, max_action_chars=max_action_chars,
+            split=split,
+            max_turns=max_turns,
+            action_mode=action_mode,
+            tool_format=tool_format,
+            valid_actions=valid_actions,
+            max_valid_actions=max_valid_actions,
+            max_observation_tokens=max_observation_tokens,
+            max_action_chars=max_action_chars,
         )
         self.players = check_game(game)
         if opponent not in OPPONENTS:

@@ -10,10 +10,30 @@ from __future__ import annotations
 from typing import Any
 
 #: game family (the upstream id before ``-v0``) -> number of players; checked offline
-SINGLE_PLAYER = ("FrozenLake", "TowerOfHanoi", "Minesweeper", "Mastermind", "2048", "Sudoku", "Crosswords", "GuessTheNumber", "Sokoban")
+SINGLE_PLAYER = (
+    "FrozenLake",
+    "TowerOfHanoi",
+    "Minesweeper",
+    "Mastermind",
+    "2048",
+    "Sudoku",
+    "Crosswords",
+    "GuessTheNumber",
+    "Sokoban",
+)
 TWO_PLAYER = ("TicTacToe", "ConnectFour", "KuhnPoker")
 #: families that download nltk corpora at run time
-WORD_GAMES = ("Wordle", "Hangman", "WordLadder", "SpellingBee", "Codenames", "DontSayIt", "LetterAuction", "WordSearch", "WordChains")
+WORD_GAMES = (
+    "Wordle",
+    "Hangman",
+    "WordLadder",
+    "SpellingBee",
+    "Codenames",
+    "DontSayIt",
+    "LetterAuction",
+    "WordSearch",
+    "WordChains",
+)
 
 
 def family(game: str) -> str:
@@ -25,14 +45,20 @@ def check_game(game: str) -> int:
     one-line ``ValueError`` for a game this adapter does not play."""
     fam = family(game)
     if not game.startswith(f"{fam}-v") or game.endswith(("-raw", "-train")):
-        raise ValueError(f"game: {game!r} is not an upstream TextArena id such as 'FrozenLake-v0' (no -raw / -train suffix)")
+        raise ValueError(
+            f"game: {game!r} is not an upstream TextArena id such as 'FrozenLake-v0' (no -raw / -train suffix)"
+        )
     if fam in WORD_GAMES:
-        raise ValueError(f"game: {game!r} is a word game: TextArena downloads nltk's word lists at run time, which fails offline; not supported")
+        raise ValueError(
+            f"game: {game!r} is a word game: TextArena downloads nltk's word lists at run time, which fails offline; not supported"
+        )
     if fam in SINGLE_PLAYER:
         return 1
     if fam in TWO_PLAYER:
         return 2
-    raise ValueError(f"game: {game!r} is not one of the games checked offline here: {', '.join(SINGLE_PLAYER + TWO_PLAYER)}")
+    raise ValueError(
+        f"game: {game!r} is not one of the games checked offline here: {', '.join(SINGLE_PLAYER + TWO_PLAYER)}"
+    )
 
 
 def legal_moves(game: str, env: Any) -> list[str]:

@@ -34,7 +34,11 @@ def _lake(messages: list[dict]) -> list[list[str]] | None:
     """The last FrozenLake grid shown (cells ' ', 'H', 'G', 'P', 'P/G')."""
     for m in reversed(messages):
         if m["role"] in ("user", "tool"):
-            rows = [[c.strip() for c in line.strip()[1:-1].split("|")] for line in m["content"].splitlines() if line.startswith("|")]
+            rows = [
+                [c.strip() for c in line.strip()[1:-1].split("|")]
+                for line in m["content"].splitlines()
+                if line.startswith("|")
+            ]
             if rows:
                 return rows
     return None

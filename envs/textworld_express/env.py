@@ -102,13 +102,20 @@ class TextWorldExpressEnv(TextGameEnv):
         max_action_chars: int = 8192,
     ):
         super().__init__(
-            split=split, max_turns=max_turns, action_mode=action_mode, tool_format=tool_format,
-            valid_actions=valid_actions, max_valid_actions=max_valid_actions,
-            max_observation_tokens=max_observation_tokens, max_action_chars=max_action_chars,
+            split=split,
+            max_turns=max_turns,
+            action_mode=action_mode,
+            tool_format=tool_format,
+            valid_actions=valid_actions,
+            max_valid_actions=max_valid_actions,
+            max_observation_tokens=max_observation_tokens,
+            max_action_chars=max_action_chars,
         )
         game = ALIASES.get(game, game)
         if game not in DEFAULT_PARAMS:
-            raise ValueError(f"game: unknown TextWorld-Express game {game!r}; known: {', '.join(sorted({*DEFAULT_PARAMS, *ALIASES}))}")
+            raise ValueError(
+                f"game: unknown TextWorld-Express game {game!r}; known: {', '.join(sorted({*DEFAULT_PARAMS, *ALIASES}))}"
+            )
         self.game = game
         self.game_params = game_params_str(game_params, game)
         self._jvm = JvmSimulator(self._launch, "TextWorld-Express")
@@ -135,7 +142,9 @@ class TextWorldExpressEnv(TextGameEnv):
         self._score = float(infos["score"])
         self._look = (infos.get("look", ""), infos.get("inventory", ""))
         intro = f"{infos['taskDescription'].strip()}\n\n{infos['observation'].strip()}"
-        return GameStart(task_id, task, intro, list(infos["validActions"]), teacher_context="Gold path: " + " | ".join(gold))
+        return GameStart(
+            task_id, task, intro, list(infos["validActions"]), teacher_context="Gold path: " + " | ".join(gold)
+        )
 
     def _reset_upstream(self, sim: Any, task: dict[str, Any]) -> tuple[dict, list[str]]:
         if self._loaded != (self._jvm.starts, task["game"], task["params"]):  # a new JVM has no game loaded
@@ -161,7 +170,11 @@ class TextWorldExpressEnv(TextGameEnv):
         try:
             obs, _, _, infos = self._jvm.call(lambda sim: sim.step(command), start=False)
         except Py4JJavaError as e:  # the simulator raised on this input; the JVM lives on
-            return GameStep(reply=f"error: the game could not read this command ({e.java_exception})", valid_action=False, valid=before)
+            return GameStep(
+                reply=f"error: the game could not read this command ({e.java_exception})",
+                valid_action=False,
+                valid=before,
+            )
         score = float(infos["score"])
         reward, self._score = score - self._score, score
         self._look = (infos.get("look", ""), infos.get("inventory", ""))

@@ -104,15 +104,20 @@ def test_twx_invalid_command_gets_the_upstream_reply(twx):
     assert obs[0]["content"].startswith("Unknown action: I'm not sure what you mean.")
     assert "Valid actions: " in obs[0]["content"]
     assert reward == 0.0 and not terminated and info["action_valid"] is False
-    obs, *_ , info = twx.step("look around")
+    obs, *_, info = twx.step("look around")
     assert info["action_valid"] is True and obs[0]["content"].startswith("You are in the kitchen")
 
 
 def test_twx_act_tool_and_its_result_message():
     env = gym.make("agent_rl/TextWorldExpress-v0", action_mode="tool").unwrapped  # no reset: no JVM
-    command, call, error = env.read_command('<tool_call>{"name": "act", "arguments": {"command": "take  coin."}}</tool_call>')
+    command, call, error = env.read_command(
+        '<tool_call>{"name": "act", "arguments": {"command": "take  coin."}}</tool_call>'
+    )
     assert (command, call.name, error) == ("take coin", "act", "")
-    assert env.read_command('<tool_call>{"name": "move", "arguments": {"command": "x"}}</tool_call>')[2] == "unknown tool 'move'; available: act"
+    assert (
+        env.read_command('<tool_call>{"name": "move", "arguments": {"command": "x"}}</tool_call>')[2]
+        == "unknown tool 'move'; available: act"
+    )
     assert env.read_command("<think>north?</think>move north")[0] == "move north"
     assert env.read_command("x" * 300)[2] == "a command is at most 256 characters"
 
@@ -186,12 +191,14 @@ def test_sw_task_by_index_id_and_paper_name():
 
 
 # -- TextArena ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("game", ["FrozenLake-v0", "FrozenLake-v0-hardcore", "TowerOfHanoi-v0", "TowerOfHanoi-v0-medium"])
+@pytest.mark.parametrize(
+    "game", ["FrozenLake-v0", "FrozenLake-v0-hardcore", "TowerOfHanoi-v0", "TowerOfHanoi-v0-medium"]
+)
 def test_ta_solvers_win_20_held_out_games(game):
     from envs.textarena import policies
 
     env = gym.make("agent_rl/TextArena-v0", game=game, max_turns=40)
-    solved, noisy_solved, turns, noisy_turns = 0, 0, 0, 0
+    noisy_solved, turns, noisy_turns = 0, 0, 0
     for seed in range(20):
         info, total, _ = play(env.unwrapped, policies.solver, seed)
         assert info["success"] and total == 1.0, (game, seed, info)
