@@ -13,8 +13,8 @@ so the three speak one action interface (``docs/text-games.md`` lists every choi
   observation (``action_valid=False`` when the adapter can tell it was invalid);
 * **observations**: the game's reply, trimmed to ``max_observation_tokens`` with the cut said in
   the text (``[trimmed: 120 of 620 tokens not shown]``); tokens here are words and runs of
-  punctuation marks (the env has no tokenizer; the rollout's ``max_tool_response_tokens`` trims by the model's
-  tokenizer afterwards). With ``valid_actions`` the legal commands follow, at most
+  punctuation marks (the env has no tokenizer; the rollout's ``max_tool_response_tokens`` then cuts
+  tool messages by the model's tokenizer). With ``valid_actions`` the legal commands follow, at most
   ``max_valid_actions`` of them (``(+N more)`` when cut);
 * **rewards**: what the adapter's ``_command`` returns for that step (the upstream score change,
   or the game's outcome), so the engine's per-turn slots (``Turn.reward``) hold them and the
