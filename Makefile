@@ -10,6 +10,8 @@ BFCL_EVAL := bfcl-eval==2026.3.23
 .PHONY: setup demo test vllm-cpu format
 
 $(STAMP): pyproject.toml
+	@# the JVM text games (TextWorldExpress-v0, ScienceWorld-v0) need Java: Debian's JRE when there is none
+	command -v java >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jre-headless)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0

@@ -101,3 +101,18 @@ _register(
     "envs.search_qa.env:search_r2",
     "SearchQA-v0 with Search-R2's hybrid reward: exact match + information density of the retrieved evidence",
 )
+_register(
+    "agent_rl/TextWorldExpress-v0",
+    "envs.textworld_express.env:TextWorldExpressEnv",
+    "TextWorld-Express (coin, cooking, twc, ...; gameParams, upstream folds); one command per turn; upstream score",
+)
+_register(
+    "agent_rl/ScienceWorld-v0",
+    "envs.scienceworld.env:ScienceWorldEnv",
+    "ScienceWorld's 30 tasks (name or index; upstream variation splits; simplificationStr); one command per turn",
+)
+_register(
+    "agent_rl/TextArena-v0",
+    "envs.textarena.env:TextArenaEnv",
+    "TextArena games offline (FrozenLake, TowerOfHanoi, Minesweeper, ...; TicTacToe, ConnectFour, KuhnPoker vs a fixed opponent)",
+)

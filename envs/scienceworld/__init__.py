@@ -1,0 +1,3 @@
+from envs.scienceworld.env import ScienceWorldEnv
+
+__all__ = ["ScienceWorldEnv"]

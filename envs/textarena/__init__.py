@@ -1,0 +1,3 @@
+from envs.textarena.env import TextArenaEnv
+
+__all__ = ["TextArenaEnv"]

@@ -1,0 +1,192 @@
+"""``agent_rl/TextArena-v0``: TextArena's games (``textarena`` package) played one move per turn:
+single-player puzzles, and two-player games against a fixed opponent.
+
+* **game**: an upstream id (``FrozenLake-v0``, ``TowerOfHanoi-v0-medium``, ``TicTacToe-v0``, ...),
+  one of the families checked offline (``envs.textarena.games``); word games are refused in one
+  line. The game runs without upstream wrappers; the adapter shows the agent the messages the game
+  addressed to it since its last move (the game's as they are, the opponent's moves as
+  ``[Player 1] [4]``), not the echo of its own move, which the conversation already holds.
+* **moves**: the upstream command (``[up]``, ``[A C]``, ``[4]``); a command without square brackets
+  gets them, as upstream's default ``ActionFormattingWrapper`` does (``up`` -> ``[up]``). Upstream
+  rules apply: a first invalid move is a warning observation (``action_valid=False``), a second
+  in a row ends the game with the upstream's penalty.
+* **seeds and splits**: TextArena has no splits; the game of ``seed`` in split ``s`` is the upstream
+  seed ``3 * seed + {train: 0, val: 1, test: 2}``, so the seed sets are disjoint. Small games can
+  still draw the same board in two splits (a 4x4 FrozenLake has a few hundred boards; the
+  TowerOfHanoi of a size has one). Upstream games draw from Python's global ``random``, which
+  their reset seeds: the adapter gives each env its own ``random.Random``, put in place of the
+  ``random`` module in textarena's modules around every upstream call (under one lock), so envs in
+  one process neither disturb each other nor the caller's ``random``.
+* **opponent** (two-player games): ``random`` (a uniformly random legal move, from a generator
+  seeded by the episode's seed) or ``first`` (the first legal move); the agent is ``agent_player``.
+* **reward**: the upstream's, given at the step that ends the game (single-player: 1 when solved,
+  else the game's partial credit; two-player: 1 win, 0 draw, -1 loss). ``success``: reward 1.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from contextlib import contextmanager
+from typing import Any
+
+from envs.splits import SPLITS
+from envs.text_games import GameStart, GameStep, TextGameEnv, require
+from envs.textarena.games import check_game, legal_moves
+
+OPPONENTS = ("random", "first")
+_UPSTREAM = threading.Lock()  # textarena's modules get an env's generator per call: one upstream call at a time
+_GAME_ID = -1  # upstream's sender id of game messages
+
+
+def _random_users() -> list:
+    """The loaded textarena modules that use the ``random`` module (``import random``); called
+    under the lock, when no env's generator is in place."""
+    import sys
+
+    return [
+        m
+        for name, m in list(sys.modules.items())
+        if name.startswith("textarena") and getattr(m, "random", None) is random
+    ]
+
+
+class TextArenaEnv(TextGameEnv):
+    description = "TextArena games (FrozenLake, TowerOfHanoi, Minesweeper, ... ; TicTacToe, ConnectFour, KuhnPoker vs a fixed opponent)"
+    metadata = {
+        "render_modes": [],
+        "tools": ("act",),
+        "reward": "the upstream game reward at the end (1 when solved / won; partial credit or -1 otherwise)",
+    }
+    sft_teacher = "envs.textarena.policies:noisy_solver"
+    tokenizer_corpus = "envs.textarena.policies:corpus_conversations"  # text for the tiny tokenizer
+    intro_prompt = "You are playing a TextArena game."
+    text_hint = "Reply with exactly one move in the game's format, e.g. '[up]'."
+    tool_hint = "Call the act tool with exactly one move in the game's format, e.g. act(command='[up]')."
+
+    def __init__(
+        self,
+        game: str = "FrozenLake-v0",
+        opponent: str = "random",
+        agent_player: int = 0,
+        split: str = "train",
+        max_turns: int = 30,
+        action_mode: str = "text",
+        tool_format: str = "hermes",
+        valid_actions: bool = True,
+        max_valid_actions: int = 64,
+        max_observation_tokens: int = 768,
+        max_action_chars: int = 8192,
+    ):
+        super().__init__(
+            split=split,
+            max_turns=max_turns,
+            action_mode=action_mode,
+            tool_format=tool_format,
+            valid_actions=valid_actions,
+            max_valid_actions=max_valid_actions,
+            max_observation_tokens=max_observation_tokens,
+            max_action_chars=max_action_chars,
+        )
+        self.players = check_game(game)
+        if opponent not in OPPONENTS:
+            raise ValueError(f"opponent: unknown opponent {opponent!r}; allowed: {', '.join(OPPONENTS)}")
+        if agent_player not in range(self.players):
+            raise ValueError(f"agent_player must be in 0..{self.players - 1}, got {agent_player}")
+        self.game, self.opponent, self.agent = game, opponent, agent_player
+        self._env: Any = None
+        self._rng = random.Random(0)  # what textarena's modules see as ``random`` during this env's calls
+        self._modules: list | None = None  # those modules, found once the game is made
+        self._opponent_rng = random.Random(0)
+
+    @contextmanager
+    def _upstream(self):
+        """Run upstream code with this env's own generator as textarena's ``random``."""
+        with _UPSTREAM:
+            if self._modules is None:
+                self._modules = _random_users()
+            modules = self._modules
+            for m in modules:
+                m.random = self._rng
+            try:
+                yield
+            finally:
+                for m in modules:
+                    m.random = random
+
+    def _start(self, seed: int | None, split: str, options: dict[str, Any]) -> GameStart:
+        ta = require("textarena", "textarena>=0.7.4,<0.8")
+        task = dict(options["task"]) if seed is None else {"game": self.game, "seed": 3 * seed + SPLITS.index(split)}
+        with self._upstream():
+            if self._env is None or self._env.env_id != task["game"] + "-raw":
+                self._env = ta.make(task["game"] + "-raw")
+                self._modules = None  # the game's modules are loaded now: found at the next call
+        with self._upstream():
+            self._env.reset(num_players=self.players, seed=task["seed"])
+        self._opponent_rng = random.Random(task["seed"])
+        self._over, self._reward = False, 0.0
+        self._opponent_moves()
+        task_id = f"ta/{task['game']}/{task['seed']}"
+        return GameStart(task_id, task, self._agent_view(), self._legal())
+
+    def _command(self, command: str) -> GameStep:
+        if "[" not in command and "]" not in command:
+            command = f"[{command}]"  # upstream's ActionFormattingWrapper
+        state = self._env.state
+        errors = state.error_count
+        with self._upstream():
+            done, _ = self._env.step(command)
+        invalid = state.error_count > errors or state.game_info[self.agent].get("invalid_move", False)
+        self._over = bool(done)
+        self._opponent_moves()
+        reward = 0.0
+        if self._over:
+            rewards = state.rewards or {}
+            reward = float(rewards.get(self.agent, 0.0))
+        return GameStep(
+            reply=self._agent_view(),
+            reward=reward,
+            done=self._over,
+            success=self._over and reward >= 1.0,
+            valid_action=not invalid,
+            valid=self._legal(),
+            info={"reason": str(state.game_info[self.agent].get("reason", ""))} if self._over else {},
+        )
+
+    def _opponent_moves(self) -> None:
+        """The fixed opponent moves until it is the agent's turn or the game is over."""
+        state = self._env.state
+        while not self._over and state.current_player_id != self.agent:
+            moves = self._legal(check_turn=False)
+            if not moves:
+                raise RuntimeError(f"{self.game}: no legal move known for the opponent")
+            move = self._opponent_rng.choice(moves) if self.opponent == "random" else moves[0]
+            state.observations[state.current_player_id] = []  # the opponent's view is not needed
+            with self._upstream():
+                done, _ = self._env.step(move)
+            self._over = bool(done)
+
+    def _legal(self, check_turn: bool = True) -> list[str]:
+        if self._over or (check_turn and self._env.state.current_player_id != self.agent):
+            return []
+        return legal_moves(self.game, self._env)
+
+    def _agent_view(self) -> str:
+        """The messages addressed to the agent since its last move, without its own move's echo."""
+        state = self._env.state
+        pending, state.observations[self.agent] = state.observations[self.agent], []
+        lines = []
+        for sender, message, _kind in pending:
+            if sender == self.agent:
+                continue
+            name = "GAME" if sender == _GAME_ID else state.role_mapping.get(sender, f"Player {sender}")
+            lines.append(message if sender == _GAME_ID else f"[{name}] {message}")
+        if self._over:
+            reason = state.game_info[self.agent].get("reason")
+            if reason and all(reason not in line for line in lines):
+                lines.append(f"Game over: {reason}")
+        return "\n".join(lines) or "(no new message)"
+
+    def close(self) -> None:
+        self._env = None
+        super().close()

@@ -1,0 +1,3 @@
+from envs.textworld_express.env import TextWorldExpressEnv
+
+__all__ = ["TextWorldExpressEnv"]
