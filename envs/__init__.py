@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
+
 import gymnasium as gym
 
 REGISTERED: dict[str, str] = {}  # id -> one-line description, for `agent-rl envs list`
@@ -15,8 +18,6 @@ CARD_KEYS = ("tools", "reward")
 
 def card(env_id: str) -> dict:
     """What ``agent-rl envs list`` prints for ``env_id``: id, description, tools, max turns, reward."""
-    import importlib
-    import inspect
 
     spec = gym.spec(env_id)
     cls = spec.entry_point

@@ -29,6 +29,7 @@ Subclasses write ``_start(seed, split, options)`` (the game of a seed) and ``_co
 from __future__ import annotations
 
 import hashlib
+import importlib
 import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -86,7 +87,6 @@ class GameStep:
 
 def require(module: str, package: str) -> Any:
     """``import module``, or an ``ImportError`` saying which package (or extra) installs it."""
-    import importlib
 
     try:
         return importlib.import_module(module)

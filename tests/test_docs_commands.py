@@ -157,7 +157,9 @@ def test_sandbox_commands(tmp_path):
     # the bench's budget cut down; it exits 1 when a ratio misses its target on a loaded machine
     env = {**cli_env(), "PYTHONPATH": str(ROOT)}
     small = ["--rounds", "3", "--cold-rounds", "1", "--seconds", "0.5", "--callers", "2"]
-    done = subprocess.run([sys.executable, *words[1:], *small], cwd=cwd, env=env, timeout=600, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, *words[1:], *small], cwd=cwd, env=env, timeout=600, capture_output=True, text=True
+    )
     assert done.returncode in (0, 1) and "docker exec" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
 
 
@@ -173,6 +175,11 @@ def test_distributed_ray_cluster_commands(tmp_path):
     try:
         model = cwd / "runs" / "models" / "tiny"
         _run(f"agent-rl init-model tiny --out {model}", cwd)
-        _run(train.replace("/shared/models/my-sft", str(model)), cwd, "trainer.steps=2", "distributed.ray.num_rollout_workers=1")
+        _run(
+            train.replace("/shared/models/my-sft", str(model)),
+            cwd,
+            "trainer.steps=2",
+            "distributed.ray.num_rollout_workers=1",
+        )
     finally:
         subprocess.run([ray, "stop", "--force"], timeout=120)

@@ -26,6 +26,7 @@ single-player puzzles, and two-player games against a fixed opponent.
 from __future__ import annotations
 
 import random
+import sys
 import threading
 from contextlib import contextmanager
 from typing import Any
@@ -42,7 +43,6 @@ _GAME_ID = -1  # upstream's sender id of game messages
 def _random_users() -> list:
     """The loaded textarena modules that use the ``random`` module (``import random``); called
     under the lock, when no env's generator is in place."""
-    import sys
 
     return [
         m

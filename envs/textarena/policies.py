@@ -16,6 +16,7 @@ import re
 from collections import deque
 
 from envs.text_game_experts import shown_valid, write
+from envs.textarena.env import TextArenaEnv
 
 _STEPS = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 _TOWER = re.compile(r"^([ABC]): \[([0-9, ]*)\]", re.MULTILINE)
@@ -124,7 +125,6 @@ def random_valid(messages: list[dict], rng: random.Random, *, tool_format: str =
 def corpus_conversations(n: int, rng: random.Random):
     """Noisy-solver episodes of FrozenLake and TowerOfHanoi as ``(messages, tools)``, for the tiny
     tokenizer (at most 300)."""
-    from envs.textarena.env import TextArenaEnv
 
     games = {g: TextArenaEnv(game=g, max_turns=30) for g in ("FrozenLake-v0", "TowerOfHanoi-v0-medium")}
     for i in range(min(n, 300)):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 
 from envs.text_game_experts import gold_action, noisy_action, random_valid_action, write
+from envs.textworld_express.env import TextWorldExpressEnv
 
 
 def gold(messages: list[dict], rng: random.Random | None = None, *, tool_format: str = "hermes") -> str:
@@ -30,7 +31,6 @@ def random_valid(messages: list[dict], rng: random.Random, *, tool_format: str =
 def corpus_conversations(n: int, rng: random.Random):
     """Noisy-gold episodes on train games of coin, cooking and twc, as ``(messages, tools)``, for the
     tiny tokenizer (at most 300; one JVM per game)."""
-    from envs.textworld_express.env import TextWorldExpressEnv
 
     games = {g: TextWorldExpressEnv(game=g, max_turns=40) for g in ("coin", "cookingworld", "twc")}
     try:

@@ -197,7 +197,9 @@ def test_bad_request_leaves_batch_mates_alone(server):
 @given(
     path=st.sampled_from(["/models", "/policy_version", "/completions", "/update_weights?version=1"]),
     auth=st.none()
-    | st.text(st.characters(min_codepoint=32, max_codepoint=255, exclude_characters="\x7f"), max_size=30)  # HTTP field values: no DEL
+    | st.text(
+        st.characters(min_codepoint=32, max_codepoint=255, exclude_characters="\x7f"), max_size=30
+    )  # HTTP field values: no DEL
     | st.sampled_from(
         [
             "Bearer",
