@@ -45,6 +45,7 @@ from tools.formats import get_format
 ACTION_MODES = ("text", "tool")
 _PIECE = re.compile(r"\w+|[^\w\s]+")  # a "token" of the observation budget: a word or a run of punctuation
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ufffe\uffff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")  # lone surrogates cannot be encoded for the JVM
 
 
 class ActArgs(BaseModel):
@@ -137,6 +138,9 @@ class TextGameEnv(gym.Env):
     text_hint: ClassVar[str] = "Reply with one command, e.g. 'look around'."
     tool_hint: ClassVar[str] = "Call the act tool with one command, e.g. act(command='look around')."
     lowercase_commands: ClassVar[bool] = False  # True: commands are lower-cased before the game reads them
+    # a command the game does not understand is answered by the game itself (its own words, as the
+    # benchmark's agents see them), not by an "error:" observation of ours
+    upstream_replies: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -270,6 +274,8 @@ class TextGameEnv(gym.Env):
             return "", call, f"a command is at most {self.max_command_chars} characters"
         if _CONTROL.search(command):
             return "", call, "a command holds no control characters"
+        if not command.isprintable() or _SURROGATE.search(command):  # the game's bridge sends UTF-8 only
+            return "", call, "a command is printable text"
         return command, call, ""
 
     def _view(self, reply: str, valid: list[str]) -> str:

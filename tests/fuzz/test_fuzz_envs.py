@@ -26,6 +26,9 @@ from sandbox.registry import available_backends
 BWRAP = available_backends()["bwrap"][0] and not os.environ.get("FUZZ_NO_BWRAP")  # set: try the fallback
 ENV_IDS = listed_env_ids([])
 NEEDS_DOCKER_OR_NETWORK: set[str] = set()  # none of the listed envs needs either
+# a reset loads a task into a JVM (ScienceWorld: 0.7-3 s): these get fewer examples, the same properties
+SLOW_RESET = [e for e in ENV_IDS if e == "agent_rl/ScienceWorld-v0"]
+FAST_RESET = [e for e in ENV_IDS if e not in NEEDS_DOCKER_OR_NETWORK and e not in SLOW_RESET]
 
 
 def defuse(text: str) -> str:
@@ -111,7 +114,17 @@ MOVES = st.sampled_from(["up", "Down.", " LEFT ", "right\n", "up down", "rıght"
 ACTIONS = (adversarial_text() | st.text() | ANSWERS | MOVES | CALLS).map(defuse)
 
 
-@pytest.mark.parametrize("env_id", [e for e in ENV_IDS if e not in NEEDS_DOCKER_OR_NETWORK])
+def any_text_steps(made, env_id, seed, actions):
+    env = made(env_id)
+    env.reset(seed=seed)
+    for action in actions:
+        out = env.step(action)
+        check_step(env, out)
+        if out[2] or out[3]:
+            break
+
+
+@pytest.mark.parametrize("env_id", FAST_RESET)
 @fuzz_settings(40)
 @given(seed=st.integers(0, 999), actions=st.lists(ACTIONS, min_size=1, max_size=3))
 @example(seed=1, actions=["<answer>1/" + "9" * 5000 + "</answer>"])  # MathTool: int() refused 5000 digits
@@ -122,13 +135,22 @@ ACTIONS = (adversarial_text() | st.text() | ANSWERS | MOVES | CALLS).map(defuse)
 @example(seed=1, actions=['<tool_call>{"name": "read_file", "arguments": {"path": "\\ud800"}}</tool_call>'])
 @example(seed=1, actions=['<tool_call>{"name": "shell", "arguments": {"command": "\\ud800"}}</tool_call>'])
 def test_any_text_steps(made, env_id, seed, actions):
-    env = made(env_id)
-    env.reset(seed=seed)
-    for action in actions:
-        out = env.step(action)
-        check_step(env, out)
-        if out[2] or out[3]:
-            break
+    any_text_steps(made, env_id, seed, actions)
+
+
+@pytest.mark.parametrize("env_id", SLOW_RESET)
+@fuzz_settings(6)
+@given(seed=st.integers(0, 999), actions=st.lists(ACTIONS, min_size=1, max_size=3))
+@example(seed=1, actions=["<answer>1/" + "9" * 5000 + "</answer>"])  # MathTool: int() refused 5000 digits
+@example(seed=1, actions=["rıght"])  # Maze, Sokoban: a KeyError (Unicode case folding)
+@example(seed=1, actions=["RİGHT"])
+@example(seed=2, actions=["<tool_call>" + "[" * 100_000 + "</tool_call>"])  # a RecursionError in the parser
+# a lone surrogate escape: UnicodeEncodeError from ShellTask's state_key, InfraError from the shell tool
+@example(seed=1, actions=['<tool_call>{"name": "read_file", "arguments": {"path": "\\ud800"}}</tool_call>'])
+@example(seed=1, actions=['<tool_call>{"name": "shell", "arguments": {"command": "\\ud800"}}</tool_call>'])
+@example(seed=0, actions=['"\ud800"'])  # ScienceWorld: py4j cannot send a lone surrogate (was InfraError)
+def test_any_text_steps_slow_reset(made, env_id, seed, actions):
+    any_text_steps(made, env_id, seed, actions)
 
 
 _DIRECTION = re.compile(r"^\s*(up|down|left|right)\s*\.?\s*$", re.IGNORECASE)
@@ -137,11 +159,7 @@ GARBAGE = st.text(st.characters(blacklist_characters="<`")).filter(lambda t: not
 )
 
 
-@pytest.mark.parametrize("env_id", [e for e in ENV_IDS if e not in NEEDS_DOCKER_OR_NETWORK])
-@fuzz_settings(40)
-@given(seed=st.integers(0, 999), text=GARBAGE)
-@example(seed=0, text="rıght")
-def test_garbage_is_invalid(made, env_id, seed, text):
+def garbage_is_invalid(made, env_id, seed, text):
     env = made(env_id)
     env.reset(seed=seed)
     out = env.step(text)
@@ -152,4 +170,22 @@ def test_garbage_is_invalid(made, env_id, seed, text):
         return  # BFCL's own verdict decides the reward and the turn: any output without a call passes irrelevance
     # a one-try env (BFCL-Calls-v0, max_turns 1) ends on it; every other env lets the episode go on
     assert reward == 0.0 and (env.unwrapped.max_turns == 1 or not terminated)
-    assert len(obs) == 1 and obs[0]["content"].startswith("error:")
+    assert len(obs) == 1
+    if not getattr(env.unwrapped, "upstream_replies", False):  # a text game answers in the game's own words
+        assert obs[0]["content"].startswith("error:")
+
+
+@pytest.mark.parametrize("env_id", FAST_RESET)
+@fuzz_settings(40)
+@given(seed=st.integers(0, 999), text=GARBAGE)
+@example(seed=0, text="rıght")
+def test_garbage_is_invalid(made, env_id, seed, text):
+    garbage_is_invalid(made, env_id, seed, text)
+
+
+@pytest.mark.parametrize("env_id", SLOW_RESET)
+@fuzz_settings(6)
+@given(seed=st.integers(0, 999), text=GARBAGE)
+@example(seed=0, text="rıght")
+def test_garbage_is_invalid_slow_reset(made, env_id, seed, text):
+    garbage_is_invalid(made, env_id, seed, text)
