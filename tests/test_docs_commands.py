@@ -180,6 +180,8 @@ def test_distributed_ray_cluster_commands(tmp_path):
             cwd,
             "trainer.steps=2",
             "distributed.ray.num_rollout_workers=1",
+            # the page's cluster has GPUs; this machine's torch has no CUDA (the head only advertises them)
+            "distributed.ray.gpus_per_worker=0",
         )
     finally:
         subprocess.run([ray, "stop", "--force"], timeout=120)
