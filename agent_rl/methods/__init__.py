@@ -13,7 +13,8 @@ its advantage, loss and needs, in the objective registries of ``agent_rl.algorit
     e_grm.py          e_grm (a scorer rewards agreeing groups, a reasoning judge disagreeing ones)
     genac.py          genac (filter: a generative critic's text passes become rows; advantage: its values as baseline)
     lspo.py           lspo (all-fail groups re-rolled by a LoRA scaffold fitted on the env teacher's solutions)
-    memreward.py      memreward (a GNN over a memory of labelled rollouts rewards the unlabelled tasks)
+    memreward.py      memreward (a GNN over a memory of labelled rollouts rewards the unlabelled tasks;
+                      the graph and the GNN: memreward_graph.py)
     omni_opd.py       omni_opd (filter: peak-entropy chunks continued by a text teacher; loss: chunk targets)
     redippo.py        redippo (advantage: GAE reweighted by a reference-guided critic's discrepancy)
     scrl.py           scrl (filter: all-fail problems queued as the env's sub-problems; advantage: per position)

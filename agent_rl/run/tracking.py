@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import yaml
@@ -62,11 +62,18 @@ class TensorBoardLogger:
         self.writer.close()
 
 
+class TrackerRun(Protocol):
+    """A wandb-style run (wandb's, trackio's): what ``_WandbLike`` calls on it."""
+
+    def log(self, values: dict[str, Any], step: int | None = None) -> None: ...
+    def finish(self) -> None: ...
+
+
 class _WandbLike:
     """A tracker whose module has ``Image(path)``, ``Table(columns=, data=)`` and a ``log(dict, step=)``."""
 
     module: Any
-    run: Any  # what has ``log`` and ``finish``
+    run: TrackerRun
 
     def metrics(self, step: int, values: dict[str, float]) -> None:
         self.run.log(values, step=step)

@@ -11,16 +11,14 @@ import torch
 
 from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup
 from agent_rl.methods.memreward import (
-    GATv2,
-    HeteroLayer,
     MemRewardConfig,
     MemRewardState,
     answer_features,
-    build_graph,
     label_hidden,
     memreward,
     split_response,
 )
+from agent_rl.methods.memreward_graph import GATv2, HeteroLayer, build_graph
 
 
 def test_labels_are_hidden_by_the_task_hash():
