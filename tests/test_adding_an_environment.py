@@ -96,6 +96,20 @@ def test_splits_are_checked(plugin):
         env.close()
 
 
+def table_row(table: str, first_cell: str) -> list[str]:
+    """The cells of the row of a rich table (``show_lines``) whose first cell is ``first_cell``,
+    each cell's wrapped lines joined: the column widths, and so the wrapping, follow the other rows."""
+    blocks, block = [], []
+    for line in table.splitlines():
+        if line.startswith("│"):
+            block.append([cell.strip() for cell in line.strip("│").split("│")])
+        elif block:
+            blocks.append(block)
+            block = []
+    rows = [[" ".join(part for part in column if part) for column in zip(*b, strict=True)] for b in blocks]
+    return next(row for row in rows if row[0] == first_cell)
+
+
 def test_the_commands_run_as_written(workdir):
     commands = guide_commands()
     assert len(commands) == 3
@@ -118,8 +132,8 @@ def test_the_commands_run_as_written(workdir):
         )
         assert r.returncode == 0, (command, r.stdout[-2000:], r.stderr[-4000:])
         outputs.append(r.stdout)
-    row = next(line for line in outputs[1].splitlines() if "listfun/ListFun-v0" in line)
-    assert "python" in row and "1 if f is right on the hidden inputs" in row and "3" in row
+    row = table_row(outputs[1], "listfun/ListFun-v0")
+    assert row[2:] == ["python", "3", "1 if f is right on the hidden inputs"], row
     assert "mean@1 1.000" in outputs[2]
     summary = json.loads((workdir / "runs" / "listfun-eval" / "eval.json").read_text())
     assert (summary["env"], summary["split"], summary["success"], summary["errors"]) == (
