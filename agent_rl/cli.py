@@ -4,32 +4,43 @@ from __future__ import annotations
 
 import argparse
 import sys
+from importlib import metadata
 from pathlib import Path
 
 from agent_rl.models.families import FAMILIES
 
 
-def _config(args: argparse.Namespace):
-    """The validated config; ``--print-config`` prints it, every default filled in, and exits."""
-    from agent_rl.config import load_config
-    from agent_rl.run.preflight import check_config_file
+def _config(args: argparse.Namespace, weights: bool = True, model_path: str | None = None, before_paths=None):
+    """The validated config; ``--print-config`` prints it, every default filled in, and exits.
 
-    if args.config is not None:
-        check_config_file(args.config)
+    ``precheck`` first: the YAML, keys, names, the env id and the model's path are checked before
+    torch and transformers are imported (``agent_rl/run/precheck.py``); ``model_path``: the path to
+    check instead of the config's ``model.path`` (a resumed run's own); ``before_paths(raw)``: a
+    command's own check of the raw config, before the paths."""
+    from agent_rl.run.precheck import check_paths, precheck
+
+    raw = precheck(args.config, args.overrides)
+    if before_paths is not None:
+        before_paths(raw)
+    printing = getattr(args, "print_config", False)
+    if not printing:  # the resolved config prints whether its model exists or not
+        check_paths(raw, weights=weights, model_path=model_path)
+    from agent_rl.config import load_config
+
     cfg = load_config(args.config, args.overrides)
-    if getattr(args, "print_config", False):
+    if printing:
         print(cfg.to_yaml(), end="")
         raise SystemExit(0)
     return cfg
 
 
-def _preflight(cfg, weights: bool = True) -> None:
-    """What fails before anything is created: the model and the critic can be loaded."""
+def _preflight(cfg, weights: bool = True, model_path: str | None = None) -> None:
+    """What fails before anything is created: the env can be made, the model and the critic loaded."""
     from agent_rl.run.envloader import env_factory
     from agent_rl.run.preflight import check_model
 
     env_factory(cfg.env)  # an unknown env id first: the model's message names the env
-    check_model(cfg.model.path, weights=weights, env_id=cfg.env.id)
+    check_model(model_path or cfg.model.path, weights=weights, env_id=cfg.env.id)
     if cfg.learner.critic is not None and cfg.learner.critic.path is not None:
         check_model(cfg.learner.critic.path, key="learner.critic.path")
 
@@ -57,9 +68,9 @@ def cmd_init_model(args: argparse.Namespace) -> int:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
+    cfg = _config(args)
     from agent_rl.commands.sft import sft
 
-    cfg = _config(args)
     _preflight(cfg)
     _loading("sft", cfg)
     out, best = sft(cfg)
@@ -78,38 +89,63 @@ def cmd_train_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from agent_rl.train.trainer import train
+    from agent_rl.run.precheck import setting
+    from agent_rl.run.preflight import check_resume, checkpoint_step, run_model_path
 
     if args.config is not None and "=" in args.config:  # `train --resume RUN k=v`: no config file given
         args.overrides.insert(0, args.config)
         args.config = None
     if args.resume and args.config is None:
         args.config = str(Path(args.resume) / "config.yaml")
-    from agent_rl.learner.launch import RankFailedError
-    from agent_rl.run.preflight import check_resume, checkpoint_step
-
     done = checkpoint_step(args.resume) if args.resume else 0  # a run directory with a checkpoint
-    cfg = _config(args)
-    if args.resume:
-        check_resume(args.resume, done, cfg.trainer.steps)
-    _preflight(cfg)
+
+    def resume_has_work(raw: dict) -> None:
+        if args.resume:
+            check_resume(args.resume, done, setting(raw, "trainer", "steps"))
+
+    # a resumed run's model is its own config's model.path, whatever the config file given says
+    run_model = run_model_path(args.resume) if args.resume else None
+    cfg = _config(args, model_path=run_model, before_paths=resume_has_work)
+    from agent_rl.learner.launch import RankFailedError
+    from agent_rl.train.trainer import train
+
+    _preflight(cfg, model_path=run_model)
     _loading("train", cfg)
     try:
         run_dir = train(cfg, resume=args.resume)
     except RankFailedError as e:  # the rank printed its traceback; this line names it
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"run directory: {run_dir}")
+    if not cfg.tracking.progress:  # else the run's summary names it
+        print(f"run directory: {run_dir}")
     return 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from agent_rl.core.rundirs import checkpoint_model, is_run_dir
+
+    run = Path(args.config).expanduser()
+    if run.is_dir():  # a run directory: its config and the model of its newest checkpoint (or --step's)
+        if not is_run_dir(run):
+            raise ValueError(f"{args.config}: a directory without config.yaml, not a run directory")
+        model = checkpoint_model(run, args.step, key=str(args.config))
+        args.config = str(run / "config.yaml")
+        args.overrides.insert(0, f"model.path={model}")
+    elif args.step is not None:
+        raise ValueError(f"--step {args.step}: give a run directory, not a config file ({args.config})")
+    scripted = any(o.startswith("eval.policy=") and o != "eval.policy=" for o in args.overrides)
+    cfg = _config(args, weights=not scripted)
     from agent_rl.commands.eval import run_eval
 
-    cfg = _config(args)
     _preflight(cfg, weights=cfg.eval.policy is None)  # a scripted policy needs only the tokenizer
     _loading("eval", cfg)
-    run_eval(cfg)
+    from agent_rl.train.evaluation import too_many_errors
+
+    result, run_dir = run_eval(cfg)
+    failed = too_many_errors(result.errors, result.errors + result.episodes)
+    if failed is not None:  # exit 1: the errors are listed above, with their first messages
+        print(f"error: {failed}; the episodes are in {run_dir / 'trajectories' / 'eval.jsonl'}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -120,9 +156,16 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
 
 
 def cmd_objectives(args: argparse.Namespace) -> int:
-    from agent_rl.commands.catalog import render_catalog
+    from agent_rl.core.names import load_names, plugins_add_names
 
-    print(render_catalog(markdown=args.markdown, status=args.status))
+    if plugins_add_names():  # a plugin's objectives: the registries themselves (they import torch)
+        from agent_rl.commands.catalog import render_catalog
+
+        print(render_catalog(markdown=args.markdown, status=args.status))
+        return 0
+    from agent_rl.commands import catalog_text
+
+    print(catalog_text.render_catalog(load_names()["catalog"], markdown=args.markdown, status=args.status))
     return 0
 
 
@@ -219,8 +262,47 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+# one command line per subcommand, shown at the end of its --help
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "quickstart": ("agent-rl quickstart trainer.steps=10",),
+    "init-model": ("agent-rl init-model tiny --out runs/models/tiny --env agent_rl/MathTool-v0",),
+    "sft": ("agent-rl sft configs/quickstart.yaml model.path=runs/models/tiny sft.max_steps=100",),
+    "train": (
+        "agent-rl train configs/quickstart.yaml model.path=runs/models/tiny trainer.steps=2",
+        "agent-rl train --resume runs/quickstart-grpo-ppo_clip-20250101-120000 trainer.steps=80",
+    ),
+    "train-rm": ("agent-rl train-rm --data pairs.jsonl --model runs/models/tiny --out runs/rm",),
+    "eval": (
+        "agent-rl eval configs/quickstart.yaml model.path=runs/models/tiny eval.episodes=32",
+        "agent-rl eval runs/quickstart-grpo-ppo_clip-20250101-120000 --step 20",
+    ),
+    "serve": ("agent-rl serve --model runs/models/tiny --port 8000",),
+    "proxy": ("agent-rl proxy --model runs/models/tiny --port 8001",),
+    "view": ("agent-rl view runs/quickstart-grpo-ppo_clip-20250101-120000 --last 5",),
+    "export": ("agent-rl export runs/quickstart-grpo-ppo_clip-20250101-120000 --merge",),
+    "compare": ("agent-rl compare runs/a runs/b --metrics rollout/reward_mean --out compare.png",),
+    "objectives": ("agent-rl objectives list --status paper",),
+    "envs": ("agent-rl envs list --width 120",),
+    "sandbox": ("agent-rl sandbox doctor",),
+}
+
+
+def _version() -> str:
+    try:
+        return metadata.version("agent_rl")
+    except metadata.PackageNotFoundError:  # run from a checkout that is not installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="agent-rl", description="Train tool-using LLM agents with RL.")
+    p = argparse.ArgumentParser(
+        prog="agent-rl",
+        description="Train tool-using LLM agents with RL.",
+        epilog="example:\n  agent-rl quickstart\n  agent-rl train configs/quickstart.yaml trainer.steps=2\n"
+        "  agent-rl <command> --help   (each command's options and an example)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"agent-rl {_version()}", help="print the version and exit")
     sub = p.add_subparsers(dest="command", required=True)
 
     p.add_argument(
@@ -243,9 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_quickstart)
 
     sp = sub.add_parser("init-model", help="build a tiny model + tokenizer in Hugging Face format")
-    sp.add_argument("kind", choices=["tiny"])
-    sp.add_argument("--out", required=True)
-    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("kind", choices=["tiny"], help="what to build: tiny (a ~1M-parameter model for CPU runs)")
+    sp.add_argument("--out", required=True, help="directory to write the model and tokenizer to")
+    sp.add_argument("--seed", type=int, default=0, help="seed of the weights and of the tokenizer's corpus")
     sp.add_argument(
         "--env", action="append", default=[], help="env id whose text the tokenizer also learns (repeatable)"
     )
@@ -269,7 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("train", help="RL training")
     with_config(sp, required=False)
-    sp.add_argument("--resume", help="run directory to continue from its last checkpoint")
+    sp.add_argument(
+        "--resume", metavar="RUN", help="run directory to continue from its newest checkpoint (its own config.yaml)"
+    )
     sp.set_defaults(fn=cmd_train)
 
     sp = sub.add_parser(
@@ -293,14 +377,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("eval", help="pass@k / mean@k on held-out tasks")
     with_config(sp)
+    sp.add_argument(
+        "--step", type=int, default=None, help="with a run directory: the checkpoint of this step (default: the newest)"
+    )
     sp.set_defaults(fn=cmd_eval)
 
     sp = sub.add_parser("serve", help="our OpenAI-compatible completions server over the hf backend")
     sp.add_argument("--model", required=True, help="from_pretrained checkpoint directory")
-    sp.add_argument("--host", default="127.0.0.1")
+    sp.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     sp.add_argument("--port", type=int, default=8000, help="0: a free port (printed)")
-    sp.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    sp.add_argument("--device", default="cpu")
+    sp.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="weights' dtype")
+    sp.add_argument("--device", default="cpu", help="torch device of the model, e.g. cpu, cuda, cuda:1")
     sp.add_argument("--served-model-name", default=None, help="name in /v1/models (default: --model)")
     sp.add_argument(
         "--batch-wait-ms",
@@ -308,7 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=5.0,
         help="one batch gathers requests arriving less than this apart (up to 10 gaps)",
     )
-    sp.add_argument("--max-batch-size", type=int, default=64)
+    sp.add_argument("--max-batch-size", type=int, default=64, help="most requests generated in one batch")
     sp.add_argument(
         "--api-key",
         default=None,
@@ -321,12 +408,12 @@ def build_parser() -> argparse.ArgumentParser:
         "proxy", help="OpenAI chat-completions capture proxy over a checkpoint (docs/agent-programs.md)"
     )
     sp.add_argument("--model", required=True, help="from_pretrained checkpoint directory")
-    sp.add_argument("--host", default="127.0.0.1")
+    sp.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     sp.add_argument("--port", type=int, default=8001, help="0: a free port (printed)")
     sp.add_argument("--served-model-name", default="policy", help="the model name requests must use")
     sp.add_argument("--tool-format", default="auto", help="tool-call format (auto: detected from the tokenizer)")
-    sp.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    sp.add_argument("--device", default="cpu")
+    sp.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="weights' dtype")
+    sp.add_argument("--device", default="cpu", help="torch device of the model, e.g. cpu, cuda, cuda:1")
     sp.add_argument("--max-new-tokens", type=int, default=512, help="cap of one completion")
     sp.add_argument("--max-total-tokens", type=int, default=4096, help="prompt + completion")
     sp.add_argument(
@@ -378,8 +465,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_compare)
 
     sp = sub.add_parser("objectives", help="the registered objectives")
-    sp.add_argument("action", choices=["list"])
-    sp.add_argument("--markdown", action="store_true")
+    sp.add_argument("action", choices=["list"], help="list: every entry with its status, formula and defaults")
+    sp.add_argument("--markdown", action="store_true", help="as the tables of docs/objectives.md")
     sp.add_argument(
         "--status",
         default=None,
@@ -391,16 +478,25 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_objectives)
 
     sp = sub.add_parser("envs", help="the registered environments")
-    sp.add_argument("action", choices=["list"])
+    sp.add_argument("action", choices=["list"], help="list: id, description, tools, max turns, reward")
     sp.add_argument("--plugins", nargs="*", default=[], help="also import these modules (a user's env package)")
     sp.add_argument("--width", type=int, default=160, help="table width in characters")
     sp.set_defaults(fn=cmd_envs)
 
     sp = sub.add_parser("sandbox", help="sandbox backends and images")
-    sp.add_argument("action", choices=["doctor", "build-image"])
+    sp.add_argument(
+        "action",
+        choices=["doctor", "build-image"],
+        help="doctor: which backends work here; build-image: the docker image tool calls run in",
+    )
     sp.add_argument("--name", default=None, help="image name (build-image)")
     sp.add_argument("--force", action="store_true", help="rebuild even when the image exists")
     sp.set_defaults(fn=cmd_sandbox)
+    for name, example in EXAMPLES.items():
+        if name not in sub.choices:
+            continue
+        sub.choices[name].epilog = "example:\n  " + "\n  ".join(example)
+        sub.choices[name].formatter_class = argparse.RawDescriptionHelpFormatter
     return p
 
 

@@ -13,20 +13,33 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 import agent_rl.methods  # noqa: F401  (registers the methods that act on the run)
 from agent_rl.algorithms import ADVANTAGES, AGGREGATIONS, CREDITS, FILTERS, KLS, POLICY_LOSSES
 from agent_rl.algorithms.losses import LossOptions
 from agent_rl.algorithms.preference_data import PreferenceDataConfig
 from agent_rl.core.plugins import load_entry_points
+from agent_rl.core.rawconfig import (  # noqa: F401  (re-exported)
+    COMPONENT_PATHS,
+    ConfigError,
+    apply_override,
+    did_you_mean,
+    load_raw,
+)
 from agent_rl.core.registry import ComponentConfig, Registry
+from agent_rl.core.rundirs import resolve_model_path
 from agent_rl.proxy.config import AgentConfig
 from agent_rl.rollout.config import RolloutConfig
-
-
-class ConfigError(ValueError):
-    """A user mistake in a config file or override; the message names the key and allowed values."""
 
 
 def _component(registry: Registry) -> Any:
@@ -49,9 +62,17 @@ class Section(BaseModel):
 
 
 class ModelConfig(Section):
-    path: str = Field("runs/models/tiny", description="any from_pretrained path (local dir or hub id)")
+    path: str = Field(
+        "runs/models/tiny",
+        description="any from_pretrained path (local dir or hub id), or a run directory: its newest checkpoint's model",
+    )
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     device: str = Field("cpu", description="torch device for the hf backend and the learner")
+
+    @field_validator("path")
+    @classmethod
+    def _run_dir(cls, path: str) -> str:
+        return resolve_model_path(path)
 
 
 class EnvConfig(Section):
@@ -445,10 +466,11 @@ def _format(e: ValidationError) -> str:
         key = ".".join(str(p) for p in loc)
         if err["type"] == "extra_forbidden":
             allowed = _section_fields(loc)
-            lines.append(f"unknown config key '{key}'; allowed keys here: {', '.join(allowed)}")
+            near = did_you_mean(str(loc[-1]), allowed)
+            lines.append(f"unknown config key '{key}'{near}; allowed keys here: {', '.join(allowed)}")
         elif err["type"] == "value_error":
             msg = str(err.get("ctx", {}).get("error", err["msg"]))
-            if not key or msg.startswith(f"{key}."):  # the message names its key itself
+            if not key or msg.startswith((f"{key}.", f"{key}=")):  # the message names its key itself
                 lines.append(msg)
             else:
                 lines.append(f"config key '{key}': {msg}")
@@ -457,91 +479,9 @@ def _format(e: ValidationError) -> str:
     return "\n".join(lines)
 
 
-# where a registry entry is selected by ``name`` (its other keys belong to that entry)
-COMPONENT_PATHS = frozenset(
-    {
-        "algorithm.advantage",
-        "algorithm.loss",
-        "algorithm.aggregation",
-        "algorithm.kl",
-        "algorithm.credit",
-        "rollout.backend",
-    }
-)
-
-
-def apply_override(raw: dict[str, Any], override: str, defaults: dict[str, Any] | None = None) -> None:
-    """Apply one ``a.b.c=value`` override (value parsed as YAML) to a raw config dict.
-
-    A section missing from ``raw`` starts as its default, so ``algorithm.loss.eps_high=0.3`` keeps
-    the default loss's name. Setting a component's ``name`` resets its other keys, since they belong
-    to the previous entry's config.
-    """
-    if "=" not in override:
-        raise ConfigError(f"override '{override}' must look like key.path=value")
-    key, value = override.split("=", 1)
-    parts = key.strip().split(".")
-    node, default = raw, defaults or {}
-    for part in parts[:-1]:
-        default = default.get(part) if isinstance(default, dict) else None
-        child = node.get(part)
-        if child is None:
-            child = node[part] = dict(default) if isinstance(default, dict) else {}
-        if not isinstance(child, dict):
-            raise ConfigError(f"override '{key}': '{part}' is not a section")
-        node = child
-    if parts[-1] == "name" and ".".join(parts[:-1]) in COMPONENT_PATHS:
-        node.clear()
-    node[parts[-1]] = _yaml(value, f"override '{key}'") if value != "" else ""
-
-
-def _yaml(text: str, where: str, is_file: bool = False) -> Any:
-    """``yaml.safe_load``, its errors (and nesting too deep to parse) a ``ConfigError`` naming ``where``
-    (a file: with the line and column of the problem)."""
-    try:
-        return yaml.safe_load(text)
-    except yaml.MarkedYAMLError as e:  # file:line:column of the problem, as compilers print it
-        mark = e.problem_mark or e.context_mark
-        at = (
-            where
-            if mark is None
-            else f"{where}:{mark.line + 1}:{mark.column + 1}"
-            if is_file
-            else f"{where} (column {mark.column + 1})"
-        )
-        what = "; ".join(str(p) for p in (e.problem, e.context) if p) or "cannot parse"
-        raise ConfigError(f"{at}: not valid YAML: {what}") from None
-    # the constructors of explicit tags raise plain errors: !!int x, !!timestamp x, !!bool x
-    except (yaml.YAMLError, ValueError, TypeError, AttributeError, KeyError) as e:
-        raise ConfigError(f"{where}: not valid YAML: {' '.join(str(e).split())}") from None
-    except RecursionError:
-        raise ConfigError(f"{where}: YAML nested too deeply") from None
-
-
-def _check_no_nan(node: Any, key: str = "", seen: frozenset[int] = frozenset()) -> None:
-    """NaN passes every ``ge`` / ``gt`` / ``le`` bound (all comparisons are False): refuse it by key."""
-    if isinstance(node, float) and node != node:
-        raise ConfigError(f"config key '{key}': NaN is not a number")
-    if isinstance(node, (dict, list)) and id(node) not in seen:  # YAML anchors can make cycles
-        items = node.items() if isinstance(node, dict) else enumerate(node)
-        for k, v in items:
-            _check_no_nan(v, f"{key}.{k}" if key else str(k), seen | {id(node)})
-
-
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     load_entry_points()  # installed packages' objectives and backends, before their names are checked
-    raw: dict[str, Any] = {}
-    if path is not None:
-        if not Path(path).is_file():
-            raise ConfigError(f"config file not found: {path}")
-        text = Path(path).read_text()
-        raw = _yaml(text, str(path), is_file=True) or {}
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping")
-    defaults = Config().model_dump(mode="json") if overrides else None
-    for o in overrides or []:
-        apply_override(raw, o, defaults)
-    _check_no_nan(raw)
+    raw = load_raw(path, overrides, Config().model_dump(mode="json") if overrides else None)
     try:
         return Config.model_validate(raw)
     except ValidationError as e:

@@ -147,9 +147,10 @@ def test_objectives_and_envs_list():
         ("env.id=agent_rl/Nope-v0", ["unknown environment 'agent_rl/Nope-v0'", "agent_rl/Arithmetic-v0"]),
     ],
 )
-def test_bad_config_fails_before_model_load(override, expected):
+def test_bad_config_fails_before_model_load(override, expected, tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # passes the path check; never loaded
     t0 = time.perf_counter()
-    r = run("train", QUICK, "model.path=/nonexistent/model", override)
+    r = run("train", QUICK, f"model.path={tmp_path}", override)
     assert r.returncode == 2
     for fragment in expected:
         assert fragment in r.stderr, (fragment, r.stderr)

@@ -139,7 +139,10 @@ def test_malformed_yaml_names_file_line_column(tmp_path, capsys):
     bad.write_text("trainer:\n  steps: 3\n  seed: [1, 2\nmodel: {}\n")
     with pytest.raises(ConfigError) as e:
         load_config(bad)
-    assert str(e.value) == f"{bad}:4:6: not valid YAML: expected ',' or ']', but got ':'; while parsing a flow sequence"
+    assert str(e.value) == (  # the unclosed [ of line 3, not line 4 where the parser noticed it
+        f"{bad}:3:9: not valid YAML: while parsing a flow sequence that starts here: "
+        "expected ',' or ']', but got ':' (noticed at line 4)"
+    )
     bad.write_text("trainer:\n  steps: 3\n   seed: 1\n")
     err = _error(capsys, ["train", str(bad)])
     assert err == f"error: {bad}:3:8: not valid YAML: mapping values are not allowed here"

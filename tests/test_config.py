@@ -33,7 +33,7 @@ def test_round_trip_through_yaml(tmp_path):
         ("nope=1", "unknown config key 'nope'"),
         ("learner.lr=abc", "learner.lr"),
         ("algorithm.kl.placement=inside", "'in_loss' or 'in_reward'"),
-        ("rollout.backend.name=vlm", "unknown rollout_backend 'vlm'; known: hf"),
+        ("rollout.backend.name=vlm", "unknown rollout_backend 'vlm' (did you mean 'vllm'?); known: hf"),
         ("trainer.steps", "must look like key.path=value"),
     ],
 )

@@ -69,6 +69,9 @@ LAZY_MODULES = {
     "agent_rl.distributed.learner_group",
     "agent_rl.distributed.sandbox_pool",
     "tools.mcp",
+    # imports torch and transformers: the env loader builds a tiny model only in `init-model`, and a
+    # config check (env ids, `envs list`) must answer before torch is imported (agent_rl/run/precheck.py)
+    "agent_rl.models.tiny",
 }
 # agent_rl reaches the env packages only through its env loader, which imports ``envs`` (every
 # built-in env: BFCL's data, the search index, ...) when a run first needs an env

@@ -11,23 +11,19 @@ from __future__ import annotations
 import json
 import re
 import sys
+from typing import Any, get_args
 
+from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
 import agent_rl.methods  # noqa: F401  (registers the methods that act on the run)
-from agent_rl.algorithms import ALL_REGISTRIES
-from agent_rl.algorithms.registry import CHOICES, OBJECTIVES_DOC, STATUSES, Entry, ObjectiveEntry
-
-REGENERATE = "python -m agent_rl.commands.catalog > docs/objectives.md"
-
-STATUS_MEANING = {
-    "reference": "a test in this repository checks its numbers against another implementation's (verl 0.9.1 values "
-    "computed outside CI and written into the test, or TRL's in a golden file)",
-    "paper": "the formula of the paper's own text (or of the authors' own code), with hand-computed tests",
-    "interpretation": "built from an abstract, a summary or a third party's reimplementation, or with defaults "
-    'of ours that matter; its choices are recorded (the evidence, "Choices we made" below, config fields '
-    'marked "ours")',
-}
+from agent_rl.algorithms import ADVANTAGES, AGGREGATIONS, ALL_REGISTRIES, CREDITS, FILTERS, KLS, POLICY_LOSSES
+from agent_rl.algorithms.registry import CHOICES, OBJECTIVES_DOC, Entry, ObjectiveEntry
+from agent_rl.commands import catalog_text
+from agent_rl.commands.catalog_text import REGENERATE, REGENERATE_NAMES, STATUS_MEANING  # noqa: F401  (re-exported)
+from agent_rl.config import Config
+from agent_rl.core.registry import ComponentConfig
+from agent_rl.rollout.backends import BACKENDS
 
 
 def anchor(entry: ObjectiveEntry) -> str:
@@ -58,88 +54,76 @@ def _defaults(entry: Entry) -> str:
     return ", ".join(parts)
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|") or "-"
+def catalog_data() -> dict[str, Any]:
+    """The registries as plain data, what ``render_catalog`` reads: the kinds, every entry, the
+    recorded choices."""
+    entries = [
+        {
+            "kind": e.kind,
+            "name": e.name,
+            "summary": e.summary,
+            "formula": _formula_lines(e),
+            "defaults": _defaults(e),
+            "needs": sorted(e.needs),
+            "state": e.state.__name__ if e.state else "",
+            "status": e.status,
+            "evidence": e.evidence,
+        }
+        for r in ALL_REGISTRIES.values()
+        for e in r.entries()
+    ]
+    choices = [{"key": c.key, "question": c.question, "choice": c.choice} for c in CHOICES]
+    return {"kinds": list(ALL_REGISTRIES), "entries": entries, "choices": choices}
 
 
 def render_catalog(markdown: bool, status: str | None = None) -> str:
-    """Every entry of every registry (kind, key, status, summary, formula, config defaults, needs,
-    state, evidence); ``status``: only the entries of that status."""
-    if status is not None and status not in STATUSES:
-        raise ValueError(f"unknown status '{status}'; known: {', '.join(STATUSES)}")
-    chosen = {
-        kind: [e for e in r.entries() if status is None or e.status == status] for kind, r in ALL_REGISTRIES.items()
+    """The catalog of the registries as they are (``catalog_text.render_catalog``)."""
+    return catalog_text.render_catalog(catalog_data(), markdown=markdown, status=status)
+
+
+# the registry each component path of the config selects from (agent_rl/config.py)
+COMPONENT_REGISTRIES = {
+    "algorithm.advantage": ADVANTAGES,
+    "algorithm.loss": POLICY_LOSSES,
+    "algorithm.aggregation": AGGREGATIONS,
+    "algorithm.kl": KLS,
+    "algorithm.credit": CREDITS,
+    "algorithm.filters": FILTERS,
+    "rollout.backend": BACKENDS,
+}
+
+
+def _sections(model: type[BaseModel], path: str, out: dict[str, list[str]]) -> dict[str, list[str]]:
+    """``path -> allowed keys`` for ``model`` and every section below it (a field whose type is a
+    section, optional or not; components are ``COMPONENT_REGISTRIES``'s)."""
+    out[path] = list(model.model_fields)
+    for name, field in model.model_fields.items():
+        for t in (field.annotation, *get_args(field.annotation)):
+            if isinstance(t, type) and issubclass(t, BaseModel) and not issubclass(t, ComponentConfig):
+                _sections(t, f"{path}.{name}" if path else name, out)
+    return out
+
+
+def names_snapshot() -> dict[str, Any]:
+    """What ``agent_rl/core/names.json`` holds, read from the config classes and the registries: the
+    keys of every config section, each component's entries and their keys, the config's defaults
+    and the catalog (``catalog_data``). ``agent_rl/run/precheck.py`` checks a config against it
+    before torch is imported; ``tests/test_precheck.py`` keeps the file equal to this."""
+    return {
+        "regenerate": REGENERATE_NAMES,
+        "sections": _sections(Config, "", {}),
+        "components": {
+            path: {e.name: list(e.config.model_fields) for e in registry.entries()}
+            for path, registry in COMPONENT_REGISTRIES.items()
+        },
+        "component_kinds": {path: registry.kind for path, registry in COMPONENT_REGISTRIES.items()},
+        "defaults": Config().model_dump(mode="json"),
+        "catalog": catalog_data(),
     }
-    every = [e for entries in chosen.values() for e in entries]
-    counts = {s: sum(e.status == s for e in every) for s in STATUSES}
-    chosen_keys = {c.key for c in CHOICES} if status is None else set()
-    lines: list[str] = []
-    if markdown:
-        lines += [
-            "# Objectives",
-            "",
-            f"Generated from the registries; do not edit. Regenerate with `{REGENERATE}`.",
-            "",
-        ]
-        lines += ["Keys not built yet (the Catalog III backlog): [objectives-backlog.md](objectives-backlog.md).", ""]
-        lines += ["## How faithful each entry is", ""]
-        lines += ["Every entry says it when it is registered (`status`, with its `evidence`):", ""]
-        lines += ["| status | entries | meaning |", "|---|---|---|"]
-        lines += [f"| `{s}` | {counts[s]} | {STATUS_MEANING[s]} |" for s in STATUSES]
-        lines += ["", "A run whose objective uses an `interpretation` entry says so in one line at its start.", ""]
-        lines += [
-            '"seed 000 / 002 / 003" in an evidence are the texts the catalog was drawn from (a survey post, a '
-            "paper list, abstracts); they are not in this repository.",
-            "",
-        ]
-        lines += ["| kind | " + " | ".join(STATUSES) + " |", "|---|" + "---|" * len(STATUSES)]
-        for kind, entries in chosen.items():
-            lines.append(f"| {kind} | " + " | ".join(str(sum(e.status == s for e in entries)) for s in STATUSES) + " |")
-        lines.append("")
-    else:
-        total = sum(len(r.entries()) for r in ALL_REGISTRIES.values())
-        if status is None:
-            lines.append(f"{total} entries: " + ", ".join(f"{counts[s]} {s}" for s in STATUSES))
-        else:
-            lines.append(f"{len(every)} of {total} entries are {status}")
-    for kind, entries in chosen.items():
-        if markdown:
-            lines += [f"## {kind} ({len(entries)})", ""]
-            if not entries:
-                lines += ["(none yet)", ""]
-                continue
-            lines += [
-                "| key | method | formula | config defaults | needs | state | status | evidence |",
-                "|---|---|---|---|---|---|---|---|",
-            ]
-            for e in entries:
-                formula = "<br>".join(_formula_lines(e))
-                state = e.state.__name__ if e.state else ""
-                choices = f" ([its recorded choices](#choices-{e.name}))" if e.name in chosen_keys else ""
-                evidence = e.evidence + choices
-                cells = [f"`{e.name}`", e.summary, formula, _defaults(e), ", ".join(sorted(e.needs)), state]
-                status_cell = f'<a id="{anchor(e)}"></a>**{e.status}**'  # the row's anchor: #<kind>-<key>
-                lines.append("| " + " | ".join(_cell(c) for c in cells) + f" | {status_cell} | {_cell(evidence)} |")
-            lines.append("")
-        else:
-            for e in entries:
-                lines.append(f"{kind:12s} {e.name:24s} {e.summary}")
-                lines.append(f"{'':37s}status: {e.status} ({e.evidence})")
-                lines += [f"{'':37s}{line}" for line in _formula_lines(e)]
-                for label, text in (("config", _defaults(e)), ("needs", ", ".join(sorted(e.needs)))):
-                    if text:
-                        lines.append(f"{'':37s}{label}: {text}")
-    if markdown and CHOICES and status is None:
-        lines += ["## Choices we made", "", "Where a paper leaves a choice open.", ""]
-        lines += ["| key | open question | our choice |", "|---|---|---|"]
-        first = set()
-        for c in sorted(CHOICES, key=lambda c: c.key):
-            key = f"`{c.key}`" if c.key in first else f'<a id="choices-{c.key}"></a>`{c.key}`'
-            first.add(c.key)
-            lines.append(f"| {key} | {_cell(c.question)} | {_cell(c.choice)} |")
-        lines.append("")
-    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 if __name__ == "__main__":
-    sys.stdout.write(render_catalog(markdown="--text" not in sys.argv[1:]))
+    if "--names" in sys.argv[1:]:
+        sys.stdout.write(json.dumps(names_snapshot(), indent=1, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write(render_catalog(markdown="--text" not in sys.argv[1:]))

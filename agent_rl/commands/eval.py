@@ -20,7 +20,7 @@ from agent_rl.rollout.render import ChatRenderer
 from agent_rl.run.envloader import bind_tool_format, declared, env_factory, load_function, sandbox_kwargs, tool_format
 from agent_rl.run.progress import EpisodeProgress
 from agent_rl.run.runtime import make_run_dir
-from agent_rl.train.evaluation import EvalResult, evaluate, score
+from agent_rl.train.evaluation import EvalResult, error_lines, evaluate, score
 
 
 def _load_policy(path: str) -> Any:
@@ -92,7 +92,8 @@ def per_category(cfg: Any, trajectories: list[Trajectory], resamples: int = 1000
 
 
 def run_eval(cfg: Any, log: Any = print) -> tuple[EvalResult, Path]:
-    """``agent-rl eval``: score, print, and write ``eval.json`` + ``trajectories/eval.jsonl``."""
+    """``agent-rl eval``: score, print (each kind of error with its count and first message), and
+    write ``eval.json`` + ``trajectories/eval.jsonl``."""
 
     engine = _engine(cfg)
     t0 = time.perf_counter()
@@ -132,5 +133,10 @@ def run_eval(cfg: Any, log: Any = print) -> tuple[EvalResult, Path]:
     failed = [r.task_id for r in result.per_task if r.samples and r.correct < r.samples]
     if failed:
         log(f"  tasks not always solved ({len(failed)}): {', '.join(failed[:10])}{' ...' if len(failed) > 10 else ''}")
+    errors = error_lines(trajectories)
+    if errors:
+        log(f"  errors ({result.errors} of {len(trajectories)} episodes, excluded from the scores):")
+        for line in errors:
+            log(f"    {line}")
     log(f"written to {run_dir} (eval.json, trajectories/eval.jsonl)")
     return result, run_dir

@@ -17,6 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from agent_rl.core.rawconfig import did_you_mean
+
 
 class ComponentConfig(BaseModel):
     """Base of every entry's config: ``name`` selects the entry, the other fields are its own."""
@@ -98,7 +100,8 @@ class Registry:
 
     def get(self, name: str) -> Entry:
         if name not in self._entries:
-            raise ValueError(f"unknown {self.kind} '{name}'; known: {', '.join(self.names())}")
+            near = did_you_mean(name, self.names())
+            raise ValueError(f"unknown {self.kind} '{name}'{near}; known: {', '.join(self.names())}")
         return self._entries[name]
 
     def parse_config(self, raw: Any) -> ComponentConfig:

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from agent_rl.core.rundirs import latest_checkpoint
 from agent_rl.learner import fsdp
 
 
@@ -69,10 +70,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def latest(root: Path) -> Path | None:
-    """The newest complete checkpoint under ``root`` (temporary directories never count)."""
-    done = sorted(p for p in Path(root).glob("step_*") if p.is_dir())
-    return done[-1] if done else None
+latest = latest_checkpoint  # the newest complete checkpoint under a root (agent_rl/core/rundirs.py)
 
 
 class RemoteShards(Protocol):

@@ -28,7 +28,7 @@ import gymnasium as gym
 
 from agent_rl.core.plugins import env_ids as entry_point_env_ids
 from agent_rl.core.plugins import load_entry_points
-from agent_rl.models.tiny import save_tiny
+from agent_rl.core.rawconfig import did_you_mean
 from tools.formats import detect_format
 
 # the tiny tokenizer's own text: the quickstart environment's conversations (agent_rl/models/tiny.py)
@@ -124,12 +124,20 @@ def bind_tool_format(policy: Callable, fmt: str | None) -> Callable:
     return functools.partial(policy, tool_format=fmt) if accepts else policy
 
 
+def check_env_id(env_id: str, plugins: list[str]) -> None:
+    """``env_id`` is registered (by ``envs``, the entry points or ``plugins``); else a ``ValueError``
+    naming the nearest ids and every registered one. Imports no model code: ``agent_rl/run/precheck.py``
+    calls it before torch is imported."""
+    load_plugins(plugins)
+    if env_id not in gym.registry:
+        known = sorted(k for k in gym.registry if k.startswith("agent_rl/") or "/" in k and not k.startswith("ALE/"))
+        near = did_you_mean(env_id, known)
+        raise ValueError(f"config key 'env.id': unknown environment '{env_id}'{near}; registered: {', '.join(known)}")
+
+
 def env_factory(env_cfg: Any, **overrides: Any) -> Callable[[], gym.Env]:
     """A function that makes one env; checks the id first so a typo fails before any model loads."""
-    load_plugins(env_cfg.plugins)
-    if env_cfg.id not in gym.registry:
-        known = sorted(k for k in gym.registry if k.startswith("agent_rl/") or "/" in k and not k.startswith("ALE/"))
-        raise ValueError(f"config key 'env.id': unknown environment '{env_cfg.id}'; registered: {', '.join(known)}")
+    check_env_id(env_cfg.id, env_cfg.plugins)
     kwargs = {**env_cfg.options, **overrides}
 
     def make() -> gym.Env:
@@ -211,5 +219,7 @@ def init_tiny(
     """Build and save the tiny model and tokenizer to ``out`` (``agent_rl/models/tiny.py``); its
     tokenizer learns from ``tokenizer_corpus`` (``env_ids``: envs whose conversations join the
     default, Arithmetic's, e.g. ``agent_rl/MathTool-v0``)."""
+    from agent_rl.models.tiny import save_tiny  # torch and transformers: only when a model is built
+
     corpus = tokenizer_corpus(6000, seed, env_ids)
     return save_tiny(out, corpus, seed, vocab_size, family, max_position_embeddings)

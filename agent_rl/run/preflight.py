@@ -10,10 +10,11 @@ import os
 import re
 from pathlib import Path
 
-from agent_rl.learner.checkpoint import latest
+from agent_rl.core.rawconfig import parse_yaml
+from agent_rl.core.rundirs import latest_checkpoint
 
 # a hub id: "name" or "org/name" (letters, digits, - _ .), never a path that starts with / . or ~
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _TRUE = {"1", "on", "yes", "true"}
 HUB_TIMEOUT_S = 5.0  # one request, no retries: a machine without the hub fails at once
 
@@ -68,7 +69,7 @@ def check_model(path: str, key: str = "model.path", weights: bool = True, env_id
         return
     if local.exists():
         raise ValueError(f"{key}={path}: a file, not a checkpoint directory")
-    if not _HUB_ID.match(path):
+    if not HUB_ID.match(path):
         raise ValueError(
             f"{key}={path}: no such directory (looked for {where(path)}). Build a tiny model with "
             f"`{make_command(path, env_id)}`, or give a checkpoint directory or a hub id (org/name)"
@@ -108,12 +109,19 @@ def checkpoint_step(run_dir: str | Path) -> int:
     run = Path(run_dir)
     if not (run / "config.yaml").is_file():
         raise ValueError(f"--resume {run_dir}: not a run directory (no config.yaml)")
-    path = latest(run / "checkpoints")
+    path = latest_checkpoint(run / "checkpoints")
     if path is None:
         raise ValueError(
             f"--resume {run_dir}: no complete checkpoint in {run / 'checkpoints'}; start a new run instead"
         )
     return int(path.name.rsplit("_", 1)[-1])
+
+
+def run_model_path(run_dir: str | Path) -> str | None:
+    """The ``model.path`` of a run's own ``config.yaml`` (None: it names none, the default applies)."""
+    raw = parse_yaml((Path(run_dir) / "config.yaml").read_text(), str(Path(run_dir) / "config.yaml"), is_file=True)
+    model = raw.get("model") if isinstance(raw, dict) else None
+    return model.get("path") if isinstance(model, dict) else None
 
 
 def check_resume(run_dir: str | Path, done: int, steps: int) -> None:

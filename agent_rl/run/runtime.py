@@ -33,7 +33,9 @@ def make_run_dir(cfg: Config, suffix: str = "") -> Path:
         path = Path(cfg.run.dir)
     else:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        path = Path(cfg.run.root) / f"{cfg.run.name}{suffix}-{stamp}"
+        # an RL run's name says its objective: one recipe trains with many (advantage-loss)
+        objective = "" if suffix else f"-{cfg.algorithm.advantage.name}-{cfg.algorithm.loss.name}"
+        path = Path(cfg.run.root) / f"{cfg.run.name}{objective}{suffix}-{stamp}"
     if not path.exists():
         _CREATED.append(path)
     path.mkdir(parents=True, exist_ok=True)
