@@ -508,7 +508,7 @@ def _quiet_warnings() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from agent_rl.core.plugins import load_entry_points
-    from agent_rl.train.breaker import InfraErrorRateError
+    from agent_rl.train.breaker import ErrorRateError
 
     _quiet_warnings()
 
@@ -518,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         load_entry_points()  # installed plugins, before any config is parsed or anything is listed
         return args.fn(args)
-    except (ValueError, InfraErrorRateError, KeyboardInterrupt) as e:
+    except (ValueError, ErrorRateError, KeyboardInterrupt) as e:
         if "agent_rl.run.runtime" in sys.modules:  # a run that never started leaves no directory behind
             sys.modules["agent_rl.run.runtime"].discard_unstarted_run_dirs()
         if debug:
@@ -528,8 +528,8 @@ def main(argv: list[str] | None = None) -> int:
             return 130
         print(f"error: {e}", file=sys.stderr)  # user mistakes: one clear line, no traceback
         return (
-            3 if isinstance(e, InfraErrorRateError) else 2
-        )  # 3: the run stopped itself, its infrastructure kept failing
+            3 if isinstance(e, ErrorRateError) else 2
+        )  # 3: the run stopped itself, its infrastructure kept failing or its env kept raising
 
 
 if __name__ == "__main__":

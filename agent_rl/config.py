@@ -260,6 +260,12 @@ class TrainerConfig(Section):
     infra_error_patience: int = Field(
         3, ge=0, description="consecutive steps above sustained_infra_error_frac that stop the run (0: never)"
     )
+    max_env_error_frac: float = Field(
+        0.25,
+        ge=0.0,
+        le=1.0,
+        description="stop the run when more than this share of a step's episodes ends in env_error (1.0: never)",
+    )
     preference_data: PreferenceDataConfig | None = Field(
         None,
         description="offline dpo / rpo / kto: a JSONL of pairs or labelled samples replaces the rollouts (None: rollouts)",

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import subprocess
 
+import gymnasium as gym
 import pytest
 
+from agent_rl.cli import main
 from agent_rl.config import ConfigError, load_config
 from agent_rl.core.types import StopReason, Trajectory
 from agent_rl.rollout.backends.server import bind
-from agent_rl.train.breaker import InfraBreaker, InfraErrorRateError
+from agent_rl.train.breaker import EnvErrorRateError, InfraBreaker, InfraErrorRateError
+from agent_rl.train.evaluation import MAX_ERROR_SHARE
+from envs.arithmetic.env import ArithmeticEnv
 from tests.conftest import ROOT
 from tests.learner.helpers import env, train_cmd
 
@@ -120,3 +124,65 @@ def test_a_run_against_a_dead_backend_stops_at_its_first_step_and_resumes(tmp_pa
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"resumed {run_dir} at step 0" in r.stdout
+
+
+def env_errors(n: int, failed: int) -> list[Trajectory]:
+    out = episodes(n, failed, "step: ZeroDivisionError('division by zero')")
+    for t in out[:failed]:
+        t.stop_reason = StopReason.ENV_ERROR
+    return out
+
+
+def test_more_than_a_quarter_of_a_steps_episodes_in_env_errors_trips_with_type_count_and_first_message():
+    assert load_config(None, []).trainer.max_env_error_frac == MAX_ERROR_SHARE == 0.25  # eval's share, per step
+    breaker = InfraBreaker(load_config(None, ["env.id=agent_rl/Arithmetic-v0"]))
+    breaker.check(0, env_errors(8, 2))  # 2 of 8: not more than a quarter
+    with pytest.raises(EnvErrorRateError) as info:
+        breaker.check(1, env_errors(8, 3))
+    assert str(info.value) == (
+        "step 1: 3 of 8 episodes ended in an env error (more than trainer.max_env_error_frac=0.25): "
+        "3 x env_error ZeroDivisionError, first: step: ZeroDivisionError('division by zero') #0; "
+        "the code of env.id=agent_rl/Arithmetic-v0 raised, retrying will not help"
+    )
+    never = InfraBreaker(load_config(None, ["trainer.max_env_error_frac=1.0"]))
+    never.check(0, env_errors(4, 4))
+
+
+class TurnRewardRaises(ArithmeticEnv):
+    """Arithmetic whose reward of every turn raises."""
+
+    async def take_turn(self, text, parsed):
+        raise ZeroDivisionError("the reward function divided by zero")
+
+
+def test_a_training_run_whose_env_raises_stops_at_its_first_step_with_exit_3(tmp_path, tiny_model_dir, capsys):
+    gym.register("test/TurnRewardRaises-v0", entry_point=TurnRewardRaises, disable_env_checker=True)
+    try:
+        code = main(
+            [
+                "train",
+                str(ROOT / "configs" / "quickstart.yaml"),
+                f"model.path={tiny_model_dir}",
+                f"run.dir={tmp_path / 'run'}",
+                "env.id=test/TurnRewardRaises-v0",
+                "sandbox.backend=process",
+                "rollout.group_size=2",
+                "rollout.max_new_tokens=4",
+                "trainer.prompts_per_step=2",
+                "trainer.steps=2",
+                "tracking.loggers=[]",
+                "tracking.progress=false",
+            ]
+        )
+    finally:
+        gym.registry.pop("test/TurnRewardRaises-v0")
+    err = capsys.readouterr().err
+    assert code == 3
+    [line] = [x for x in err.splitlines() if x.startswith("error:")]
+    assert line.startswith(
+        "error: step 0: 4 of 4 episodes ended in an env error (more than trainer.max_env_error_frac=0.25): "
+        "4 x env_error ZeroDivisionError, first: step: ZeroDivisionError('the reward function divided by zero'); "
+        "the code of env.id=test/TurnRewardRaises-v0 raised, retrying will not help; checkpoint "
+    ), line
+    assert f"--resume {tmp_path / 'run'}" in line and "Traceback" not in err
+    assert (tmp_path / "run" / "checkpoints" / "step_000000").is_dir()

@@ -20,7 +20,8 @@ from agent_rl.rollout.render import ChatRenderer
 from agent_rl.run.envloader import bind_tool_format, declared, env_factory, load_function, sandbox_kwargs, tool_format
 from agent_rl.run.progress import EpisodeProgress
 from agent_rl.run.runtime import make_run_dir
-from agent_rl.train.evaluation import EvalResult, error_lines, evaluate, score
+from agent_rl.train.breaker import error_lines
+from agent_rl.train.evaluation import EvalResult, evaluate, score
 
 
 def _load_policy(path: str) -> Any:

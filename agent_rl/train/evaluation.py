@@ -15,7 +15,6 @@ excluded from every score and counted in ``errors``.
 from __future__ import annotations
 
 import math
-import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -149,19 +148,6 @@ async def evaluate(
 # a run where more than this share of episodes ended in env or infrastructure errors failed: its
 # scores (errors excluded) describe too few episodes to stand for the policy; the command exits 1
 MAX_ERROR_SHARE = 0.25
-
-
-def error_lines(trajectories: list[Trajectory]) -> list[str]:
-    """One line per kind of error (stop reason and exception type), with its count and its first
-    message, most frequent first; empty when no episode failed."""
-    kinds: dict[str, list[str]] = defaultdict(list)
-    for t in trajectories:
-        if t.reward is None:
-            message = str(t.info.get("error") or "no message")
-            kind = re.match(r"(?:\w+: )?([\w.]+)\(", message)  # "step: ValueError('...')"
-            kinds[f"{t.stop_reason.value} {kind.group(1) if kind else ''}".strip()].append(message)
-    ordered = sorted(kinds.items(), key=lambda kv: -len(kv[1]))
-    return [f"{len(msgs)} x {kind}, first: {msgs[0]}" for kind, msgs in ordered]
 
 
 def too_many_errors(failed: int, total: int) -> str | None:

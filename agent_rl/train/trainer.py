@@ -37,7 +37,7 @@ from agent_rl.rollout.groups import (
 from agent_rl.run.progress import RunProgress
 from agent_rl.run.runtime import Components, make_policy_backend, make_run_dir, seed_everything
 from agent_rl.run.tracking import Tracker, read_metrics
-from agent_rl.train.breaker import InfraBreaker, InfraErrorRateError
+from agent_rl.train.breaker import ErrorRateError, InfraBreaker
 from agent_rl.train.components import ComponentContext, build_components, check_provided, need_providers
 from agent_rl.train.evaluation import evaluate
 from agent_rl.train.hints import LearningHints
@@ -128,7 +128,9 @@ class Trainer:
             )
             if not resume:
                 self.weight_sync(self.learner.version)  # the samplers start from the adapter the ledger holds
-        self.breaker = InfraBreaker(cfg)  # stops a run whose infrastructure keeps failing (agent_rl/train/breaker.py)
+        self.breaker = InfraBreaker(
+            cfg
+        )  # stops a run whose infra keeps failing or env keeps raising (train/breaker.py)
         self.hints = LearningHints(
             cfg.trainer.steps, log=self.log
         )  # says once when RL cannot learn (agent_rl/train/hints.py)
@@ -175,7 +177,7 @@ class Trainer:
         version = self.learner.version
         try:
             return self.step(step)
-        except InfraErrorRateError as e:  # every rank raises it at the same point: the checkpoint collective is safe
+        except ErrorRateError as e:  # every rank raises it at the same point: the checkpoint collective is safe
             if self.learner.version == version:
                 e.args = (
                     f"{e.args[0]}; checkpoint {self.save_checkpoint(step)} resumes the run (--resume {self.run_dir})",
@@ -205,7 +207,7 @@ class Trainer:
             self.hints.observe(step, trajectories)
             try:
                 self.breaker.check(step, trajectories)
-            except InfraErrorRateError as e:
+            except ErrorRateError as e:
                 tripped = e
                 self._save_trajectories(step, trajectories)
         if self.world > 1:  # every rank stops together when the breaker trips
