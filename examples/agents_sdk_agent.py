@@ -5,6 +5,7 @@ The SDK's default model API is Responses (`/v1/responses`); the agent's python t
 (docs/agent-programs.md), as it runs examples/arithmetic_agent.py.
 """
 
+import logging
 import re
 import subprocess
 import sys
@@ -14,6 +15,10 @@ from agents.exceptions import MaxTurnsExceeded, ModelBehaviorError
 from openai import AsyncOpenAI
 
 set_tracing_disabled(True)  # the SDK would export traces to OpenAI: nothing leaves this machine
+# the SDK logs "Error getting response" (no reason) for a failed model call, then raises the error: solve
+# says what it caught, anything else propagates with its traceback
+logging.getLogger("openai.agents").addFilter(lambda record: not record.getMessage().startswith("Error getting"))
+said: set[str] = set()  # each reason for no answer is printed once, not once per episode
 
 
 @function_tool
@@ -33,7 +38,10 @@ async def solve(base_url: str, task: dict) -> str | None:
         agent = Agent(name="arithmetic", instructions=system, tools=[python], model=OpenAIResponsesModel(task["model"], client))
         try:
             result = await Runner.run(agent, question, max_turns=3)
-        except (MaxTurnsExceeded, ModelBehaviorError):  # no answer in 3 turns; a reply cut at the token limit
+        except (MaxTurnsExceeded, ModelBehaviorError) as e:  # no answer in 3 turns; a reply cut at the token limit
+            if str(e) not in said:
+                said.add(str(e))
+                print(f"agents_sdk_agent: no answer (reward 0): {type(e).__name__}: {e}", file=sys.stderr)
             return None
     found = re.search(r"<answer>(.*?)</answer>", str(result.final_output), re.DOTALL)
     return found.group(1).strip() if found else None

@@ -28,7 +28,7 @@ def test_sdk_agent_with_the_oracle_is_one_exact_segment_per_episode(tiny_tokeniz
     assert eng.metrics["proxy/spliced_calls"] == 4 and eng.metrics["proxy/segment_breaks"] == 0
 
 
-def test_sdk_agent_on_the_tiny_model_is_token_exact(tiny_model_dir, tiny_tokenizer):
+def test_sdk_agent_on_the_tiny_model_is_token_exact(tiny_model_dir, tiny_tokenizer, capfd):
     from agent_rl.models.loading import load_model
     from agent_rl.rollout.backends.hf import HfBackend
 
@@ -40,6 +40,13 @@ def test_sdk_agent_on_the_tiny_model_is_token_exact(tiny_model_dir, tiny_tokeniz
     assert [(t.info["segments"], t.info["segment_breaks"]) for t in out] == [(1, 0)] * 4
     assert_exact(out, backend)
     assert sum(t.info["calls"] for t in out) == len(backend.calls)  # every sampled call is in a trajectory
+    # every reply is cut at 64 tokens: the example says so once, the SDK's reasonless log line is gone
+    err = capfd.readouterr().err
+    assert "Error getting response" not in err
+    assert [line for line in err.splitlines() if line.startswith("agents_sdk_agent:")] == [
+        "agents_sdk_agent: no answer (reward 0): ModelBehaviorError: Responses stream ended with terminal event "
+        "`response.incomplete`. status=incomplete; incomplete_details=IncompleteDetails(reason='max_output_tokens')."
+    ]
 
 
 def test_sdk_agent_samples_what_the_plain_client_agent_samples(tiny_model_dir, tiny_tokenizer):
