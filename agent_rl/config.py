@@ -378,7 +378,9 @@ class TrackingConfig(Section):
         "agent_rl", description="wandb / trackio project and mlflow experiment; the run is named after its directory"
     )
     mlflow_uri: str | None = Field(
-        None, description="mlflow tracking URI (None: $MLFLOW_TRACKING_URI, else sqlite:///<run.root>/mlflow.db)"
+        None,
+        description="mlflow tracking URI (None: $MLFLOW_TRACKING_URI, else sqlite:///<run.root>/mlflow.db with "
+        "the artifacts in <run.root>/mlflow-artifacts)",
     )
     table_episodes: int = Field(
         32, ge=0, description="episodes of the saved trajectories logged as a table at the end (0: none)"

@@ -139,6 +139,10 @@ def test_every_tracker_offline(tmp_path):
     [line] = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
     out = json.loads(line[len("RESULT ") :])
     assert {"metrics.jsonl", "reward.png", "wandb"} <= set(out["files"])
+    said = [x for x in r.stdout.splitlines() if x.split(":")[0] in ("wandb", "mlflow", "trackio")]
+    assert [x.split(":")[0] for x in said] == ["wandb", "mlflow", "trackio"], r.stdout[-3000:]
+    assert said[0].startswith(f"wandb: {tmp_path / 'run-1' / 'wandb' / 'offline-run-'}") and "wandb sync" in said[0]
+    assert said[2] == f"trackio: project proj in {tmp_path / 'trackio'} (trackio show --project proj)"
 
     rows = [[1, "e1", "t", 0.0, "done", 1, 2, "72 105 33"], [2, "e2", "t", 1.0, "done", 1, 2, "72 105 33"]]
     wb = out["wandb"]
@@ -200,11 +204,12 @@ def test_missing_tracker_package_is_one_line(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == ["metrics.jsonl"]
 
 
-def test_tensorboard_gets_metrics_config_image_and_table(tmp_path):
+def test_tensorboard_gets_metrics_config_image_and_table(tmp_path, capsys):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run_dir = tmp_path / "run-1"
     _log_run(run_dir, ["tensorboard"])
+    assert capsys.readouterr().out == f"tensorboard: {run_dir} (tensorboard --logdir {run_dir})\n"
     events = EventAccumulator(str(run_dir), size_guidance={"tensors": 0, "images": 0}).Reload()
     assert [(e.step, e.value) for e in events.Scalars("rollout/reward_mean")] == [(1, 0.25), (2, 0.75)]
     assert "bad" not in events.Tags()["scalars"]
@@ -215,3 +220,37 @@ def test_tensorboard_gets_metrics_config_image_and_table(tmp_path):
     texts = {tag: events.Tensors(tag)[-1].tensor_proto.string_val[0].decode() for tag in events.Tags()["tensors"]}
     assert "steps: 100" in texts["config/text_summary"]
     assert texts["trajectories/text_summary"].splitlines()[2] == "| 1 | e1 | t | 0.0 | done | 1 | 2 | 72 105 33 |"
+
+
+def test_mlflow_stays_under_the_run_root_says_where_and_its_errors_are_whole(tmp_path, monkeypatch, capsys):
+    import pytest
+
+    monkeypatch.chdir(tmp_path)  # mlflow's own default would put the artifacts in ./mlruns here
+    for key in ("MLFLOW_TRACKING_URI", "MLFLOW_ALLOW_FILE_STORE"):
+        monkeypatch.delenv(key, raising=False)
+    root = tmp_path / "runs"
+    _log_run(root / "run-1", ["mlflow"])
+    [line] = [x for x in capsys.readouterr().out.splitlines() if x.startswith("mlflow: ")]
+    store = f"sqlite:///{root / 'mlflow.db'}"
+    [run_id] = [p.name for p in (root / "mlflow-artifacts").iterdir()]
+    assert line == (
+        f"mlflow: run {run_id} of experiment proj in {store}, artifacts in "
+        f"{(root / 'mlflow-artifacts' / run_id / 'artifacts').as_uri()} (mlflow ui --backend-store-uri {store})"
+    )
+    assert sorted(p.name for p in (root / "mlflow-artifacts" / run_id / "artifacts").iterdir()) == [
+        "config.yaml",
+        "reward.png",
+        "trajectories.json",
+    ]
+    assert sorted(os.listdir(tmp_path)) == ["runs"] and sorted(os.listdir(root)) == [
+        "mlflow-artifacts",
+        "mlflow.db",
+        "run-1",
+    ]
+    with pytest.raises(ValueError) as info:  # mlflow refuses a file store: its whole message, URL included
+        _log_run(root / "run-2", ["mlflow"], mlflow_uri=f"file:{tmp_path / 'mlruns'}")
+    assert str(info.value).endswith(
+        "See https://mlflow.org/docs/latest/self-hosting/migrate-from-file-store for migration guidance. If the "
+        "filesystem backend is required for your workflow, set `MLFLOW_ALLOW_FILE_STORE=true` to opt out of this "
+        "exception.)"
+    )

@@ -44,7 +44,7 @@ def sft(cfg: Config, log: Any = print) -> tuple[Path, float]:
     components = Components(cfg)
     run_dir = make_run_dir(cfg, suffix="-sft")
     out_dir = Path(cfg.sft.out) if cfg.sft.out else run_dir / "sft_model"
-    tracker = Tracker(run_dir, cfg.tracking, cfg.model_dump(mode="json"), plot_keys=("sft/val_success",))
+    tracker = Tracker(run_dir, cfg.tracking, cfg.model_dump(mode="json"), plot_keys=("sft/val_success",), log=log)
     progress = RunProgress(
         "sft", cfg.sft.max_steps, enabled=cfg.tracking.progress, line_every=max(1, cfg.sft.max_steps // 50)
     )

@@ -2,7 +2,8 @@
 
 Every tracker gets the metrics of each step and the config at the start; at the end it gets
 ``reward.png`` and a table of a sample of the saved trajectories (TensorBoard, which has no tables,
-gets them as a markdown text). A tracker's package is imported only when it is listed.
+gets them as a markdown text). A tracker's package is imported only when it is listed. Each
+tracker says in one line where it writes (``where``); an error of a tracker is one line, never cut.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class TensorBoardLogger:
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(log_dir=str(run_dir))
+        self.where = f"{run_dir} (tensorboard --logdir {run_dir})"
         if config:
             self.writer.add_text("config", "```yaml\n" + _yaml(config) + "\n```", 0)
 
@@ -97,30 +99,44 @@ class WandbLogger(_WandbLike):
             self.run = self.module.init(project=cfg.project, name=name, dir=str(run_dir), config=config)
         except Exception as e:  # no login in online mode, no network: one line
             raise ValueError(
-                f"tracking.loggers wandb: cannot start a run ({' '.join(str(e).split())[:200]}); "
+                f"tracking.loggers wandb: cannot start a run ({' '.join(str(e).split())}); "
                 "log in (wandb login) or set WANDB_MODE=offline"
             ) from None
+        url = getattr(self.run, "url", None)
+        self.where = url or f"{self.run.dir} (offline: wandb sync {Path(self.run.dir).parent} uploads it)"
 
 
 class MlflowLogger:
-    """One mlflow run in experiment ``tracking.project``; params are the flattened config."""
+    """One mlflow run in experiment ``tracking.project``; params are the flattened config.
+
+    By default (no ``tracking.mlflow_uri``, no ``$MLFLOW_TRACKING_URI``) everything stays under
+    ``run.root``, next to the run directories, so that ``mlflow ui`` compares the runs: the store is
+    ``<run.root>/mlflow.db`` and a new experiment keeps its artifacts in ``<run.root>/mlflow-artifacts``
+    (mlflow's own default would be ``./mlruns`` of the working directory)."""
 
     def __init__(self, run_dir: Path, name: str, cfg: Any, config: dict | None):
         mlflow = _need("mlflow")
-        uri = (
-            cfg.mlflow_uri
-            or os.environ.get("MLFLOW_TRACKING_URI")
-            or f"sqlite:///{run_dir.resolve().parent / 'mlflow.db'}"
-        )
+        root = run_dir.resolve().parent
+        uri = cfg.mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{root / 'mlflow.db'}"
+        artifacts = None if cfg.mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI") else root / "mlflow-artifacts"
         try:
             self.client = mlflow.MlflowClient(tracking_uri=uri)
             exp = self.client.get_experiment_by_name(cfg.project)
-            exp_id = exp.experiment_id if exp is not None else self.client.create_experiment(cfg.project)
-            self.run_id = self.client.create_run(exp_id, run_name=name).info.run_id
+            exp_id = (
+                exp.experiment_id
+                if exp is not None
+                else self.client.create_experiment(cfg.project, artifact_location=artifacts and artifacts.as_uri())
+            )
+            info = self.client.create_run(exp_id, run_name=name).info
         except Exception as e:  # a refused file store, an unreachable server: one line
             raise ValueError(
-                f"tracking.mlflow_uri={uri}: cannot start an mlflow run ({' '.join(str(e).split())[:300]})"
+                f"tracking.mlflow_uri={uri}: cannot start an mlflow run ({' '.join(str(e).split())})"
             ) from None
+        self.run_id = info.run_id
+        self.where = (
+            f"run {info.run_id} of experiment {cfg.project} in {uri}, artifacts in {info.artifact_uri} "
+            f"(mlflow ui --backend-store-uri {uri})"
+        )
         if config:
             from mlflow.entities import Param
 
@@ -156,6 +172,8 @@ class TrackioLogger(_WandbLike):
         self.module.init(
             project=cfg.project, name=name, config=config, embed=False, auto_log_cpu=False, auto_log_gpu=False
         )
+        where = importlib.import_module("trackio.utils").TRACKIO_DIR  # $TRACKIO_DIR, else under $HF_HOME
+        self.where = f"project {cfg.project} in {where} (trackio show --project {cfg.project})"
 
 
 LOGGERS: dict[str, Callable[..., Any]] = {
@@ -167,10 +185,16 @@ LOGGERS: dict[str, Callable[..., Any]] = {
 
 
 class Tracker:
-    """``metrics.jsonl`` (``tracking.jsonl``) and every logger of ``tracking.loggers``."""
+    """``metrics.jsonl`` (``tracking.jsonl``) and every logger of ``tracking.loggers``, each of which
+    says with ``log`` where it writes."""
 
     def __init__(
-        self, run_dir: Path, cfg: Any, config_dict: dict | None = None, plot_keys: tuple[str, ...] | None = None
+        self,
+        run_dir: Path,
+        cfg: Any,
+        config_dict: dict | None = None,
+        plot_keys: tuple[str, ...] | None = None,
+        log: Callable[[str], Any] = print,
     ):
         self.run_dir = Path(run_dir)
         self.cfg = cfg
@@ -182,6 +206,7 @@ class Tracker:
         try:
             for name in cfg.loggers:
                 self.loggers.append(LOGGERS[name](self.run_dir, self.run_dir.name, cfg, config_dict))
+                log(f"{name}: {self.loggers[-1].where}")
         except BaseException:
             self.close(final=False)
             raise

@@ -111,7 +111,7 @@ class Trainer:
             if hasattr(state, "bind"):
                 state.bind(self.services, self.plan.state_configs.get(key))
         tracking = cfg.tracking if self.rank == 0 else cfg.tracking.model_copy(update={"jsonl": False, "loggers": []})
-        self.tracker = Tracker(self.run_dir, tracking, cfg.model_dump(mode="json"))
+        self.tracker = Tracker(self.run_dir, tracking, cfg.model_dump(mode="json"), log=self.log)
         # where rollouts come from: this engine (local, synchronous) or workers producing ahead
         # (asynchronous within distributed.max_staleness; Ray actors with distributed.backend=ray)
         self.rollouts = make_rollout_source(
