@@ -96,7 +96,7 @@ def check_model(path: str, key: str = "model.path", weights: bool = True, env_id
             f"{key}={path}: no such local directory ({where(path)}), and no such model on the hub"
         ) from None
     except Exception as e:  # connection refused, DNS, timeout, proxy: the hub cannot be reached
-        reason = " ".join(str(e).split())[:160] or type(e).__name__
+        reason = " ".join(str(e).split()) or type(e).__name__
         raise ValueError(
             f"{key}={path}: not a local directory ({where(path)}), and the hub cannot be reached ({reason}); "
             "give a checkpoint directory, or set HF_HUB_OFFLINE=1 to use the local cache"

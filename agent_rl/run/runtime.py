@@ -107,7 +107,7 @@ def _loaded(what: str, load: Any, path: str, *args: Any) -> Any:
     try:
         return load(path, *args)
     except (OSError, ValueError) as e:  # missing or unreadable files (transformers raises either)
-        raise ValueError(f"model.path={path}: cannot load the {what} ({' '.join(str(e).split())[:300]})") from None
+        raise ValueError(f"model.path={path}: cannot load the {what} ({' '.join(str(e).split())})") from None
 
 
 def make_policy_backend(cfg: Config, model: torch.nn.Module, tokenizer: Any) -> Any:
