@@ -74,6 +74,9 @@ def test_sft_train_resume_eval(tmp_path, tiny_model_dir):
     )
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "sft" / "model.safetensors").exists() and "val success" in r.stdout
+    record = json.loads((tmp_path / "sft" / "sft.json").read_text())  # RL's hints read it: no "warm-start it first"
+    assert record["base"] == str(tiny_model_dir) and Path(record["run_dir"]).parent == runs
+    assert 0.0 <= record["val_success"] <= 1.0
 
     r = run(
         "train",
@@ -85,6 +88,7 @@ def test_sft_train_resume_eval(tmp_path, tiny_model_dir):
         "algorithm.filters=[{name: dynamic_sampling}]",
     )
     assert r.returncode == 0, r.stderr
+    assert "warm-start it first" not in r.stdout
     [run_dir] = list(runs.glob("smoke-*"))
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [1, 2]

@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import json
+
 from agent_rl.core.types import StopReason, Trajectory, Turn
-from agent_rl.train.hints import CAUSES, LearningHints, constant_reward_groups, invalid_actions
+from agent_rl.train.hints import (
+    CAUSES,
+    SFT_RECORD,
+    LearningHints,
+    causes,
+    constant_reward_groups,
+    invalid_actions,
+    sft_record,
+)
 from tests.builders import trajectory
 
 
@@ -69,3 +79,18 @@ def test_both_patterns_make_one_hint():
         "hint: RL cannot learn here: in the first 1 step(s) every group's samples got the same reward (reward 0), "
         f"so every advantage is 0; and 2 of 2 actions were invalid (not parsed or rejected by the env). {CAUSES}"
     )
+
+
+def test_a_model_sft_wrote_is_not_told_to_warm_start(tmp_path):
+    (tmp_path / SFT_RECORD).write_text(json.dumps({"val_success": 0.125, "run_dir": "runs/q-sft-1", "base": "tiny"}))
+    record = sft_record(str(tmp_path))
+    assert sft_record(str(tmp_path / "nowhere")) is None
+    [h] = LearningHints(total_steps=1, sft=record).observe(0, _step({"a": [0.0, 0.0]}))
+    assert "warm-start it first" not in h and "warm-start it first" in CAUSES
+    assert h.endswith(
+        "usual causes: the model, warm-started by agent-rl sft (held-out success 0.125, run runs/q-sft-1), still "
+        "cannot act: more sft.demos or sft.max_steps; it writes tool calls in a format the env does not parse "
+        "(env.options.tool_format, the model family's template); rollout.temperature too low for the samples of a "
+        "group to differ"
+    )
+    assert "(not evaluated, run ?)" in causes({"val_success": None})

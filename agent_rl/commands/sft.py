@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import random
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from agent_rl.run.progress import RunProgress
 from agent_rl.run.runtime import Components, make_run_dir, seed_everything
 from agent_rl.run.tracking import Tracker, read_metrics
 from agent_rl.train.evaluation import evaluate
+from agent_rl.train.hints import SFT_RECORD
 
 
 def demonstrations(components: Components, teacher: Any, n: int, seed: int) -> list[TrajectoryGroup]:
@@ -99,6 +101,8 @@ def sft(cfg: Config, log: Any = print) -> tuple[Path, float]:
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
     components.tokenizer.save_pretrained(out_dir)
+    record = {"val_success": best if best_state is not None else None, "run_dir": str(run_dir), "base": cfg.model.path}
+    (out_dir / SFT_RECORD).write_text(json.dumps(record))  # RL's hints then know the model was warm-started
     tracker.close()
     log(f"sft: best val success {best:.3f}; saved {out_dir}")
     progress.summary(run_dir, read_metrics(run_dir), ["metrics.jsonl", "reward.png", str(out_dir.resolve())])

@@ -8,21 +8,50 @@ patterns in the first steps mean there is (almost) nothing to learn from:
   env's action / tool-call format.
 
 Both usually have the same causes: a model that cannot act yet (no SFT warm start), a tool-call
-format the env does not parse, or a sampling temperature that leaves no room to explore.
+format the env does not parse, or a sampling temperature that leaves no room to explore. A model that
+``agent-rl sft`` wrote carries ``sft.json`` (``SFT_RECORD``): then the hint does not say to
+warm-start it, it says how far SFT got and what makes SFT go further.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from agent_rl.core.types import Trajectory
 
-CAUSES = (
-    "usual causes: the model cannot act yet (warm-start it first: agent-rl sft CONFIG, then model.path=<sft_model>); "
+SFT_RECORD = "sft.json"  # written next to the weights by agent-rl sft: {"val_success", "run_dir", "base"}
+NOT_WARM = "the model cannot act yet (warm-start it first: agent-rl sft CONFIG, then model.path=<sft_model>)"
+OTHER_CAUSES = (
     "it writes tool calls in a format the env does not parse (env.options.tool_format, the model family's template); "
     "rollout.temperature too low for the samples of a group to differ"
 )
+CAUSES = f"usual causes: {NOT_WARM}; {OTHER_CAUSES}"
+
+
+def sft_record(model_path: str) -> dict[str, Any] | None:
+    """What ``agent-rl sft`` recorded in the model directory it wrote; None for any other model."""
+    path = Path(model_path) / SFT_RECORD
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def causes(sft: dict[str, Any] | None) -> str:
+    """The usual causes; for a model SFT wrote, how far SFT got instead of "warm-start it"."""
+    if sft is None:
+        return CAUSES
+    success = sft.get("val_success")
+    shown = f"held-out success {success:.3f}" if isinstance(success, int | float) else "not evaluated"
+    weak = (
+        f"the model, warm-started by agent-rl sft ({shown}, run {sft.get('run_dir', '?')}), still cannot act: "
+        "more sft.demos or sft.max_steps"
+    )
+    return f"usual causes: {weak}; {OTHER_CAUSES}"
 
 
 @dataclass
@@ -57,6 +86,7 @@ class LearningHints:
     total_steps: int
     cfg: HintConfig = field(default_factory=HintConfig)
     log: Callable[[str], None] | None = None
+    sft: dict[str, Any] | None = None  # the model's SFT_RECORD, when agent-rl sft wrote it
     given: set[str] = field(default_factory=set)
     _streak: dict[str, int] = field(default_factory=dict)
     _detail: dict[str, str] = field(default_factory=dict)
@@ -87,7 +117,7 @@ class LearningHints:
         if not kinds:
             return []
         self.given.update(kinds)
-        hint = f"hint: RL cannot learn here: in the first {window} step(s) {'; and '.join(self._detail[k] for k in kinds)}. {CAUSES}"
+        hint = f"hint: RL cannot learn here: in the first {window} step(s) {'; and '.join(self._detail[k] for k in kinds)}. {causes(self.sft)}"
         if self.log is not None:
             self.log(hint)
         return [hint]

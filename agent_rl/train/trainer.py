@@ -40,7 +40,7 @@ from agent_rl.run.tracking import Tracker, read_metrics
 from agent_rl.train.breaker import ErrorRateError, InfraBreaker
 from agent_rl.train.components import ComponentContext, build_components, check_provided, need_providers
 from agent_rl.train.evaluation import evaluate
-from agent_rl.train.hints import LearningHints
+from agent_rl.train.hints import LearningHints, sft_record
 from agent_rl.train.run_services import RunServices
 from agent_rl.train.task_sampler import TaskSampler
 
@@ -128,12 +128,10 @@ class Trainer:
             )
             if not resume:
                 self.weight_sync(self.learner.version)  # the samplers start from the adapter the ledger holds
-        self.breaker = InfraBreaker(
-            cfg
-        )  # stops a run whose infra keeps failing or env keeps raising (train/breaker.py)
-        self.hints = LearningHints(
-            cfg.trainer.steps, log=self.log
-        )  # says once when RL cannot learn (agent_rl/train/hints.py)
+        # stops a run whose infrastructure keeps failing or whose env keeps raising (agent_rl/train/breaker.py)
+        self.breaker = InfraBreaker(cfg)
+        # says once when RL cannot learn (agent_rl/train/hints.py), knowing whether agent-rl sft wrote the model
+        self.hints = LearningHints(cfg.trainer.steps, log=self.log, sft=sft_record(cfg.model.path))
         self.start_step = 0
         if resume:
             self._load_checkpoint()
