@@ -3,6 +3,15 @@
 On a terminal it is one live bar; piped (CI, ``| tee``) it prints a readable line per step, since a
 bar redrawn in place leaves only its last state in a log. Steps are counted from 1, like
 ``metrics.jsonl`` and the checkpoints.
+
+Inside a training step the trainer reports its phases (rollout, filters, needs, update, sync, eval,
+checkpoint) and, while episodes are generated, how many of the expected ones have finished and the
+tokens per second sampled so far (``rollout_start`` / ``episode_done``, the engine's hook). On a
+terminal these are the bar's second row; piped, a line at each phase of the first step (there is no
+ETA yet) and afterwards a line only when ``quiet_s`` (30 s) passed without one, so a slow step says
+where it is and a fast run prints one line per step. The ETA is known from the first finished step,
+at the mean pace of the steps this process ran. The bar fits 80 columns: the bar itself takes what
+the text leaves.
 """
 
 from __future__ import annotations
@@ -15,7 +24,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Column
 
 # (metric, short name, format); shown when the step logged it
 KEY_METRICS = (
@@ -26,6 +36,7 @@ KEY_METRICS = (
     ("sft/val_success", "val success", "{:.3f}"),
 )
 LOWER_IS_BETTER = ("loss",)  # a metric whose name ends so is best at its minimum
+QUIET_S = 30.0  # piped, after the first step: a line inside a step only when this long passed without one
 
 
 def clock(seconds: float) -> str:
@@ -36,6 +47,8 @@ def clock(seconds: float) -> str:
 class RunProgress:
     """``phase(name)`` while a step runs, ``step(n, metrics)`` when step n is done; use as a context."""
 
+    bar_metrics = 2  # key metrics on the terminal bar, then the ETA (the piped lines have them all)
+
     def __init__(
         self,
         command: str,
@@ -45,15 +58,19 @@ class RunProgress:
         stream: TextIO | None = None,
         line_every: int = 1,
         now: Callable[[], float] = time.perf_counter,
+        quiet_s: float = QUIET_S,
     ):
         self.command, self.total, self.first, self.done = command, total, start, start  # first: the step it resumed at
+        self.quiet_s = quiet_s
+        self.episodes, self.episodes_total, self.tokens = 0, 0, 0  # inside a step
+        self._inner: Any = None  # the bar's second row: the episodes of the step's rollout
         self.enabled = enabled
         self.stream = stream or sys.stdout
         self.line_every = max(1, line_every)  # piped: a line every N steps (and at every eval and the last)
         self.live = enabled and self.stream.isatty()
         self.current = "loading"
         self.now = now  # the clock (tests give their own)
-        self.t0 = self.t_step = now()
+        self.t0 = self.t_step = self.t_line = self.t_rollout = now()  # t_line: the last piped line
         self._bar: Any = None
         self._task: Any = None
 
@@ -61,17 +78,15 @@ class RunProgress:
         self.t0 = self.t_step = self.now()
         if self.live:
             self._bar = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
-                TextColumn("{task.fields[metrics]}"),
+                TextColumn("{task.description}", table_column=Column(no_wrap=True)),
+                BarColumn(bar_width=None, table_column=Column(ratio=1)),  # the width the text leaves
+                MofNCompleteColumn(table_column=Column(no_wrap=True)),
+                TextColumn("{task.fields[metrics]}", table_column=Column(no_wrap=True)),
                 console=Console(file=self.stream),
+                expand=True,
             )
             self._bar.__enter__()
-            self._task = self._bar.add_task(self._describe(), total=self.total, completed=self.first, metrics="")
+            self._task = self._bar.add_task(self._describe(), total=self.total, completed=self.first, metrics="ETA -")
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -90,10 +105,47 @@ class RunProgress:
         return f"{self.command}: {self.current}"  # (square brackets would be rich markup)
 
     def phase(self, name: str) -> None:
-        """What the command is doing now: loading, rollout, update, eval, checkpoint, ..."""
+        """What the command is doing now: loading, rollout, filters, needs, update, sync, eval, checkpoint."""
+        changed = name != self.current
         self.current = name
         if self._bar is not None:
             self._bar.update(self._task, description=self._describe())
+            if self._inner is not None and name not in ("rollout", "eval"):
+                self._bar.update(self._inner, visible=False)
+        elif changed:
+            self._say(name)
+
+    def _say(self, what: str, first_step: bool = True) -> None:
+        """Piped, inside a step: a line (``first_step``: at each call of the first step), else only
+        when ``quiet_s`` passed since the last line."""
+        if not self.enabled or self._bar is not None or self.done >= self.total:
+            return
+        now = self.now()
+        if (first_step and self.done == self.first) or now - self.t_line >= self.quiet_s:
+            self.t_line = now
+            print(f"{self.command} step {self.done + 1}/{self.total} | {what}", file=self.stream, flush=True)
+
+    def rollout_start(self, episodes: int) -> None:
+        """The step (or its eval) now waits for ``episodes`` episodes; ``episode_done`` counts them."""
+        self.episodes, self.episodes_total, self.tokens, self.t_rollout = 0, episodes, 0, self.now()
+        if self._bar is not None:
+            if self._inner is None:
+                self._inner = self._bar.add_task("  episodes", total=episodes, metrics="")
+            self._bar.reset(self._inner, total=episodes, completed=0, visible=True, metrics="")
+
+    def episode_done(self, trajectories: list[Any]) -> None:
+        """The engine's ``on_episode_done`` hook: one more episode, and the tokens it sampled."""
+        self.episodes += 1
+        self.tokens += sum(int(getattr(t, "num_generated_tokens", 0)) for t in trajectories)
+        self.episodes_total = max(self.episodes_total, self.episodes)  # refills and branches add episodes
+        elapsed = self.now() - self.t_rollout
+        rate = f"{self.tokens / elapsed:.0f} tok/s" if elapsed > 0 else ""
+        if self._bar is not None and self._inner is not None:
+            self._bar.update(self._inner, completed=self.episodes, total=self.episodes_total, metrics=rate)
+        elif self.enabled and self._bar is None:  # the first step: at each quarter of its episodes
+            quarter = self.episodes * 4 // self.episodes_total != (self.episodes - 1) * 4 // self.episodes_total
+            text = f"{self.current} {self.episodes}/{self.episodes_total} episodes" + (f" | {rate}" if rate else "")
+            self._say(text, first_step=quarter)
 
     def eta_s(self) -> float | None:
         """Seconds left at the mean pace of the steps this process ran (None before the first)."""
@@ -130,8 +182,12 @@ class RunProgress:
         if not self.enabled:
             return
         if self._bar is not None:
-            self._bar.update(self._task, completed=step, metrics=" | ".join(self.metric_parts(metrics, step_s)))
+            eta = self.eta_s()
+            parts = self.metric_parts(metrics, step_s)[: self.bar_metrics]
+            parts.append(f"ETA {clock(eta)}" if eta is not None and step < self.total else "ETA -")
+            self._bar.update(self._task, completed=step, metrics=" | ".join(parts))
         elif self.line_due(step, metrics):
+            self.t_line = now
             print(self.line(step, metrics, step_s), file=self.stream, flush=True)
 
     def line_due(self, step: int, metrics: dict[str, float]) -> bool:
@@ -170,6 +226,8 @@ class EpisodeProgress(RunProgress):
     episode; an agent program's episode may have several trajectories, which share its reward).
     Piped, it prints about 20 lines per run (``line_every``), and always the last.
     """
+
+    bar_metrics = 3  # success, errors, episodes/s
 
     def __init__(
         self,
@@ -255,6 +313,9 @@ class TaskProgress(RunProgress):
 
     def _describe(self) -> str:
         return f"{self.command}: {self.current}" if self.current else self.command
+
+    def _say(self, what: str) -> None:  # its own lines (``phase``), in units of its work
+        pass
 
     def position(self, done: int | None = None) -> str:
         return f"{self.unit} {self.done if done is None else done}/{self.total}"
@@ -353,6 +414,12 @@ class PartProgress:
 
     def phase(self, name: str) -> None:
         self.parent.phase(f"{self.label}: {name}", say=False)
+
+    def rollout_start(self, episodes: int) -> None:  # the script's bar counts runs' steps, not episodes
+        pass
+
+    def episode_done(self, trajectories: list[Any]) -> None:
+        pass
 
     def step(self, step: int, metrics: dict[str, float]) -> None:
         now = self.now()

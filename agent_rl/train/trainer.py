@@ -138,16 +138,19 @@ class Trainer:
         self.progress = RunProgress(
             "train", cfg.trainer.steps, self.start_step, enabled=cfg.tracking.progress and self.rank == 0
         )
+        # episodes finished inside a step and their tokens/s; read at each call: a bench swaps the progress
+        self.engine.on_episode_done = lambda trajectories: self.progress.episode_done(trajectories)
 
     # -- the loop ---------------------------------------------------------------------------------
     def train(self) -> Path:
         cfg = self.cfg
-        progress = self.progress  # phases: rollout, update (step), eval, checkpoint (agent_rl/run/progress.py)
+        progress = self.progress  # phases: rollout, filters, needs, update, sync (step), eval, checkpoint
         with progress:
             for step in range(self.start_step, cfg.trainer.steps):
                 metrics = self._guarded_step(step)
                 if cfg.trainer.eval_every and (step + 1) % cfg.trainer.eval_every == 0 and self.rank == 0:
                     progress.phase("eval")
+                    progress.rollout_start(cfg.eval.episodes * cfg.eval.k)
                     result, _ = asyncio.run(evaluate(self.engine, cfg.eval.episodes, cfg.eval.k, split="val"))
                     metrics["eval/success"] = result.success
                 self.tracker.log(step + 1, metrics)
@@ -194,7 +197,6 @@ class Trainer:
 
     def step(self, step: int) -> dict[str, float]:
         cfg = self.cfg
-        self.progress.phase("rollout")
         # 1. rollout (rank 0; the other learner ranks receive the trainable groups)
         trajectories, groups, metrics = self._collect(step) if self.rank == 0 else ([], [], {})
         if self.adapters is not None and self.rank == 0:  # samples of another adapter than the one sent are refused
@@ -216,8 +218,8 @@ class Trainer:
             self._save_trajectories(step, trajectories)
             metrics["train/skipped"] = 1.0
             return metrics
-        # 2. batch and advantages
-        self.progress.phase("update")
+        # 2. batch and advantages (the needs: reference / teacher logprobs, values, ... before the update)
+        self.progress.phase("needs")
         batch = make_batch(groups, self.components.tokenizer.pad_token_id, cfg.model.device)
         if self.adapters is not None:  # the sampler's first-turn logprobs vs the learner's, same adapter
             metrics.update(
@@ -240,9 +242,11 @@ class Trainer:
         advantages_BT = adv.advantages_BT
         if cfg.rollout.layout == "per_turn":  # one row per turn, with the context it was sampled from
             batch, advantages_BT = per_turn_batch(groups, batch, advantages_BT, self.components.tokenizer.pad_token_id)
+        self.progress.phase("update")
         metrics.update(self.learner.update(batch, advantages_BT, self.parts, step))
         for model in self.models.values():  # then those that follow the policy (an EMA teacher)
             model.after_update(self.components.model)
+        self.progress.phase("sync")
         metrics.update(self.weight_sync(self.learner.version))  # 4. the new weights to every sampler
         return metrics
 
@@ -256,6 +260,8 @@ class Trainer:
         filter_metrics = FilterMetrics()
         for round_ in range(cfg.trainer.refill_rounds + 1):
             more = 0
+            if self.plan.filters:
+                self.progress.phase("filters")
             for i, (entry, fcfg) in enumerate(self.plan.filters):
                 result = entry.fn(pending, self.states[f"filter{i}"], fcfg)
                 filter_metrics.add(result, len(pending))
@@ -340,6 +346,8 @@ class Trainer:
         return x
 
     def _rollout(self, step: int, round_: int, num_prompts: int) -> list[Trajectory]:
+        self.progress.phase("rollout")
+        self.progress.rollout_start(num_prompts * self.cfg.rollout.group_size)
         trajectories = self.rollouts.rollout(step, round_, num_prompts)
         for t in trajectories:
             if "seed" in t.info:  # absent when the env failed to reset
