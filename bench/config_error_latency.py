@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from agent_rl.run.progress import script_progress
+
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = str(ROOT / "configs" / "quickstart.yaml")
 COMMANDS = {
@@ -31,6 +33,10 @@ def wall(args: list[str]) -> float:
 
 
 if __name__ == "__main__":
+    progress = script_progress("bench/config_error_latency", len(COMMANDS), unit="command")  # on stderr
     for name, args in COMMANDS.items():
+        progress.phase(name)
         times = [wall(args) for _ in range(3)]
         print(f"{name:<36} median {statistics.median(times):5.2f} s  (runs: {', '.join(f'{t:.2f}' for t in times)})")
+        progress.advance({"median s": statistics.median(times)})
+    progress.finish()
