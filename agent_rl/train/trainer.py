@@ -118,8 +118,12 @@ class Trainer:
             cfg, self.components, self.engine, self._plan, self.plan.engine_options, self.learner.version
         )
         self.weight_sync = WeightSync(
-            self.components.model, self.components.backend, self.rollouts, self.rank, self.world
+            self.components.model, self.components.backend, self.rollouts, self.rank, self.world, cfg.rollout, self.log
         )
+        if (
+            not resume
+        ):  # the sampler holds the learner's weights (checked, pushed unless it does): distributed/weights.py
+            self.weight_sync.start(self.learner.version)
         self.adapters = None  # learner.lora: the hash of the adapter sent at each version, checked on every sample
         if cfg.learner.lora is not None:
             lcfg = cfg.learner.lora
@@ -186,7 +190,7 @@ class Trainer:
         except BaseException:
             if self.learner.version == version and self.world == 1:
                 self.log(
-                    f"step {step} failed; checkpoint {self.save_checkpoint(step)} resumes it (--resume {self.run_dir})"
+                    f"step {step + 1} failed; checkpoint {self.save_checkpoint(step)} resumes it (--resume {self.run_dir})"
                 )
             self.rollouts.close()
             self.learner.close()
@@ -199,6 +203,9 @@ class Trainer:
         trajectories, groups, metrics = self._collect(step) if self.rank == 0 else ([], [], {})
         if self.adapters is not None and self.rank == 0:  # samples of another adapter than the one sent are refused
             groups, refused = self.adapters.screen(groups, self.learner.version, step)
+            metrics.update(refused)
+        if self.rank == 0:  # rollout.on_weights_mismatch=refuse: samples of weights the sampler did not hold
+            groups, refused = self.weight_sync.screen(groups)
             metrics.update(refused)
         tripped = None
         if self.rank == 0:
@@ -241,6 +248,7 @@ class Trainer:
         if cfg.rollout.layout == "per_turn":  # one row per turn, with the context it was sampled from
             batch, advantages_BT = per_turn_batch(groups, batch, advantages_BT, self.components.tokenizer.pad_token_id)
         metrics.update(self.learner.update(batch, advantages_BT, self.parts, step))
+        self.weight_sync.watch_gap(step, metrics)  # the sampler/learner gap above rollout.max_logprob_gap: why
         for model in self.models.values():  # then those that follow the policy (an EMA teacher)
             model.after_update(self.components.model)
         metrics.update(self.weight_sync(self.learner.version))  # 4. the new weights to every sampler
@@ -280,7 +288,7 @@ class Trainer:
         metrics["train/short_groups"] = float(len(short))  # never trained smaller without saying so
         if short:
             self.log(
-                f"step {step}: {len(short)} of {len(groups)} groups train with fewer than rollout.group_size="
+                f"step {step + 1}: {len(short)} of {len(groups)} groups train with fewer than rollout.group_size="
                 f"{cfg.rollout.group_size} episodes (smallest: {min(len(g.trajectories_G) for g in short)}); "
                 "their env / infra error episodes were dropped"
             )
