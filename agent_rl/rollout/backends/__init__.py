@@ -105,7 +105,7 @@ class VllmBackendConfig(ComponentConfig):
         "kv_cache_max_gb); None: the run's rollout.concurrency x rollout.max_total_tokens (64 x max_model_len outside a run)",
     )
     kv_cache_max_gb: float = Field(4.0, gt=0, description="CPU: the cap of the KV cache sized from kv_tokens")
-    cpu_cores: str | None = Field(
+    cpu_cores: str | int | None = Field(
         None,
         description="CPU: the cores the engine's threads are bound to ('0-3', '0,2'); None: every core this process may use",
     )

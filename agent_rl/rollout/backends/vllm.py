@@ -183,7 +183,7 @@ class VllmBackend:
             return AsyncLLM.from_engine_args(args)
 
         self.cpu_binding = omp_binding(
-            parse_cores(cfg.cpu_cores) if cfg.cpu_cores else allowed_cores(), cfg.tensor_parallel_size
+            parse_cores(str(cfg.cpu_cores)) if cfg.cpu_cores is not None else allowed_cores(), cfg.tensor_parallel_size
         )
         self._oom_before = oom_kills()
         self.dead: str | None = None  # why the engine process died, once it has
@@ -217,16 +217,18 @@ class VllmBackend:
         after ``timeout`` seconds."""
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
-    def death(self) -> str | None:
-        """Why the engine process died (exit status, the kernel's OOM record), or None while it runs."""
-        if self.dead is None:
-            manager = getattr(
-                getattr(getattr(self.engine, "engine_core", None), "resources", None), "engine_manager", None
-            )
-            finished = manager.finished_procs() if hasattr(manager, "finished_procs") else {}
-            for name, code in finished.items():
+    def death(self, wait_s: float = 0.0) -> str | None:
+        """Why the engine process died (exit status, the kernel's OOM record), or None while it runs;
+        ``wait_s``: how long to wait for a process that is failing to be seen gone."""
+        manager = getattr(getattr(getattr(self.engine, "engine_core", None), "resources", None), "engine_manager", None)
+        deadline = time.monotonic() + wait_s
+        while self.dead is None and hasattr(manager, "finished_procs"):
+            for name, code in manager.finished_procs().items():
                 self.dead = death_cause(f"vLLM engine process {name}", code, self._oom_before)
                 log.error("%s", self.dead)
+            if self.dead is not None or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
         return self.dead
 
     # ------------------------------------------------------------------------------------------
@@ -283,7 +285,7 @@ class VllmBackend:
             ):
                 final = output
         except Exception as e:  # engine death is the infrastructure's failure, not the policy's
-            cause = await asyncio.to_thread(self.death)
+            cause = await asyncio.to_thread(self.death, 5.0 if "EngineDead" in type(e).__name__ else 0.0)
             raise InfraError(f"vLLM engine: {cause or repr(e)}") from e
         if final is None:
             raise InfraError("vLLM engine returned no output")

@@ -41,7 +41,6 @@ def vllm_config(model_dir, *extra: str):
             "rollout.backend.name=vllm",
             f"model.path={model_dir}",
             "rollout.backend.enforce_eager=true",
-            "rollout.backend.kv_cache_gb=1",
             "rollout.backend.max_model_len=512",
             *extra,
         ],
@@ -199,6 +198,68 @@ def test_rollout_engine_episodes_with_seeds_on_vllm(backend, tiny_tokenizer):
         t.info.get("error") for t in first
     ]
     assert [t.token_ids_T for t in first] == [t.token_ids_T for t in again]
+
+
+@pytest.mark.vllm
+def test_the_engine_reports_its_weights_and_dtype_and_runs_on_what_it_was_given(backend, tiny_model_dir):
+    """What the trainer compares at start and after every sync (distributed/weights.py), and what the
+    engine was given: the cores this process may use, a KV cache of 64 sequences x 512 tokens (x 1.2)."""
+    import os
+
+    from transformers import AutoConfig
+
+    from agent_rl.rollout.backends.engine_resources import kv_bytes_per_token, kv_cache_bytes
+
+    assert backend.describe()["dtype"] == "float32"
+    backend.update_weights(None, backend.policy_version, fingerprint="run/v7")  # the same weights, named
+    assert backend.describe() == {"fingerprint": "run/v7", "dtype": "float32"}
+    assert backend.cpu_binding == ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+    per_token = kv_bytes_per_token(AutoConfig.from_pretrained(tiny_model_dir), 4)
+    assert backend.kv_cache_bytes == kv_cache_bytes(64 * 512, 512, per_token, 4.0)[0] < 2**27  # < 128 MiB
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_two_engines_at_once_and_a_killed_one_says_how_it_died(backend, tiny_model_dir, tiny_tokenizer):
+    """A second engine beside the module's, bound to one core, its KV cache sized from its need: both
+    sample, the two engines' processes hold under 6 GiB together (resident memory, measured), and the
+    second engine, killed as the kernel's OOM killer kills (SIGKILL), fails its requests with a line
+    naming how it died, while the first goes on."""
+    import os
+    import signal
+
+    from agent_rl.core.errors import InfraError
+
+    last = sorted(os.sched_getaffinity(0))[-1]
+    cfg = vllm_config(tiny_model_dir, f"rollout.backend.cpu_cores={last}", "rollout.backend.kv_tokens=2048")
+    second = BACKENDS(cfg.rollout.backend)(cfg.rollout.backend, cfg.model)
+    try:
+        assert second.cpu_binding == str(last)
+        reqs = requests(tiny_tokenizer, n=4)
+        results = asyncio.run(second.generate(reqs)) + asyncio.run(backend.generate(reqs))
+        assert not [r for r in results if isinstance(r, BaseException)]
+        procs = [engine_process(b) for b in (backend, second)]
+        rss = sum(p.memory_info().rss for proc in procs for p in [proc, *proc.children(recursive=True)])
+        print(f"two engines: {rss / 2**30:.2f} GiB resident")
+        assert rss < 6 * 2**30  # 3.3 GiB measured on the 2-core machine; vLLM's default KV cache alone was 7.7 GiB
+        # 2048 tokens x 2048 B (2 x 4 layers x 2 kv heads x 32 dims x 4 B) x 1.2 = 4.8 MiB -> 5 MiB
+        assert second.kv_cache_bytes == 5 * 2**20
+        os.kill(procs[1].pid, signal.SIGKILL)
+        [failed] = asyncio.run(second.generate(reqs[:1]))
+        assert isinstance(failed, InfraError)
+        assert "vLLM engine: vLLM engine process EngineCore" in str(failed) and "killed by SIGKILL" in str(failed)
+        with pytest.raises(InfraError, match="killed by SIGKILL"):  # later calls fail at once, with the same line
+            asyncio.run(second.generate(reqs[:1]))
+        assert not isinstance(asyncio.run(backend.generate(reqs[:1]))[0], BaseException)
+    finally:
+        second.close()
+
+
+def engine_process(backend):
+    """The engine-core process of an in-process vLLM backend."""
+    import psutil
+
+    return psutil.Process(backend.engine.engine_core.resources.engine_manager.processes[0].pid)
 
 
 @pytest.mark.vllm
