@@ -47,6 +47,14 @@ from agent_rl.train.task_sampler import TaskSampler
 
 class Trainer:
     def __init__(self, cfg: Config, resume: str | None = None, log: Any = print):
+        self._released: set[int] = set()
+        try:
+            self._build(cfg, resume, log)
+        except BaseException:  # what was built so far (engines, Ray actors and placement groups) is released
+            self.close()
+            raise
+
+    def _build(self, cfg: Config, resume: str | None, log: Any) -> None:
         self.cfg = cfg
         self.log = log
         seed_everything(cfg.trainer.seed)
@@ -145,6 +153,13 @@ class Trainer:
 
     # -- the loop ---------------------------------------------------------------------------------
     def train(self) -> Path:
+        try:
+            self._train()
+        finally:  # a run that fails releases its workers, engines and learner ranks in this process too
+            self.close()
+        return self.run_dir
+
+    def _train(self) -> None:
         cfg = self.cfg
         progress = self.progress  # phases: rollout, update (step), eval, checkpoint (agent_rl/run/progress.py)
         with progress:
@@ -167,11 +182,21 @@ class Trainer:
             progress.summary(
                 self.run_dir, read_metrics(self.run_dir), ["metrics.jsonl", "reward.png", ckpt_dir, "trajectories"]
             )
-        self.rollouts.close()
-        self.engine.close()
-        self.components.backend.close()  # an inference engine of its own (vllm) stops here
-        self.learner.close()
-        return self.run_dir
+
+    def close(self) -> None:
+        """Release what the run holds: the rollout source (its workers, Ray actors and placement
+        group), the engine, the backend's own inference engine (vllm), the learner (its ranks); each
+        once, whatever failed before (a part that fails to close is said in one line)."""
+        parts = [getattr(self, n, None) for n in ("rollouts", "engine")]
+        parts += [getattr(getattr(self, "components", None), "backend", None), getattr(self, "learner", None)]
+        for part in parts:
+            if part is None or id(part) in self._released:
+                continue
+            self._released.add(id(part))
+            try:
+                part.close()
+            except Exception as e:  # noqa: BLE001 - the others are released anyway
+                self.log(f"releasing {type(part).__name__} failed: {e!r}")
 
     def _guarded_step(self, step: int) -> dict[str, float]:
         """A step that fails before the learner updated leaves a resumable checkpoint of the run so far
@@ -184,16 +209,14 @@ class Trainer:
                 e.args = (
                     f"{e.args[0]}; checkpoint {self.save_checkpoint(step)} resumes the run (--resume {self.run_dir})",
                 )
-            self.rollouts.close()
-            self.learner.close()
+            self.close()
             raise
         except BaseException:
             if self.learner.version == version and self.world == 1:
                 self.log(
                     f"step {step + 1} failed; checkpoint {self.save_checkpoint(step)} resumes it (--resume {self.run_dir})"
                 )
-            self.rollouts.close()
-            self.learner.close()
+            self.close()
             raise
 
     def step(self, step: int) -> dict[str, float]:
