@@ -27,7 +27,7 @@ def test_a_failed_ray_run_releases_its_workers_and_the_next_run_starts(ray_clust
         Trainer(cfg, resume=str(tmp_path / "empty"), log=lambda *a: None)
     # a run that fails mid-way: a worker dies (as Ray's OOM killer kills it) and may not be replaced
     cfg = small_config(
-        tmp_path / "failed", tiny_model_dir, *RAY, "distributed.max_staleness=1", "trainer.steps=2",
+        tmp_path / "failed", tiny_model_dir, *RAY, "distributed.max_staleness=1", "trainer.steps=3",
         "distributed.ray.max_worker_restarts=0", "distributed.ray.startup_timeout_s=60", *LATENCY_ENV,
     )  # fmt: skip
     trainer = Trainer(cfg, log=lambda *a: None)
