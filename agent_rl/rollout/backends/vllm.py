@@ -172,6 +172,7 @@ class VllmBackend:
             worker_extension_cls=EXTENSION,
             **lora_args,
         )
+        self.engine_args = args  # what the engine was started with (bench/vllm_rollout.py starts vLLM's LLM alike)
         self.metrics: Counter[str] = Counter()
         self._weights_dir = tempfile.mkdtemp(prefix="agent_rl_vllm_weights_")
         self._vllm = vllm
