@@ -271,7 +271,8 @@ class Trainer:
         if cfg.rollout.layout == "per_turn":  # one row per turn, with the context it was sampled from
             batch, advantages_BT = per_turn_batch(groups, batch, advantages_BT, self.components.tokenizer.pad_token_id)
         metrics.update(self.learner.update(batch, advantages_BT, self.parts, step))
-        self.weight_sync.watch_gap(step, metrics)  # the sampler/learner gap above rollout.max_logprob_gap: why
+        if cfg.trainer.preference_data is None:  # offline pairs have no sampler: their gap means nothing
+            self.weight_sync.watch_gap(step, metrics)  # the sampler/learner gap above rollout.max_logprob_gap: why
         for model in self.models.values():  # then those that follow the policy (an EMA teacher)
             model.after_update(self.components.model)
         metrics.update(self.weight_sync(self.learner.version))  # 4. the new weights to every sampler

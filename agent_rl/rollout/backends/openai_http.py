@@ -57,6 +57,10 @@ class ServerUnavailableError(InfraError):
     """The inference server could not be reached (or kept failing) after every retry."""
 
 
+class NoWeightRoutesError(NotImplementedError, ValueError):
+    """A plain OpenAI-compatible server: it cannot take weights (a user's choice of server: one line)."""
+
+
 def is_loopback(host: str) -> bool:
     """``localhost`` or a loopback IP (127.0.0.0/8, ::1); any other name or address is not."""
     host = host.strip("[]")
@@ -276,13 +280,16 @@ class OpenAIBackend:
             )
             return
         if response.status_code in (404, 405):
-            raise NotImplementedError(
-                f"the server at {self.base_url} has no weight-update endpoint (POST /v1/update_weights): a plain "
-                f"OpenAI-compatible server cannot take new weights; serve the model with `agent-rl serve`, use "
-                f"the in-process `vllm` backend, or set rollout.backend.weight_sync=none to keep the server's weights"
-            )
+            raise self._no_weight_routes()
         body = _json_or_raise(response, url)
         self.policy_version, self._owed = int(body.get("policy_version", version)), False
+
+    def _no_weight_routes(self) -> NoWeightRoutesError:
+        return NoWeightRoutesError(
+            f"the server at {self.base_url} has no weight-update endpoint (POST /v1/update_weights): a plain "
+            f"OpenAI-compatible server cannot take new weights; serve the model with `agent-rl serve`, use "
+            f"the in-process `vllm` backend, or set rollout.backend.weight_sync=none to keep the server's weights"
+        )
 
     def _weights(self, state_dict: dict | None) -> dict:
         if state_dict is not None:
@@ -365,6 +372,8 @@ class OpenAIBackend:
             response = httpx.get(url, headers=self.headers, timeout=self.cfg.timeout_s, verify=self._tls)
         except httpx.TransportError as e:
             raise ServerUnavailableError(f"{url}: {type(e).__name__}: {e}") from e
+        if response.status_code in (404, 405):  # a plain server: it reports nothing and takes no weights
+            raise self._no_weight_routes()
         body = _json_or_raise(response, url)
         return {"fingerprint": body.get("fingerprint"), "dtype": body.get("dtype")}
 
@@ -375,7 +384,7 @@ class OpenAIBackend:
         except httpx.TransportError as e:
             raise ServerUnavailableError(f"{url}: {type(e).__name__}: {e}") from e
         if response.status_code == 404:
-            raise NotImplementedError(
+            raise NoWeightRoutesError(
                 f"{url} is not served: start `vllm serve` with VLLM_SERVER_DEV_MODE=1 and --worker-extension-cls "
                 f"agent_rl.rollout.backends.vllm.WeightSyncExtension for rollout.backend.weight_sync=vllm (docs/vllm.md)"
             )
@@ -429,4 +438,11 @@ def _topk(top: list[dict[str, float]] | None, k: int, url: str) -> tuple[list[li
     return ids, lps
 
 
-__all__ = ["OpenAIBackend", "ServerUnavailableError", "check_push_auth", "is_loopback", "serialize_state_dict"]
+__all__ = [
+    "NoWeightRoutesError",
+    "OpenAIBackend",
+    "ServerUnavailableError",
+    "check_push_auth",
+    "is_loopback",
+    "serialize_state_dict",
+]

@@ -522,7 +522,7 @@ def serve_in_thread(app: Any, host: str = "127.0.0.1") -> Iterator[str]:
     deadline = time.monotonic() + 30
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("agent-rl serve did not start")
+            raise RuntimeError("agent-rl serve did not start listening within 30 s")
         time.sleep(0.01)
     try:
         yield f"http://{host}:{sock.getsockname()[1]}/v1"
