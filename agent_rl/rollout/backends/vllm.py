@@ -14,6 +14,11 @@ drives it from an event loop in a background thread, so ``generate`` can be awai
   versions) and the prefix cache cleared, since KV blocks computed by the old weights must not
   be reused. (Tensors sent through ``collective_rpc`` itself arrive on the CPU worker as lists.)
 - a ``generate`` call that is cancelled (a withdrawn group) aborts its requests in the engine.
+- what it samples from (``describe``): the fingerprint the last update carried, set by every worker
+  once the weights are loaded, and the dtype; the trainer checks both (distributed/weights.py);
+- on CPU the engine gets a KV cache sized from the run's need and its threads are bound to the
+  cores it is given (``engine_resources.py``); an engine process that dies is named with its exit
+  status and the kernel's OOM record, and later calls fail at once with that line.
 
 Seeds on CPU: vLLM's CPU sampler cannot rewind a seeded request's generator when it discards a
 token sampled during a chunked prefill (``RuntimeError: CPU Generator does not use offset``), so
