@@ -107,7 +107,7 @@ class VllmBackendConfig(ComponentConfig):
     kv_cache_max_gb: float = Field(4.0, gt=0, description="CPU: the cap of the KV cache sized from kv_tokens")
     cpu_cores: str | int | None = Field(
         None,
-        description="CPU: the cores the engine's threads are bound to ('0-3', '0,2'); None: every core this process may use",
+        description="CPU: the cores the engine's threads are bound to ('0-3', '0,2'); None: every core this process may use but one, left to vLLM's scheduler",
     )
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs one engine shards the model over")
     max_model_len: int | None = Field(None, ge=1, description="context length; None: the model's")

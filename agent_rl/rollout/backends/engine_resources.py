@@ -8,7 +8,9 @@
 - **Cores.** vLLM's CPU worker binds its OpenMP threads to the cores of ``VLLM_CPU_OMP_THREADS_BIND``
   (``auto``: one NUMA node's cores less one kept for the scheduler: core 0 on a 2-core machine, for
   every engine). An engine started here is bound to the cores it is given (by default the cores
-  this process may run on), one list per tensor-parallel rank.
+  this process may run on less one left to vLLM's scheduler), one list per tensor-parallel rank.
+  Engines that share a machine need ``rollout.backend.cpu_cores`` each: the default gives every
+  engine the same cores.
 - **Death.** An engine process that exits is reported with its exit status and, when the kernel's
   OOM killer fired in this cgroup since the engine started, with that record (cgroup v2
   ``memory.events``, v1 ``memory.oom_control``).
@@ -72,9 +74,12 @@ def omp_binding(cores: list[int], ranks: int) -> str:
     return "|".join(",".join(str(c) for c in cores[r * per : (r + 1) * per]) for r in range(ranks))
 
 
-def allowed_cores() -> list[int]:
-    """The cores this process may run on (its affinity, which a container's cpuset narrows)."""
-    return sorted(os.sched_getaffinity(0))
+def default_cores() -> list[int]:
+    """The cores this process may run on (its affinity, which a container's cpuset narrows), less
+    the last one when there are several: vLLM's scheduler process runs beside the worker's
+    threads, which spin, so (as vLLM's ``auto`` does) one core is left to it."""
+    cores = sorted(os.sched_getaffinity(0))
+    return cores[:-1] if len(cores) > 1 else cores
 
 
 def _cgroup_files() -> list[Path]:

@@ -47,8 +47,8 @@ from agent_rl.models import lora
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 from agent_rl.rollout.backends.engine_resources import (
     MARGIN,
-    allowed_cores,
     death_cause,
+    default_cores,
     kv_bytes_per_token,
     kv_cache_bytes,
     omp_binding,
@@ -189,7 +189,7 @@ class VllmBackend:
             return AsyncLLM.from_engine_args(args)
 
         self.cpu_binding = omp_binding(
-            parse_cores(str(cfg.cpu_cores)) if cfg.cpu_cores is not None else allowed_cores(), cfg.tensor_parallel_size
+            parse_cores(str(cfg.cpu_cores)) if cfg.cpu_cores is not None else default_cores(), cfg.tensor_parallel_size
         )
         self._oom_before = oom_kills()
         self.dead: str | None = None  # why the engine process died, once it has

@@ -203,7 +203,7 @@ def test_rollout_engine_episodes_with_seeds_on_vllm(backend, tiny_tokenizer):
 @pytest.mark.vllm
 def test_the_engine_reports_its_weights_and_dtype_and_runs_on_what_it_was_given(backend, tiny_model_dir):
     """What the trainer compares at start and after every sync (distributed/weights.py), and what the
-    engine was given: the cores this process may use, a KV cache of 64 sequences x 512 tokens (x 1.2)."""
+    engine was given: the cores this process may use less one for vLLM's scheduler, a KV cache of 64 sequences x 512 tokens (x 1.2)."""
     import os
 
     from transformers import AutoConfig
@@ -213,7 +213,8 @@ def test_the_engine_reports_its_weights_and_dtype_and_runs_on_what_it_was_given(
     assert backend.describe()["dtype"] == "float32"
     backend.update_weights(None, backend.policy_version, fingerprint="run/v7")  # the same weights, named
     assert backend.describe() == {"fingerprint": "run/v7", "dtype": "float32"}
-    assert backend.cpu_binding == ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+    cores = sorted(os.sched_getaffinity(0))
+    assert backend.cpu_binding == ",".join(str(c) for c in (cores[:-1] if len(cores) > 1 else cores))
     per_token = kv_bytes_per_token(AutoConfig.from_pretrained(tiny_model_dir), 4)
     assert backend.kv_cache_bytes == kv_cache_bytes(64 * 512, 512, per_token, 4.0)[0] < 2**27  # < 128 MiB
 
@@ -323,7 +324,7 @@ def documented_server_command() -> tuple[dict[str, str], list[str]]:
 def start_vllm_server(model_dir):
     """The `vllm serve` command of docs/vllm.md as written, from the repository root in a clean
     environment (its own variables, PATH and HOME), with this test's port and sizes appended, and its
-    threads bound to the cores this process may use. ``.venv/bin/python`` is this interpreter where
+    threads bound to the cores this process may use less one for vLLM's scheduler. ``.venv/bin/python`` is this interpreter where
     the checkout has no .venv of its own (a worktree). Returns the process and its base URL once
     /health answers."""
     import os
@@ -344,9 +345,10 @@ def start_vllm_server(model_dir):
     python = argv[0] if (root / argv[0]).exists() else sys.executable
     cmd = [python, *argv[1:], "--port", str(port), "--enforce-eager", "--max-model-len", "512"]
     cmd[cmd.index("MODEL_DIR")] = str(model_dir)
-    cores = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+    from agent_rl.rollout.backends.engine_resources import default_cores
+
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp"), **doc_env}
-    env["VLLM_CPU_OMP_THREADS_BIND"] = cores
+    env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(c) for c in default_cores())
     log = tempfile.TemporaryFile("w+")  # a pipe nobody reads would fill up and stall the server
     # its own session: killing it kills its engine-core process too
     proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
