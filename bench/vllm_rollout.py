@@ -3,7 +3,9 @@ the ``hf`` backend, and the prefill that prefix caching saves over multi-turn ep
 
 (a) tokens/s of B single-turn episodes through ``RolloutEngine`` + the ``vllm`` backend vs vLLM's
     offline ``LLM.generate`` on the same model, the same prompt ids, N new tokens each (EOS
-    ignored, temperature 1, a seed per request). Must reach >= 0.9x.
+    ignored, temperature 1, a seed per request). Must reach >= 0.9x. The ``LLM`` gets the engine
+    arguments the backend started its engine with (on CPU: chunked prefill off, the same KV cache,
+    processed logprobs), so the ratio compares like with like.
 (b) tokens/s of the same episodes on the ``vllm`` backend vs the ``hf`` backend, for a ~10M and a
     ~100M-parameter random-init Qwen2 (whichever wins).
 (c) multi-turn episodes (``--turns`` turns, each turn's prompt extends the previous one): prompt
@@ -17,6 +19,7 @@ Rounds are interleaved; engine start-up is not timed. Needs vLLM (``make vllm-cp
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -52,6 +55,22 @@ def vllm_backend(path: Path, prefix_caching: bool = True, block_size: int | None
     return BACKENDS(cfg.rollout.backend)(cfg.rollout.backend, cfg.model)
 
 
+def same_engine_args(backend: Any) -> dict[str, Any]:
+    """The arguments the backend started its engine with, as ``LLM(**...)`` takes them (``EngineArgs``
+    fields set away from their defaults; our worker extension left out, it changes nothing here)."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    def default(f: dataclasses.Field) -> Any:
+        return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+    args = backend.engine_args
+    return {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(EngineArgs)
+        if f.name != "worker_extension_cls" and getattr(args, f.name) != default(f)
+    }
+
+
 def engine(backend: Any, tokenizer: Any, **cfg: Any) -> Any:
     from agent_rl.rollout.config import RolloutConfig
     from agent_rl.rollout.engine import RolloutEngine
@@ -77,11 +96,11 @@ def engine_tokens_per_s(eng: Any, n: int, new_tokens: int) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--episodes", type=int, default=32)
-    ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--turns", type=int, default=4)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=2, help="timed rounds per engine, interleaved (the median is kept)")
+    ap.add_argument("--episodes", type=int, default=32, help="episodes (requests) per round, all at once")
+    ap.add_argument("--new-tokens", type=int, default=64, help="tokens each episode generates (EOS ignored)")
+    ap.add_argument("--turns", type=int, default=4, help="turns of the multi-turn episodes of (c)")
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = ap.parse_args()
     from vllm import LLM, SamplingParams
@@ -104,7 +123,7 @@ def main() -> None:
         ours = engine(backend, tokenizer, max_new_tokens=new, ignore_eos=True, concurrency=n, max_turns=1)
         hf = engine(HfBackend(load_model(str(path), "float32", "cpu"), tokenizer.pad_token_id), tokenizer,
                     max_new_tokens=new, ignore_eos=True, concurrency=n, max_turns=1)  # fmt: skip
-        raw = LLM(model=str(path), dtype="float32", enforce_eager=True) if size == "10m" else None
+        raw = LLM(**same_engine_args(backend)) if size == "10m" else None
         # the very prompt ids the engine sends (one episode's first request)
         env = make_env_class()()
         prompts = []

@@ -139,6 +139,11 @@ class Worker:
         """Wait for the executor's hello and check its protocol version; destroy the worker on failure."""
         try:
             hello = await asyncio.wait_for(self.recv(), timeout_s)
+        except TimeoutError:
+            await self.destroy()
+            raise InfraError(
+                f"{self.name}: the sandbox did not start (no executor hello within {timeout_s:.0f} s)"
+            ) from None
         except BaseException:
             await self.destroy()
             raise

@@ -47,7 +47,7 @@ def test_every_episode_failing_trips_at_once_and_names_the_component_and_first_e
     with pytest.raises(InfraErrorRateError) as info:
         breaker.check(1, episodes(4, 4))
     msg = str(info.value)
-    assert msg.startswith("step 1: 4 of 4 episodes ended in an infrastructure error (trainer.max_infra_error_frac=1.0)")
+    assert msg.startswith("step 2: 4 of 4 episodes ended in an infrastructure error (trainer.max_infra_error_frac=1.0)")
     assert "the inference backend (rollout.backend.name=openai at http://127.0.0.1:9/v1)" in msg
     assert msg.endswith("failed first with: backend: ServerUnavailableError('down') #0") and "\n" not in msg
 
@@ -59,7 +59,7 @@ def test_more_than_half_failing_for_patience_steps_trips():
         breaker.check(step, episodes(4, failed, "step: InfraError('sandbox gone')"))
     with pytest.raises(
         InfraErrorRateError,
-        match=r"step 5: 3 of 4 .*more than trainer.sustained_infra_error_frac=0.5 "
+        match=r"step 6: 3 of 4 .*more than trainer.sustained_infra_error_frac=0.5 "
         r"for trainer.infra_error_patience=3 steps in a row.*environment's infrastructure .*sandbox gone",
     ):
         breaker.check(5, episodes(4, 3, "step: InfraError('sandbox gone')"))
@@ -106,7 +106,7 @@ def test_a_run_against_a_dead_backend_stops_at_its_first_step_and_resumes(tmp_pa
     )
     assert r.returncode == 3, r.stderr[-3000:]
     [line] = [x for x in r.stderr.splitlines() if x.strip()]
-    assert line.startswith("error: step 0: 4 of 4 episodes ended in an infrastructure error"), line
+    assert line.startswith("error: step 1: 4 of 4 episodes ended in an infrastructure error"), line
     assert "the inference backend (rollout.backend.name=openai at http://127.0.0.1:" in line
     assert "failed first with: backend: ServerUnavailableError(" in line
     assert f"--resume {run_dir}" in line and "Traceback" not in r.stderr

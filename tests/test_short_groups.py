@@ -60,7 +60,7 @@ def test_a_step_that_trains_a_short_group_reports_it(tmp_path, tiny_model_dir):
     assert metrics["rollout/stop_infra_error"] == 1.0
     assert metrics["train/short_groups"] == 1.0
     assert logs == [
-        "step 0: 1 of 2 groups train with fewer than rollout.group_size=2 episodes (smallest: 1); "
+        "step 1: 1 of 2 groups train with fewer than rollout.group_size=2 episodes (smallest: 1); "
         "their env / infra error episodes were dropped"
     ]
     logs.clear()

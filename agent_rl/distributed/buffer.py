@@ -51,6 +51,8 @@ from agent_rl.core.seeding import derive_seed
 from agent_rl.core.types import Trajectory
 from agent_rl.rollout.episode import EpisodeSpec
 
+CLOSE_TIMEOUT_S = 30.0  # cancelling the jobs in flight at close; the workers are released after it either way
+
 
 @dataclass
 class Job:
@@ -136,8 +138,8 @@ class LoopThread:
         self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self.thread.start()
 
-    def call(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+    def call(self, coro: Any, timeout: float | None = None) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def soon(self, fn: Callable, *args: Any) -> None:
         self.loop.call_soon_threadsafe(fn, *args)
@@ -244,8 +246,8 @@ class AsyncRolloutSource:
         return out
 
     def close(self) -> None:
-        try:
-            self.loop.call(self._cancel())
+        try:  # bounded: a failed run releases its workers even when its loop is stuck
+            self.loop.call(self._cancel(), timeout=CLOSE_TIMEOUT_S)
         finally:
             self.loop.stop()  # envs close outside any running event loop
             self.group.close()

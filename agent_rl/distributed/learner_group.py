@@ -261,7 +261,12 @@ class RayLearnerGroup:
 
     def close(self) -> None:
         for r in self.ranks:
-            ray.kill(r, no_restart=True)
-        remove_placement_group(self.pg)
-        if self.started_ray:
-            ray.shutdown()
+            try:
+                ray.kill(r, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        try:
+            remove_placement_group(self.pg)
+        finally:
+            if self.started_ray:
+                ray.shutdown()

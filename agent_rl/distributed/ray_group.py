@@ -128,19 +128,30 @@ class RayWorkerGroup:
                 "distributed.ray.num_rollout_workers / cpus_per_worker / gpus_per_worker or add nodes"
             )
         self.pools: list[Any] = []
-        if rc.sandbox_pools:
-            from agent_rl.distributed.sandbox_pool import start_pools
-
-            self.pools = start_pools(cfg.sandbox.backend, rc.namespace)
         self._lock = threading.Lock()
-        # the learner's weights (under learner ranks, where gathering is a collective, the workers
-        # start from model.path, as every rank did, and take the first broadcast)
-        alone = not (torch.distributed.is_available() and torch.distributed.is_initialized())
-        self._latest = (ray.put(cpu_state_dict(model)) if alone else None, version)
-        self._spawned = 0
-        self.restarts = 0
-        self._handles = [self._spawn(i) for i in range(n)]
-        ray.get([h.actor.ready.remote() for h in self._handles], timeout=rc.startup_timeout_s)
+        self._handles: list[RayHandle] = []
+        try:  # a start that fails releases what it placed: the next run in this process finds the cluster free
+            if rc.sandbox_pools:
+                from agent_rl.distributed.sandbox_pool import start_pools
+
+                self.pools = start_pools(cfg.sandbox.backend, rc.namespace)
+            # the learner's weights (under learner ranks, where gathering is a collective, the workers
+            # start from model.path, as every rank did, and take the first broadcast)
+            alone = not (torch.distributed.is_available() and torch.distributed.is_initialized())
+            self._latest = (ray.put(cpu_state_dict(model)) if alone else None, version)
+            self._spawned = 0
+            self.restarts = 0
+            self._handles = [self._spawn(i) for i in range(n)]
+            try:
+                ray.get([h.actor.ready.remote() for h in self._handles], timeout=rc.startup_timeout_s)
+            except ray.exceptions.GetTimeoutError:
+                raise ValueError(
+                    f"{n} Ray rollout workers did not start within distributed.ray.startup_timeout_s="
+                    f"{rc.startup_timeout_s:.0f} s"
+                ) from None
+        except BaseException:
+            self.close()
+            raise
 
     def _spawn(self, bundle: int) -> RayHandle:
         rc = self.rc
@@ -193,11 +204,15 @@ class RayWorkerGroup:
         return fresh
 
     def close(self) -> None:
+        """Kill every worker and remove the placement group (what a later run in this process needs
+        free), whatever state the workers are in; Ray itself stops when this group started it."""
         for h in self._handles:
             try:
                 ray.kill(h.actor, no_restart=True)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - already gone
                 pass
-        remove_placement_group(self.pg)
-        if self.started_ray:
-            ray.shutdown()
+        try:
+            remove_placement_group(self.pg)
+        finally:
+            if self.started_ray:
+                ray.shutdown()

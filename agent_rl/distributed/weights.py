@@ -5,15 +5,32 @@ gathers the full weights at most once (a CPU copy; a collective every learner ra
 policy is sharded) and hands that one copy to the trainer's own backend (unless it shares the
 learner's module: colocated ``hf`` on one rank, where only the version moves) and to the rollout
 source's samplers (asynchronous workers, Ray actors).
+
+It also checks that the trainer's backend samples from what the learner holds, when the backend
+can say (``describe``: the in-process ``vllm`` backend, ``openai`` against `vllm serve` with
+``weight_sync: vllm`` or against ``agent-rl serve``): at start the backend's fingerprint
+(``agent_rl/models/fingerprint.py``) is compared with the digest of the learner's weights, which are
+pushed unless they match, and its dtype with the learner's (one line when they differ); after every
+sync the fingerprint must be the one sent with the weights. A mismatch stops the run in one line
+(``rollout.on_weights_mismatch: stop``) or refuses that version's samples (``refuse``). The sampler /
+learner logprob gap of every step (``train/mismatch_logprob_abs_max``) above ``rollout.max_logprob_gap``
+says once what likely causes it (``on_logprob_gap: stop`` stops the run instead).
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
+from agent_rl.core.errors import InfraError
 from agent_rl.learner import fsdp
 from agent_rl.models import lora
+from agent_rl.models.fingerprint import content_digest, dtype_name, version_tag
+
+
+class WeightsMismatchError(ValueError):
+    """The sampler does not hold the learner's weights, or their logprobs disagree beyond the threshold."""
 
 
 def cpu_state_dict(model: Any) -> dict[str, Any]:
@@ -37,11 +54,21 @@ def weights_for_broadcast(model: Any) -> dict[str, Any] | None:
 class WeightSync:
     """The trainer's backend and rollout source get version ``v``'s weights from one gather."""
 
-    def __init__(self, model: Any, backend: Any, source: Any, rank: int, world: int):
+    def __init__(self, model: Any, backend: Any, source: Any, rank: int, world: int, cfg: Any = None, log: Any = print):
         self.model, self.backend, self.source = model, backend, source
         self.rank, self.world = rank, world
         self.gathers = 0  # how many times the full weights were gathered (tests, metrics)
         self.ledger: Any = None  # learner.lora: records the hash of the adapter sent at each version
+        self.cfg, self.log = cfg, log  # cfg: the rollout section (on_weights_mismatch, max_logprob_gap, ...)
+        self.run = uuid.uuid4().hex[:12]  # names this run's versions in the fingerprints it sends
+        # the backend reports what it samples from (full weights; learner.lora has its own ledger)
+        self.checked = (
+            cfg is not None and hasattr(backend, "describe") and not self.shares_module and not lora.is_lora(model)
+        )
+        self.refused: set[int] = set()  # on_weights_mismatch=refuse: versions the sampler did not hold
+        self.sampler_dtype: str | None = None
+        self.mismatches = 0
+        self._gap_said = False
 
     @property
     def shares_module(self) -> bool:
@@ -61,6 +88,107 @@ class WeightSync:
         if self.rank == 0:
             if self.ledger is not None:
                 self.ledger.record(version, weights)
-            self.backend.update_weights(None if self.shares_module else weights, version)
+            if self.checked:
+                tag = version_tag(self.run, version)
+                self.backend.update_weights(weights, version, fingerprint=tag)
+                self.verify(version, tag)
+            else:
+                self.backend.update_weights(None if self.shares_module else weights, version)
             self.source.sync(weights, version)
         return {"time/weight_sync_s": time.perf_counter() - start}
+
+    # -- the sampler holds what the learner holds ---------------------------------------------------
+    def start(self, version: int) -> None:
+        """At the start of a run: the trainer's backend holds the learner's weights, or gets them
+        (nothing is pushed when its fingerprint is already their digest); its dtype is compared."""
+        if not self.checked or self.rank != 0 or self.world > 1:  # several ranks: every sync pushes a gathered copy
+            return
+        try:
+            described = self.backend.describe()
+        except InfraError as e:  # a server down at start: the first step's rollout meets it (the breaker)
+            self.log(f"the sampler did not answer at start ({e}); its weights are checked after the first sync")
+            return
+        if described is None:
+            self.log("rollout.backend.weight_sync=none: the server keeps its own weights; they are not checked")
+            self.checked = False
+            return
+        self.sampler_dtype = described.get("dtype")
+        self._compare_dtype()
+        weights = weights_for_broadcast(self.model)
+        digest = content_digest(weights)
+        if described.get("fingerprint") == digest:
+            self.log(f"the sampler already holds the learner's weights ({digest[:19]}): nothing pushed")
+            return
+        self.backend.update_weights(weights, version, fingerprint=digest)
+        self.verify(version, digest)
+
+    def verify(self, version: int, expected: str) -> None:
+        """The backend reports ``expected`` (the fingerprint sent with version ``version``), or the
+        mismatch stops the run / refuses that version's samples."""
+        if getattr(self.backend, "_owed", False):  # a push that found the server down goes again before any request
+            return
+        try:
+            got = self.backend.describe()["fingerprint"]
+        except InfraError as e:  # down after the push: its requests fail as infra_error, the breaker counts them
+            self.log(f"the sampler's weights of version {version} could not be checked: {e}")
+            return
+        if got == expected:
+            return
+        self.mismatches += 1
+        where = getattr(self.backend, "base_url", None) or "the in-process engine"
+        line = (
+            f"the sampler ({where}) does not hold the learner's weights of version {version}: it reports "
+            f"{got!r}, expected {expected!r} (another run pushed to it, or it restarted)"
+        )
+        if self.cfg.on_weights_mismatch == "stop":
+            raise WeightsMismatchError(
+                f"{line}; give each run its own server, or set rollout.on_weights_mismatch=refuse"
+            )
+        self.refused.add(version)
+        self.log(f"{line}; its samples of version {version} are refused (rollout.on_weights_mismatch=refuse)")
+
+    def screen(self, groups: list[Any]) -> tuple[list[Any], dict[str, float]]:
+        """``refuse``: the episodes with a turn sampled by a version the sampler did not hold are dropped."""
+        if not self.refused:
+            return groups, {}
+        kept, refused = [], 0
+        for g in groups:
+            ok = [t for t in g.trajectories_G if not any(turn.policy_version in self.refused for turn in t.turns_N)]
+            refused += len(g.trajectories_G) - len(ok)
+            if ok:
+                kept.append(type(g)(g.task_id, g.group_id, ok))
+        return kept, {"train/refused_stale_samples": float(refused)}
+
+    def _compare_dtype(self) -> None:
+        learner = dtype_name(next(self.model.parameters()).dtype)
+        if self.sampler_dtype is not None and self.sampler_dtype != learner:
+            self.log(
+                f"the sampler samples in {self.sampler_dtype}, the learner trains in {learner}: expect a sampler/learner "
+                f"logprob gap of ~1e-2 (train/mismatch_logprob_abs_max); serve {learner} (vllm serve --dtype {learner}), "
+                "or correct for it with algorithm.loss_options.rollout_is (TIS / MIS, docs/vllm.md)"
+            )
+
+    def watch_gap(self, step: int, metrics: dict[str, float]) -> None:
+        """The step's sampler/learner logprob gap above ``rollout.max_logprob_gap``: one line with its
+        likely cause (once), or the run stops (``rollout.on_logprob_gap: stop``)."""
+        gap = metrics.get("train/mismatch_logprob_abs_max")
+        if self.cfg is None or gap is None or gap <= self.cfg.max_logprob_gap:
+            return
+        learner = dtype_name(next(self.model.parameters()).dtype)
+        if self.sampler_dtype is not None and self.sampler_dtype != learner:
+            cause = f"the sampler's dtype ({self.sampler_dtype}; the learner's: {learner})"
+        elif self.mismatches:
+            cause = "stale weights (the sampler did not hold the learner's weights)"
+        elif any(k.endswith("render_drift") and v for k, v in metrics.items()):
+            cause = "template drift (rollout/render_drift: stored ids differ from the re-rendered history)"
+        else:
+            cause = "a sampler in another dtype, stale weights, or template drift"
+        line = (
+            f"step {step + 1}: the sampler's logprobs differ from the learner's by up to {gap:.2g} "
+            f"(rollout.max_logprob_gap={self.cfg.max_logprob_gap}); likely cause: {cause}"
+        )
+        if self.cfg.on_logprob_gap == "stop":
+            raise WeightsMismatchError(line)
+        if not self._gap_said:
+            self._gap_said = True
+            self.log(f"{line}; rollout.on_logprob_gap=stop refuses to train on it")

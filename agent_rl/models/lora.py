@@ -318,7 +318,7 @@ class AdapterLedger:
         self.refused_total += refused
         if refused and self.on_mismatch == "error":
             raise AdapterMismatchError(
-                f"step {step}: {refused} episodes refused: {first} (learner.lora.on_mismatch=drop refuses and counts instead)"
+                f"step {step + 1}: {refused} episodes refused: {first} (learner.lora.on_mismatch=drop refuses and counts instead)"
             )
         return kept, {"adapter/refused_episodes": float(refused), "adapter/refused_total": float(self.refused_total)}
 
@@ -337,7 +337,7 @@ class AdapterLedger:
         gap = float(((logprobs_BT - batch.rollout_logprobs_BT).abs() * first_BT).max())
         if self.first_turn_tolerance is not None and gap > self.first_turn_tolerance:
             raise AdapterMismatchError(
-                f"step {step}: first-turn logprobs of the sampler and the learner differ by {gap:.4f} > "
+                f"step {step + 1}: first-turn logprobs of the sampler and the learner differ by {gap:.4f} > "
                 f"learner.lora.first_turn_tolerance={self.first_turn_tolerance} under adapter version {learner_version}"
             )
         return {"adapter/first_turn_logprob_gap": gap}

@@ -66,6 +66,19 @@ class RolloutConfig(BaseModel):
         description="count: drift is counted (render_drift); drop: an episode whose tokens cannot be shown to be "
         "exactly what was sampled under the template is never trained on (dropped, counted in rollout/drift_dropped)",
     )
+    on_weights_mismatch: Literal["stop", "refuse"] = Field(
+        "stop",
+        description="the sampler reports other weights than the learner's after a sync (another run's, a restarted "
+        "server's): stop the run in one line, or refuse (count and never train on) the samples of that version",
+    )
+    max_logprob_gap: float = Field(
+        1e-3,
+        gt=0,
+        description="train/mismatch_logprob_abs_max above this says once why (dtype, stale weights, template drift)",
+    )
+    on_logprob_gap: Literal["warn", "stop"] = Field(
+        "warn", description="warn: one line, the run goes on; stop: the run stops at the first step above the gap"
+    )
     tool_format: str = Field(
         "auto",
         description="how the model writes tool calls: auto (detected from the tokenizer's chat template) or a "

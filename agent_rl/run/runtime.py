@@ -113,4 +113,6 @@ def _loaded(what: str, load: Any, path: str, *args: Any) -> Any:
 def make_policy_backend(cfg: Config, model: torch.nn.Module, tokenizer: Any) -> Any:
     """The rollout backend; ``hf`` is colocated with the learner and shares its module."""
     spec = cfg.rollout.backend
+    if "kv_tokens" in type(spec).model_fields and spec.kv_tokens is None:  # the KV cache the run needs (vllm, CPU)
+        spec = spec.model_copy(update={"kv_tokens": cfg.rollout.concurrency * cfg.rollout.max_total_tokens})
     return BACKENDS(spec)(spec, cfg.model, model=model, tokenizer=tokenizer)

@@ -110,6 +110,6 @@ class InfraBreaker:
             return
         error = str(failed[0].info.get("error") or "no error recorded")
         raise InfraErrorRateError(
-            f"step {step}: {len(failed)} of {len(trajectories)} episodes ended in an infrastructure error ({rule}); "
+            f"step {step + 1}: {len(failed)} of {len(trajectories)} episodes ended in an infrastructure error ({rule}); "
             f"{failing_component(error, self.cfg)} failed first with: {error}"
         )

@@ -47,6 +47,14 @@ from agent_rl.train.task_sampler import TaskSampler
 
 class Trainer:
     def __init__(self, cfg: Config, resume: str | None = None, log: Any = print):
+        self._released: set[int] = set()
+        try:
+            self._build(cfg, resume, log)
+        except BaseException:  # what was built so far (engines, Ray actors and placement groups) is released
+            self.close()
+            raise
+
+    def _build(self, cfg: Config, resume: str | None, log: Any) -> None:
         self.cfg = cfg
         self.log = log
         seed_everything(cfg.trainer.seed)
@@ -118,8 +126,12 @@ class Trainer:
             cfg, self.components, self.engine, self._plan, self.plan.engine_options, self.learner.version
         )
         self.weight_sync = WeightSync(
-            self.components.model, self.components.backend, self.rollouts, self.rank, self.world
+            self.components.model, self.components.backend, self.rollouts, self.rank, self.world, cfg.rollout, self.log
         )
+        if (
+            not resume
+        ):  # the sampler holds the learner's weights (checked, pushed unless it does): distributed/weights.py
+            self.weight_sync.start(self.learner.version)
         self.adapters = None  # learner.lora: the hash of the adapter sent at each version, checked on every sample
         if cfg.learner.lora is not None:
             lcfg = cfg.learner.lora
@@ -143,6 +155,13 @@ class Trainer:
 
     # -- the loop ---------------------------------------------------------------------------------
     def train(self) -> Path:
+        try:
+            self._train()
+        finally:  # a run that fails releases its workers, engines and learner ranks in this process too
+            self.close()
+        return self.run_dir
+
+    def _train(self) -> None:
         cfg = self.cfg
         progress = self.progress  # phases: rollout, filters, needs, update, sync (step), eval, checkpoint
         with progress:
@@ -166,11 +185,21 @@ class Trainer:
             progress.summary(
                 self.run_dir, read_metrics(self.run_dir), ["metrics.jsonl", "reward.png", ckpt_dir, "trajectories"]
             )
-        self.rollouts.close()
-        self.engine.close()
-        self.components.backend.close()  # an inference engine of its own (vllm) stops here
-        self.learner.close()
-        return self.run_dir
+
+    def close(self) -> None:
+        """Release what the run holds: the rollout source (its workers, Ray actors and placement
+        group), the engine, the backend's own inference engine (vllm), the learner (its ranks); each
+        once, whatever failed before (a part that fails to close is said in one line)."""
+        parts = [getattr(self, n, None) for n in ("rollouts", "engine")]
+        parts += [getattr(getattr(self, "components", None), "backend", None), getattr(self, "learner", None)]
+        for part in parts:
+            if part is None or id(part) in self._released:
+                continue
+            self._released.add(id(part))
+            try:
+                part.close()
+            except Exception as e:  # noqa: BLE001 - the others are released anyway
+                self.log(f"releasing {type(part).__name__} failed: {e!r}")
 
     def _guarded_step(self, step: int) -> dict[str, float]:
         """A step that fails before the learner updated leaves a resumable checkpoint of the run so far
@@ -183,16 +212,14 @@ class Trainer:
                 e.args = (
                     f"{e.args[0]}; checkpoint {self.save_checkpoint(step)} resumes the run (--resume {self.run_dir})",
                 )
-            self.rollouts.close()
-            self.learner.close()
+            self.close()
             raise
         except BaseException:
             if self.learner.version == version and self.world == 1:
                 self.log(
-                    f"step {step} failed; checkpoint {self.save_checkpoint(step)} resumes it (--resume {self.run_dir})"
+                    f"step {step + 1} failed; checkpoint {self.save_checkpoint(step)} resumes it (--resume {self.run_dir})"
                 )
-            self.rollouts.close()
-            self.learner.close()
+            self.close()
             raise
 
     def step(self, step: int) -> dict[str, float]:
@@ -201,6 +228,9 @@ class Trainer:
         trajectories, groups, metrics = self._collect(step) if self.rank == 0 else ([], [], {})
         if self.adapters is not None and self.rank == 0:  # samples of another adapter than the one sent are refused
             groups, refused = self.adapters.screen(groups, self.learner.version, step)
+            metrics.update(refused)
+        if self.rank == 0:  # rollout.on_weights_mismatch=refuse: samples of weights the sampler did not hold
+            groups, refused = self.weight_sync.screen(groups)
             metrics.update(refused)
         tripped = None
         if self.rank == 0:
@@ -244,6 +274,8 @@ class Trainer:
             batch, advantages_BT = per_turn_batch(groups, batch, advantages_BT, self.components.tokenizer.pad_token_id)
         self.progress.phase("update")
         metrics.update(self.learner.update(batch, advantages_BT, self.parts, step))
+        if cfg.trainer.preference_data is None:  # offline pairs have no sampler: their gap means nothing
+            self.weight_sync.watch_gap(step, metrics)  # the sampler/learner gap above rollout.max_logprob_gap: why
         for model in self.models.values():  # then those that follow the policy (an EMA teacher)
             model.after_update(self.components.model)
         self.progress.phase("sync")
@@ -286,7 +318,7 @@ class Trainer:
         metrics["train/short_groups"] = float(len(short))  # never trained smaller without saying so
         if short:
             self.log(
-                f"step {step}: {len(short)} of {len(groups)} groups train with fewer than rollout.group_size="
+                f"step {step + 1}: {len(short)} of {len(groups)} groups train with fewer than rollout.group_size="
                 f"{cfg.rollout.group_size} episodes (smallest: {min(len(g.trajectories_G) for g in short)}); "
                 "their env / infra error episodes were dropped"
             )

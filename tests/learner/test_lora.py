@@ -152,6 +152,6 @@ def test_first_turn_logprob_gap_counts_only_on_policy_first_turns(tiny_model_dir
     ledger.first_turn_tolerance = 0.2
     with pytest.raises(
         lora.AdapterMismatchError,
-        match="step 7: first-turn logprobs of the sampler and the learner differ by 0.3000 > ",
+        match="step 8: first-turn logprobs of the sampler and the learner differ by 0.3000 > ",
     ):
         ledger.first_turn_gap(learner.score, policy, batch, 3, step=7)

@@ -108,7 +108,7 @@ def test_a_sampler_that_kept_its_old_adapter_is_caught_at_the_first_step(tiny_mo
         loads.clear()
         cfg = lora_cfg(tiny_model_dir, tmp_path / "error", *backend, "trainer.steps=2")
         with pytest.raises(
-            lora.AdapterMismatchError, match="step 1: 4 episodes refused: the sampler's adapter for version 1 has hash"
+            lora.AdapterMismatchError, match="step 2: 4 episodes refused: the sampler's adapter for version 1 has hash"
         ):
             Trainer(cfg, log=lambda *a: None).train()
 

@@ -95,7 +95,19 @@ class VllmBackendConfig(ComponentConfig):
     kv_cache_gb: float | None = Field(
         None,
         gt=0,
-        description="KV cache size in GiB (CPU: VLLM_CPU_KVCACHE_SPACE; GPU: instead of gpu_memory_utilization's share); None: vLLM's default",
+        description="KV cache size in GiB (GPU: instead of gpu_memory_utilization's share); None: on CPU sized "
+        "from kv_tokens (below), on a GPU vLLM's share",
+    )
+    kv_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="CPU: tokens the KV cache holds at once (x 1.2, at least one max_model_len sequence, at most "
+        "kv_cache_max_gb); None: the run's rollout.concurrency x rollout.max_total_tokens (64 x max_model_len outside a run)",
+    )
+    kv_cache_max_gb: float = Field(4.0, gt=0, description="CPU: the cap of the KV cache sized from kv_tokens")
+    cpu_cores: str | int | None = Field(
+        None,
+        description="CPU: the cores the engine's threads are bound to ('0-3', '0,2'); None: every core this process may use but one, left to vLLM's scheduler",
     )
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs one engine shards the model over")
     max_model_len: int | None = Field(None, ge=1, description="context length; None: the model's")

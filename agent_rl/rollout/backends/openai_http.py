@@ -57,6 +57,10 @@ class ServerUnavailableError(InfraError):
     """The inference server could not be reached (or kept failing) after every retry."""
 
 
+class NoWeightRoutesError(NotImplementedError, ValueError):
+    """A plain OpenAI-compatible server: it cannot take weights (a user's choice of server: one line)."""
+
+
 def is_loopback(host: str) -> bool:
     """``localhost`` or a loopback IP (127.0.0.0/8, ::1); any other name or address is not."""
     host = host.strip("[]")
@@ -107,7 +111,7 @@ class OpenAIBackend:
         self._tls = ssl.create_default_context()
         # weight_sync: push: the latest weights pushed (state dict, or None for the learner's module)
         # and their version, which the server must hold; owed: a push that did not get through
-        self._pushed: tuple[dict | None, int] | None = None
+        self._pushed: tuple[dict | None, int, str | None] | None = None
         self._owed = False
 
     # ------------------------------------------------------------------------------------------
@@ -238,8 +242,9 @@ class OpenAIBackend:
         raise ServerUnavailableError(f"{url} failed after {self.cfg.max_retries + 1} attempts; last: {last}")
 
     # ------------------------------------------------------------------------------------------
-    def update_weights(self, state_dict: dict | None, version: int) -> None:
+    def update_weights(self, state_dict: dict | None, version: int, fingerprint: str | None = None) -> None:
         """POST the weights to ``/update_weights`` (``agent-rl serve``); plain servers cannot take them.
+        The server reports ``fingerprint`` (``describe``) once it holds them.
 
         ``state_dict=None`` (the trainer's colocated call) sends the learner module given at build time.
         With ``weight_sync: none`` nothing is sent: the server keeps its weights, only the version moves.
@@ -253,14 +258,14 @@ class OpenAIBackend:
         if state_dict is None and self._local_model is None:
             raise ValueError("update_weights(None, ...): the openai backend was built without the learner's model")
         if self.cfg.weight_sync == "vllm":
-            self._update_vllm_serve(self._weights(state_dict), version)
+            self._update_vllm_serve(self._weights(state_dict), version, fingerprint)
             return
-        self._pushed, self._owed = (state_dict, version), True  # a reference, until the next update
+        self._pushed, self._owed = (state_dict, version, fingerprint), True  # a reference, until the next update
         url = f"{self.base_url}/update_weights"
         try:
             response = httpx.post(
                 url,
-                params={"version": version},
+                params=_push_params(version, fingerprint),
                 content=self._payload(state_dict),
                 headers={**self.headers, "Content-Type": "application/octet-stream"},
                 timeout=self.cfg.timeout_s,
@@ -275,13 +280,16 @@ class OpenAIBackend:
             )
             return
         if response.status_code in (404, 405):
-            raise NotImplementedError(
-                f"the server at {self.base_url} has no weight-update endpoint (POST /v1/update_weights): a plain "
-                f"OpenAI-compatible server cannot take new weights; serve the model with `agent-rl serve`, use "
-                f"the in-process `vllm` backend, or set rollout.backend.weight_sync=none to keep the server's weights"
-            )
+            raise self._no_weight_routes()
         body = _json_or_raise(response, url)
         self.policy_version, self._owed = int(body.get("policy_version", version)), False
+
+    def _no_weight_routes(self) -> NoWeightRoutesError:
+        return NoWeightRoutesError(
+            f"the server at {self.base_url} has no weight-update endpoint (POST /v1/update_weights): a plain "
+            f"OpenAI-compatible server cannot take new weights; serve the model with `agent-rl serve`, use "
+            f"the in-process `vllm` backend, or set rollout.backend.weight_sync=none to keep the server's weights"
+        )
 
     def _weights(self, state_dict: dict | None) -> dict:
         if state_dict is not None:
@@ -309,18 +317,18 @@ class OpenAIBackend:
     async def _push_again(self, client: httpx.AsyncClient) -> None:
         """The latest pushed weights, once more (with the requests' retries)."""
         assert self._pushed is not None
-        state_dict, version = self._pushed
+        state_dict, version, fingerprint = self._pushed
         payload = await asyncio.to_thread(self._payload, state_dict)
         headers = {"Content-Type": "application/octet-stream"}
         body = await self._post(
-            client, "/update_weights", params={"version": version}, content=payload, headers=headers
+            client, "/update_weights", params=_push_params(version, fingerprint), content=payload, headers=headers
         )
         self.policy_version, self._owed = int(body.get("policy_version", version)), False
         log.warning(
             "%s: the weights of version %d were pushed again (the server had lost them)", self.base_url, version
         )
 
-    def _update_vllm_serve(self, state_dict: dict, version: int) -> None:
+    def _update_vllm_serve(self, state_dict: dict, version: int, fingerprint: str | None = None) -> None:
         """New weights into a `vllm serve` on this machine started with ``VLLM_SERVER_DEV_MODE=1`` and
         ``--worker-extension-cls agent_rl.rollout.backends.vllm.WeightSyncExtension``: pause (requests in
         flight finish), every worker reloads a safetensors file in place, the prefix cache is cleared
@@ -334,7 +342,7 @@ class OpenAIBackend:
             os.chmod(path, 0o644)  # the server may run as another user
             steps = [
                 ("/pause", {"params": {"mode": "wait"}}),
-                ("/collective_rpc", {"json": {"method": "agent_rl_load_weights", "args": [path]}}),
+                ("/collective_rpc", {"json": {"method": "agent_rl_load_weights", "args": [path, fingerprint]}}),
                 ("/reset_prefix_cache", {}),
             ]
             try:
@@ -346,19 +354,43 @@ class OpenAIBackend:
             os.remove(path)
         self.policy_version = version
 
-    def _dev_post(self, root: str, route: str, **kwargs: Any) -> None:
+    def describe(self) -> dict[str, Any] | None:
+        """What the server samples from: ``fingerprint`` (of the last weights pushed with one; None:
+        the checkpoint it started from) and ``dtype``; None with ``weight_sync: none`` (nothing is
+        pushed, nothing is asked)."""
+        if self.cfg.weight_sync == "none":
+            return None
+        if self.cfg.weight_sync == "vllm":
+            body = self._dev_post(
+                self.base_url.removesuffix("/v1"), "/collective_rpc", json={"method": "agent_rl_describe"}
+            )
+            workers = body["results"]
+            fingerprints = {w["fingerprint"] for w in workers}
+            return {"fingerprint": fingerprints.pop() if len(fingerprints) == 1 else None, "dtype": workers[0]["dtype"]}
+        url = f"{self.base_url}/policy_version"
+        try:
+            response = httpx.get(url, headers=self.headers, timeout=self.cfg.timeout_s, verify=self._tls)
+        except httpx.TransportError as e:
+            raise ServerUnavailableError(f"{url}: {type(e).__name__}: {e}") from e
+        if response.status_code in (404, 405):  # a plain server: it reports nothing and takes no weights
+            raise self._no_weight_routes()
+        body = _json_or_raise(response, url)
+        return {"fingerprint": body.get("fingerprint"), "dtype": body.get("dtype")}
+
+    def _dev_post(self, root: str, route: str, **kwargs: Any) -> dict[str, Any]:
         url = root + route
         try:
             response = httpx.post(url, headers=self.headers, timeout=self.cfg.timeout_s, verify=self._tls, **kwargs)
         except httpx.TransportError as e:
             raise ServerUnavailableError(f"{url}: {type(e).__name__}: {e}") from e
         if response.status_code == 404:
-            raise NotImplementedError(
+            raise NoWeightRoutesError(
                 f"{url} is not served: start `vllm serve` with VLLM_SERVER_DEV_MODE=1 and --worker-extension-cls "
                 f"agent_rl.rollout.backends.vllm.WeightSyncExtension for rollout.backend.weight_sync=vllm (docs/vllm.md)"
             )
         if response.status_code >= 400:
             raise ServerUnavailableError(f"{url}: HTTP {response.status_code}: {response.text[:300]}")
+        return response.json() if response.content else {}
 
     def server_policy_version(self) -> int:
         url = f"{self.base_url}/policy_version"
@@ -374,6 +406,10 @@ def serialize_state_dict(state_dict: dict, metadata: dict[str, str] | None = Non
     from safetensors.torch import save
 
     return save({k: v.detach().to("cpu").contiguous().clone() for k, v in state_dict.items()}, metadata=metadata)
+
+
+def _push_params(version: int, fingerprint: str | None) -> dict[str, Any]:
+    return {"version": version} if fingerprint is None else {"version": version, "fingerprint": fingerprint}
 
 
 def _json_or_raise(response: httpx.Response, url: str) -> dict[str, Any]:
@@ -402,4 +438,11 @@ def _topk(top: list[dict[str, float]] | None, k: int, url: str) -> tuple[list[li
     return ids, lps
 
 
-__all__ = ["OpenAIBackend", "ServerUnavailableError", "check_push_auth", "is_loopback", "serialize_state_dict"]
+__all__ = [
+    "NoWeightRoutesError",
+    "OpenAIBackend",
+    "ServerUnavailableError",
+    "check_push_auth",
+    "is_loopback",
+    "serialize_state_dict",
+]

@@ -49,6 +49,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_rl.models import lora
+from agent_rl.models.fingerprint import content_digest, dtype_name
 from agent_rl.models.loading import load_model, load_tokenizer
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 from agent_rl.rollout.backends.openai_http import is_loopback
@@ -95,6 +96,8 @@ class ServerState:
         self.queue: asyncio.Queue[tuple[GenerationRequest, asyncio.Future]] | None = None
         self.lock: asyncio.Lock | None = None
         self.metrics = {"batches": 0, "requests": 0, "max_batch": 0}
+        # the weights it samples from (models/fingerprint.py): what the last push named, None if unknown
+        self.fingerprint: str | None = None
         self._pieces: dict[int, str] = {}
 
     async def start(self) -> asyncio.Task:
@@ -356,7 +359,14 @@ def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
 
     @app.get("/v1/policy_version", dependencies=guarded)
     async def policy_version():
-        return {"policy_version": state.backend.policy_version}
+        # what it samples from: the fingerprint the last push carried (models/fingerprint.py; at start the
+        # content digest of the checkpoint it loaded) and the dtype
+        dtype = next(state.backend.model.parameters()).dtype
+        return {
+            "policy_version": state.backend.policy_version,
+            "fingerprint": state.fingerprint,
+            "dtype": dtype_name(dtype),
+        }
 
     @app.post("/v1/completions", dependencies=guarded)
     async def completions(req: CompletionRequest):
@@ -420,7 +430,7 @@ def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
         return {"tokens": tokens, "count": len(tokens), "max_model_len": context}
 
     @app.post("/v1/update_weights", dependencies=guarded)
-    async def update_weights(request: Request, version: int | None = None):
+    async def update_weights(request: Request, version: int | None = None, fingerprint: str | None = None):
         try:
             adapter_config = None  # an adapter's LoRA config, in a safetensors body's header
             if request.headers.get("content-type", "").startswith("application/json"):
@@ -432,6 +442,7 @@ def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
                 except (TypeError, OverflowError):  # null, a list, infinity (a bad string is a ValueError)
                     return _error(400, f"version: an integer, got {body['version']!r}")
                 state_dict = await asyncio.to_thread(load_state_dict_file, str(body["path"]))
+                fingerprint = body.get("fingerprint")
             else:
                 if version is None:
                     return _error(400, "query parameter 'version' is required with a safetensors body")
@@ -444,7 +455,9 @@ def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
                 except SafetensorError as e:
                     return _error(400, f"body: not a safetensors state dict: {e}")
                 adapter_config = lora.read_adapter_metadata(payload)
+            state.fingerprint = None  # an update that fails half-way leaves weights of no known run
             await state.update_weights(state_dict, version, adapter_config)
+            state.fingerprint = fingerprint
         except ValueError as e:
             return _error(400, str(e))
         return {"policy_version": state.backend.policy_version, "num_tensors": len(state_dict)}
@@ -460,7 +473,9 @@ def build_state(
     tokenizer = load_tokenizer(model_path)
     model = load_model(model_path, dtype, device)
     backend = HfBackend(model, tokenizer.pad_token_id, max_batch_size=batching.get("max_batch_size", 64))
-    return ServerState(backend, tokenizer, served_name or model_path, **batching)
+    state = ServerState(backend, tokenizer, served_name or model_path, **batching)
+    state.fingerprint = content_digest(model.state_dict())  # a trainer whose weights these are pushes nothing
+    return state
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -507,7 +522,7 @@ def serve_in_thread(app: Any, host: str = "127.0.0.1") -> Iterator[str]:
     deadline = time.monotonic() + 30
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("agent-rl serve did not start")
+            raise RuntimeError("agent-rl serve did not start listening within 30 s")
         time.sleep(0.01)
     try:
         yield f"http://{host}:{sock.getsockname()[1]}/v1"

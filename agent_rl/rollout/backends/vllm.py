@@ -14,6 +14,11 @@ drives it from an event loop in a background thread, so ``generate`` can be awai
   versions) and the prefix cache cleared, since KV blocks computed by the old weights must not
   be reused. (Tensors sent through ``collective_rpc`` itself arrive on the CPU worker as lists.)
 - a ``generate`` call that is cancelled (a withdrawn group) aborts its requests in the engine.
+- what it samples from (``describe``): the fingerprint the last update carried, set by every worker
+  once the weights are loaded, and the dtype; the trainer checks both (distributed/weights.py);
+- on CPU the engine gets a KV cache sized from the run's need and its threads are bound to the
+  cores it is given (``engine_resources.py``); an engine process that dies is named with its exit
+  status and the kernel's OOM record, and later calls fail at once with that line.
 
 Seeds on CPU: vLLM's CPU sampler cannot rewind a seeded request's generator when it discards a
 token sampled during a chunked prefill (``RuntimeError: CPU Generator does not use offset``), so
@@ -25,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import os
 import shutil
 import tempfile
@@ -41,10 +45,23 @@ from agent_rl.core.errors import InfraError
 from agent_rl.core.seeding import derive_seed
 from agent_rl.models import lora
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
+from agent_rl.rollout.backends.engine_resources import (
+    MARGIN,
+    death_cause,
+    default_cores,
+    kv_bytes_per_token,
+    kv_cache_bytes,
+    omp_binding,
+    oom_kills,
+    parse_cores,
+)
 
 log = logging.getLogger(__name__)
 EXTENSION = "agent_rl.rollout.backends.vllm.WeightSyncExtension"
 SUPPORTED = ("0.32", "0.33")  # vLLM minor releases this backend is tested against (CPU 0.32, GPU 0.33)
+DEFAULT_SEQUENCES = 64  # KV sizing without the run's need (kv_tokens unset): rollout.concurrency's default
+WEIGHT_UPDATE_TIMEOUT_S = 600.0  # a weight update the engine has not acknowledged by then fails the sync
+_ENV_LOCK = threading.Lock()  # engines read the environment when their processes start
 
 
 def import_vllm() -> Any:
@@ -70,18 +87,44 @@ def import_vllm() -> Any:
     return vllm
 
 
+@contextlib.contextmanager
+def _engine_env(values: dict[str, str]) -> Any:
+    """``values`` in this process's environment while an engine starts (its processes inherit
+    them), restored after: engines started one after another each get their own."""
+    with _ENV_LOCK:
+        old = {k: os.environ.get(k) for k in values}
+        os.environ.update(values)
+        try:
+            yield
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
 class WeightSyncExtension:
     """Mixed into vLLM's worker (``worker_extension_cls``); its methods run on every worker."""
 
-    def agent_rl_load_weights(self, path: str) -> int:
+    def agent_rl_load_weights(self, path: str, fingerprint: str | None = None) -> int:
         """Load the weights of the safetensors file ``path`` (checkpoint names and layout) into this
         worker's model, through vLLM's in-place reload: backends that repack weights after loading
-        (the CPU kernels do) get them repacked again."""
+        (the CPU kernels do) get them repacked again. ``fingerprint`` (models/fingerprint.py) is
+        what this worker reports from then on, set only once the load succeeded."""
         from safetensors.torch import load_file
 
+        self.agent_rl_fingerprint = None  # a load that fails half-way leaves weights of no known run
         weights = load_file(path)
         self.reload_weights(weights_iterator=iter(weights.items()), is_checkpoint_format=True)
+        self.agent_rl_fingerprint = fingerprint
         return len(weights)
+
+    def agent_rl_describe(self) -> dict[str, Any]:
+        """What this worker samples from: the fingerprint of the last weights loaded through
+        ``agent_rl_load_weights`` (None: the checkpoint it started from) and the model's dtype."""
+        dtype = next(self.model_runner.model.parameters()).dtype
+        return {"fingerprint": getattr(self, "agent_rl_fingerprint", None), "dtype": str(dtype).removeprefix("torch.")}
 
     def agent_rl_weights_digest(self) -> float:
         """A cheap fingerprint of the loaded weights (tests: the update reached every worker)."""
@@ -115,15 +158,14 @@ class VllmBackend:
             chunked = not self.on_cpu
             if self.on_cpu:
                 log.info("vllm on CPU: chunked prefill off, so that every request's seed is honoured")
-        if self.on_cpu and cfg.kv_cache_gb is not None:
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(
-                math.ceil(cfg.kv_cache_gb)
-            )  # whole GiB, read by the engine process
+        self.kv_cache_bytes = self._kv_cache_bytes(cfg, model_cfg) if self.on_cpu else None
+        if not self.on_cpu and cfg.kv_cache_gb is not None:
+            self.kv_cache_bytes = int(cfg.kv_cache_gb * 2**30)
         args = AsyncEngineArgs(
             model=model_cfg.path,
             dtype=model_cfg.dtype,
             gpu_memory_utilization=cfg.gpu_memory_utilization,
-            kv_cache_memory_bytes=None if self.on_cpu or cfg.kv_cache_gb is None else int(cfg.kv_cache_gb * 2**30),
+            kv_cache_memory_bytes=self.kv_cache_bytes,
             tensor_parallel_size=cfg.tensor_parallel_size,
             max_model_len=cfg.max_model_len,
             max_num_seqs=cfg.max_num_seqs,
@@ -135,6 +177,7 @@ class VllmBackend:
             worker_extension_cls=EXTENSION,
             **lora_args,
         )
+        self.engine_args = args  # what the engine was started with (bench/vllm_rollout.py starts vLLM's LLM alike)
         self.metrics: Counter[str] = Counter()
         self._weights_dir = tempfile.mkdtemp(prefix="agent_rl_vllm_weights_")
         self._vllm = vllm
@@ -145,17 +188,61 @@ class VllmBackend:
         async def start() -> Any:
             return AsyncLLM.from_engine_args(args)
 
-        self.engine = self._call(start())
+        self.cpu_binding = omp_binding(
+            parse_cores(str(cfg.cpu_cores)) if cfg.cpu_cores is not None else default_cores(), cfg.tensor_parallel_size
+        )
+        self._oom_before = oom_kills()
+        self.dead: str | None = None  # why the engine process died, once it has
+        with _engine_env({"VLLM_CPU_OMP_THREADS_BIND": self.cpu_binding} if self.on_cpu else {}):
+            self.engine = self._call(start())
 
-    def _call(self, coro: Any) -> Any:
-        """Run a coroutine on the engine's loop from a thread that is not that loop."""
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+    @staticmethod
+    def _kv_cache_bytes(cfg: Any, model_cfg: Any) -> int:
+        """CPU: the KV cache the run needs (engine_resources.py), not vLLM's half of the machine."""
+        from transformers import AutoConfig
+
+        hf = AutoConfig.from_pretrained(model_cfg.path)
+        context = cfg.max_model_len or getattr(getattr(hf, "text_config", None) or hf, "max_position_embeddings")
+        if cfg.kv_cache_gb is not None:
+            return int(cfg.kv_cache_gb * 2**30)
+        per_token = kv_bytes_per_token(hf, 2 if model_cfg.dtype in ("bfloat16", "float16") else 4)
+        tokens = cfg.kv_tokens or DEFAULT_SEQUENCES * context
+        size, capped = kv_cache_bytes(tokens, context, per_token, cfg.kv_cache_max_gb)
+        if capped:
+            log.warning(
+                "vllm KV cache: the run needs %.2f GiB (%d tokens); capped at rollout.backend.kv_cache_max_gb=%s "
+                "(requests beyond it wait)",
+                tokens * per_token * MARGIN / 2**30,
+                tokens,
+                cfg.kv_cache_max_gb,
+            )
+        return size
+
+    def _call(self, coro: Any, timeout: float | None = None) -> Any:
+        """Run a coroutine on the engine's loop from a thread that is not that loop; a ``TimeoutError``
+        after ``timeout`` seconds."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def death(self, wait_s: float = 0.0) -> str | None:
+        """Why the engine process died (exit status, the kernel's OOM record), or None while it runs;
+        ``wait_s``: how long to wait for a process that is failing to be seen gone."""
+        manager = getattr(getattr(getattr(self.engine, "engine_core", None), "resources", None), "engine_manager", None)
+        deadline = time.monotonic() + wait_s
+        while self.dead is None and hasattr(manager, "finished_procs"):
+            for name, code in manager.finished_procs().items():
+                self.dead = death_cause(f"vLLM engine process {name}", code, self._oom_before)
+                log.error("%s", self.dead)
+            if self.dead is not None or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        return self.dead
 
     # ------------------------------------------------------------------------------------------
     async def generate(
         self, requests: list[GenerationRequest], seed: int | None = None
     ) -> list[GenerationResult | BaseException]:
-
+        if self.dead is not None:  # every request would wait for an engine that is gone
+            raise InfraError(f"vLLM engine: {self.dead}")
         seeds = [
             r.seed if r.seed is not None else (None if seed is None else derive_seed(seed, i))
             for i, r in enumerate(requests)
@@ -204,7 +291,8 @@ class VllmBackend:
             ):
                 final = output
         except Exception as e:  # engine death is the infrastructure's failure, not the policy's
-            raise InfraError(f"vLLM engine: {e!r}") from e
+            cause = await asyncio.to_thread(self.death, 5.0 if "EngineDead" in type(e).__name__ else 0.0)
+            raise InfraError(f"vLLM engine: {cause or repr(e)}") from e
         if final is None:
             raise InfraError("vLLM engine returned no output")
         # prefill that the prefix cache saved (earlier turns, a group's shared prompt)
@@ -217,8 +305,10 @@ class VllmBackend:
         return result.at_version(self.policy_version)
 
     # ------------------------------------------------------------------------------------------
-    def update_weights(self, state_dict: dict | None, version: int) -> None:
-        """Load the learner's weights into every worker; later samples carry ``version``."""
+    def update_weights(self, state_dict: dict | None, version: int, fingerprint: str | None = None) -> None:
+        """Load the learner's weights into every worker; later samples carry ``version``, and the
+        workers report ``fingerprint`` (``describe``). An update not acknowledged within
+        ``WEIGHT_UPDATE_TIMEOUT_S`` fails the sync."""
         if lora.is_lora(self._local_model) and (state_dict is None or lora.is_adapter(state_dict)):
             self._load_adapter(state_dict, version)
             return
@@ -236,16 +326,21 @@ class VllmBackend:
             # KV blocks computed by the old weights is cleared
             await self.engine.pause_generation(mode="wait", clear_cache=True)
             try:
-                await self.engine.collective_rpc("agent_rl_load_weights", args=(path,))
+                await self.engine.collective_rpc("agent_rl_load_weights", args=(path, fingerprint))
                 await self.engine.reset_prefix_cache()
                 self.policy_version = version  # on the engine's loop: results after this carry it
             finally:
                 await self.engine.resume_generation()
 
         try:
-            self._call(update())
+            self._call(update(), WEIGHT_UPDATE_TIMEOUT_S)
+        except TimeoutError:
+            raise InfraError(
+                f"vLLM weight update to version {version}: not acknowledged within {WEIGHT_UPDATE_TIMEOUT_S:.0f} s"
+                f"{f' ({self.death()})' if self.death() else ''}"
+            ) from None
         except Exception as e:  # noqa: BLE001 - the engine died or refused the weights
-            raise InfraError(f"vLLM weight update to version {version} failed: {e!r}") from e
+            raise InfraError(f"vLLM weight update to version {version} failed: {self.death() or repr(e)}") from e
         finally:
             os.remove(path)
         self.metrics["vllm/weight_update_s"] += time.perf_counter() - start
@@ -278,6 +373,16 @@ class VllmBackend:
                 shutil.rmtree(os.path.join(self._weights_dir, old), ignore_errors=True)
         self.metrics["vllm/weight_update_s"] += time.perf_counter() - start
         self.metrics["vllm/weight_updates"] += 1
+
+    def describe(self) -> dict[str, Any]:
+        """What the engine samples from: ``fingerprint`` (of the last weights loaded through
+        ``update_weights``; None: the checkpoint it started from) and ``dtype``, the same on every
+        worker (a worker that disagrees reports None). learner.lora: the adapter's record instead."""
+        if self.adapter is not None:
+            return {"fingerprint": None, "dtype": None, "adapter": self.adapter.to_json()}
+        workers = self._call(self.engine.collective_rpc("agent_rl_describe"), WEIGHT_UPDATE_TIMEOUT_S)
+        fingerprints = {w["fingerprint"] for w in workers}
+        return {"fingerprint": fingerprints.pop() if len(fingerprints) == 1 else None, "dtype": workers[0]["dtype"]}
 
     def weights_digest(self) -> float:
         """The fingerprint of the weights every worker holds (one value per worker must agree)."""

@@ -158,9 +158,12 @@ def test_plain_server_that_cannot_return_token_ids_gives_a_clear_error():
             raise out  # a failed request is an exception in its slot (backends/base.py)
         with pytest.raises(NotImplementedError, match="no weight-update endpoint.*weight_sync=none"):
             client.update_weights({"w": torch.zeros(1)}, version=1)
+        # asked at a run's start what it samples from: the same line, a ValueError (agent-rl prints it alone)
+        with pytest.raises(ValueError, match="no weight-update endpoint.*weight_sync=none"):
+            client.describe()
         fixed = backend(url, weight_sync="none")  # the server keeps its weights; only the version moves
         fixed.update_weights({"w": torch.zeros(1)}, version=4)
-        assert fixed.policy_version == 4
+        assert fixed.policy_version == 4 and fixed.describe() is None
 
 
 def test_retries_busy_server_then_succeeds_and_down_server_is_an_infra_error():

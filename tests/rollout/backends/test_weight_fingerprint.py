@@ -1,0 +1,181 @@
+"""The sampler holds what the learner holds, or the run stops: fingerprints and dtypes against a
+real ``agent-rl serve`` on loopback (the `vllm serve` and in-process vLLM cases are in
+``test_vllm_backend.py``), the logprob gap's threshold, and the KV cache / core arithmetic of
+``engine_resources.py``."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import pytest
+import torch
+
+from agent_rl.config import load_config
+from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup, Turn
+from agent_rl.distributed.source import LocalRolloutSource
+from agent_rl.distributed.weights import WeightsMismatchError, WeightSync
+from agent_rl.models.fingerprint import content_digest
+from agent_rl.models.loading import load_model
+from agent_rl.rollout.backends import BACKENDS, GenerationRequest
+from agent_rl.rollout.backends.engine_resources import (
+    death_cause,
+    kv_bytes_per_token,
+    kv_cache_bytes,
+    omp_binding,
+    parse_cores,
+)
+from agent_rl.rollout.backends.server import build_state, create_app, serve_in_thread
+
+
+def run_against(url: str, model, *overrides: str) -> tuple[WeightSync, list[str]]:
+    """What a trainer builds for its backend: the openai backend pushing to ``url``, and its WeightSync."""
+    cfg = load_config(None, [
+        "rollout.backend.name=openai", f"rollout.backend.base_url={url}", "rollout.backend.api_key_env=null",
+        *overrides,
+    ])  # fmt: skip
+    backend = BACKENDS(cfg.rollout.backend)(cfg.rollout.backend, cfg.model, model=model)
+    logs: list[str] = []
+    return WeightSync(model, backend, LocalRolloutSource(None, None), 0, 1, cfg.rollout, logs.append), logs
+
+
+def perturb(model, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=g))
+
+
+def gap(learner, backend, tokenizer) -> float:
+    """The largest difference between the server's logprobs of its sampled tokens and the learner's."""
+    prompt = tokenizer.encode("What is 2+3?")
+    [out] = asyncio.run(backend.generate([GenerationRequest(prompt_ids=prompt, max_new_tokens=8, seed=3)]))
+    ids = torch.tensor([prompt + out.token_ids])
+    with torch.no_grad():
+        logp = torch.log_softmax(learner(ids).logits[0, len(prompt) - 1 : -1].float(), -1)
+    mine = logp.gather(-1, torch.tensor(out.token_ids)[:, None])[:, 0]
+    return float((mine - torch.tensor(out.logprobs)).abs().max())
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir):
+    state = build_state(str(tiny_model_dir), served_name="tiny")
+    with serve_in_thread(create_app(state)) as url:
+        yield url, state
+
+
+def test_a_reused_server_gets_the_new_runs_weights_at_start(server, tiny_model_dir, tiny_tokenizer):
+    url, state = server
+    # a fresh server of the same checkpoint already holds the learner's weights: nothing is pushed
+    original = load_model(str(tiny_model_dir))
+    sync, logs = run_against(url, original)
+    sync.start(0)
+    assert logs == [f"the sampler already holds the learner's weights ({content_digest(original.state_dict())[:19]}): "
+                    "nothing pushed"]  # fmt: skip
+    # run A trains 2 steps against the server
+    trained = load_model(str(tiny_model_dir))
+    run_a, _ = run_against(url, trained)
+    run_a.start(0)
+    for version in (1, 2):
+        perturb(trained, version)
+        run_a(version)
+    assert state.fingerprint == f"{run_a.run}/v2"
+    # run B starts from the original model against the same server: its weights go first
+    original = load_model(str(tiny_model_dir))
+    assert gap(original, run_a.backend, tiny_tokenizer) > 1e-2  # what run B's first step would sample from
+    run_b, logs = run_against(url, original)
+    run_b.start(0)
+    assert state.fingerprint == content_digest(original.state_dict()) and logs == []
+    assert gap(original, run_b.backend, tiny_tokenizer) < 1e-4
+
+
+def test_weights_another_run_pushed_stop_the_run_in_one_line_or_refuse_its_samples(server, tiny_model_dir):
+    url, state = server
+    mine, other = load_model(str(tiny_model_dir)), load_model(str(tiny_model_dir))
+    perturb(other, 7)
+    run, _ = run_against(url, mine)
+    run.start(0)
+    run(1)
+    intruder, _ = run_against(url, other)
+    intruder.start(0)  # a second run pushes to the server the first one samples from
+    with pytest.raises(WeightsMismatchError) as info:
+        run.verify(1, f"{run.run}/v1")
+    line = str(info.value)
+    assert line.startswith(f"the sampler ({url}) does not hold the learner's weights of version 1: it reports 'sha256:")
+    assert line.endswith("set rollout.on_weights_mismatch=refuse") and "\n" not in line
+
+    refusing, logs = run_against(url, mine, "rollout.on_weights_mismatch=refuse")
+    refusing.verify(1, f"{run.run}/v1")
+    assert refusing.refused == {1} and "are refused (rollout.on_weights_mismatch=refuse)" in logs[0]
+
+    def episode(version: int) -> Trajectory:
+        return Trajectory(
+            task_id="t", group_id="g", episode_id=f"e{version}", token_ids_T=[1, 2], loss_mask_T=[0, 1],
+            rollout_logprobs_T=[0.0, -1.0], turns_N=[Turn(1, 2, 2, 2, policy_version=version)], reward=1.0,
+            stop_reason=StopReason.DONE,
+        )  # fmt: skip
+
+    groups = [TrajectoryGroup("t", "g0", [episode(0), episode(1)]), TrajectoryGroup("t", "g1", [episode(1)])]
+    kept, metrics = refusing.screen(groups)
+    assert [len(g.trajectories_G) for g in kept] == [1] and metrics == {"train/refused_stale_samples": 2.0}
+
+
+def test_a_bf16_server_is_named_at_start(tiny_model_dir):
+    state = build_state(str(tiny_model_dir), dtype="bfloat16", served_name="tiny")
+    with serve_in_thread(create_app(state)) as url:
+        sync, logs = run_against(url, load_model(str(tiny_model_dir)))
+        sync.start(0)
+    assert logs[0].startswith("the sampler samples in bfloat16, the learner trains in float32: expect")
+    assert "vllm serve --dtype float32" in logs[0] and "algorithm.loss_options.rollout_is" in logs[0]
+
+
+def test_a_logprob_gap_above_the_threshold_says_why_once_or_stops(tiny_model_dir):
+    model = load_model(str(tiny_model_dir))
+    cfg = load_config(None, ["rollout.max_logprob_gap=1e-3"])
+    logs: list[str] = []
+    sync = WeightSync(model, None, LocalRolloutSource(None, None), 0, 1, cfg.rollout, logs.append)
+    sync.sampler_dtype = "bfloat16"
+    sync.watch_gap(0, {"train/mismatch_logprob_abs_max": 9.5e-7})
+    assert logs == []
+    sync.watch_gap(1, {"train/mismatch_logprob_abs_max": 7e-3})
+    sync.watch_gap(2, {"train/mismatch_logprob_abs_max": 8e-3})
+    assert logs == [
+        "step 2: the sampler's logprobs differ from the learner's by up to 0.007 (rollout.max_logprob_gap=0.001); "
+        "likely cause: the sampler's dtype (bfloat16; the learner's: float32); rollout.on_logprob_gap=stop refuses "
+        "to train on it"
+    ]
+    sync.cfg = load_config(None, ["rollout.on_logprob_gap=stop"]).rollout
+    sync.sampler_dtype = "float32"
+    with pytest.raises(WeightsMismatchError, match=r"^step 4: .* likely cause: template drift"):
+        sync.watch_gap(3, {"train/mismatch_logprob_abs_max": 2e-2, "rollout/render_drift": 3.0})
+
+
+def test_kv_cache_size_from_the_runs_need(tiny_model_dir):
+    from transformers import AutoConfig
+
+    hf = AutoConfig.from_pretrained(tiny_model_dir)
+    per_token = kv_bytes_per_token(hf, 4)
+    head_dim = hf.hidden_size // hf.num_attention_heads
+    assert per_token == 2 * hf.num_hidden_layers * hf.num_key_value_heads * head_dim * 4
+    # 64 sequences x 1024 tokens of 1 KiB each, x 1.2, in whole MiB: 76.8 MiB -> 77 MiB
+    assert kv_cache_bytes(64 * 1024, 512, 1024, cap_gb=4.0) == (77 * 2**20, False)
+    assert kv_cache_bytes(10, 512, 1024, cap_gb=4.0) == (2**20, False)  # at least one 512-token sequence
+    assert kv_cache_bytes(2**30, 512, 1024, cap_gb=0.5) == (2**29, True)
+    with pytest.raises(ValueError, match=r"kv_cache_max_gb=0.0001 holds less than one sequence of 512 tokens"):
+        kv_cache_bytes(10, 512, 1024, cap_gb=0.0001)
+
+
+def test_cores_given_to_an_engine():
+    assert parse_cores("0-3,6") == [0, 1, 2, 3, 6]
+    assert omp_binding([0, 1, 2, 3], 2) == "0,1|2,3"
+    assert omp_binding([5], 1) == "5"
+    with pytest.raises(ValueError, match=r"rollout.backend.cpu_cores='a-b': expected core ids like '0-3'"):
+        parse_cores("a-b")
+    with pytest.raises(ValueError, match="1 cores for 2 tensor-parallel ranks"):
+        omp_binding([0], 2)
+
+
+def test_a_dead_engine_is_named_with_how_it_died():
+    assert death_cause("vLLM engine process EngineCore", 1, None) == "vLLM engine process EngineCore exit status 1"
+    line = death_cause("vLLM engine process EngineCore", -signal.SIGKILL, None)
+    assert line.startswith("vLLM engine process EngineCore killed by SIGKILL (no OOM kill in this cgroup's record")
