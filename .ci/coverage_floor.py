@@ -47,7 +47,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{package:10} not measured")
             low.append(package)
             continue
-        print(f"{package:10} {c['statements']:7d} {c['covered']:8d} {share:6.1f}% {floor if floor is not None else '-':>6}%")
+        print(
+            f"{package:10} {c['statements']:7d} {c['covered']:8d} {share:6.1f}% {floor if floor is not None else '-':>6}%"
+        )
         if floor is not None and share < floor:
             low.append(package)
     if args.update:
