@@ -37,9 +37,9 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-# The fast tier in two pytest sessions: most tests on two xdist workers (one thread each), then the tests
-# that need the machine to themselves (`serial`, set in tests/conftest.py: the hostile sandbox suite, the
-# chaos run, vLLM engines) one at a time. Both run; the target fails if either failed.
+# The fast tier in two pytest sessions: most tests on two xdist workers (one thread each; the Ray tests
+# together on one, the vLLM tests together on one), then the tests that need the machine to themselves
+# (`serial`, set in tests/conftest.py: the hostile sandbox suite) one at a time. Both run; the target fails if either failed.
 # PYTEST_ARGS: more pytest arguments for both; RUN: what runs pytest (`make coverage` puts coverage there).
 RUN := $(PY) -m
 PARALLEL := -m "not gpu and not serial" -n 2 --dist loadgroup
