@@ -1,5 +1,7 @@
 # `make demo`: set up .venv and run the CPU quickstart.  `make test`: set up .venv, lint (ruff), check
-# the import contracts (pyproject.toml) and run the tests.  `make format`: ruff's formatter and fixes.
+# the import contracts (pyproject.toml) and run the tests (the fast tier, CI's).  `make format`: ruff's
+# formatter and fixes.  `make test-full`: the larger tier too, the recipes at their documented budgets
+# (hours).  `make coverage`: line coverage against tests/coverage.json.  `make durations`: tests/durations.md.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -7,7 +9,7 @@ STAMP := $(VENV)/.installed
 # BFCL's data and multi-turn APIs (envs/bfcl); --no-deps: its pins would downgrade this stack
 BFCL_EVAL := bfcl-eval==2026.3.23
 
-.PHONY: setup demo test vllm-cpu format
+.PHONY: setup demo test pytest test-full coverage durations vllm-cpu format
 
 $(STAMP): pyproject.toml
 	@# the JVM text games (TextWorldExpress-v0, ScienceWorld-v0) need Java: Debian's JRE when there is none
@@ -35,7 +37,39 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
+# The fast tier in two pytest sessions: most tests on two xdist workers (one thread each; the Ray tests
+# together on one, the vLLM tests together on one), then the tests that need the machine to themselves
+# (`serial`, set in tests/conftest.py: the hostile sandbox suite) one at a time. Both run; the target fails if either failed.
+# PYTEST_ARGS: more pytest arguments for both; RUN: what runs pytest (`make coverage` puts coverage there).
+RUN := $(PY) -m
+PARALLEL := -m "not gpu and not serial" -n 2 --dist loadgroup
+SERIAL := -m "not gpu and serial"
+pytest: $(STAMP)
+	OMP_NUM_THREADS=1 $(RUN) pytest -q -p no:cacheprovider $(PARALLEL) $(PYTEST_ARGS); rest=$$?; \
+	$(RUN) pytest -q -p no:cacheprovider $(SERIAL) $(PYTEST_ARGS); serial=$$?; \
+	test $$rest -eq 0 -a $$serial -eq 0
+
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q -m "not gpu"
+	@$(MAKE) --no-print-directory pytest
+
+# the larger tier: `make test`'s tests and the full-marked recipe checks (tests/full; hours: run it
+# before changing a recipe or a number a page reports)
+test-full: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -m "not gpu" --full tests/full
+	@$(MAKE) --no-print-directory test
+
+# line coverage of agent_rl, envs, tools and sandbox over the fast tier (`make pytest`), subprocesses and
+# xdist's workers included, against the floors in tests/coverage.json (not in CI: it runs the tier again)
+COVERAGE := COVERAGE_FILE=$(CURDIR)/runs/coverage/.coverage $(PY) -m coverage
+coverage: $(STAMP)
+	rm -rf runs/coverage && mkdir -p runs/coverage
+	-@$(MAKE) --no-print-directory pytest RUN='$(COVERAGE) run -m'
+	$(COVERAGE) combine -q
+	$(COVERAGE) json -q -o runs/coverage/coverage.json
+	$(PY) .ci/coverage_floor.py runs/coverage/coverage.json
+
+# tests/durations.md from a run of `make pytest` with --durations=0
+durations: $(STAMP)
+	$(PY) .ci/durations.py run

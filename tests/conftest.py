@@ -64,6 +64,49 @@ def _vllm_status() -> tuple[bool, str]:
 _NEEDED = {"docker": ("a working Docker engine", _docker_status), "vllm": ("vLLM", _vllm_status)}
 
 
+def pytest_addoption(parser):
+    parser.addoption("--full", action="store_true", help="run the larger tier too: the full-marked recipe checks")
+
+
+# The tests that need the machine to themselves: `make pytest` runs them in a session of their own, one at
+# a time, after the rest has run on two xdist workers. The hostile sandbox suite checks that the host is as
+# it found it (no process under a sandbox uid but its own, no disk filled), exhausts memory and PIDs within
+# tight time limits, and runs a private dockerd in a fixed cgroup.
+SERIAL_FILES = (
+    "tests/sandbox/test_sandbox_security.py",
+    "tests/sandbox/test_sandbox_exhaustion.py",
+    "tests/sandbox/test_sandbox_reliability.py",
+    "tests/sandbox/test_sandbox_daemon_outage.py",
+    "tests/sandbox/test_sandbox_shutdown.py",
+    "tests/sandbox/test_sandbox_blame.py",
+    "tests/sandbox/test_zz_sandbox_no_leaks.py",
+)
+# Tests that run one at a time on one xdist worker, beside the other worker's tests: the Ray tests share
+# one session-scoped cluster (tests/distributed; the chaos run's private dockerd too), and vLLM engines
+# are started one at a time (each sizes its KV cache from its run, at most a few GiB).
+XDIST_GROUPS = {"tests/distributed/": "ray"}
+XDIST_MARKER_GROUPS = {"vllm": "vllm"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects on the markers
+def pytest_collection_modifyitems(config, items):
+    """Marks the `serial` tests; deselects the full-marked ones (the larger tier, hours) unless ``--full``."""
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        if path in SERIAL_FILES:
+            item.add_marker(pytest.mark.serial)
+        groups = [g for prefix, g in XDIST_GROUPS.items() if path.startswith(prefix)]
+        groups += [g for marker, g in XDIST_MARKER_GROUPS.items() if item.get_closest_marker(marker)]
+        if groups:
+            item.add_marker(pytest.mark.xdist_group(groups[0]))
+    if config.getoption("--full"):
+        return
+    full = [item for item in items if item.get_closest_marker("full") is not None]
+    if full:
+        config.hook.pytest_deselected(items=full)
+        items[:] = [item for item in items if item.get_closest_marker("full") is None]
+
+
 def pytest_runtest_setup(item):
     for marker, (what, status) in _NEEDED.items():
         if item.get_closest_marker(marker) is None:
@@ -73,3 +116,28 @@ def pytest_runtest_setup(item):
             if os.environ.get("CI", "").lower() == "true":
                 pytest.fail(f"{marker}-marked test without {what} in CI: {why}", pytrace=False)
             pytest.skip(f"{what} is not available here: {why}")
+
+
+# --- keep the suite fast: every test that took more than SLOW_S (setup + call + teardown) is printed at
+# the end of the run, with the reason it may where it is on SLOW_ALLOWED. tests/durations.md has the rest.
+
+SLOW_S = 120.0
+SLOW_ALLOWED = {  # node id -> why it may take that long
+    "tests/distributed/test_chaos.py::test_chaos_training_run": "20 steps on Ray with four faults injected and "
+    "recovered one after another (docker daemon down 6 s, a worker killed, the server killed, a disk filled)",
+}
+_durations: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    slow = sorted(((s, nodeid) for nodeid, s in _durations.items() if s > SLOW_S), reverse=True)
+    if not slow:
+        return
+    terminalreporter.write_sep("=", f"{len(slow)} tests took more than {SLOW_S:.0f} s")
+    for s, nodeid in slow:
+        why = SLOW_ALLOWED.get(nodeid, "not on SLOW_ALLOWED in tests/conftest.py: make it cheaper")
+        terminalreporter.write_line(f"{s:7.1f} s  {nodeid}  ({why})")
