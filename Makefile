@@ -42,7 +42,7 @@ format: $(STAMP)
 # (`serial`, set in tests/conftest.py: the hostile sandbox suite) one at a time. Both run; the target fails if either failed.
 # PYTEST_ARGS: more pytest arguments for both; RUN: what runs pytest (`make coverage` puts coverage there).
 RUN := $(PY) -m
-PARALLEL := -m "not gpu and not serial" -n 2 --dist loadgroup
+PARALLEL := -m "not gpu and not serial" -n 2
 SERIAL := -m "not gpu and serial"
 pytest: $(STAMP)
 	OMP_NUM_THREADS=1 $(RUN) pytest -q -p no:cacheprovider $(PARALLEL) $(PYTEST_ARGS); rest=$$?; \

@@ -8,6 +8,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -83,9 +84,32 @@ SERIAL_FILES = (
 )
 # Tests that run one at a time on one xdist worker, beside the other worker's tests: the Ray tests share
 # one session-scoped cluster (tests/distributed; the chaos run's private dockerd too), and vLLM engines
-# are started one at a time (each sizes its KV cache from its run, at most a few GiB).
-XDIST_GROUPS = {"tests/distributed/": "ray"}
-XDIST_MARKER_GROUPS = {"vllm": "vllm"}
+# are started one at a time (each sizes its KV cache from its run, at most a few GiB). By test file: the
+# scheduler below sends each group to one worker as one unit. (xdist's own `--dist loadgroup` does not
+# group under pytest 9.2: it renames `item._nodeid`, which pytest no longer reads.)
+XDIST_GROUPS = {
+    "tests/distributed/": "ray",
+    "tests/algorithms/test_remote_teacher.py": "vllm",
+    "tests/learner/test_lora_vllm.py": "vllm",
+    "tests/rollout/backends/test_family_backends.py": "vllm",
+    "tests/rollout/backends/test_vllm_backend.py": "vllm",
+}
+
+
+def xdist_group(nodeid: str) -> str | None:
+    path = nodeid.split("::")[0]
+    return next((group for prefix, group in XDIST_GROUPS.items() if path.startswith(prefix)), None)
+
+
+class GroupScheduling(LoadScopeScheduling):
+    """xdist's load scheduling, but the tests of a group in ``XDIST_GROUPS`` are one unit of work."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return xdist_group(nodeid) or nodeid
+
+
+def pytest_xdist_make_scheduler(config, log):
+    return GroupScheduling(config, log)
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects on the markers
@@ -95,10 +119,11 @@ def pytest_collection_modifyitems(config, items):
         path = item.nodeid.split("::")[0]
         if path in SERIAL_FILES:
             item.add_marker(pytest.mark.serial)
-        groups = [g for prefix, g in XDIST_GROUPS.items() if path.startswith(prefix)]
-        groups += [g for marker, g in XDIST_MARKER_GROUPS.items() if item.get_closest_marker(marker)]
-        if groups:
-            item.add_marker(pytest.mark.xdist_group(groups[0]))
+        if item.get_closest_marker("vllm") and xdist_group(item.nodeid) != "vllm":
+            raise pytest.UsageError(
+                f"{item.nodeid} is vllm-marked: add its file to XDIST_GROUPS in tests/conftest.py as 'vllm' "
+                "(vLLM engines start one at a time)"
+            )
     if config.getoption("--full"):
         return
     full = [item for item in items if item.get_closest_marker("full") is not None]
