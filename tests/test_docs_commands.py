@@ -20,7 +20,8 @@ import pytest
 from tests.conftest import cli_env
 
 ROOT = Path(__file__).resolve().parents[1]
-PROGRAMS = {"agent-rl", "python", "make", "ray"}  # what a documented shell line starts with
+# what a documented shell line starts with (.venv/bin/python: the project's own interpreter, from the root)
+PROGRAMS = {"agent-rl", "python", ".venv/bin/python", "make", "ray"}
 SHELL_LANGS = {"", "bash", "sh", "shell", "console", "text"}
 
 # page -> the test module that runs its commands as written

@@ -28,6 +28,8 @@ from agent_rl.learner import fsdp
 from agent_rl.models import lora
 from agent_rl.models.fingerprint import content_digest, dtype_name, version_tag
 
+_UNCHECKED = object()  # the sampler could not be asked which weights it holds (down, or a push still owed)
+
 
 class WeightsMismatchError(ValueError):
     """The sampler does not hold the learner's weights, or their logprobs disagree beyond the threshold."""
@@ -67,6 +69,7 @@ class WeightSync:
         )
         self.refused: set[int] = set()  # on_weights_mismatch=refuse: versions the sampler did not hold
         self.sampler_dtype: str | None = None
+        self.start_digest: str | None = None  # the learner's weights at start (its checkpoint's, unless resumed)
         self.mismatches = 0
         self._gap_said = False
 
@@ -91,7 +94,7 @@ class WeightSync:
             if self.checked:
                 tag = version_tag(self.run, version)
                 self.backend.update_weights(weights, version, fingerprint=tag)
-                self.verify(version, tag)
+                self.verify(version, tag, weights)
             else:
                 self.backend.update_weights(None if self.shares_module else weights, version)
             self.source.sync(weights, version)
@@ -115,27 +118,32 @@ class WeightSync:
         self.sampler_dtype = described.get("dtype")
         self._compare_dtype()
         weights = weights_for_broadcast(self.model)
-        digest = content_digest(weights)
+        digest = self.start_digest = content_digest(weights)
         if described.get("fingerprint") == digest:
             self.log(f"the sampler already holds the learner's weights ({digest[:19]}): nothing pushed")
             return
         self.backend.update_weights(weights, version, fingerprint=digest)
         self.verify(version, digest)
 
-    def verify(self, version: int, expected: str) -> None:
+    def verify(self, version: int, expected: str, weights: dict[str, Any] | None = None) -> None:
         """The backend reports ``expected`` (the fingerprint sent with version ``version``), or the
-        mismatch stops the run / refuses that version's samples."""
-        if getattr(self.backend, "_owed", False):  # a push that found the server down goes again before any request
+        mismatch stops the run / refuses that version's samples. A sampler that restarted after the push
+        (it reports no fingerprint, or the digest of the learner's start weights: its checkpoint) gets
+        ``weights`` once more, then is checked again."""
+        got = self._described(version)
+        if got == expected or got is _UNCHECKED:
             return
-        try:
-            got = self.backend.describe()["fingerprint"]
-        except InfraError as e:  # down after the push: its requests fail as infra_error, the breaker counts them
-            self.log(f"the sampler's weights of version {version} could not be checked: {e}")
-            return
-        if got == expected:
-            return
-        self.mismatches += 1
         where = getattr(self.backend, "base_url", None) or "the in-process engine"
+        if weights is not None and (got is None or got == self.start_digest):
+            self.log(
+                f"the sampler ({where}) reports its start-up weights ({got!r}) after version {version} was pushed: it "
+                f"restarted; version {version} is pushed again"
+            )
+            self.backend.update_weights(weights, version, fingerprint=expected)
+            got = self._described(version)
+            if got == expected or got is _UNCHECKED:
+                return
+        self.mismatches += 1
         line = (
             f"the sampler ({where}) does not hold the learner's weights of version {version}: it reports "
             f"{got!r}, expected {expected!r} (another run pushed to it, or it restarted)"
@@ -146,6 +154,16 @@ class WeightSync:
             )
         self.refused.add(version)
         self.log(f"{line}; its samples of version {version} are refused (rollout.on_weights_mismatch=refuse)")
+
+    def _described(self, version: int) -> Any:
+        """The fingerprint the backend reports, or ``_UNCHECKED`` when it cannot be asked now."""
+        if getattr(self.backend, "_owed", False):  # a push that found the server down goes again before any request
+            return _UNCHECKED
+        try:
+            return self.backend.describe()["fingerprint"]
+        except InfraError as e:  # down after the push: its requests fail as infra_error, the breaker counts them
+            self.log(f"the sampler's weights of version {version} could not be checked: {e}")
+            return _UNCHECKED
 
     def screen(self, groups: list[Any]) -> tuple[list[Any], dict[str, float]]:
         """``refuse``: the episodes with a turn sampled by a version the sampler did not hold are dropped."""

@@ -14,7 +14,7 @@ import torch
 from agent_rl.config import load_config
 from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup, Turn
 from agent_rl.distributed.source import LocalRolloutSource
-from agent_rl.distributed.weights import WeightsMismatchError, WeightSync
+from agent_rl.distributed.weights import WeightsMismatchError, WeightSync, weights_for_broadcast
 from agent_rl.models.fingerprint import content_digest
 from agent_rl.models.loading import load_model
 from agent_rl.rollout.backends import BACKENDS, GenerationRequest
@@ -118,6 +118,25 @@ def test_weights_another_run_pushed_stop_the_run_in_one_line_or_refuse_its_sampl
     groups = [TrajectoryGroup("t", "g0", [episode(0), episode(1)]), TrajectoryGroup("t", "g1", [episode(1)])]
     kept, metrics = refusing.screen(groups)
     assert [len(g.trajectories_G) for g in kept] == [1] and metrics == {"train/refused_stale_samples": 2.0}
+
+
+def test_a_sampler_back_at_its_start_weights_after_a_push_gets_that_version_again(server, tiny_model_dir):
+    """A server restarted after the push (the chaos run kills and restarts it) holds its checkpoint again:
+    the version goes again and is checked, the run goes on. Here the server is put back at the checkpoint
+    as a restart leaves it: the checkpoint's weights pushed under their digest."""
+    url, state = server
+    mine = load_model(str(tiny_model_dir))
+    run, logs = run_against(url, mine)
+    run.start(0)
+    perturb(mine, 3)  # a step's update
+    run(1)
+    checkpoint = weights_for_broadcast(load_model(str(tiny_model_dir)))
+    assert content_digest(checkpoint) == run.start_digest
+    run.backend.update_weights(checkpoint, 0, fingerprint=run.start_digest)  # as a restart leaves it
+    run.verify(1, f"{run.run}/v1", weights_for_broadcast(mine))
+    assert state.fingerprint == f"{run.run}/v1" and run.mismatches == 0
+    assert any("restarted; version 1 is pushed again" in line for line in logs), logs
+    assert content_digest(weights_for_broadcast(state.backend.model)) == content_digest(weights_for_broadcast(mine))
 
 
 def test_a_bf16_server_is_named_at_start(tiny_model_dir):
