@@ -31,8 +31,11 @@ CONTROLLER = textwrap.dedent("""
         assert (await sb.exec(code=taint)).ok
         children = set()
         for task in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{task}/children") as f:
-                children |= {int(p) for p in f.read().split()}
+            try:  # a thread that ended since the listing: its children, if any, are another thread's now
+                with open(f"/proc/self/task/{task}/children") as f:
+                    children |= {int(p) for p in f.read().split()}
+            except FileNotFoundError:
+                continue
         print(json.dumps({"pid": os.getpid(), "children": sorted(children)}), flush=True)
     asyncio.run(main())
 """)
