@@ -43,10 +43,13 @@ format: $(STAMP)
 # PYTEST_ARGS: more pytest arguments for both; RUN: what runs pytest (`make coverage` puts coverage there).
 RUN := $(PY) -m
 PARALLEL := -m "not gpu and not serial" -n 2
-SERIAL := -m "not gpu and serial"
+SERIAL := -m "not gpu and serial" --serial
+# PYTHONDONTWRITEBYTECODE= : Python writes its bytecode caches (the image sets the variable, so every
+# process the tests start, CLI runs and Ray workers included, compiled the sources again, and pytest rewrote
+# every test module again in each session)
 pytest: $(STAMP)
-	OMP_NUM_THREADS=1 $(RUN) pytest -q -p no:cacheprovider $(PARALLEL) $(PYTEST_ARGS); rest=$$?; \
-	$(RUN) pytest -q -p no:cacheprovider $(SERIAL) $(PYTEST_ARGS); serial=$$?; \
+	PYTHONDONTWRITEBYTECODE= OMP_NUM_THREADS=1 $(RUN) pytest -q -p no:cacheprovider $(PARALLEL) $(PYTEST_ARGS); rest=$$?; \
+	PYTHONDONTWRITEBYTECODE= $(RUN) pytest -q -p no:cacheprovider $(SERIAL) $(PYTEST_ARGS); serial=$$?; \
 	test $$rest -eq 0 -a $$serial -eq 0
 
 test: $(STAMP)

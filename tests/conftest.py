@@ -67,6 +67,11 @@ _NEEDED = {"docker": ("a working Docker engine", _docker_status), "vllm": ("vLLM
 
 def pytest_addoption(parser):
     parser.addoption("--full", action="store_true", help="run the larger tier too: the full-marked recipe checks")
+    parser.addoption(
+        "--serial",
+        action="store_true",
+        help="collect only SERIAL_FILES (make pytest's second session; the other files are not even imported)",
+    )
 
 
 # The tests that need the machine to themselves: `make pytest` runs them in a session of their own, one at
@@ -106,6 +111,17 @@ class GroupScheduling(LoadScopeScheduling):
 
     def _split_scope(self, nodeid: str) -> str:
         return xdist_group(nodeid) or nodeid
+
+
+def pytest_ignore_collect(collection_path, config):
+    """With ``--serial``, test files outside SERIAL_FILES are not collected: importing them costs 15-25 s."""
+    if not config.getoption("--serial") or not collection_path.name.startswith("test_"):
+        return None
+    try:
+        rel = collection_path.relative_to(ROOT).as_posix()
+    except ValueError:
+        return None
+    return True if rel not in SERIAL_FILES else None
 
 
 def pytest_xdist_make_scheduler(config, log):
