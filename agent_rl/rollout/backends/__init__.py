@@ -118,6 +118,19 @@ class VllmBackendConfig(ComponentConfig):
         description="CPU: the cores the engine's threads are bound to ('0-3', '0,2'); None: every core this process may use but one, left to vLLM's scheduler",
     )
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs one engine shards the model over")
+    weight_update_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="a weight update (or LoRA adapter load) the engine has not acknowledged within this fails the "
+        "sync in one line",
+    )
+    step_timeout_s: int | None = Field(
+        None,
+        ge=1,
+        description="how long vLLM's engine core waits for one model step of its worker (vLLM's "
+        "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS; None: that variable, else 300 s); past it the engine dies, named as "
+        "that RPC timeout",
+    )
     max_model_len: int | None = Field(None, ge=1, description="context length; None: the model's")
     max_num_seqs: int | None = Field(None, ge=1, description="requests one engine step batches; None: vLLM's default")
     enable_chunked_prefill: bool | None = Field(
