@@ -28,7 +28,7 @@ from typing import Any
 from agent_rl.core.errors import InfraError
 from agent_rl.learner import fsdp
 from agent_rl.models import lora
-from agent_rl.models.fingerprint import content_digest, dtype_name, version_tag
+from agent_rl.models.fingerprint import content_digest, dtype_name, same_run_at_least, version_tag
 
 _UNCHECKED = object()  # the sampler could not be asked which weights it holds (down, or a push still owed)
 MISMATCH_KEY = "sampler_weights_mismatch"  # Trajectory.info: a worker's sampler did not hold that turn's version
@@ -51,11 +51,12 @@ def held(backend: Any, log: Any, version: int) -> Any:
 def confirm(
     backend: Any, version: int, expected: str, weights: Any, start_digest: str | None, log: Any, where: str
 ) -> Any:
-    """After a push of ``expected``: None when the sampler holds it (or cannot say), else what it reports.
+    """After a push of ``expected``: None when the sampler holds it (or this run's later version, which
+    another pusher of this run sent meanwhile; or it cannot say), else what it reports.
     A sampler that restarted after the push (it reports no fingerprint, or ``start_digest``: its
     checkpoint) gets ``weights`` once more and is asked again."""
     got = held(backend, log, version)
-    if got == expected or got is _UNCHECKED:
+    if got == expected or got is _UNCHECKED or same_run_at_least(got, expected):
         return None
     if weights is not None and (got is None or got == start_digest):
         log(

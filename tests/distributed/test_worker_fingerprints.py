@@ -13,7 +13,7 @@ import torch
 from agent_rl.config import load_config
 from agent_rl.core.types import TrajectoryGroup
 from agent_rl.distributed import source as source_module
-from agent_rl.distributed.weights import MISMATCH_KEY, WeightsMismatchError, WeightSync, cpu_state_dict
+from agent_rl.distributed.weights import MISMATCH_KEY, WeightsMismatchError, WeightSync, confirm, cpu_state_dict
 from agent_rl.distributed.worker import RolloutWorker
 from agent_rl.models.loading import load_model
 from agent_rl.rollout.backends.hf import HfBackend
@@ -51,6 +51,12 @@ def test_a_worker_checks_its_sampler_after_every_swap_and_marks_what_it_sampled(
     worker = RolloutWorker(backend, components.renderer, components.make_env, cfg.rollout)
     worker.update_weights(cpu_state_dict(learner), 1, "run/v1")  # a sampler that holds what it is given
     assert backend.describe() == {"fingerprint": "run/v1", "dtype": "float32"} and worker.shared.mismatched == {}
+
+    # one server shared by the trainer and its workers may hold this run's next version when asked: fine
+    backend.update_weights(cpu_state_dict(learner), 3, fingerprint="run/v3")
+    assert confirm(backend, 2, "run/v2", None, None, print, "x") is None
+    assert confirm(backend, 4, "run/v4", None, None, print, "x") == "run/v3"
+    assert confirm(backend, 2, "other/v2", None, None, print, "x") == "run/v3"
 
     shared_with_another_run(backend, other_weights(learner))
     worker.update_weights(cpu_state_dict(learner), 2, "run/v2")
