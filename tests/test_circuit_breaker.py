@@ -100,6 +100,7 @@ def test_a_run_against_a_dead_backend_stops_at_its_first_step_and_resumes(tmp_pa
         "rollout.backend.name=openai",
         f"rollout.backend.base_url=http://127.0.0.1:{closed_port()}/v1",
         "rollout.backend.max_retries=0",
+        "rollout.backend.ready_timeout_s=0",  # no wait at start: the first step meets the dead server
     ]
     r = subprocess.run(
         train_cmd(*args, *dead), cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300, check=False

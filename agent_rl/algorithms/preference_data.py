@@ -129,7 +129,7 @@ class PreferenceDataSource:
             out += record_trajectories(self.renderer, self.records[r], f"pref-{r}", f"pref-s{step}r{round_}p{i}")
         return out
 
-    def sync(self, weights: dict[str, Any] | None, version: int) -> None:
+    def sync(self, weights: dict[str, Any] | None, version: int, fingerprint: str | None = None) -> None:
         pass
 
     def metrics(self) -> dict[str, float]:

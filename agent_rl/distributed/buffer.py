@@ -102,8 +102,9 @@ class WorkerGroup(Protocol):
 
     def handles(self) -> list[WorkerHandle]: ...
 
-    def broadcast(self, weights: dict[str, Any] | None, version: int) -> None:
-        """Send the learner's weights (a CPU copy) with their version to every worker (called on the trainer's thread)."""
+    def broadcast(self, weights: dict[str, Any] | None, version: int, fingerprint: str | None = None) -> None:
+        """Send the learner's weights (a CPU copy) with their version to every worker (called on the trainer's
+        thread); a worker whose sampler can say checks that it reports ``fingerprint`` once it holds them."""
         ...
 
     def is_worker_failure(self, error: BaseException) -> bool: ...
@@ -231,9 +232,9 @@ class AsyncRolloutSource:
 
     needs_weights = True  # every worker samples from its own copy
 
-    def sync(self, weights: dict[str, Any] | None, version: int) -> None:
+    def sync(self, weights: dict[str, Any] | None, version: int, fingerprint: str | None = None) -> None:
         """New weights: broadcast to every worker; the staleness bound is counted from ``version``."""
-        self.group.broadcast(weights, version)
+        self.group.broadcast(weights, version, fingerprint)
         self.version = version
 
     def metrics(self) -> dict[str, float]:

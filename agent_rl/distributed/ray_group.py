@@ -4,7 +4,9 @@ Each worker is a ``RolloutActor`` (an async actor hosting a :class:`RolloutWorke
 inference backend and environments) in one bundle of a placement group
 (``distributed.ray.{num_rollout_workers, cpus_per_worker, gpus_per_worker, placement_strategy}``).
 Weights go out once per version: ``ray.put`` of the learner's CPU state dict, then every worker
-loads that one object (``update_weights(ref, version)``). A worker that dies is killed for good
+loads that one object (``update_weights(ref, version, fingerprint)``) and checks that its sampler
+reports the fingerprint (the start weights' digest, then the trainer's tag of each version;
+``worker.py``). A worker that dies is killed for good
 and re-created in its bundle, with the latest weights, before it gets work again.
 """
 
@@ -25,6 +27,7 @@ from agent_rl.core.plugins import load_entry_points
 from agent_rl.core.types import Trajectory
 from agent_rl.distributed.weights import cpu_state_dict
 from agent_rl.distributed.worker import RolloutWorker
+from agent_rl.models.fingerprint import content_digest
 from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.run.envloader import sandbox_kwargs
 from agent_rl.run.runtime import Components
@@ -73,8 +76,8 @@ class RolloutActor:
     async def run(self, specs: list[EpisodeSpec], seed: int) -> tuple[list[Trajectory], dict[str, float]]:
         return await self.worker.run(specs, seed)
 
-    async def update_weights(self, state_dict: dict, version: int) -> int:
-        self.worker.update_weights(state_dict, version)
+    async def update_weights(self, state_dict: dict, version: int, fingerprint: str | None = None) -> int:
+        self.worker.update_weights(state_dict, version, fingerprint)
         return version
 
     async def policy_version(self) -> int:
@@ -138,7 +141,9 @@ class RayWorkerGroup:
             # the learner's weights (under learner ranks, where gathering is a collective, the workers
             # start from model.path, as every rank did, and take the first broadcast)
             alone = not (torch.distributed.is_available() and torch.distributed.is_initialized())
-            self._latest = (ray.put(cpu_state_dict(model)) if alone else None, version)
+            start = cpu_state_dict(model) if alone else None
+            # their digest: what each worker's sampler must report once it holds them (worker.py)
+            self._latest = (ray.put(start), version, content_digest(start)) if alone else (None, version, None)
             self._spawned = 0
             self.restarts = 0
             self._handles = [self._spawn(i) for i in range(n)]
@@ -166,9 +171,9 @@ class RayWorkerGroup:
             .options(**options)
             .remote(self.cfg_json, self.engine_options, math.ceil(rc.cpus_per_worker))
         )
-        ref, version = self._latest
+        ref, version, fingerprint = self._latest
         if ref is not None:
-            actor.update_weights.remote(ref, version)
+            actor.update_weights.remote(ref, version, fingerprint)
         self._spawned += 1
         return RayHandle(f"rollout-{bundle}-{self._spawned}", actor, bundle)
 
@@ -176,12 +181,12 @@ class RayWorkerGroup:
         with self._lock:
             return list(self._handles)
 
-    def broadcast(self, weights: dict[str, Any], version: int) -> None:
+    def broadcast(self, weights: dict[str, Any], version: int, fingerprint: str | None = None) -> None:
         ref = ray.put(weights)  # one copy in the object store, read by every worker
         with self._lock:
-            self._latest = (ref, version)
+            self._latest = (ref, version, fingerprint)
             for h in self._handles:
-                h.actor.update_weights.remote(ref, version)
+                h.actor.update_weights.remote(ref, version, fingerprint)
 
     def is_worker_failure(self, error: BaseException) -> bool:
         return isinstance(error, ray.exceptions.RayActorError | ray.exceptions.ActorUnavailableError)

@@ -39,9 +39,10 @@ class RolloutSource(Protocol):
 
     needs_weights: bool  # its samplers hold their own copy of the weights
 
-    def sync(self, weights: dict[str, Any] | None, version: int) -> None:
+    def sync(self, weights: dict[str, Any] | None, version: int, fingerprint: str | None = None) -> None:
         """The learner took a step: its weights (gathered once by ``WeightSync``), now of ``version``,
-        go to the samplers (None when they need no copy)."""
+        go to the samplers (None when they need no copy); each sampler that can say is checked to report
+        ``fingerprint`` once it holds them (``RolloutWorker``)."""
         ...
 
     def metrics(self) -> dict[str, float]:
@@ -74,7 +75,7 @@ class LocalRolloutSource:
 
     needs_weights = False  # the trainer's own backend, which ``WeightSync`` updates
 
-    def sync(self, weights: dict[str, Any] | None, version: int) -> None:
+    def sync(self, weights: dict[str, Any] | None, version: int, fingerprint: str | None = None) -> None:
         pass
 
     def metrics(self) -> dict[str, float]:
@@ -100,7 +101,7 @@ class FollowerSource:
     def rollout(self, step: int, round_: int, num_prompts: int) -> list[Trajectory]:
         raise RuntimeError("only learner rank 0 rolls out")
 
-    def sync(self, weights: dict[str, Any] | None, version: int) -> None:
+    def sync(self, weights: dict[str, Any] | None, version: int, fingerprint: str | None = None) -> None:
         pass
 
     def metrics(self) -> dict[str, float]:
@@ -149,8 +150,8 @@ class LocalWorkerGroup:
     def handles(self) -> list[_LocalHandle]:
         return [self._handle]
 
-    def broadcast(self, weights: dict[str, Any], version: int) -> None:
-        self.loop.soon(self.worker.update_weights, weights, version)
+    def broadcast(self, weights: dict[str, Any], version: int, fingerprint: str | None = None) -> None:
+        self.loop.soon(self.worker.update_weights, weights, version, fingerprint)
 
     def is_worker_failure(self, error: BaseException) -> bool:
         return False  # an in-process worker does not die on its own: its errors stop the run

@@ -11,8 +11,10 @@ can say (``describe``: the in-process ``vllm`` backend, ``openai`` against `vllm
 ``weight_sync: vllm`` or against ``agent-rl serve``): at start the backend's fingerprint
 (``agent_rl/models/fingerprint.py``) is compared with the digest of the learner's weights, which are
 pushed unless they match, and its dtype with the learner's (one line when they differ); after every
-sync the fingerprint must be the one sent with the weights. A mismatch stops the run in one line
-(``rollout.on_weights_mismatch: stop``) or refuses that version's samples (``refuse``). The sampler /
+sync the fingerprint must be the one sent with the weights. The rollout source's samplers get the
+same fingerprint and each worker checks its own after the swap (``confirm``, ``worker.py``), marking
+the episodes a sampler that did not hold it sampled (``MISMATCH_KEY``). A mismatch stops the run in
+one line (``rollout.on_weights_mismatch: stop``) or refuses those samples (``refuse``). The sampler /
 learner logprob gap of every step (``train/mismatch_logprob_abs_max``) above ``rollout.max_logprob_gap``
 says once what likely causes it (``on_logprob_gap: stop`` stops the run instead).
 """
@@ -26,9 +28,56 @@ from typing import Any
 from agent_rl.core.errors import InfraError
 from agent_rl.learner import fsdp
 from agent_rl.models import lora
-from agent_rl.models.fingerprint import content_digest, dtype_name, version_tag
+from agent_rl.models.fingerprint import content_digest, dtype_name, same_run_at_least, version_tag
 
 _UNCHECKED = object()  # the sampler could not be asked which weights it holds (down, or a push still owed)
+MISMATCH_KEY = "sampler_weights_mismatch"  # Trajectory.info: a worker's sampler did not hold that turn's version
+
+
+def held(backend: Any, log: Any, version: int) -> Any:
+    """The fingerprint ``backend`` reports, or ``_UNCHECKED`` when it cannot be asked now (a push still
+    owed, a server down: its requests fail as infra_error and the breaker counts them; or
+    ``weight_sync: none``, which reports nothing)."""
+    if getattr(backend, "_owed", False):  # a push that found the server down goes again before any request
+        return _UNCHECKED
+    try:
+        described = backend.describe()
+    except InfraError as e:
+        log(f"the sampler's weights of version {version} could not be checked: {e}")
+        return _UNCHECKED
+    return _UNCHECKED if described is None else described["fingerprint"]
+
+
+def confirm(
+    backend: Any, version: int, expected: str, weights: Any, start_digest: str | None, log: Any, where: str
+) -> Any:
+    """After a push of ``expected``: None when the sampler holds it (or this run's later version, which
+    another pusher of this run sent meanwhile; or it cannot say), else what it reports.
+    A sampler that restarted after the push (it reports no fingerprint, or ``start_digest``: its
+    checkpoint) gets ``weights`` once more and is asked again."""
+    got = held(backend, log, version)
+    if got == expected or got is _UNCHECKED or same_run_at_least(got, expected):
+        return None
+    if weights is not None and (got is None or got == start_digest):
+        log(
+            f"the sampler ({where}) reports its start-up weights ({got!r}) after version {version} was pushed: it "
+            f"restarted; version {version} is pushed again"
+        )
+        backend.update_weights(weights, version, fingerprint=expected)
+        got = held(backend, log, version)
+        if got == expected or got is _UNCHECKED:
+            return None
+    return got
+
+
+def mismatch_line(where: str, version: int, got: Any, expected: str) -> str:
+    return (
+        f"the sampler ({where}) does not hold the learner's weights of version {version}: it reports "
+        f"{got!r}, expected {expected!r} (another run pushed to it, or it restarted)"
+    )
+
+
+FIX = "give each run its own server, or set rollout.on_weights_mismatch=refuse"
 
 
 class WeightsMismatchError(ValueError):
@@ -71,7 +120,7 @@ class WeightSync:
         self.sampler_dtype: str | None = None
         self.start_digest: str | None = None  # the learner's weights at start (its checkpoint's, unless resumed)
         self.mismatches = 0
-        self._gap_said = False
+        self._gap_said = self._worker_said = False
 
     @property
     def shares_module(self) -> bool:
@@ -91,13 +140,15 @@ class WeightSync:
         if self.rank == 0:
             if self.ledger is not None:
                 self.ledger.record(version, weights)
+            # the fingerprint of this version: the samplers report it once they hold it (none under LoRA,
+            # whose adapter ledger checks every turn)
+            tag = version_tag(self.run, version) if self.cfg is not None and not lora.is_lora(self.model) else None
             if self.checked:
-                tag = version_tag(self.run, version)
                 self.backend.update_weights(weights, version, fingerprint=tag)
                 self.verify(version, tag, weights)
             else:
                 self.backend.update_weights(None if self.shares_module else weights, version)
-            self.source.sync(weights, version)
+            self.source.sync(weights, version, fingerprint=tag)  # its workers check their samplers (worker.py)
         return {"time/weight_sync_s": time.perf_counter() - start}
 
     # -- the sampler holds what the learner holds ---------------------------------------------------
@@ -129,52 +180,41 @@ class WeightSync:
         """The backend reports ``expected`` (the fingerprint sent with version ``version``), or the
         mismatch stops the run / refuses that version's samples. A sampler that restarted after the push
         (it reports no fingerprint, or the digest of the learner's start weights: its checkpoint) gets
-        ``weights`` once more, then is checked again."""
-        got = self._described(version)
-        if got == expected or got is _UNCHECKED:
-            return
+        ``weights`` once more, then is checked again (``confirm``)."""
         where = getattr(self.backend, "base_url", None) or "the in-process engine"
-        if weights is not None and (got is None or got == self.start_digest):
-            self.log(
-                f"the sampler ({where}) reports its start-up weights ({got!r}) after version {version} was pushed: it "
-                f"restarted; version {version} is pushed again"
-            )
-            self.backend.update_weights(weights, version, fingerprint=expected)
-            got = self._described(version)
-            if got == expected or got is _UNCHECKED:
-                return
+        got = confirm(self.backend, version, expected, weights, self.start_digest, self.log, where)
+        if got is None:
+            return
         self.mismatches += 1
-        line = (
-            f"the sampler ({where}) does not hold the learner's weights of version {version}: it reports "
-            f"{got!r}, expected {expected!r} (another run pushed to it, or it restarted)"
-        )
+        line = mismatch_line(where, version, got, expected)
         if self.cfg.on_weights_mismatch == "stop":
-            raise WeightsMismatchError(
-                f"{line}; give each run its own server, or set rollout.on_weights_mismatch=refuse"
-            )
+            raise WeightsMismatchError(f"{line}; {FIX}")
         self.refused.add(version)
         self.log(f"{line}; its samples of version {version} are refused (rollout.on_weights_mismatch=refuse)")
 
-    def _described(self, version: int) -> Any:
-        """The fingerprint the backend reports, or ``_UNCHECKED`` when it cannot be asked now."""
-        if getattr(self.backend, "_owed", False):  # a push that found the server down goes again before any request
-            return _UNCHECKED
-        try:
-            return self.backend.describe()["fingerprint"]
-        except InfraError as e:  # down after the push: its requests fail as infra_error, the breaker counts them
-            self.log(f"the sampler's weights of version {version} could not be checked: {e}")
-            return _UNCHECKED
-
     def screen(self, groups: list[Any]) -> tuple[list[Any], dict[str, float]]:
-        """``refuse``: the episodes with a turn sampled by a version the sampler did not hold are dropped."""
-        if not self.refused:
+        """The episodes with a turn sampled by weights the sampler did not hold: a version the trainer's
+        backend did not hold, or one a rollout worker's sampler did not (it marks them, ``MISMATCH_KEY``).
+        ``refuse`` drops and counts them; ``stop`` stops the run on a worker's mark in one line."""
+        marked = [t.info[MISMATCH_KEY] for g in groups for t in g.trajectories_G if MISMATCH_KEY in t.info]
+        if marked and self.cfg is not None and self.cfg.on_weights_mismatch == "stop":
+            raise WeightsMismatchError(f"{marked[0]}; {FIX}")
+        if not self.refused and not marked:
             return groups, {}
+        self.mismatches += bool(marked)
         kept, refused = [], 0
         for g in groups:
-            ok = [t for t in g.trajectories_G if not any(turn.policy_version in self.refused for turn in t.turns_N)]
+            ok = [
+                t
+                for t in g.trajectories_G
+                if MISMATCH_KEY not in t.info and not any(turn.policy_version in self.refused for turn in t.turns_N)
+            ]
             refused += len(g.trajectories_G) - len(ok)
             if ok:
                 kept.append(type(g)(g.task_id, g.group_id, ok))
+        if marked and not self._worker_said:
+            self._worker_said = True
+            self.log(f"{marked[0]}; its samples are refused (rollout.on_weights_mismatch=refuse)")
         return kept, {"train/refused_stale_samples": float(refused)}
 
     def _compare_dtype(self) -> None:

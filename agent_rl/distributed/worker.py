@@ -13,17 +13,27 @@ answered the latest call, so every turn is labelled with exactly the weights tha
 
 ``partial_rollouts=False`` keeps every episode on one version: new weights wait until no run is in
 flight, and new runs wait until pending weights are in.
+
+A swap that comes with a fingerprint (``WeightSync``'s tag of the version; a Ray worker's first
+weights, their digest) is checked as the trainer's own backend is (``distributed/weights.py``): a
+sampler that can say (``describe``: hf, vllm, a server) must report it once the weights are in; one
+back at its start-up weights gets them once more. A version its sampler did not hold is recorded,
+and every episode with a turn sampled by it is marked (``Trajectory.info[MISMATCH_KEY]``, one line
+naming the sampler): the trainer stops on it or refuses it (``rollout.on_weights_mismatch``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import time
 from collections import Counter
 from typing import Any
 
 from agent_rl.core.seeding import derive_seed
 from agent_rl.core.types import Trajectory
+from agent_rl.distributed.weights import MISMATCH_KEY, confirm, mismatch_line
 from agent_rl.rollout.backends.base import (
     GenerationRequest,
     GenerationResult,
@@ -32,6 +42,8 @@ from agent_rl.rollout.backends.base import (
 from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.engine import RolloutEngine
 from agent_rl.rollout.episode import EpisodeSpec
+
+log = logging.getLogger(__name__)
 
 # event-loop turns a batch waits for other runs' requests that are ready right now
 SETTLE_TURNS = 4
@@ -46,7 +58,9 @@ class SharedBackend:
         self.runs_in_flight = 0
         self._queue: list[tuple[list[GenerationRequest], int | None, asyncio.Future]] = []
         self._drain_task: asyncio.Task | None = None
-        self._pending: tuple[Any, int] | None = None  # (state_dict, version) waiting to be loaded
+        self._pending: tuple[Any, int, str | None] | None = None  # (state_dict, version, fingerprint) to load
+        self.start_digest: str | None = None  # the digest of the first weights given (a restarted server's)
+        self.mismatched: dict[int, str] = {}  # versions its sampler did not hold -> the line saying so
         self._swapped = asyncio.Event()
         self._swapped.set()
         self.metrics: Counter[str] = Counter()
@@ -56,9 +70,11 @@ class SharedBackend:
     def version(self) -> int:
         return self.backend.policy_version
 
-    def update_weights(self, state_dict: Any, version: int) -> None:
+    def update_weights(self, state_dict: Any, version: int, fingerprint: str | None = None) -> None:
         """Queue new weights; loaded before the next batch (or, without partial rollouts, when idle)."""
-        self._pending = (state_dict, version)
+        if self.start_digest is None and fingerprint is not None and fingerprint.startswith("sha256:"):
+            self.start_digest = fingerprint
+        self._pending = (state_dict, version, fingerprint)
         self._swapped.clear()
         if self._drain_task is None or self._drain_task.done():
             self._swap_if_allowed()
@@ -66,13 +82,28 @@ class SharedBackend:
     def _swap_if_allowed(self) -> None:
         if self._pending is None or (not self.partial_rollouts and self.runs_in_flight > 0):
             return
-        state_dict, version = self._pending
+        state_dict, version, fingerprint = self._pending
         self._pending = None
         t0 = time.perf_counter()
-        self.backend.update_weights(state_dict, version)
+        if fingerprint is None or not hasattr(self.backend, "describe"):
+            self.backend.update_weights(state_dict, version)
+        else:
+            self.backend.update_weights(state_dict, version, fingerprint=fingerprint)
+            self._check(state_dict, version, fingerprint)
         self.metrics["time/weight_load_s"] += time.perf_counter() - t0
         self.metrics["distributed/weight_loads"] += 1
         self._swapped.set()
+
+    def _check(self, state_dict: Any, version: int, fingerprint: str) -> None:
+        """The sampler reports ``fingerprint`` now, or version ``version`` is recorded as not held."""
+        where = (
+            f"rollout worker pid {os.getpid()}, {getattr(self.backend, 'base_url', None) or 'its in-process engine'}"
+        )
+        got = confirm(self.backend, version, fingerprint, state_dict, self.start_digest, log.warning, where)
+        if got is not None:
+            self.mismatched[version] = mismatch_line(where, version, got, fingerprint)
+            self.metrics["distributed/weights_mismatches"] += 1
+            log.warning("%s", self.mismatched[version])
 
     async def wait_swapped(self) -> None:
         """Without partial rollouts, a new run starts only once pending weights are loaded."""
@@ -177,14 +208,19 @@ class RolloutWorker:
             trajectories = await engine.run(specs, seed)
         finally:
             self.shared.run_finished()
+        if self.shared.mismatched:  # sampled by weights its sampler did not hold: the trainer stops or refuses
+            for t in trajectories:
+                bad = next((u.policy_version for u in t.turns_N if u.policy_version in self.shared.mismatched), None)
+                if bad is not None:
+                    t.info[MISMATCH_KEY] = self.shared.mismatched[bad]
         metrics = {k: float(v) for k, v in engine.metrics.items()}  # every run's since the last return
         engine.metrics.clear()
         metrics.update({k: float(v) for k, v in self.shared.metrics.items()})
         self.shared.metrics.clear()
         return trajectories, metrics
 
-    def update_weights(self, state_dict: Any, version: int) -> None:
-        self.shared.update_weights(state_dict, version)
+    def update_weights(self, state_dict: Any, version: int, fingerprint: str | None = None) -> None:
+        self.shared.update_weights(state_dict, version, fingerprint)
 
     def close(self) -> None:
         if self._engine is not None:

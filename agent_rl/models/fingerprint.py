@@ -31,6 +31,17 @@ def version_tag(run: str, version: int) -> str:
     return f"{run}/v{version}"
 
 
+def same_run_at_least(got: Any, expected: str) -> bool:
+    """``got`` is a tag of the run that sent ``expected`` at the same or a later version: a sampler
+    that several pushers of one run share (the trainer and its rollout workers, one server) may hold
+    that run's next version by the time it is asked."""
+    if not isinstance(got, str) or "/v" not in got or "/v" not in expected:
+        return False
+    run, _, v = got.rpartition("/v")
+    mine, _, w = expected.rpartition("/v")
+    return run == mine and v.isdigit() and w.isdigit() and int(v) >= int(w)
+
+
 def dtype_name(dtype: Any) -> str:
     """``torch.bfloat16`` / ``"bfloat16"`` / ``"torch.float32"`` -> ``bfloat16`` / ``float32``."""
     return str(dtype).removeprefix("torch.")

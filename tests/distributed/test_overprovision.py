@@ -56,7 +56,7 @@ class TimedGroup:
     def handles(self) -> list[TimedHandle]:
         return [self.handle]
 
-    def broadcast(self, model, version: int) -> None:
+    def broadcast(self, model, version: int, fingerprint=None) -> None:
         self.loop.soon(setattr, self.handle, "version", version)
 
     def is_worker_failure(self, error: BaseException) -> bool:

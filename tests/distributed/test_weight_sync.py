@@ -20,7 +20,7 @@ class RecordingSource:
     def __init__(self) -> None:
         self.received: list[tuple[dict | None, int]] = []
 
-    def sync(self, weights, version: int) -> None:
+    def sync(self, weights, version: int, fingerprint=None) -> None:
         self.received.append((weights, version))
 
 

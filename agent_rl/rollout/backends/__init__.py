@@ -66,6 +66,12 @@ class OpenAIBackendConfig(ComponentConfig):
     backoff_s: float = Field(0.25, ge=0, description="first retry delay; doubled at every further retry")
     max_backoff_s: float = Field(8.0, ge=0, description="cap of the retry delay")
     max_concurrent_requests: int = Field(64, ge=1, description="HTTP requests of one generate call in flight at once")
+    ready_timeout_s: float = Field(
+        300.0,
+        ge=0,
+        description="at start, how long to wait for the server to answer GET /v1/models (a `vllm serve` loads its "
+        "model first); then one line names it; 0: no wait (the first step's requests meet a server that is down)",
+    )
     api_key_env: str | None = Field(
         "OPENAI_API_KEY", description="environment variable holding the bearer token (unset: no auth header)"
     )
@@ -85,7 +91,9 @@ def make_openai(cfg: OpenAIBackendConfig, model_cfg: Any, model: Any = None, tok
     """
     from agent_rl.rollout.backends.openai_http import OpenAIBackend
 
-    return OpenAIBackend(cfg, cfg.model or model_cfg.path, model=model)
+    backend = OpenAIBackend(cfg, cfg.model or model_cfg.path, model=model)
+    backend.wait_ready()  # a server started with the run may still be loading its model
+    return backend
 
 
 class VllmBackendConfig(ComponentConfig):
@@ -110,6 +118,19 @@ class VllmBackendConfig(ComponentConfig):
         description="CPU: the cores the engine's threads are bound to ('0-3', '0,2'); None: every core this process may use but one, left to vLLM's scheduler",
     )
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs one engine shards the model over")
+    weight_update_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="a weight update (or LoRA adapter load) the engine has not acknowledged within this fails the "
+        "sync in one line",
+    )
+    step_timeout_s: int | None = Field(
+        None,
+        ge=1,
+        description="how long vLLM's engine core waits for one model step of its worker (vLLM's "
+        "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS; None: that variable, else 300 s); past it the engine dies, named as "
+        "that RPC timeout",
+    )
     max_model_len: int | None = Field(None, ge=1, description="context length; None: the model's")
     max_num_seqs: int | None = Field(None, ge=1, description="requests one engine step batches; None: vLLM's default")
     enable_chunked_prefill: bool | None = Field(

@@ -16,6 +16,7 @@ import torch
 
 from agent_rl.core.seeding import derive_seed
 from agent_rl.models import lora
+from agent_rl.models.fingerprint import dtype_name
 from agent_rl.models.loading import load_model, load_tokenizer
 from agent_rl.rollout.backends import fused, kv
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
@@ -84,6 +85,7 @@ class HfBackend:
             )
         self.fused_decode = fused_decode  # fused.py: the decode step from the weights, its cache preallocated
         self.policy_version = 0
+        self.fingerprint: str | None = None  # of the last weights loaded with one (describe)
         # learner.lora: the adapter it samples with, hashed from its own module (agent_rl/models/lora.py)
         self.adapter = lora.held_adapter(model, 0) if lora.is_lora(model) else None
         self._executor: ThreadPoolExecutor | None = None
@@ -212,9 +214,13 @@ class HfBackend:
             out.append(result)
         return out
 
-    def update_weights(self, state_dict: dict | None, version: int, adapter_config: dict | None = None) -> None:
+    def update_weights(
+        self, state_dict: dict | None, version: int, adapter_config: dict | None = None, fingerprint: str | None = None
+    ) -> None:
         """Colocated: the learner may share this very module (``state_dict=None``: nothing to copy).
-        An adapter (learner.lora) is swapped in place; ``adapter_config`` wraps a plain model first."""
+        An adapter (learner.lora) is swapped in place; ``adapter_config`` wraps a plain model first.
+        ``fingerprint`` (models/fingerprint.py) is what ``describe`` reports once the weights are in."""
+        self.fingerprint = None  # a load that fails half-way leaves weights of no known run
         if lora.is_adapter(state_dict):
             lora.load_adapter(self, state_dict, adapter_config)
         elif state_dict is not None:
@@ -222,6 +228,12 @@ class HfBackend:
         if lora.is_lora(self.model):  # what it holds now, read back from its own module
             self.adapter = lora.held_adapter(self.model, version)
         self.policy_version = version
+        self.fingerprint = fingerprint
+
+    def describe(self) -> dict[str, Any]:
+        """What it samples from: the fingerprint the last update carried (None: the weights it was built
+        with) and the dtype (an asynchronous worker's copy checks it after every swap: distributed/worker.py)."""
+        return {"fingerprint": self.fingerprint, "dtype": dtype_name(next(self.model.parameters()).dtype)}
 
     def close(self) -> None:
         if self._executor is not None:

@@ -20,7 +20,9 @@ one HTTP request per episode, each with its own seed: the server batches concurr
 Connection failures, 429 and 502/503/504 are retried with exponential backoff (a request with a
 seed is idempotent: the retry samples the same tokens). A server still unreachable after the
 retries raises ``ServerUnavailableError`` (an ``InfraError``): the engine ends those episodes as
-``infra_error``, never as failures of the policy.
+``infra_error``, never as failures of the policy. At start the backend waits for the server to
+answer (``wait_ready``, up to ``ready_timeout_s``: a `vllm serve` started with the run loads its
+model first); a server that never does stops the command in one line, before any step.
 
 A server can lose the weights pushed to it (``weight_sync: push``): it restarts with the model it
 was started with. The backend keeps the latest weights it pushed (a reference, or the learner's
@@ -37,6 +39,7 @@ import logging
 import os
 import ssl
 import tempfile
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -55,6 +58,10 @@ TOKEN_ID_PREFIX = "token_id:"
 
 class ServerUnavailableError(InfraError):
     """The inference server could not be reached (or kept failing) after every retry."""
+
+
+class ServerNotReadyError(ServerUnavailableError, ValueError):
+    """The server did not answer at start within ``ready_timeout_s`` (the command stops in one line)."""
 
 
 class NoWeightRoutesError(NotImplementedError, ValueError):
@@ -113,6 +120,45 @@ class OpenAIBackend:
         # and their version, which the server must hold; owed: a push that did not get through
         self._pushed: tuple[dict | None, int, str | None] | None = None
         self._owed = False
+
+    def wait_ready(self, first_poll_s: float = 0.25, max_poll_s: float = 5.0) -> float:
+        """At start: wait until the server answers ``GET {base_url}/models`` (any answer but a
+        connection error, 429 or 5xx: a 401 is a server that is up), at most ``ready_timeout_s``;
+        then ``ServerNotReadyError`` in one line naming the URL and what to do. Returns the seconds waited."""
+        limit = self.cfg.ready_timeout_s
+        if limit <= 0:
+            return 0.0
+        url, start, poll, last = f"{self.base_url}/models", time.monotonic(), first_poll_s, ""
+        while True:
+            left = limit - (time.monotonic() - start)
+            try:
+                response = httpx.get(
+                    url, headers=self.headers, timeout=max(0.5, min(self.cfg.timeout_s, left)), verify=self._tls
+                )
+                if response.status_code < 500 and response.status_code not in RETRY_STATUS:
+                    waited = time.monotonic() - start
+                    if last:
+                        log.warning("the inference server at %s answered after %.1f s", self.base_url, waited)
+                    return waited
+                last = f"HTTP {response.status_code}"
+            except httpx.TransportError as e:  # timeouts included
+                last = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            left = limit - (time.monotonic() - start)
+            if left <= 0:
+                raise ServerNotReadyError(
+                    f"the inference server at {self.base_url} did not answer within rollout.backend.ready_timeout_s="
+                    f"{limit:g} s (last: {last}): start it (`agent-rl serve --model MODEL`, or `vllm serve` as in "
+                    f"docs/vllm.md), check rollout.backend.base_url, or raise rollout.backend.ready_timeout_s"
+                )
+            if poll == first_poll_s:
+                log.warning(
+                    "waiting for the inference server at %s (%s), up to rollout.backend.ready_timeout_s=%g s",
+                    self.base_url,
+                    last,
+                    limit,
+                )
+            time.sleep(min(poll, left))
+            poll = min(poll * 2, max_poll_s)
 
     # ------------------------------------------------------------------------------------------
     async def generate(
@@ -441,6 +487,7 @@ def _topk(top: list[dict[str, float]] | None, k: int, url: str) -> tuple[list[li
 __all__ = [
     "NoWeightRoutesError",
     "OpenAIBackend",
+    "ServerNotReadyError",
     "ServerUnavailableError",
     "check_push_auth",
     "is_loopback",

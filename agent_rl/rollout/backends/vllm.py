@@ -18,7 +18,8 @@ drives it from an event loop in a background thread, so ``generate`` can be awai
   once the weights are loaded, and the dtype; the trainer checks both (distributed/weights.py);
 - on CPU the engine gets a KV cache sized from the run's need and its threads are bound to the
   cores it is given (``engine_resources.py``); an engine process that dies is named with its exit
-  status and the kernel's OOM record, and later calls fail at once with that line.
+  status, the kernel's OOM record, or vLLM's RPC timeout of a model step (``step_timeout_s``) when
+  its requests had no output for longer, and later calls fail at once with that line.
 
 Seeds on CPU: vLLM's CPU sampler cannot rewind a seeded request's generator when it discards a
 token sampled during a chunked prefill (``RuntimeError: CPU Generator does not use offset``), so
@@ -47,6 +48,7 @@ from agent_rl.models import lora
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 from agent_rl.rollout.backends.engine_resources import (
     MARGIN,
+    CoreClaim,
     death_cause,
     default_cores,
     kv_bytes_per_token,
@@ -60,7 +62,8 @@ log = logging.getLogger(__name__)
 EXTENSION = "agent_rl.rollout.backends.vllm.WeightSyncExtension"
 SUPPORTED = ("0.32", "0.33")  # vLLM minor releases this backend is tested against (CPU 0.32, GPU 0.33)
 DEFAULT_SEQUENCES = 64  # KV sizing without the run's need (kv_tokens unset): rollout.concurrency's default
-WEIGHT_UPDATE_TIMEOUT_S = 600.0  # a weight update the engine has not acknowledged by then fails the sync
+STEP_TIMEOUT_ENV = "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"  # vLLM's engine-core RPC timeout of a model step
+VLLM_STEP_TIMEOUT_S = 300  # its default
 _ENV_LOCK = threading.Lock()  # engines read the environment when their processes start
 
 
@@ -188,13 +191,28 @@ class VllmBackend:
         async def start() -> Any:
             return AsyncLLM.from_engine_args(args)
 
-        self.cpu_binding = omp_binding(
-            parse_cores(str(cfg.cpu_cores)) if cfg.cpu_cores is not None else default_cores(), cfg.tensor_parallel_size
-        )
         self._oom_before = oom_kills()
         self.dead: str | None = None  # why the engine process died, once it has
-        with _engine_env({"VLLM_CPU_OMP_THREADS_BIND": self.cpu_binding} if self.on_cpu else {}):
-            self.engine = self._call(start())
+        self.weight_update_timeout_s = cfg.weight_update_timeout_s
+        # the engine core's RPC timeout of one model step: an engine that dies past it is named so
+        self.step_timeout_s = cfg.step_timeout_s or int(os.environ.get(STEP_TIMEOUT_ENV, VLLM_STEP_TIMEOUT_S))
+        self._in_flight, self._progress = 0, time.monotonic()  # requests running; the last output's time
+        # CPU without cpu_cores: cores no other engine on this machine holds (engine_resources.py)
+        self.cores_claim = CoreClaim.take() if self.on_cpu and cfg.cpu_cores is None else None
+        try:
+            cores = parse_cores(str(cfg.cpu_cores)) if cfg.cpu_cores is not None else None
+            self.cpu_binding = omp_binding(
+                cores or (self.cores_claim.cores if self.cores_claim else default_cores()), cfg.tensor_parallel_size
+            )
+            env = {"VLLM_CPU_OMP_THREADS_BIND": self.cpu_binding} if self.on_cpu else {}
+            if cfg.step_timeout_s is not None:
+                env[STEP_TIMEOUT_ENV] = str(cfg.step_timeout_s)
+            with _engine_env(env):
+                self.engine = self._call(start())
+        except BaseException:
+            if self.cores_claim is not None:
+                self.cores_claim.release()
+            raise
 
     @staticmethod
     def _kv_cache_bytes(cfg: Any, model_cfg: Any) -> int:
@@ -223,18 +241,23 @@ class VllmBackend:
         after ``timeout`` seconds."""
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
-    def death(self, wait_s: float = 0.0) -> str | None:
-        """Why the engine process died (exit status, the kernel's OOM record), or None while it runs;
-        ``wait_s``: how long to wait for a process that is failing to be seen gone."""
+    def death(self, wait_s: float = 0.0, stalled_s: float | None = None) -> str | None:
+        """Why the engine process died (exit status, the kernel's OOM record, the RPC timeout of a model
+        step when requests had no output for longer: ``stalled_s``), or None while it runs; ``wait_s``:
+        how long to wait for a process that is failing to be seen gone."""
         manager = getattr(getattr(getattr(self.engine, "engine_core", None), "resources", None), "engine_manager", None)
         deadline = time.monotonic() + wait_s
         while self.dead is None and hasattr(manager, "finished_procs"):
             for name, code in manager.finished_procs().items():
-                self.dead = death_cause(f"vLLM engine process {name}", code, self._oom_before)
+                self.dead = death_cause(
+                    f"vLLM engine process {name}", code, self._oom_before, stalled_s, self.step_timeout_s
+                )
                 log.error("%s", self.dead)
             if self.dead is not None or time.monotonic() >= deadline:
                 break
             time.sleep(0.1)
+        if self.dead is None and stalled_s is not None and wait_s > 0:  # reported dead, its process still exiting
+            self.dead = death_cause("vLLM engine core", None, self._oom_before, stalled_s, self.step_timeout_s)
         return self.dead
 
     # ------------------------------------------------------------------------------------------
@@ -282,6 +305,9 @@ class VllmBackend:
         final = None
         # a LoRA request keeps its adapter to the end, whatever loads meanwhile: labelled at the start
         lora_request, adapter, version = self._lora_request, self.adapter, self.policy_version
+        if self._in_flight == 0:  # the engine was idle: its stall (no output while requests wait) starts now
+            self._progress = time.monotonic()
+        self._in_flight += 1
         try:
             async for output in self.engine.generate(
                 TokensPrompt(prompt_token_ids=list(r.prompt_ids)),
@@ -290,9 +316,14 @@ class VllmBackend:
                 lora_request=lora_request,
             ):
                 final = output
+                self._progress = time.monotonic()
         except Exception as e:  # engine death is the infrastructure's failure, not the policy's
-            cause = await asyncio.to_thread(self.death, 5.0 if "EngineDead" in type(e).__name__ else 0.0)
+            stalled = time.monotonic() - self._progress
+            wait = 5.0 if "EngineDead" in type(e).__name__ else 0.0  # the process may still be shutting down
+            cause = await asyncio.to_thread(self.death, wait, stalled)
             raise InfraError(f"vLLM engine: {cause or repr(e)}") from e
+        finally:
+            self._in_flight -= 1
         if final is None:
             raise InfraError("vLLM engine returned no output")
         # prefill that the prefix cache saved (earlier turns, a group's shared prompt)
@@ -308,7 +339,7 @@ class VllmBackend:
     def update_weights(self, state_dict: dict | None, version: int, fingerprint: str | None = None) -> None:
         """Load the learner's weights into every worker; later samples carry ``version``, and the
         workers report ``fingerprint`` (``describe``). An update not acknowledged within
-        ``WEIGHT_UPDATE_TIMEOUT_S`` fails the sync."""
+        ``rollout.backend.weight_update_timeout_s`` fails the sync."""
         if lora.is_lora(self._local_model) and (state_dict is None or lora.is_adapter(state_dict)):
             self._load_adapter(state_dict, version)
             return
@@ -333,10 +364,11 @@ class VllmBackend:
                 await self.engine.resume_generation()
 
         try:
-            self._call(update(), WEIGHT_UPDATE_TIMEOUT_S)
+            self._call(update(), self.weight_update_timeout_s)
         except TimeoutError:
             raise InfraError(
-                f"vLLM weight update to version {version}: not acknowledged within {WEIGHT_UPDATE_TIMEOUT_S:.0f} s"
+                f"vLLM weight update to version {version}: not acknowledged within rollout.backend."
+                f"weight_update_timeout_s={self.weight_update_timeout_s:g} s"
                 f"{f' ({self.death()})' if self.death() else ''}"
             ) from None
         except Exception as e:  # noqa: BLE001 - the engine died or refused the weights
@@ -365,7 +397,12 @@ class VllmBackend:
             self._lora_request, self.adapter, self.policy_version = request, record, version
 
         try:
-            self._call(switch())
+            self._call(switch(), self.weight_update_timeout_s)
+        except TimeoutError:
+            raise InfraError(
+                f"vLLM LoRA adapter for version {version}: not acknowledged within rollout.backend."
+                f"weight_update_timeout_s={self.weight_update_timeout_s:g} s"
+            ) from None
         except Exception as e:  # noqa: BLE001 - the engine died or refused the adapter
             raise InfraError(f"vLLM LoRA adapter for version {version} failed: {e!r}") from e
         for old in os.listdir(self._weights_dir):  # loaded by the engine: only the last two stay on disk
@@ -380,7 +417,7 @@ class VllmBackend:
         worker (a worker that disagrees reports None). learner.lora: the adapter's record instead."""
         if self.adapter is not None:
             return {"fingerprint": None, "dtype": None, "adapter": self.adapter.to_json()}
-        workers = self._call(self.engine.collective_rpc("agent_rl_describe"), WEIGHT_UPDATE_TIMEOUT_S)
+        workers = self._call(self.engine.collective_rpc("agent_rl_describe"), self.weight_update_timeout_s)
         fingerprints = {w["fingerprint"] for w in workers}
         return {"fingerprint": fingerprints.pop() if len(fingerprints) == 1 else None, "dtype": workers[0]["dtype"]}
 
@@ -409,6 +446,8 @@ class VllmBackend:
         self._thread.join(timeout=30)
         self._loop.close()
         shutil.rmtree(self._weights_dir, ignore_errors=True)
+        if self.cores_claim is not None:
+            self.cores_claim.release()
 
 
 def to_result(completion: Any, topk: int) -> GenerationResult:

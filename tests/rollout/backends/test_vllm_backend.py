@@ -10,6 +10,7 @@ a cancelled call, and the rollout engine's seeded multi-turn episodes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import threading
 import time
@@ -213,8 +214,9 @@ def test_the_engine_reports_its_weights_and_dtype_and_runs_on_what_it_was_given(
     assert backend.describe()["dtype"] == "float32"
     backend.update_weights(None, backend.policy_version, fingerprint="run/v7")  # the same weights, named
     assert backend.describe() == {"fingerprint": "run/v7", "dtype": "float32"}
-    cores = sorted(os.sched_getaffinity(0))
+    cores = sorted(os.sched_getaffinity(0))  # no other engine holds any: all of them but the scheduler's
     assert backend.cpu_binding == ",".join(str(c) for c in (cores[:-1] if len(cores) > 1 else cores))
+    assert backend.cores_claim.cores == [int(c) for c in backend.cpu_binding.split(",")]
     per_token = kv_bytes_per_token(AutoConfig.from_pretrained(tiny_model_dir), 4)
     assert backend.kv_cache_bytes == kv_cache_bytes(64 * 512, 512, per_token, 4.0)[0] < 2**27  # < 128 MiB
 
@@ -222,7 +224,8 @@ def test_the_engine_reports_its_weights_and_dtype_and_runs_on_what_it_was_given(
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_two_engines_at_once_and_a_killed_one_says_how_it_died(backend, tiny_model_dir, tiny_tokenizer):
-    """A second engine beside the module's, bound to one core, its KV cache sized from its need: both
+    """A second engine beside the module's, started without rollout.backend.cpu_cores, gets the core the
+    first left (engine_resources.CoreClaim), its KV cache sized from its need: both
     sample, the two engines' processes hold under 6 GiB together (resident memory, measured), and the
     second engine, killed as the kernel's OOM killer kills (SIGKILL), fails its requests with a line
     naming how it died, while the first goes on."""
@@ -232,10 +235,10 @@ def test_two_engines_at_once_and_a_killed_one_says_how_it_died(backend, tiny_mod
     from agent_rl.core.errors import InfraError
 
     last = sorted(os.sched_getaffinity(0))[-1]
-    cfg = vllm_config(tiny_model_dir, f"rollout.backend.cpu_cores={last}", "rollout.backend.kv_tokens=2048")
+    cfg = vllm_config(tiny_model_dir, "rollout.backend.kv_tokens=2048")
     second = BACKENDS(cfg.rollout.backend)(cfg.rollout.backend, cfg.model)
     try:
-        assert second.cpu_binding == str(last)
+        assert second.cpu_binding == str(last) and str(last) not in backend.cpu_binding.split(",")
         reqs = requests(tiny_tokenizer, n=4)
         results = asyncio.run(second.generate(reqs)) + asyncio.run(backend.generate(reqs))
         assert not [r for r in results if isinstance(r, BaseException)]
@@ -497,3 +500,42 @@ def test_a_killed_vllm_serve_ends_its_episodes_as_infra_error(tiny_model_dir, ti
         lambda turn, turns: None,
     )
     check_served_against_reference(served, reference, "ServerUnavailableError", logprobs=False)
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_an_engine_past_its_step_timeout_is_named_so(tiny_model_dir, tiny_tokenizer):
+    """vLLM's engine core waits rollout.backend.step_timeout_s (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS) for
+    each model step of its worker; a worker that does not answer (stopped here with SIGSTOP, as a starved
+    one is) makes the engine core raise TimeoutError and exit. The requests fail with a line naming that
+    timeout, and later calls fail at once with it. (On a machine so loaded that the first step itself
+    takes longer, that step is the one that fails, named the same way.)"""
+    import os
+    import signal
+
+    from agent_rl.core.errors import InfraError
+
+    cfg = vllm_config(tiny_model_dir, "rollout.backend.step_timeout_s=10", "rollout.backend.kv_tokens=2048")
+    engine = BACKENDS(cfg.rollout.backend)(cfg.rollout.backend, cfg.model)
+    workers = [p for p in engine_process(engine).children() if "Worker" in p.name()]
+    assert workers, [p.name() for p in engine_process(engine).children()]
+    try:
+        [failed] = asyncio.run(engine.generate(requests(tiny_tokenizer, n=1)))  # the first step: served
+        if not isinstance(failed, BaseException):
+            for p in workers:
+                os.kill(p.pid, signal.SIGSTOP)
+            start = time.monotonic()
+            [failed] = asyncio.run(engine.generate(requests(tiny_tokenizer, n=1)))
+            assert 9 < time.monotonic() - start < 60
+        assert isinstance(failed, InfraError)
+        line = str(failed)
+        assert line.startswith("vLLM engine: vLLM engine ")
+        assert " s without output: vLLM's engine-core RPC timeout of a model step (10 s, " in line
+        assert line.endswith("give it its own cores, or raise rollout.backend.step_timeout_s") and "\n" not in line
+        with pytest.raises(InfraError, match="RPC timeout"):  # later calls fail at once, with the same line
+            asyncio.run(engine.generate(requests(tiny_tokenizer, n=1)))
+    finally:
+        for p in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGKILL)
+        engine.close()

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
+import sys
 
 import pytest
 import torch
 
-from agent_rl.config import load_config
+from agent_rl.config import ConfigError, load_config
 from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup, Turn
 from agent_rl.distributed.source import LocalRolloutSource
 from agent_rl.distributed.weights import WeightsMismatchError, WeightSync, weights_for_broadcast
@@ -19,11 +21,13 @@ from agent_rl.models.fingerprint import content_digest
 from agent_rl.models.loading import load_model
 from agent_rl.rollout.backends import BACKENDS, GenerationRequest
 from agent_rl.rollout.backends.engine_resources import (
+    CoreClaim,
     death_cause,
     kv_bytes_per_token,
     kv_cache_bytes,
     omp_binding,
     parse_cores,
+    pick_cores,
 )
 from agent_rl.rollout.backends.server import build_state, create_app, serve_in_thread
 
@@ -194,7 +198,62 @@ def test_cores_given_to_an_engine():
         omp_binding([0], 2)
 
 
+def test_engines_without_cpu_cores_get_cores_no_other_engine_holds(tmp_path):
+    """What an engine started without rollout.backend.cpu_cores is bound to: the free cores less one for
+    vLLM's scheduler (pick_cores), claimed with a lock file per core that a second engine, in this process
+    or another, sees (CoreClaim); once every core is held they share, and a closed engine frees its cores."""
+    assert pick_cores([0, 1], set()) == [0]  # the first engine of a 2-core machine; core 1 for the scheduler
+    assert pick_cores([0, 1], {0}) == [1]  # the second: the core the first left
+    assert pick_cores([0, 1], {0, 1}) == [0]  # every core held: shared, as vLLM's `auto` gives
+    assert pick_cores(list(range(8)), set()) == [0, 1, 2, 3, 4, 5, 6]
+    assert pick_cores(list(range(8)), set(range(7))) == [7]
+    assert pick_cores([3], set()) == [3] and pick_cores([3], {3}) == [3]
+
+    first = CoreClaim.take([0, 1], tmp_path)
+    second = CoreClaim.take([0, 1], tmp_path)
+    assert (first.cores, second.cores) == ([0], [1])  # disjoint
+    assert CoreClaim.take([0, 1], tmp_path).cores == [0]  # a third shares (and holds nothing)
+    # another process sees the cores this one holds
+    script = (
+        "import sys; from pathlib import Path; from agent_rl.rollout.backends.engine_resources import CoreClaim; "
+        "print(CoreClaim.take([0, 1, 2], Path(sys.argv[1])).cores)"
+    )
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[2]"
+    first.release()
+    assert CoreClaim.take([0, 1], tmp_path).cores == [0]  # freed when its engine closed
+    second.release()
+
+
 def test_a_dead_engine_is_named_with_how_it_died():
     assert death_cause("vLLM engine process EngineCore", 1, None) == "vLLM engine process EngineCore exit status 1"
     line = death_cause("vLLM engine process EngineCore", -signal.SIGKILL, None)
     assert line.startswith("vLLM engine process EngineCore killed by SIGKILL (no OOM kill in this cgroup's record")
+    # vLLM's engine core exits on its RPC timeout of a model step (300 s by default): a death after its
+    # requests had no output for about that long is named so; sooner, or by a signal, it is not
+    line = death_cause("vLLM engine process EngineCore", 1, None, stalled_s=301.0, step_timeout_s=300)
+    assert line == (
+        "vLLM engine process EngineCore exit status 1 after 301 s without output: vLLM's engine-core RPC timeout "
+        "of a model step (300 s, VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS); its worker was starved or hung (engines or "
+        "processes sharing its cores: rollout.backend.cpu_cores); give it its own cores, or raise "
+        "rollout.backend.step_timeout_s"
+    )
+    assert death_cause("EngineCore", 1, None, stalled_s=270.0, step_timeout_s=300).startswith(
+        "EngineCore exit status 1 after 270 s"
+    )
+    assert death_cause("EngineCore", 1, None, stalled_s=12.0, step_timeout_s=300) == "EngineCore exit status 1"
+    assert "RPC timeout" not in death_cause("EngineCore", -signal.SIGKILL, None, stalled_s=400.0, step_timeout_s=300)
+    # reported dead, its process still exiting: named when the stall says why, else not yet
+    assert death_cause("vLLM engine core", None, None, 5.0, 4).startswith(
+        "vLLM engine core reported itself dead after 5 s"
+    )
+    assert death_cause("vLLM engine core", None, None, 1.0, 4) is None
+
+
+def test_engine_deadlines_are_config_keys():
+    cfg = load_config(None, ["rollout.backend.name=vllm"]).rollout.backend
+    assert (cfg.weight_update_timeout_s, cfg.step_timeout_s) == (600.0, None)
+    with pytest.raises(ConfigError, match="weight_update_timeout_s"):
+        load_config(None, ["rollout.backend.name=vllm", "rollout.backend.weight_update_timeout_s=0"])
+    with pytest.raises(ConfigError, match="step_timeout_s"):
+        load_config(None, ["rollout.backend.name=vllm", "rollout.backend.step_timeout_s=0.5"])
