@@ -7,10 +7,10 @@ holds: the generate thread's team (2 threads on 2 cores) is the only one, so on 
 cores are busy with other work each waiting thread burns its core while the thread it waits for
 is descheduled, at every op of every decode step. The learner's first update starts the main
 thread's team; from then on the process has more OpenMP threads than cores, libgomp spins only
-100 times, and the steps are fast. Measured on the quickstart (2 cores, load 6-10): the first
-step's rollout 68-98 s and 38 s of CPU, the next ones 9-12 s and 7-9 s of CPU; with the main
-thread's team started before the first step, or with ``OMP_WAIT_POLICY=PASSIVE``, the first step
-took the CPU of a steady one (``bench/first_step.py``).
+100 times, and the steps are fast. Measured on the quickstart (2 cores shared, load 9-24): the
+first step 8.4x a steady one (6.2x its CPU), with LoRA 5.6x; with the main thread's team started
+before the first step, or with ``OMP_WAIT_POLICY=PASSIVE``, 0.9x and 1.2x, the CPU of a steady
+step (``bench/first_step.py``, its numbers in ``bench/README.md``).
 
 So ``OMP_WAIT_POLICY=PASSIVE`` is set when nobody chose a wait policy (neither it nor
 ``GOMP_SPINCOUNT`` is set): a waiting thread sleeps at once, which is what the steady steps got
