@@ -194,12 +194,15 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import os
 
-    from agent_rl.rollout.backends.server import build_state, check_exposure, serve
+    from agent_rl.rollout.backends.server import check_exposure
 
     api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or None
     check_exposure(args.host, api_key)  # before the model loads
     if not Path(args.model).exists():
         raise ValueError(f"--model {args.model}: no such directory (a from_pretrained checkpoint)")
+    from agent_rl.proxy.serve import serve, server_app
+    from agent_rl.rollout.backends.server import build_state
+
     state = build_state(
         args.model,
         args.dtype,
@@ -208,30 +211,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         batch_wait_ms=args.batch_wait_ms,
         max_batch_size=args.max_batch_size,
     )
-    serve(state, args.host, args.port, api_key=api_key)
-    return 0
-
-
-def cmd_proxy(args: argparse.Namespace) -> int:
-    import os
-
-    from agent_rl.proxy.serve import build_service, serve_proxy
-    from agent_rl.rollout.backends.server import check_exposure
-
-    api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or None
-    check_exposure(args.host, api_key)  # before the model loads
-    if not Path(args.model).exists():
-        raise ValueError(f"--model {args.model}: no such directory (a from_pretrained checkpoint)")
-    service = build_service(
-        args.model,
-        served_name=args.served_model_name,
-        tool_format=args.tool_format,
-        dtype=args.dtype,
-        device=args.device,
-        max_new_tokens=args.max_new_tokens,
-        max_total_tokens=args.max_total_tokens,
-    )
-    serve_proxy(service, args.host, args.port, api_key=api_key)
+    options = {"tool_format": args.tool_format, "max_new_tokens": args.max_new_tokens}
+    app = server_app(state, api_key, max_total_tokens=args.max_total_tokens, **options)
+    serve(app, state.model_name, args.host, args.port, api_key=api_key)
     return 0
 
 
@@ -262,6 +244,16 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+# what each route of `agent-rl serve` is for (its --help)
+SERVE_ROUTES = (
+    ("/v1/completions", "text or token-id prompts -> token ids, logprobs (the trainer's openai backend)"),
+    ("/v1/chat/completions", "chat with tools, n, streaming, logprobs; recorded token-exact"),
+    ("/v1/responses", "the Responses API (OpenAI Agents SDK); recorded token-exact"),
+    ("/v1/sessions", "what chat and responses calls recorded (segments of exact token ids)"),
+    ("/v1/models, /health, /tokenize", "the served name, liveness, vLLM's tokenizer route"),
+    ("/v1/update_weights, /v1/policy_version", "the trainer's weight push and its check of the served weights"),
+)
+
 # one command line per subcommand, shown at the end of its --help
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "quickstart": ("agent-rl quickstart trainer.steps=10",),
@@ -277,7 +269,6 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "agent-rl eval runs/quickstart-grpo-ppo_clip-20250101-120000 --step 20",
     ),
     "serve": ("agent-rl serve --model runs/models/tiny --port 8000",),
-    "proxy": ("agent-rl proxy --model runs/models/tiny --port 8001",),
     "view": ("agent-rl view runs/quickstart-grpo-ppo_clip-20250101-120000 --last 5",),
     "export": ("agent-rl export runs/quickstart-grpo-ppo_clip-20250101-120000 --merge",),
     "compare": ("agent-rl compare runs/a runs/b --metrics rollout/reward_mean --out compare.png",),
@@ -382,13 +373,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.set_defaults(fn=cmd_eval)
 
-    sp = sub.add_parser("serve", help="our OpenAI-compatible completions server over the hf backend")
+    sp = sub.add_parser(
+        "serve",
+        aliases=["proxy"],
+        help="the OpenAI-compatible server over a checkpoint: completions, chat, responses, weight updates",
+        description="One OpenAI-compatible server over the policy; every route samples from the same weights:\n"
+        + "\n".join(f"  {route:<40} {what}" for route, what in SERVE_ROUTES),
+    )
     sp.add_argument("--model", required=True, help="from_pretrained checkpoint directory")
     sp.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     sp.add_argument("--port", type=int, default=8000, help="0: a free port (printed)")
     sp.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="weights' dtype")
     sp.add_argument("--device", default="cpu", help="torch device of the model, e.g. cpu, cuda, cuda:1")
-    sp.add_argument("--served-model-name", default=None, help="name in /v1/models (default: --model)")
+    sp.add_argument(
+        "--served-model-name", default="policy", help="the model name in /v1/models, which chat and responses need"
+    )
     sp.add_argument(
         "--batch-wait-ms",
         type=float,
@@ -397,29 +396,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--max-batch-size", type=int, default=64, help="most requests generated in one batch")
     sp.add_argument(
+        "--tool-format", default="auto", help="chat and responses: tool-call format (auto: from the tokenizer)"
+    )
+    sp.add_argument("--max-new-tokens", type=int, default=512, help="chat and responses: cap of one completion")
+    sp.add_argument("--max-total-tokens", type=int, default=4096, help="chat and responses: prompt + completion")
+    sp.add_argument(
         "--api-key",
         default=None,
-        help="bearer token every /v1 endpoint requires (default: $OPENAI_API_KEY, what the trainer sends); "
+        help="bearer token every route but /health requires (default: $OPENAI_API_KEY, what the trainer sends); "
         "required to bind a non-loopback --host",
     )
     sp.set_defaults(fn=cmd_serve)
-
-    sp = sub.add_parser(
-        "proxy", help="OpenAI chat-completions capture proxy over a checkpoint (docs/agent-programs.md)"
-    )
-    sp.add_argument("--model", required=True, help="from_pretrained checkpoint directory")
-    sp.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
-    sp.add_argument("--port", type=int, default=8001, help="0: a free port (printed)")
-    sp.add_argument("--served-model-name", default="policy", help="the model name requests must use")
-    sp.add_argument("--tool-format", default="auto", help="tool-call format (auto: detected from the tokenizer)")
-    sp.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="weights' dtype")
-    sp.add_argument("--device", default="cpu", help="torch device of the model, e.g. cpu, cuda, cuda:1")
-    sp.add_argument("--max-new-tokens", type=int, default=512, help="cap of one completion")
-    sp.add_argument("--max-total-tokens", type=int, default=4096, help="prompt + completion")
-    sp.add_argument(
-        "--api-key", default=None, help="bearer token required (default: $OPENAI_API_KEY); required off loopback"
-    )
-    sp.set_defaults(fn=cmd_proxy)
 
     sp = sub.add_parser("view", help="static HTML page of a run's trajectories")
     sp.add_argument("run", help="run directory (its trajectories/*.jsonl) or one .jsonl file")

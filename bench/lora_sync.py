@@ -113,13 +113,14 @@ def sync_hf(path: str, cfg: LoraConfig, rounds: int) -> list[dict]:
 
 
 def sync_serve(path: str, cfg: LoraConfig, rounds: int) -> list[dict]:
+    from agent_rl.proxy.serve import server_app
     from agent_rl.rollout.backends import OpenAIBackendConfig
     from agent_rl.rollout.backends.openai_http import OpenAIBackend
-    from agent_rl.rollout.backends.server import build_state, create_app, serve_in_thread
+    from agent_rl.rollout.backends.server import build_state, serve_in_thread
 
     out = []
     for kind, model in (("full", load_model(path)), ("lora", lora.apply_lora(load_model(path), cfg))):
-        with serve_in_thread(create_app(build_state(path))) as url:
+        with serve_in_thread(server_app(build_state(path))) as url:
             client = OpenAIBackend(OpenAIBackendConfig(base_url=url, api_key_env=None), "bench", model=model)
             version = iter(range(1, 10**6))
             seconds = timed(lambda: client.update_weights(None, next(version)), rounds)

@@ -1,9 +1,11 @@
-"""The capture proxy's HTTP app: OpenAI ``/v1/chat/completions`` and ``/v1/responses`` over the
-policy, recording tokens.
+"""The OpenAI-compatible server's HTTP app (``agent-rl serve``, and each training run's capture
+proxy): ``/v1/chat/completions`` and ``/v1/responses`` over the policy, recording tokens; with a
+``ServerState`` also ``/v1/completions``, ``/tokenize`` and the trainer's control routes
+(``completions.py``).
 
 Every episode has its own base URL, ``/e/<key>/v1`` (``key`` unguessable), whose recorder
 (``recorder.EpisodeRecorder``) keeps the exact token ids of its calls; the standalone
-``agent-rl proxy`` also serves one session at the plain ``/v1``. A request is rendered with the
+``agent-rl serve`` also serves one session at the plain ``/v1``. A request is rendered with the
 policy's chat template (``ChatRenderer``) and tool-call format (``tools.formats``), sampled through
 ``sample`` (the rollout engine's ``GenerationScheduler`` over any backend: hf, vllm, a token-id
 server), and answered as OpenAI messages with the calls parsed into ``tool_calls`` (``/v1/responses``:
@@ -20,6 +22,7 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +31,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from agent_rl.proxy.completions import add_policy_routes
 from agent_rl.proxy.protocol import (
     ChatRequest,
     Message,
@@ -49,6 +53,7 @@ from agent_rl.proxy.responses import (
     response_events,
 )
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
+from agent_rl.rollout.backends.server import ServerState, require_key
 
 log = logging.getLogger(__name__)
 
@@ -258,12 +263,22 @@ class ProxyService:
         return {"content": content, "refusal": None}
 
 
-def create_proxy_app(service: ProxyService, api_key: str | None = None) -> FastAPI:
-    """The routes; with ``api_key`` each ``/v1`` and ``/e/...`` route needs it as a bearer token."""
-    from agent_rl.rollout.backends.server import require_key
+def create_app(service: ProxyService, state: ServerState | None = None, api_key: str | None = None) -> FastAPI:
+    """The routes of ``service`` (chat, responses, the sessions), and with ``state`` (the policy's
+    server: ``agent-rl serve``) those of ``completions.py``, sampling through the same queue. With
+    ``api_key`` every route but ``/health`` needs it as a bearer token."""
 
-    app = FastAPI(title="agent-rl proxy")
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        task = await state.start() if state is not None else None
+        yield
+        if task is not None:
+            task.cancel()
+
+    app = FastAPI(title="agent-rl serve", lifespan=lifespan)
     guarded = [Depends(require_key(api_key))]
+    if state is not None:
+        add_policy_routes(app, state, guarded)
 
     @app.exception_handler(ProxyError)
     async def refused(request: Request, exc: ProxyError):

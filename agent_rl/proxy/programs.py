@@ -42,7 +42,7 @@ from typing import Any
 from agent_rl.core.errors import InfraError
 from agent_rl.core.seeding import derive_seed
 from agent_rl.core.types import StopReason, Trajectory
-from agent_rl.proxy.app import ProxyService, create_proxy_app
+from agent_rl.proxy.app import ProxyService, create_app
 from agent_rl.proxy.config import AgentConfig
 from agent_rl.rollout.engine import RolloutEngine, _hash_task
 from agent_rl.rollout.episode import EpisodeSpec
@@ -147,7 +147,7 @@ class ProgramEngine(RolloutEngine):
             seed=lambda key, call, choice: derive_seed(self._seeds[key], "call", call, choice),
             metrics=self.metrics,
         )
-        server, task, root = await _serve(create_proxy_app(service))
+        server, task, root = await _serve(create_app(service))
         try:
             sample_seeds = [
                 s.sample_seed if s.sample_seed is not None else derive_seed(seed, "episode", i)

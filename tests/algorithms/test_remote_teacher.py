@@ -17,10 +17,10 @@ from agent_rl.learner.teacher import (
     splice_teacher_context,
     teacher_logprobs,
 )
+from agent_rl.proxy.serve import server_app
 from agent_rl.rollout.backends.server import (
     ServerState,
     build_state,
-    create_app,
     serve_in_thread,
 )
 
@@ -57,7 +57,7 @@ def test_served_logprobs_equal_the_hf_teachers(teacher_dir, tiny_tokenizer):
     state = build_state(str(teacher_dir), served_name="teacher")
     hf = load_model(str(teacher_dir), "float32", "cpu").eval()
     ids_BS, mask_BS, pos_BT = rows(tiny_tokenizer)
-    with serve_in_thread(create_app(state)) as url:
+    with serve_in_thread(server_app(state)) as url:
         assert parse_remote(f"openai:{url}#teacher") == (url, "teacher")
         remote = RemoteTeacher(f"openai:{url}", tiny_tokenizer, rows_per_request=2)  # the only model; 2 requests
         assert remote.model == "teacher"
@@ -92,7 +92,7 @@ def test_another_tokenizer_or_a_chat_only_api_is_refused_at_start(tmp_path, teac
     served = build_state(str(teacher_dir))
     other = ServerState(served.backend, load_tokenizer(str(swapped)), "other")  # the same model, another tokenizer
     differs = r"its tokenizer differs from the student's .*must share the student's tokenizer"
-    with serve_in_thread(create_app(other)) as url, pytest.raises(ValueError, match=differs):
+    with serve_in_thread(server_app(other)) as url, pytest.raises(ValueError, match=differs):
         RemoteTeacher(f"openai:{url}", tiny_tokenizer)
 
     def models() -> dict:
@@ -119,7 +119,7 @@ def test_a_served_teacher_in_a_training_step(tmp_path, teacher_dir, tiny_model_d
     """g_opd with teacher_path openai:URL: the trainer's teacher is the server; one step runs."""
     from tests.test_trainer import trainer
 
-    with serve_in_thread(create_app(build_state(str(teacher_dir), served_name="t"))) as url:
+    with serve_in_thread(server_app(build_state(str(teacher_dir), served_name="t"))) as url:
         t = trainer(
             tmp_path / "run", tiny_model_dir, "algorithm.loss.name=g_opd", f"algorithm.loss.teacher_path=openai:{url}#t"
         )

@@ -14,7 +14,7 @@ from fuzz_helpers import fuzz_settings, json_values
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from agent_rl.rollout.backends.server import CompletionRequest
+from agent_rl.proxy.completions import CompletionRequest
 
 API_KEY = "fuzz-key"
 
@@ -24,9 +24,9 @@ def server(tiny_model_dir, tmp_path_factory):
     """(client, files): an httpx client of one served tiny model, and paths for update_weights."""
     from safetensors.torch import save_file
 
+    from agent_rl.proxy.serve import server_app
     from agent_rl.rollout.backends.server import (
         build_state,
-        create_app,
         serve_in_thread,
     )
 
@@ -40,7 +40,7 @@ def server(tiny_model_dir, tmp_path_factory):
     state = build_state(str(tiny_model_dir), served_name="tiny")
     headers = {"authorization": f"Bearer {API_KEY}"}
     with (
-        serve_in_thread(create_app(state, api_key=API_KEY)) as url,
+        serve_in_thread(server_app(state, api_key=API_KEY)) as url,
         httpx.Client(base_url=url, timeout=120, headers=headers) as client,
     ):
         yield client, files
@@ -48,11 +48,12 @@ def server(tiny_model_dir, tmp_path_factory):
 
 def check(response: httpx.Response) -> None:
     assert response.status_code < 500, (response.status_code, response.text[:500])
+    if response.headers.get("content-type", "").startswith("text/event-stream"):  # stream: true
+        assert response.text.endswith("data: [DONE]\n\n"), response.text[-200:]
+        return
     body = response.json()  # every answer is JSON, errors included
     if response.status_code >= 400:
-        assert isinstance(body, dict)
-        message = body.get("message", body.get("detail"))
-        assert message, body
+        assert isinstance(body, dict) and body["error"]["message"], body  # OpenAI's error body
 
 
 def post_json(client, path: str, body, **kw) -> httpx.Response:

@@ -56,14 +56,15 @@ def policy_with_adapter(model_dir: Path, seed: int) -> torch.nn.Module:
 
 
 def test_agent_rl_serve_takes_only_the_adapter(tiny_model_dir):
+    from agent_rl.proxy.serve import server_app
     from agent_rl.rollout.backends import OpenAIBackendConfig
     from agent_rl.rollout.backends.openai_http import OpenAIBackend
-    from agent_rl.rollout.backends.server import build_state, create_app, serve_in_thread
+    from agent_rl.rollout.backends.server import build_state, serve_in_thread
 
     policy = policy_with_adapter(tiny_model_dir, 0)
     request = GenerationRequest(prompt_ids=[1, 2, 3, 4], max_new_tokens=6, temperature=0.0, ignore_eos=True)
     state = build_state(str(tiny_model_dir))
-    with serve_in_thread(create_app(state)) as url:
+    with serve_in_thread(server_app(state)) as url:
         client = OpenAIBackend(OpenAIBackendConfig(base_url=url, api_key_env=None), "tiny", model=policy)
         sent = client._payload(None)
         for version, seed in ((1, 0), (2, 1)):  # a second push swaps the adapter in place
@@ -86,7 +87,8 @@ def test_agent_rl_serve_takes_only_the_adapter(tiny_model_dir):
 def test_a_sampler_that_kept_its_old_adapter_is_caught_at_the_first_step(tiny_model_dir, tmp_path, monkeypatch):
     """agent-rl serve loads the initial adapter and then silently ignores every later push (keeping
     the version): the samples of step 1 say version 1 but carry version 0's adapter hash."""
-    from agent_rl.rollout.backends.server import build_state, create_app, serve_in_thread
+    from agent_rl.proxy.serve import server_app
+    from agent_rl.rollout.backends.server import build_state, serve_in_thread
     from agent_rl.train.trainer import Trainer
 
     real, loads = lora.set_adapter_weights, []
@@ -97,7 +99,7 @@ def test_a_sampler_that_kept_its_old_adapter_is_caught_at_the_first_step(tiny_mo
             real(model, tensors)
 
     monkeypatch.setattr(lora, "set_adapter_weights", keeps_the_first)
-    with serve_in_thread(create_app(build_state(str(tiny_model_dir)))) as url:
+    with serve_in_thread(server_app(build_state(str(tiny_model_dir)))) as url:
         backend = ["rollout.backend.name=openai", f"rollout.backend.base_url={url}", "rollout.backend.api_key_env=null"]
         cfg = lora_cfg(tiny_model_dir, tmp_path / "drop", *backend, "trainer.steps=2", "learner.lora.on_mismatch=drop")
         Trainer(cfg, log=lambda *a: None).train()

@@ -47,12 +47,13 @@ class Recording:
 
 @contextmanager
 def running_proxy(model_dir, backend, api_key=None, **kwargs):
-    from agent_rl.proxy.app import create_proxy_app
-    from agent_rl.proxy.serve import build_service
-    from agent_rl.rollout.backends.server import serve_in_thread
+    from agent_rl.proxy.app import create_app
+    from agent_rl.proxy.serve import service_over
+    from agent_rl.rollout.backends.server import build_state, serve_in_thread
 
-    service = build_service(str(model_dir), backend=backend, **kwargs)
-    with serve_in_thread(create_proxy_app(service, api_key)) as url:
+    state = build_state(str(model_dir), backend=backend)
+    service = service_over(state, **kwargs)
+    with serve_in_thread(create_app(service, state, api_key)) as url:
         yield url, service
 
 

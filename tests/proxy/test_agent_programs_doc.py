@@ -47,7 +47,7 @@ def test_the_commands_run_as_written(tmp_path):
                 proxy = subprocess.Popen(
                     argv, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
                 )
-                assert "agent-rl proxy: http://127.0.0.1:8765/v1" in proxy.stdout.readline()
+                assert "agent-rl serve: http://127.0.0.1:8765/v1" in proxy.stdout.readline()
                 time.sleep(1)
                 continue
             r = subprocess.run(argv, cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=400)

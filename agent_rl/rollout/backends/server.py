@@ -1,31 +1,15 @@
-"""``agent-rl serve``: our own OpenAI-compatible completions server over the ``hf`` backend.
+"""The policy behind ``agent-rl serve`` (``agent_rl/proxy/``: its routes), over the ``hf`` backend.
 
-It implements the token-id subset of ``/v1/completions`` that the ``openai`` backend uses, in the
-response shape of ``vllm serve`` (token-id prompts, ``n=1`` per prompt item, ``temperature``,
-``top_p``, ``max_tokens``, ``seed``, ``stop_token_ids``, ``ignore_eos``, ``logprobs`` with top
-logprobs, ``return_token_ids``, ``return_tokens_as_token_ids``, ``skip_special_tokens``, and
-``prompt_logprobs``: what a remote teacher scores rows with), plus ``/v1/models``, ``/health``,
-``/tokenize`` (vLLM's shape) and what a trainer needs to keep the server's policy current:
+``ServerState`` holds the model: a queue batches concurrent requests (those that arrive less than
+``batch_wait_ms`` apart, at most 10 such gaps, plus all that queued up during the previous batch)
+into one backend call, a lock keeps weight updates out of a batch, and prompts are scored for
+``prompt_logprobs``. Every request of every route (completions, chat, responses) samples through
+it, so all see the same weights and report the policy version that sampled them.
 
-- ``POST /v1/update_weights?version=N`` with a safetensors-serialized state dict as the body, or
-  with JSON ``{"path": ..., "version": N}`` naming a ``.safetensors`` file, a directory of them, or
-  a ``torch.save``-d state dict on disk;
-- ``GET /v1/policy_version``; every completion also reports the ``policy_version`` that sampled it;
-- ``learner.lora``: a safetensors body of adapter tensors whose header holds the LoRA config
-  (``agent_rl/models/lora.py``) wraps the model with that adapter once and swaps it in place
-  from then on; every completion then reports ``adapter`` (name, version, sha256 of the adapter
-  tensors read back from the model).
-
-With an API key (``--api-key``, or the ``OPENAI_API_KEY`` environment variable the ``openai``
-backend also reads, ``rollout.backend.api_key_env``) every ``/v1`` endpoint needs
-``Authorization: Bearer <key>``; a request without it or with another key gets 401 and changes
-nothing (``/health`` stays open). Without a key the server binds only a loopback address:
-``serve`` refuses any other host, since anyone who reaches ``/v1/update_weights`` replaces the policy.
-
-Concurrent HTTP requests are batched: a queue gathers the requests that arrive less than
-``batch_wait_ms`` apart (at most 10 such gaps; plus all that queued up during the previous batch), and one hf
-generate call samples them together in a worker thread, off the event loop. Logprobs are those of
-the distribution sampled from (after temperature and top-p), like vLLM's ``processed_logprobs``.
+Also the server's plumbing that other servers reuse (the capture proxy of a training run, tests):
+the bearer-token check (``require_key``), a bound socket, a uvicorn server in a thread, and the
+refusal to bind a non-loopback address without an API key: anyone who reaches
+``/v1/update_weights`` replaces the policy.
 """
 
 from __future__ import annotations
@@ -35,51 +19,20 @@ import secrets
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
-from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi import Depends, HTTPException
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field
 
 from agent_rl.models import lora
-from agent_rl.models.fingerprint import content_digest, dtype_name
+from agent_rl.models.fingerprint import content_digest
 from agent_rl.models.loading import load_model, load_tokenizer
 from agent_rl.rollout.backends.base import GenerationRequest, GenerationResult
 from agent_rl.rollout.backends.openai_http import is_loopback
-
-TOKEN_ID_PREFIX = "token_id:"
-
-
-class CompletionRequest(BaseModel):
-    """The accepted fields; anything else is rejected by name (a silently ignored option is a bug)."""
-
-    model_config = ConfigDict(extra="forbid")
-    model: str | None = None
-    prompt: list[int] | list[list[int]] = Field(description="token ids, or a list of token-id prompts")
-    max_tokens: int = Field(16, ge=1)
-    temperature: float = Field(1.0, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    n: int = 1
-    stream: bool = False
-    echo: bool = False
-    seed: int | None = None
-    stop_token_ids: list[int] = Field(default_factory=list)
-    ignore_eos: bool = False
-    logprobs: int | None = Field(None, ge=0, description="top logprobs per token; 0: only the sampled token's")
-    prompt_logprobs: int | None = Field(
-        None, ge=0, description="vLLM's: each prompt token's logprob and the top-k of its position"
-    )
-    skip_special_tokens: bool = True
-    return_token_ids: bool = False
-    return_tokens_as_token_ids: bool = False
-    user: str | None = None
 
 
 class ServerState:
@@ -135,7 +88,7 @@ class ServerState:
         async with self.lock:
             version = self.backend.policy_version
             try:
-                results = await asyncio.to_thread(self.backend.generate_sync, requests)
+                results = await self.backend.generate(requests)  # hf: on its own generate thread
             except Exception as e:  # noqa: BLE001 - the model failed: every request of the batch gets the error
                 for _, future in group:
                     if not future.done():
@@ -197,53 +150,15 @@ class ServerState:
                     p[1:], lp_N.tolist(), rank_N.tolist(), top_ids.tolist(), top_lp.tolist(), strict=True
                 ):
                     entry = {
-                        str(tid): {"logprob": tlp, "rank": r + 1, "decoded_token": self._piece(tid)}
+                        str(tid): {"logprob": tlp, "rank": r + 1, "decoded_token": self.piece(tid)}
                         for r, (tid, tlp) in enumerate(zip(tids, tlps, strict=True))
                     }
-                    entry[str(t)] = {"logprob": lp, "rank": rank, "decoded_token": self._piece(t)}
+                    entry[str(t)] = {"logprob": lp, "rank": rank, "decoded_token": self.piece(t)}
                     rows.append(entry)
                 out.append(rows)
         return out
 
-    # ------------------------------------------------------------------------------------------
-    def choice(self, index: int, req: CompletionRequest, prompt: list[int], result: GenerationResult) -> dict[str, Any]:
-        """One completion choice in vLLM's response shape."""
-        ids = result.token_ids
-        as_ids = req.return_tokens_as_token_ids
-        pieces = [self._piece(t) for t in ids]
-        logprobs = None
-        if req.logprobs is not None:
-            offsets, pos = [], 0
-            for p in pieces:
-                offsets.append(pos)
-                pos += len(p)
-            top = None
-            if req.logprobs > 0:
-                top = [
-                    {self._key(t, as_ids): lp for t, lp in zip(tids, tlps, strict=True)}
-                    for tids, tlps in zip(result.topk_ids or [], result.topk_logprobs or [], strict=True)
-                ]
-            logprobs = {
-                "text_offset": offsets,
-                "token_logprobs": list(result.logprobs),
-                "tokens": [self._key(t, as_ids) for t in ids],
-                "top_logprobs": top,
-            }
-        stopped = result.finish_reason == "stop" and ids and ids[-1] in req.stop_token_ids
-        return {
-            "index": index,
-            "text": self.tokenizer.decode(ids, skip_special_tokens=req.skip_special_tokens),
-            "logprobs": logprobs,
-            "finish_reason": result.finish_reason,
-            "stop_reason": ids[-1] if stopped else None,
-            "prompt_token_ids": prompt if req.return_token_ids else None,
-            "token_ids": ids if req.return_token_ids else None,
-        }
-
-    def _key(self, token_id: int, as_ids: bool) -> str:
-        return f"{TOKEN_ID_PREFIX}{token_id}" if as_ids else self._piece(token_id)
-
-    def _piece(self, token_id: int) -> str:
+    def piece(self, token_id: int) -> str:
         """One token decoded on its own (cached: a completion decodes every token for text_offset)."""
         piece = self._pieces.get(token_id)
         if piece is None:
@@ -254,31 +169,6 @@ class ServerState:
 def _complete(state_dict: dict[str, torch.Tensor], own: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A partial update keeps the current values of the parameters it does not name."""
     return {k: state_dict.get(k, v) for k, v in own.items()}
-
-
-def _error(status: int, message: str) -> JSONResponse:
-    kind = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError", 422: "BadRequestError"}.get(
-        status, "InternalServerError"
-    )
-    return JSONResponse({"object": "error", "message": message, "type": kind, "param": None, "code": status}, status)
-
-
-def _unrunnable(req: CompletionRequest, prompts: list[list[int]], vocab: int, context: int | None) -> str | None:
-    """Why the model cannot run ``req`` (None when it can): what torch refuses, or a context overflow."""
-    if req.seed is not None and not -(2**63) <= req.seed < 2**64:
-        return "seed: must be in [-2**63, 2**64)"
-    if any(not -(2**63) <= t < 2**63 for t in req.stop_token_ids):
-        return "stop_token_ids: must be 64-bit integers"
-    if req.logprobs is not None and req.logprobs > vocab:
-        return f"logprobs: at most the vocabulary size, {vocab}"
-    if req.prompt_logprobs is not None and req.prompt_logprobs > vocab:
-        return f"prompt_logprobs: at most the vocabulary size, {vocab}"
-    longest = max(len(p) for p in prompts)
-    if context is not None and longest + req.max_tokens > context:
-        return (
-            f"prompt ({longest} tokens) + max_tokens ({req.max_tokens}) exceeds the model's context of {context} tokens"
-        )
-    return None
 
 
 def load_state_dict_file(path: str) -> dict[str, torch.Tensor]:
@@ -326,155 +216,25 @@ def require_key(api_key: str | None) -> Any:
     return check
 
 
-def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
-    """The app; with ``api_key`` every ``/v1`` route needs it as a bearer token."""
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        task = await state.start()
-        yield
-        task.cancel()
-
-    app = FastAPI(title="agent-rl serve", lifespan=lifespan)
-    guarded = [Depends(require_key(api_key))]
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, exc: RequestValidationError):
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg']}" for e in exc.errors())
-        return _error(400, problems)
-
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, exc: HTTPException):
-        response = _error(exc.status_code, str(exc.detail))
-        response.headers.update(exc.headers or {})
-        return response
-
-    @app.get("/health")
-    async def health():
-        return {"status": "ok"}
-
-    @app.get("/v1/models", dependencies=guarded)
-    async def models():
-        return {"object": "list", "data": [{"id": state.model_name, "object": "model", "owned_by": "agent-rl"}]}
-
-    @app.get("/v1/policy_version", dependencies=guarded)
-    async def policy_version():
-        # what it samples from: the fingerprint the last push carried (models/fingerprint.py; at start the
-        # content digest of the checkpoint it loaded) and the dtype
-        dtype = next(state.backend.model.parameters()).dtype
-        return {
-            "policy_version": state.backend.policy_version,
-            "fingerprint": state.fingerprint,
-            "dtype": dtype_name(dtype),
-        }
-
-    @app.post("/v1/completions", dependencies=guarded)
-    async def completions(req: CompletionRequest):
-        if req.n != 1 or req.stream or req.echo:
-            return _error(
-                400, f"supported: n=1, stream=false, echo=false; got n={req.n}, stream={req.stream}, echo={req.echo}"
-            )
-        prompts = req.prompt if req.prompt and isinstance(req.prompt[0], list) else [req.prompt]
-        if not all(prompts):
-            return _error(400, "prompt: every prompt needs at least one token id")
-        vocab = state.backend.model.get_input_embeddings().num_embeddings
-        if any(not 0 <= t < vocab for p in prompts for t in p):
-            return _error(400, f"prompt: token ids must be in [0, {vocab})")
-        problem = _unrunnable(req, prompts, vocab, getattr(state.backend.model.config, "max_position_embeddings", None))
-        if problem:  # refused here, not in the batch: a batch fails as a whole
-            return _error(400, problem)
-        requests = [
-            GenerationRequest(
-                prompt_ids=list(p),
-                max_new_tokens=req.max_tokens,
-                temperature=req.temperature,
-                top_p=req.top_p,
-                stop_token_ids=list(req.stop_token_ids),
-                ignore_eos=req.ignore_eos,
-                topk=req.logprobs or 0,
-                seed=req.seed,
-            )
-            for p in prompts
-        ]
-        scored = await state.score_prompts(prompts, req.prompt_logprobs) if req.prompt_logprobs is not None else None
-        outs = await asyncio.gather(*(state.generate(r) for r in requests))
-        choices = [state.choice(i, req, p, res) for i, (p, (res, _)) in enumerate(zip(prompts, outs, strict=True))]
-        for i, c in enumerate(choices):
-            c["prompt_logprobs"] = scored[i] if scored is not None else None
-        completion_tokens = sum(len(res.token_ids) for res, _ in outs)
-        prompt_tokens = sum(len(p) for p in prompts)
-        # a JSONResponse skips FastAPI's recursive encoder (slow on thousands of per-token entries)
-        return JSONResponse(
-            {
-                "id": f"cmpl-{uuid.uuid4().hex}",
-                "object": "text_completion",
-                "created": int(time.time()),
-                "model": state.model_name,
-                "choices": choices,
-                "usage": {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens,
-                    "total_tokens": prompt_tokens + completion_tokens,
-                },
-                "policy_version": min(v for _, v in outs),
-                "adapter": outs[0][0].adapter,  # learner.lora: the adapter the hf backend held (None without)
-            }
-        )
-
-    @app.post("/tokenize", dependencies=guarded)
-    async def tokenize(body: dict):  # vLLM's: {"prompt": text, "add_special_tokens"} -> {"tokens", "count"}
-        if not isinstance(body.get("prompt"), str):
-            return _error(400, "prompt: a string to tokenize")
-        tokens = state.tokenizer.encode(body["prompt"], add_special_tokens=bool(body.get("add_special_tokens", True)))
-        context = getattr(state.backend.model.config, "max_position_embeddings", None)
-        return {"tokens": tokens, "count": len(tokens), "max_model_len": context}
-
-    @app.post("/v1/update_weights", dependencies=guarded)
-    async def update_weights(request: Request, version: int | None = None, fingerprint: str | None = None):
-        try:
-            adapter_config = None  # an adapter's LoRA config, in a safetensors body's header
-            if request.headers.get("content-type", "").startswith("application/json"):
-                body = await request.json()
-                if not isinstance(body, dict) or "path" not in body or "version" not in body:
-                    return _error(400, "JSON body needs 'path' and 'version'")
-                try:
-                    version = int(body["version"])
-                except (TypeError, OverflowError):  # null, a list, infinity (a bad string is a ValueError)
-                    return _error(400, f"version: an integer, got {body['version']!r}")
-                state_dict = await asyncio.to_thread(load_state_dict_file, str(body["path"]))
-                fingerprint = body.get("fingerprint")
-            else:
-                if version is None:
-                    return _error(400, "query parameter 'version' is required with a safetensors body")
-                from safetensors import SafetensorError
-                from safetensors.torch import load
-
-                payload = await request.body()
-                try:
-                    state_dict = load(payload)
-                except SafetensorError as e:
-                    return _error(400, f"body: not a safetensors state dict: {e}")
-                adapter_config = lora.read_adapter_metadata(payload)
-            state.fingerprint = None  # an update that fails half-way leaves weights of no known run
-            await state.update_weights(state_dict, version, adapter_config)
-            state.fingerprint = fingerprint
-        except ValueError as e:
-            return _error(400, str(e))
-        return {"policy_version": state.backend.policy_version, "num_tensors": len(state_dict)}
-
-    return app
-
-
 def build_state(
-    model_path: str, dtype: str = "float32", device: str = "cpu", served_name: str | None = None, **batching: Any
+    model_path: str,
+    dtype: str = "float32",
+    device: str = "cpu",
+    served_name: str = "policy",
+    backend: Any = None,
+    **batching: Any,
 ) -> ServerState:
+    """The server's state over ``model_path`` (its tokenizer; the hf backend over its weights unless
+    ``backend`` is given, e.g. a scripted policy)."""
     from agent_rl.rollout.backends.hf import HfBackend
 
     tokenizer = load_tokenizer(model_path)
-    model = load_model(model_path, dtype, device)
-    backend = HfBackend(model, tokenizer.pad_token_id, max_batch_size=batching.get("max_batch_size", 64))
-    state = ServerState(backend, tokenizer, served_name or model_path, **batching)
-    state.fingerprint = content_digest(model.state_dict())  # a trainer whose weights these are pushes nothing
+    if backend is None:
+        model = load_model(model_path, dtype, device)
+        backend = HfBackend(model, tokenizer.pad_token_id, max_batch_size=batching.get("max_batch_size", 64))
+    state = ServerState(backend, tokenizer, served_name, **batching)
+    if hasattr(backend, "model"):  # a trainer whose weights these are pushes nothing
+        state.fingerprint = content_digest(backend.model.state_dict())
     return state
 
 
@@ -500,16 +260,6 @@ def check_exposure(host: str, api_key: str | None) -> None:
             f"could replace the policy through /v1/update_weights; pass --api-key KEY or set OPENAI_API_KEY "
             f"(the trainer sends the variable named by rollout.backend.api_key_env)"
         )
-
-
-def serve(state: ServerState, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None) -> None:
-    """Blocks until interrupted; prints the base URL once the socket is bound."""
-    check_exposure(host, api_key)
-    sock = bind(host, port)
-    actual = sock.getsockname()[1]
-    auth = "API key required" if api_key else "no API key"
-    print(f"agent-rl serve: http://{host}:{actual}/v1 (model {state.model_name}, {auth})", flush=True)
-    uvicorn_server(create_app(state, api_key)).run(sockets=[sock])
 
 
 @contextmanager

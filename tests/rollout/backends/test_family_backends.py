@@ -17,10 +17,11 @@ import pytest
 from agent_rl.config import load_config
 from agent_rl.models.families import FAMILIES
 from agent_rl.models.loading import load_model, load_tokenizer
+from agent_rl.proxy.serve import server_app
 from agent_rl.rollout.backends import BACKENDS, GenerationRequest
 from agent_rl.rollout.backends.hf import HfBackend
 from agent_rl.rollout.backends.openai_http import OpenAIBackend
-from agent_rl.rollout.backends.server import build_state, create_app, serve_in_thread
+from agent_rl.rollout.backends.server import build_state, serve_in_thread
 from agent_rl.rollout.render import ChatRenderer
 from agent_rl.run.envloader import init_tiny
 from tools.base import ToolCall
@@ -67,7 +68,7 @@ def test_same_tokens_same_parsed_calls_in_hf_and_served(tmp_path, family):
     model_dir = init_tiny(tmp_path / family, family=family)
     tok, fmt, renderer, requests, prefixes = family_requests(model_dir, temperature=1.0)
     hf = asyncio.run(HfBackend(load_model(str(model_dir)), tok.pad_token_id).generate(requests))
-    with serve_in_thread(create_app(build_state(str(model_dir), served_name=family))) as url:
+    with serve_in_thread(server_app(build_state(str(model_dir), served_name=family))) as url:
         cfg = BACKENDS.parse_config({"name": "openai", "base_url": url})
         served = asyncio.run(OpenAIBackend(cfg, family).generate(requests))
     assert_same_parsed_calls(fmt, renderer, prefixes, hf, served)

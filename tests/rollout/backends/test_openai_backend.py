@@ -105,7 +105,7 @@ def test_weight_update_through_server_changes_samples(served, tiny_model_dir, ti
         assert client.server_policy_version() == 8
         assert [r.token_ids for r in asyncio.run(client.generate(reqs))] == [r.token_ids for r in before]
         bad = httpx.post(f"{url}/update_weights", json={"path": str(tmp_path / "missing.safetensors"), "version": 9})
-        assert bad.status_code == 400 and "missing.safetensors" in bad.json()["message"]
+        assert bad.status_code == 400 and "missing.safetensors" in bad.json()["error"]["message"]
         with pytest.raises(ValueError, match="unknown parameter names"):
             client.update_weights({"not.a.weight": torch.zeros(2)}, version=9)
     finally:
@@ -114,12 +114,12 @@ def test_weight_update_through_server_changes_samples(served, tiny_model_dir, ti
 
 def test_server_rejects_what_it_does_not_implement(served):
     url, _ = served
-    r = httpx.post(f"{url}/completions", json={"prompt": [1, 2], "n": 2})
-    assert r.status_code == 400 and "n=1" in r.json()["message"]
+    r = httpx.post(f"{url}/completions", json={"prompt": [1, 2], "echo": True})
+    assert r.status_code == 400 and "echo" in r.json()["error"]["message"]
     r = httpx.post(f"{url}/completions", json={"prompt": [1, 2], "best_of": 3})
-    assert r.status_code == 400 and "best_of" in r.json()["message"]
+    assert r.status_code == 400 and "best_of" in r.json()["error"]["message"]
     r = httpx.post(f"{url}/completions", json={"prompt": [1, 10**9]})
-    assert r.status_code == 400 and "token ids must be in" in r.json()["message"]
+    assert r.status_code == 400 and "token ids must be in" in r.json()["error"]["message"]
     models = httpx.get(f"{url}/models").json()
     assert models["data"][0]["id"] == "tiny"
     assert httpx.get(url.removesuffix("/v1") + "/health").json() == {"status": "ok"}

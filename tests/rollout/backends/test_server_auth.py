@@ -10,6 +10,7 @@ import torch
 
 from agent_rl.cli import main as cli_main
 from agent_rl.config import load_config
+from agent_rl.proxy.serve import server_app
 from agent_rl.rollout.backends import BACKENDS, GenerationRequest, GenerationResult
 from agent_rl.rollout.backends.openai_http import (
     OpenAIBackend,
@@ -17,7 +18,7 @@ from agent_rl.rollout.backends.openai_http import (
     is_loopback,
     serialize_state_dict,
 )
-from agent_rl.rollout.backends.server import build_state, create_app, serve_in_thread
+from agent_rl.rollout.backends.server import build_state, serve_in_thread
 from agent_rl.train.trainer import Trainer
 
 KEY = "s3cret-key"
@@ -27,7 +28,7 @@ KEY = "s3cret-key"
 def keyed(tiny_model_dir):
     """(base URL, ServerState) of a server that requires ``KEY``."""
     state = build_state(str(tiny_model_dir), served_name="tiny")
-    with serve_in_thread(create_app(state, api_key=KEY)) as url:
+    with serve_in_thread(server_app(state, api_key=KEY)) as url:
         yield url, state
 
 
@@ -48,7 +49,8 @@ def test_update_without_or_with_a_wrong_key_is_401_and_changes_nothing(keyed):
             headers={**headers, "Content-Type": "application/octet-stream"},
         )
         assert r.status_code == 401, r.text
-        assert r.json()["type"] == "AuthenticationError" and "API key" in r.json()["message"]
+        error = r.json()["error"]  # OpenAI's error body
+        assert error["type"] == "authentication_error" and "API key" in error["message"]
         assert r.headers["www-authenticate"] == "Bearer"
     assert httpx.get(f"{url}/completions").status_code in (401, 405)
     assert httpx.post(f"{url}/completions", json={"prompt": [1, 2]}).status_code == 401

@@ -15,9 +15,10 @@ import threading
 import torch
 
 from agent_rl.models.loading import load_model
+from agent_rl.proxy.serve import server_app
 from agent_rl.rollout.backends.hf import HfBackend
 from agent_rl.rollout.backends.openai_http import OpenAIBackend, ServerUnavailableError
-from agent_rl.rollout.backends.server import bind, create_app, uvicorn_server
+from agent_rl.rollout.backends.server import bind, uvicorn_server
 from tests.rollout.backends.test_openai_backend import assert_same, backend, requests_for
 
 
@@ -61,7 +62,7 @@ def test_a_push_to_a_server_that_is_down_goes_before_the_next_request(served, ti
     down = asyncio.run(client.generate(reqs))
     assert all(isinstance(r, ServerUnavailableError) for r in down)  # each request fails alone, as infra
     sock.listen()
-    server = uvicorn_server(create_app(state))
+    server = uvicorn_server(server_app(state))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:

@@ -19,6 +19,7 @@ from agent_rl.distributed.source import LocalRolloutSource
 from agent_rl.distributed.weights import WeightsMismatchError, WeightSync, weights_for_broadcast
 from agent_rl.models.fingerprint import content_digest
 from agent_rl.models.loading import load_model
+from agent_rl.proxy.serve import server_app
 from agent_rl.rollout.backends import BACKENDS, GenerationRequest
 from agent_rl.rollout.backends.engine_resources import (
     CoreClaim,
@@ -29,7 +30,7 @@ from agent_rl.rollout.backends.engine_resources import (
     parse_cores,
     pick_cores,
 )
-from agent_rl.rollout.backends.server import build_state, create_app, serve_in_thread
+from agent_rl.rollout.backends.server import build_state, serve_in_thread
 
 
 def run_against(url: str, model, *overrides: str) -> tuple[WeightSync, list[str]]:
@@ -64,7 +65,7 @@ def gap(learner, backend, tokenizer) -> float:
 @pytest.fixture(scope="module")
 def server(tiny_model_dir):
     state = build_state(str(tiny_model_dir), served_name="tiny")
-    with serve_in_thread(create_app(state)) as url:
+    with serve_in_thread(server_app(state)) as url:
         yield url, state
 
 
@@ -145,7 +146,7 @@ def test_a_sampler_back_at_its_start_weights_after_a_push_gets_that_version_agai
 
 def test_a_bf16_server_is_named_at_start(tiny_model_dir):
     state = build_state(str(tiny_model_dir), dtype="bfloat16", served_name="tiny")
-    with serve_in_thread(create_app(state)) as url:
+    with serve_in_thread(server_app(state)) as url:
         sync, logs = run_against(url, load_model(str(tiny_model_dir)))
         sync.start(0)
     assert logs[0].startswith("the sampler samples in bfloat16, the learner trains in float32: expect")
