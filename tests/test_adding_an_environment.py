@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import subprocess
 import sys
 
 import gymnasium as gym
@@ -13,6 +12,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from agent_rl.run.envloader import load_plugins
+from tests import cli_runner
 from tests.conftest import ROOT, cli_env
 
 GUIDE = ROOT / "docs" / "adding-an-environment.md"
@@ -121,15 +121,7 @@ def test_the_commands_run_as_written(workdir):
             name, _, value = words.pop(0).partition("=")
             env[name] = value
         assert words[0] == "agent-rl", command
-        r = subprocess.run(
-            [sys.executable, "-m", "agent_rl.cli", *words[1:]],
-            capture_output=True,
-            text=True,
-            cwd=workdir,
-            env=env,
-            timeout=600,
-            check=False,
-        )
+        r = cli_runner.run(words, workdir, env, timeout=600)  # a process forked from a preloaded one
         assert r.returncode == 0, (command, r.stdout[-2000:], r.stderr[-4000:])
         outputs.append(r.stdout)
     row = table_row(outputs[1], "listfun/ListFun-v0")

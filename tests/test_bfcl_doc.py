@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests import cli_runner
 from tests.conftest import cli_env
 
 pytest.importorskip("bfcl_eval")
@@ -29,11 +28,9 @@ def test_the_documented_commands_run(tmp_path):
     outputs = []
     for line in block.splitlines():
         argv = shlex.split(line)
-        cmd = (
-            [sys.executable, "-m", "agent_rl.cli", *argv[1:]] if argv[0] == "agent-rl" else [sys.executable, *argv[1:]]
-        )
         assert argv[0] in ("agent-rl", "python")
-        done = subprocess.run(cmd, cwd=tmp_path, env=env, check=True, timeout=600, capture_output=True, text=True)
+        done = cli_runner.run(argv, tmp_path, env, timeout=600)  # a process forked from a preloaded one
+        assert done.returncode == 0, (line, done.stderr[-3000:])
         outputs.append(done.stdout)
     assert re.search(r"^  multi_turn_\w+ +mean@1 1\.000", outputs[1], re.MULTILINE)  # the replay, 8 tasks
     # no_op on the recipe's 67 test tasks: right on the 31 irrelevance ones only, as the page says

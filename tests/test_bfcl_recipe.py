@@ -18,6 +18,7 @@ import sys
 
 import pytest
 
+from tests import cli_runner
 from tests.conftest import ROOT, cli_env
 
 pytest.importorskip("bfcl_eval")
@@ -101,15 +102,7 @@ def test_documented_recipe_runs_with_a_small_budget(tmp_path):
         "eval.k=2",
         "tracking.progress=false",
     ]
-    done = subprocess.run(
-        [sys.executable, "-m", "agent_rl.cli", *argv[1:], *small],
-        check=False,
-        cwd=tmp_path,
-        env={**cli_env(), "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = cli_runner.run([*argv, *small], tmp_path, {**cli_env(), "PYTHONPATH": str(ROOT)}, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "SFT + RL" in done.stdout
     assert (

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests import cli_runner
 from tests.conftest import ROOT, cli_env
 
 QUICK = str(ROOT / "configs" / "quickstart.yaml")
@@ -25,14 +25,9 @@ SMALL = [
 
 
 def run(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "agent_rl.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd or ROOT,
-        env=cli_env(),
-        timeout=timeout,
-    )
+    """``agent-rl ARGS`` in a process of its own (forked from one that imported the project:
+    tests/cli_runner.py)."""
+    return cli_runner.run(["agent-rl", *args], cwd or ROOT, cli_env(), timeout)
 
 
 def test_init_model(tmp_path):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import cli_runner
 from tests.conftest import cli_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,17 +96,14 @@ def test_every_page_with_commands_has_a_test_that_runs_them():
 
 
 def _run(command: str, cwd: Path, *extra: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    """``command`` as written (``agent-rl`` through this interpreter), ``extra`` appended."""
+    """``command`` as written (``agent-rl`` and ``python`` through this interpreter, in a process forked
+    from one that imported the project: tests/cli_runner.py), ``extra`` appended."""
     words = shlex.split(command, comments=True)
     env = {**cli_env(), "PYTHONPATH": str(ROOT)}
     while re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):
         key, value = words.pop(0).split("=", 1)
         env[key] = value
-    if words[0] == "agent-rl":
-        words = [sys.executable, "-m", "agent_rl.cli", *words[1:]]
-    elif words[0] == "python":
-        words = [sys.executable, *words[1:]]
-    done = subprocess.run([*words, *extra], cwd=cwd, env=env, timeout=timeout, capture_output=True, text=True)
+    done = cli_runner.run([*words, *extra], cwd, env, timeout)  # agent-rl, python: a child of a preloaded server
     assert done.returncode == 0, f"{command!r} exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     return done
 

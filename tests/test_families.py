@@ -12,6 +12,7 @@ from agent_rl.models.families import FAMILIES
 from agent_rl.models.loading import load_tokenizer
 from agent_rl.rollout.render import ChatRenderer
 from agent_rl.run.envloader import init_tiny
+from tests import cli_runner
 from tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -171,7 +172,6 @@ def test_the_documented_command_builds_that_family(tmp_path):
     """docs/model-families.md's bash block, run as written (in a scratch working directory)."""
     import re
     import shlex
-    import subprocess
 
     from tests.conftest import cli_env
 
@@ -181,9 +181,8 @@ def test_the_documented_command_builds_that_family(tmp_path):
     for line in block.splitlines():
         argv = shlex.split(line)
         assert argv[0] == "agent-rl"
-        subprocess.run(
-            [sys.executable, "-m", "agent_rl.cli", *argv[1:]], cwd=tmp_path, env=cli_env(), check=True, timeout=600
-        )
+        done = cli_runner.run(argv, tmp_path, cli_env(), timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
     out = tmp_path / "runs" / "models" / "tiny-llama3"
     assert json.loads((out / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
     assert "<|eot_id|>" in load_tokenizer(str(out)).get_added_vocab()

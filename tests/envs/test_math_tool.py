@@ -11,6 +11,7 @@ from envs.math_tool.grading import grade
 from envs.math_tool.policies import mental_answer, oracle, weak_teacher
 from envs.math_tool.tasks import DIFFICULTIES, GENERATORS, generate, sample_problem
 from envs.splits import SPLITS
+from tests import cli_runner
 
 
 @pytest.fixture(scope="module")
@@ -197,8 +198,6 @@ def test_tokenizer_corpus_is_opt_in():
 def test_math_tool_recipe_runs_end_to_end(tmp_path):
     """`agent-rl quickstart --config configs/math_tool.yaml` with a tiny budget (wiring, not learning)."""
     import json
-    import subprocess
-    import sys
 
     from tests.conftest import ROOT, cli_env
 
@@ -217,15 +216,7 @@ def test_math_tool_recipe_runs_end_to_end(tmp_path):
         "sft.eval_episodes=4",
     ]
     args = ["quickstart", "--config", str(ROOT / "configs" / "math_tool.yaml"), "--root", str(tmp_path / "mt"), *small]
-    r = subprocess.run(
-        [sys.executable, "-m", "agent_rl.cli", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=cli_env(),
-        timeout=600,
-    )
+    r = cli_runner.run(["agent-rl", *args], ROOT, cli_env(), timeout=600)
     assert r.returncode == 0, r.stderr
     assert "agent_rl/MathTool-v0" in r.stdout and "SFT + RL" in r.stdout
     summary = json.loads((tmp_path / "mt" / "summary.json").read_text())

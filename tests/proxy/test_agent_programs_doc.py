@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from tests import cli_runner
 from tests.conftest import ROOT, cli_env
 
 GUIDE = ROOT / "docs" / "agent-programs.md"
@@ -50,7 +51,7 @@ def test_the_commands_run_as_written(tmp_path):
                 assert "agent-rl serve: http://127.0.0.1:8765/v1" in proxy.stdout.readline()
                 time.sleep(1)
                 continue
-            r = subprocess.run(argv, cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=400)
+            r = cli_runner.run(argv, tmp_path, cli_env(), timeout=400)  # a process forked from a preloaded one
             assert r.returncode == 0, f"{line}\n{r.stderr[-3000:]}"
         [run_dir] = (tmp_path / "runs").glob("agent_smoke-*")
         rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
