@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-
 import gymnasium as gym
 import pytest
 
@@ -15,7 +13,7 @@ from agent_rl.train.breaker import EnvErrorRateError, InfraBreaker, InfraErrorRa
 from agent_rl.train.evaluation import MAX_ERROR_SHARE
 from envs.arithmetic.env import ArithmeticEnv
 from tests.conftest import ROOT
-from tests.learner.helpers import env, train_cmd
+from tests.learner.helpers import run, train_cmd
 
 
 def episodes(n: int, failed: int, error: str = "backend: ServerUnavailableError('down')") -> list[Trajectory]:
@@ -102,9 +100,7 @@ def test_a_run_against_a_dead_backend_stops_at_its_first_step_and_resumes(tmp_pa
         "rollout.backend.max_retries=0",
         "rollout.backend.ready_timeout_s=0",  # no wait at start: the first step meets the dead server
     ]
-    r = subprocess.run(
-        train_cmd(*args, *dead), cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300, check=False
-    )
+    r = run(train_cmd(*args, *dead))
     assert r.returncode == 3, r.stderr[-3000:]
     [line] = [x for x in r.stderr.splitlines() if x.strip()]
     assert line.startswith("error: step 1: 4 of 4 episodes ended in an infrastructure error"), line
@@ -114,15 +110,7 @@ def test_a_run_against_a_dead_backend_stops_at_its_first_step_and_resumes(tmp_pa
     assert (run_dir / "checkpoints" / "step_000000").is_dir()
 
     # the checkpoint resumes: with the backend fixed, the run goes on from step 0 to its end
-    r = subprocess.run(
-        train_cmd("--resume", str(run_dir), "rollout.backend.name=hf"),
-        cwd=ROOT,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    r = run(train_cmd("--resume", str(run_dir), "rollout.backend.name=hf"))
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"resumed {run_dir} at step 0" in r.stdout
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -12,6 +10,7 @@ from agent_rl.commands.eval import run_eval
 from agent_rl.config import load_config
 from agent_rl.core.types import StopReason, Trajectory
 from agent_rl.train.evaluation import bootstrap_ci, pass_at_k, score
+from tests import cli_runner
 from tests.builders import trajectory
 from tests.conftest import ROOT, cli_env
 
@@ -67,11 +66,9 @@ def test_score_per_task_errors_excluded_and_counted():
 def test_cli_eval_with_a_scripted_policy(tmp_path, tiny_model_dir):
     """`agent-rl eval` on CodeExec-v0 with the canonical solutions standing in for the model."""
     run_dir = tmp_path / "run"
-    r = subprocess.run(
+    r = cli_runner.run(
         [
-            sys.executable,
-            "-m",
-            "agent_rl.cli",
+            "agent-rl",
             "eval",
             CODE,
             f"model.path={tiny_model_dir}",
@@ -80,12 +77,9 @@ def test_cli_eval_with_a_scripted_policy(tmp_path, tiny_model_dir):
             "eval.policy=envs.code_exec.policies:canonical",
             f"run.dir={run_dir}",
         ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=cli_env(),
+        ROOT,
+        cli_env(),
         timeout=300,
-        check=False,
     )
     assert r.returncode == 0, r.stderr
     assert "mean@2 1.000 [1.000, 1.000]  pass@2 1.000 [1.000, 1.000]  (tasks=3, n=6, errors=0)" in r.stdout

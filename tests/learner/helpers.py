@@ -89,6 +89,7 @@ def env(**extra: str) -> dict[str, str]:
 
 
 def run(cmd: list[str], **env_extra: str) -> subprocess.CompletedProcess:
+    from tests import cli_runner
     from tests.conftest import ROOT
 
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env(**env_extra), timeout=600, check=False)
+    return cli_runner.run(cmd, ROOT, env(**env_extra), timeout=600)  # a process forked from a preloaded one

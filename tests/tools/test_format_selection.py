@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import random
 import shutil
-import subprocess
-import sys
 
 import gymnasium as gym
 import pytest
@@ -18,6 +16,7 @@ from transformers import PreTrainedTokenizerFast
 import envs  # noqa: F401 - registers the built-in ids
 from agent_rl.config import load_config
 from agent_rl.run.envloader import bind_tool_format, tool_format
+from tests import cli_runner
 from tests.conftest import ROOT, cli_env
 from tools.base import ToolCall
 from tools.formats import FORMATS, detect_format
@@ -123,11 +122,9 @@ def test_cli_error_is_one_line(tmp_path, tiny_model_dir):
     config = json.loads((model / "tokenizer_config.json").read_text())
     config.pop("chat_template", None)
     (model / "tokenizer_config.json").write_text(json.dumps(config))
-    r = subprocess.run(
+    r = cli_runner.run(
         [
-            sys.executable,
-            "-m",
-            "agent_rl.cli",
+            "agent-rl",
             "eval",
             QUICK,
             f"model.path={model}",
@@ -136,10 +133,8 @@ def test_cli_error_is_one_line(tmp_path, tiny_model_dir):
             "sandbox.backend=process",
             f"run.root={tmp_path / 'runs'}",
         ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=cli_env(),
+        ROOT,
+        cli_env(),
         timeout=300,
     )
     assert r.returncode == 2, r.stderr

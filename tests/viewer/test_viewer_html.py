@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from html.parser import HTMLParser
 from types import SimpleNamespace
 
@@ -21,6 +20,7 @@ from agent_rl.config import load_config
 from agent_rl.core.types import StopReason, Trajectory, TrajectoryGroup, Turn
 from agent_rl.rollout.groups import advantages_by_episode
 from agent_rl.train.trainer import Trainer
+from tests import cli_runner
 from tests.conftest import ROOT, cli_env
 
 GREEN, GREY = (183, 228, 176), (232, 232, 232)  # policy tokens, prompt / observation tokens
@@ -130,10 +130,7 @@ def test_view_renders_masks_advantages_rewards(tmp_path, tiny_model_dir, tiny_to
     Trainer._save_trajectories(trainer, 1, trajs[1:2])
 
     out = tmp_path / "view.html"
-    r = subprocess.run(
-        [sys.executable, "-m", "agent_rl.cli", "view", str(run), "--out", str(out)],
-        capture_output=True, text=True, cwd=ROOT, env=cli_env(), timeout=120, check=False,
-    )  # fmt: skip
+    r = cli_runner.run(["agent-rl", "view", str(run), "--out", str(out)], ROOT, cli_env(), timeout=120)
     assert r.returncode == 0, r.stderr
     assert out.stat().st_size > 5000
 
