@@ -50,6 +50,8 @@ def test_trim_tokens_says_what_it_cut():
     text = "You are in the kitchen. To the North you see the pantry."
     assert count_tokens(text) == 14  # 12 words, 2 full stops
     assert count_tokens("+-----+-----+") == 1  # a run of punctuation is one token
+    assert count_tokens("  |  P  |\n| H |x_1.") == 8  # | P | | H | x_1 .: counted without the regex (ASCII)
+    assert count_tokens("Café — déjà-vu!") == 6  # Café — déjà - vu !: the regex (not ASCII)
     assert trim_tokens(text, 14) == text
     assert trim_tokens(text, 5) == "You are in the kitchen ...\n[trimmed: 9 of 14 tokens not shown]"
 
