@@ -12,7 +12,8 @@
     envs reset at once from N threads (what the
     rollout engine does with ``rollout.concurrency`` N: one env, so one JVM, per running episode),
     then one gold episode each; prints the wall time until all have reset, the resident memory of
-    the JVMs (the sum of their ``VmRSS``) and of this process.
+    the JVMs (the sum of their ``VmRSS``, and the largest) and of this process. ``--jvm-max-heap-mb``
+    is the envs' ``jvm_max_heap_mb`` (256, their default; 0: the JVM's default maximum heap).
 
 (c) ``--rollout N``: rollout tokens/s of ``RolloutEngine`` + the ``hf`` backend on N Cooking World
     episodes of exactly 20 turns (``configs/twx_cooking_long.yaml`` with 20 turns; the model at
@@ -21,7 +22,7 @@
     episode tokens (prompt, observations, generated) per second.
 
 ``python bench/text_games.py [--rounds 3] [--episodes 40] [--min-seconds 0.5] [--families twx,sw,ta]
-[--concurrent 64 [--concurrent-family twx|sw]] [--rollout 16 [--model DIR]]``
+[--concurrent 64 [--concurrent-family twx|sw] [--jvm-max-heap-mb 256]] [--rollout 16 [--model DIR]]``
 """
 
 from __future__ import annotations
@@ -193,7 +194,7 @@ def throughput(args, progress) -> dict[str, float]:
     return out
 
 
-def concurrent(n: int, family: str, progress) -> None:
+def concurrent(n: int, family: str, heap_mb: int | None, progress) -> None:
     import gymnasium as gym
 
     import envs  # noqa: F401
@@ -204,7 +205,7 @@ def concurrent(n: int, family: str, progress) -> None:
         "twx": ("agent_rl/TextWorldExpress-v0", twx_policies),
         "sw": ("agent_rl/ScienceWorld-v0", sw_policies),
     }[family]
-    made = [gym.make(env_id).unwrapped for _ in range(n)]
+    made = [gym.make(env_id, jvm_max_heap_mb=heap_mb).unwrapped for _ in range(n)]
     progress.phase(f"{n} {env_id} resets at once")
     t0 = time.perf_counter()
     with ThreadPoolExecutor(n) as pool:
@@ -230,9 +231,10 @@ def concurrent(n: int, family: str, progress) -> None:
     t0 = time.perf_counter()
     with ThreadPoolExecutor(n) as pool:
         wins = sum(pool.map(episode, enumerate(made)))
-    jvm_mb = sum(rss_mb(e._jvm.process().pid) for e in made)
+    each = [rss_mb(e._jvm.process().pid) for e in made]
     print(
-        f"{n} gold episodes at once: {wins}/{n} succeeded in {time.perf_counter() - t0:.1f} s; JVMs then {jvm_mb:.0f} MB"
+        f"{n} gold episodes at once: {wins}/{n} succeeded in {time.perf_counter() - t0:.1f} s; JVMs then {sum(each):.0f} MB "
+        f"({sum(each) / n:.0f} MB each, at most {max(each):.0f}; -Xmx {heap_mb or 'the JVM default'}{'m' if heap_mb else ''})"
     )
     for env in made:
         env.close()
@@ -286,6 +288,7 @@ def main() -> int:
     ap.add_argument("--families", default="twx,sw,ta")
     ap.add_argument("--concurrent", type=int, default=0, help="also start N JVM envs at once")
     ap.add_argument("--concurrent-family", default="twx", choices=("twx", "sw"))
+    ap.add_argument("--jvm-max-heap-mb", type=int, default=256, help="the envs' jvm_max_heap_mb (0: the JVM's default)")
     ap.add_argument("--rollout", type=int, default=0, help="also N 20-turn episodes through the rollout engine")
     ap.add_argument("--model", default=None, help="the model of --rollout (default: a random-init tiny model)")
     args = ap.parse_args()
@@ -294,7 +297,7 @@ def main() -> int:
     progress = script_progress("bench/text_games.py", total, unit="round")
     ratios = throughput(args, progress) if args.rounds else {}
     if args.concurrent:
-        concurrent(args.concurrent, args.concurrent_family, progress)
+        concurrent(args.concurrent, args.concurrent_family, args.jvm_max_heap_mb or None, progress)
         progress.advance()
     if args.rollout:
         rollout(args.rollout, args.model, progress)
