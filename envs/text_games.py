@@ -63,7 +63,7 @@ class ActTool:
     Args = ActArgs
 
 
-@dataclass
+@dataclass(slots=True)
 class GameStart:
     """What ``_start`` returns: the game of this episode."""
 
@@ -116,8 +116,8 @@ def trim_tokens(text: str, budget: int) -> str:
     """``text`` cut after ``budget`` tokens (words and runs of punctuation), the cut said at the end."""
     if budget <= 0 or len(text) <= budget:  # a token is at least one character
         return text
-    if len(text) - text.count(" ") - text.count("\n") <= budget or count_tokens(text) <= budget:
-        return text  # (first: a token holds at least one character that is not a space or a newline)
+    if len(text) - text.count(" ") <= budget or count_tokens(text) <= budget:
+        return text  # (first: a token holds at least one character that is not a space)
     pieces = list(_PIECE.finditer(text))
     kept = text[: pieces[budget - 1].end()]
     return f"{kept} ...\n[trimmed: {len(pieces) - budget} of {len(pieces)} tokens not shown]"
@@ -253,7 +253,8 @@ class TextGameEnv(gym.Env):
             step = self._command(command)
             self._valid = list(step.valid)
             content = self._view(step.reply, step.valid)
-        self._seen.update(f"\x00{content}".encode())
+        self._seen.update(b"\x00")
+        self._seen.update(content.encode())
         message = self.format.render_result(call, content) if call is not None else {"role": "user", "content": content}
         truncated = not step.done and self._turn >= self.max_turns
         info = {
@@ -305,9 +306,10 @@ class TextGameEnv(gym.Env):
         if len(text) > self.max_observation_tokens:  # else within the budget (a token is at least a character)
             text = trim_tokens(text, self.max_observation_tokens)
         if self.valid_actions and valid:
+            if len(valid) <= self.max_valid_actions:
+                return f"{text}\nValid actions: {', '.join(valid)}"
             shown = valid[: self.max_valid_actions]
-            more = f" (+{len(valid) - len(shown)} more)" if len(valid) > len(shown) else ""
-            text += "\nValid actions: " + ", ".join(shown) + more
+            return f"{text}\nValid actions: {', '.join(shown)} (+{len(valid) - len(shown)} more)"
         return text
 
     def state_key(self) -> str:

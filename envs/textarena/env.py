@@ -66,17 +66,19 @@ class _OwnRandom:
             env = self.env
             if env._modules is None:
                 env._modules = _random_users()
-            self.swapped = env._modules
-            for m in self.swapped:
-                m.random = env._rng
+            self.swapped = modules = env._modules
+            rng = env._rng
+            for m in modules:
+                m.random = rng
         except BaseException:
             _UPSTREAM.release()
             raise
 
     def __exit__(self, *exc: object) -> None:
         try:
+            module = random
             for m in self.swapped:
-                m.random = random
+                m.random = module
         finally:
             _UPSTREAM.release()
 
@@ -143,7 +145,8 @@ class TextArenaEnv(TextGameEnv):
         self._over, self._reward = False, 0.0
         with self._own_random:
             self._env.reset(num_players=self.players, seed=task["seed"])
-            self._opponent_moves()
+            if self.players > 1:
+                self._opponent_moves()
         task_id = f"ta/{task['game']}/{task['seed']}"
         return GameStart(task_id, task, self._agent_view(), self._legal())
 
@@ -155,21 +158,20 @@ class TextArenaEnv(TextGameEnv):
         with self._own_random:  # once a step: the agent's move and the opponent's replies
             done, _ = self._env.step(command)
             invalid = state.error_count > errors or state.game_info[self.agent].get("invalid_move", False)
-            self._over = bool(done)
+            self._over = over = bool(done)
             if self.players > 1:
                 self._opponent_moves()
-        reward = 0.0
-        if self._over:
-            rewards = state.rewards or {}
-            reward = float(rewards.get(self.agent, 0.0))
+                over = self._over
+        if not over:
+            return GameStep(reply=self._agent_view(), valid_action=not invalid, valid=self._legal())
+        reward = float((state.rewards or {}).get(self.agent, 0.0))
         return GameStep(
             reply=self._agent_view(),
             reward=reward,
-            done=self._over,
-            success=self._over and reward >= 1.0,
+            done=True,
+            success=reward >= 1.0,
             valid_action=not invalid,
-            valid=self._legal(),
-            info={"reason": str(state.game_info[self.agent].get("reason", ""))} if self._over else {},
+            info={"reason": str(state.game_info[self.agent].get("reason", ""))},
         )
 
     def _opponent_moves(self) -> None:
@@ -200,8 +202,10 @@ class TextArenaEnv(TextGameEnv):
         for sender, message, _kind in pending:
             if sender == self.agent:
                 continue
-            name = "GAME" if sender == _GAME_ID else state.role_mapping.get(sender, f"Player {sender}")
-            lines.append(message if sender == _GAME_ID else f"[{name}] {message}")
+            if sender == _GAME_ID:
+                lines.append(message)
+            else:
+                lines.append(f"[{state.role_mapping.get(sender, f'Player {sender}')}] {message}")
         if self._over:
             reason = state.game_info[self.agent].get("reason")
             if reason and all(reason not in line for line in lines):
