@@ -3,14 +3,17 @@
 (a) env steps/s through ``TextWorldExpress-v0`` / ``ScienceWorld-v0`` / ``TextArena-v0`` vs the raw
     upstream loop on the same games and the same commands (the expert's, recorded first), rounds
     interleaved, after one unmeasured pass of each (the two sides run in two JVMs, each warmed);
-    resets count as steps on both sides. Target: ours >= 0.8x the raw loop. The raw ScienceWorld
+    resets count as steps on both sides. In a round each side repeats its pass until
+    ``--min-seconds`` (0.5) have passed: one TextArena pass takes ~10 ms, and on a shared machine
+    single passes gave per-round ratios from 0.62 to 1.12. Target: ours >= 0.8x the raw loop. The raw ScienceWorld
     loop is the upstream's ``step()``, which also lists the valid actions; ours asks for them only
     when ``valid_actions`` shows them (off by default).
 (b) ``--concurrent N``: N ``TextWorldExpress-v0`` (``--concurrent-family sw``: ``ScienceWorld-v0``)
     envs reset at once from N threads (what the
     rollout engine does with ``rollout.concurrency`` N: one env, so one JVM, per running episode),
     then one gold episode each; prints the wall time until all have reset, the resident memory of
-    the JVMs (the sum of their ``VmRSS``) and of this process.
+    the JVMs (the sum of their ``VmRSS``, and the largest) and of this process. ``--jvm-max-heap-mb``
+    is the envs' ``jvm_max_heap_mb`` (256, their default; 0: the JVM's default maximum heap).
 
 (c) ``--rollout N``: rollout tokens/s of ``RolloutEngine`` + the ``hf`` backend on N Cooking World
     episodes of exactly 20 turns (``configs/twx_cooking_long.yaml`` with 20 turns; the model at
@@ -18,7 +21,8 @@
     same batch twice, the second measured, so its envs and JVMs are warm; generated tokens/s and
     episode tokens (prompt, observations, generated) per second.
 
-``python bench/text_games.py [--rounds 3] [--episodes 40] [--families twx,sw,ta] [--concurrent 64 [--concurrent-family twx|sw]] [--rollout 16 [--model DIR]]``
+``python bench/text_games.py [--rounds 3] [--episodes 40] [--min-seconds 0.5] [--families twx,sw,ta]
+[--concurrent 64 [--concurrent-family twx|sw] [--jvm-max-heap-mb 256]] [--rollout 16 [--model DIR]]``
 """
 
 from __future__ import annotations
@@ -117,6 +121,17 @@ def ta_raw(game: str, games) -> int:
     return steps
 
 
+def steps_per_second(loop, min_seconds: float) -> float:
+    """Steps/s of ``loop`` (one pass over the games; returns its steps), repeated until
+    ``min_seconds`` have passed (at least once)."""
+    steps, t0 = 0, time.perf_counter()
+    while True:
+        steps += loop()
+        elapsed = time.perf_counter() - t0
+        if elapsed >= min_seconds:
+            return steps / elapsed
+
+
 def throughput(args, progress) -> dict[str, float]:
     import gymnasium as gym
 
@@ -165,9 +180,7 @@ def throughput(args, progress) -> dict[str, float]:
     for r in range(args.rounds):
         for family, (ours, raw, _) in sides.items():
             for name, fn in (("raw", raw), ("ours", ours)) if r % 2 else (("ours", ours), ("raw", raw)):
-                t0 = time.perf_counter()
-                steps = fn()
-                rates[family][name].append(steps / (time.perf_counter() - t0))
+                rates[family][name].append(steps_per_second(fn, args.min_seconds))
             progress.advance({f"{family} ours/raw": rates[family]["ours"][-1] / rates[family]["raw"][-1]})
     out = {}
     for family, (_, _, closers) in sides.items():
@@ -181,7 +194,7 @@ def throughput(args, progress) -> dict[str, float]:
     return out
 
 
-def concurrent(n: int, family: str, progress) -> None:
+def concurrent(n: int, family: str, heap_mb: int | None, progress) -> None:
     import gymnasium as gym
 
     import envs  # noqa: F401
@@ -192,7 +205,7 @@ def concurrent(n: int, family: str, progress) -> None:
         "twx": ("agent_rl/TextWorldExpress-v0", twx_policies),
         "sw": ("agent_rl/ScienceWorld-v0", sw_policies),
     }[family]
-    made = [gym.make(env_id).unwrapped for _ in range(n)]
+    made = [gym.make(env_id, jvm_max_heap_mb=heap_mb).unwrapped for _ in range(n)]
     progress.phase(f"{n} {env_id} resets at once")
     t0 = time.perf_counter()
     with ThreadPoolExecutor(n) as pool:
@@ -218,9 +231,10 @@ def concurrent(n: int, family: str, progress) -> None:
     t0 = time.perf_counter()
     with ThreadPoolExecutor(n) as pool:
         wins = sum(pool.map(episode, enumerate(made)))
-    jvm_mb = sum(rss_mb(e._jvm.process().pid) for e in made)
+    each = [rss_mb(e._jvm.process().pid) for e in made]
     print(
-        f"{n} gold episodes at once: {wins}/{n} succeeded in {time.perf_counter() - t0:.1f} s; JVMs then {jvm_mb:.0f} MB"
+        f"{n} gold episodes at once: {wins}/{n} succeeded in {time.perf_counter() - t0:.1f} s; JVMs then {sum(each):.0f} MB "
+        f"({sum(each) / n:.0f} MB each, at most {max(each):.0f}; -Xmx {heap_mb or 'the JVM default'}{'m' if heap_mb else ''})"
     )
     for env in made:
         env.close()
@@ -270,9 +284,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--episodes", type=int, default=40, help="games per family (ScienceWorld: a tenth, at least 2)")
+    ap.add_argument("--min-seconds", type=float, default=0.5, help="each side's time in a round, at least")
     ap.add_argument("--families", default="twx,sw,ta")
     ap.add_argument("--concurrent", type=int, default=0, help="also start N JVM envs at once")
     ap.add_argument("--concurrent-family", default="twx", choices=("twx", "sw"))
+    ap.add_argument("--jvm-max-heap-mb", type=int, default=256, help="the envs' jvm_max_heap_mb (0: the JVM's default)")
     ap.add_argument("--rollout", type=int, default=0, help="also N 20-turn episodes through the rollout engine")
     ap.add_argument("--model", default=None, help="the model of --rollout (default: a random-init tiny model)")
     args = ap.parse_args()
@@ -281,7 +297,7 @@ def main() -> int:
     progress = script_progress("bench/text_games.py", total, unit="round")
     ratios = throughput(args, progress) if args.rounds else {}
     if args.concurrent:
-        concurrent(args.concurrent, args.concurrent_family, progress)
+        concurrent(args.concurrent, args.concurrent_family, args.jvm_max_heap_mb or None, progress)
         progress.advance()
     if args.rollout:
         rollout(args.rollout, args.model, progress)

@@ -15,8 +15,8 @@ single-player puzzles, and two-player games against a fixed opponent.
   still draw the same board in two splits (a 4x4 FrozenLake has a few hundred boards; the
   TowerOfHanoi of a size has one). Upstream games draw from Python's global ``random``, which
   their reset seeds: the adapter gives each env its own ``random.Random``, put in place of the
-  ``random`` module in textarena's modules around every upstream call (under one lock), so envs in
-  one process neither disturb each other nor the caller's ``random``.
+  ``random`` module in textarena's modules while it runs upstream code (once a reset or a step,
+  under one lock), so envs in one process neither disturb each other nor the caller's ``random``.
 * **opponent** (two-player games): ``random`` (a uniformly random legal move, from a generator
   seeded by the episode's seed) or ``first`` (the first legal move); the agent is ``agent_player``.
 * **reward**: the upstream's, given at the step that ends the game (single-player: 1 when solved,
@@ -28,15 +28,14 @@ from __future__ import annotations
 import random
 import sys
 import threading
-from contextlib import contextmanager
 from typing import Any
 
 from envs.splits import SPLITS
 from envs.text_games import GameStart, GameStep, TextGameEnv, require
-from envs.textarena.games import check_game, legal_moves
+from envs.textarena.games import LEGAL_MOVES, check_game, family
 
 OPPONENTS = ("random", "first")
-_UPSTREAM = threading.Lock()  # textarena's modules get an env's generator per call: one upstream call at a time
+_UPSTREAM = threading.Lock()  # textarena's modules hold one env's generator at a time (a reset or a step)
 _GAME_ID = -1  # upstream's sender id of game messages
 
 
@@ -49,6 +48,39 @@ def _random_users() -> list:
         for name, m in list(sys.modules.items())
         if name.startswith("textarena") and getattr(m, "random", None) is random
     ]
+
+
+class _OwnRandom:
+    """``with env._own_random:`` runs upstream code with the env's own generator as textarena's
+    ``random``, under the lock (a class, not ``contextlib.contextmanager``: it is entered once a
+    step, and the generator-based one cost more than the swap itself)."""
+
+    __slots__ = ("env", "swapped")
+
+    def __init__(self, env: TextArenaEnv):
+        self.env, self.swapped = env, []
+
+    def __enter__(self) -> None:
+        _UPSTREAM.acquire()
+        try:
+            env = self.env
+            if env._modules is None:
+                env._modules = _random_users()
+            self.swapped = modules = env._modules
+            rng = env._rng
+            for m in modules:
+                m.random = rng
+        except BaseException:
+            _UPSTREAM.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            module = random
+            for m in self.swapped:
+                m.random = module
+        finally:
+            _UPSTREAM.release()
 
 
 class TextArenaEnv(TextGameEnv):
@@ -94,38 +126,27 @@ class TextArenaEnv(TextGameEnv):
         if agent_player not in range(self.players):
             raise ValueError(f"agent_player must be in 0..{self.players - 1}, got {agent_player}")
         self.game, self.opponent, self.agent = game, opponent, agent_player
+        self._legal_moves = LEGAL_MOVES.get(family(game))  # None: the game lists no legal moves
         self._env: Any = None
         self._rng = random.Random(0)  # what textarena's modules see as ``random`` during this env's calls
         self._modules: list | None = None  # those modules, found once the game is made
         self._opponent_rng = random.Random(0)
-
-    @contextmanager
-    def _upstream(self):
-        """Run upstream code with this env's own generator as textarena's ``random``."""
-        with _UPSTREAM:
-            if self._modules is None:
-                self._modules = _random_users()
-            modules = self._modules
-            for m in modules:
-                m.random = self._rng
-            try:
-                yield
-            finally:
-                for m in modules:
-                    m.random = random
+        self._own_random = _OwnRandom(self)
 
     def _start(self, seed: int | None, split: str, options: dict[str, Any]) -> GameStart:
-        ta = require("textarena", "textarena>=0.7.4,<0.8")
         task = dict(options["task"]) if seed is None else {"game": self.game, "seed": 3 * seed + SPLITS.index(split)}
-        with self._upstream():
-            if self._env is None or self._env.env_id != task["game"] + "-raw":
+        if self._env is None or self._env.env_id != task["game"] + "-raw":
+            ta = require("textarena", "textarena>=0.7.4,<0.8")
+            with self._own_random:
                 self._env = ta.make(task["game"] + "-raw")
                 self._modules = None  # the game's modules are loaded now: found at the next call
-        with self._upstream():
-            self._env.reset(num_players=self.players, seed=task["seed"])
-        self._opponent_rng = random.Random(task["seed"])
+        if self.players > 1:
+            self._opponent_rng = random.Random(task["seed"])
         self._over, self._reward = False, 0.0
-        self._opponent_moves()
+        with self._own_random:
+            self._env.reset(num_players=self.players, seed=task["seed"])
+            if self.players > 1:
+                self._opponent_moves()
         task_id = f"ta/{task['game']}/{task['seed']}"
         return GameStart(task_id, task, self._agent_view(), self._legal())
 
@@ -134,23 +155,23 @@ class TextArenaEnv(TextGameEnv):
             command = f"[{command}]"  # upstream's ActionFormattingWrapper
         state = self._env.state
         errors = state.error_count
-        with self._upstream():
+        with self._own_random:  # once a step: the agent's move and the opponent's replies
             done, _ = self._env.step(command)
-        invalid = state.error_count > errors or state.game_info[self.agent].get("invalid_move", False)
-        self._over = bool(done)
-        self._opponent_moves()
-        reward = 0.0
-        if self._over:
-            rewards = state.rewards or {}
-            reward = float(rewards.get(self.agent, 0.0))
+            invalid = state.error_count > errors or state.game_info[self.agent].get("invalid_move", False)
+            self._over = over = bool(done)
+            if self.players > 1:
+                self._opponent_moves()
+                over = self._over
+        if not over:
+            return GameStep(reply=self._agent_view(), valid_action=not invalid, valid=self._legal())
+        reward = float((state.rewards or {}).get(self.agent, 0.0))
         return GameStep(
             reply=self._agent_view(),
             reward=reward,
-            done=self._over,
-            success=self._over and reward >= 1.0,
+            done=True,
+            success=reward >= 1.0,
             valid_action=not invalid,
-            valid=self._legal(),
-            info={"reason": str(state.game_info[self.agent].get("reason", ""))} if self._over else {},
+            info={"reason": str(state.game_info[self.agent].get("reason", ""))},
         )
 
     def _opponent_moves(self) -> None:
@@ -162,14 +183,16 @@ class TextArenaEnv(TextGameEnv):
                 raise RuntimeError(f"{self.game}: no legal move known for the opponent")
             move = self._opponent_rng.choice(moves) if self.opponent == "random" else moves[0]
             state.observations[state.current_player_id] = []  # the opponent's view is not needed
-            with self._upstream():
-                done, _ = self._env.step(move)
+            done, _ = self._env.step(move)  # the caller holds the env's generator in place
             self._over = bool(done)
 
     def _legal(self, check_turn: bool = True) -> list[str]:
-        if self._over or (check_turn and self._env.state.current_player_id != self.agent):
+        if self._legal_moves is None or self._over:
             return []
-        return legal_moves(self.game, self._env)
+        state = self._env.state
+        if check_turn and state.current_player_id != self.agent:
+            return []
+        return self._legal_moves(state.game_state)
 
     def _agent_view(self) -> str:
         """The messages addressed to the agent since its last move, without its own move's echo."""
@@ -179,8 +202,10 @@ class TextArenaEnv(TextGameEnv):
         for sender, message, _kind in pending:
             if sender == self.agent:
                 continue
-            name = "GAME" if sender == _GAME_ID else state.role_mapping.get(sender, f"Player {sender}")
-            lines.append(message if sender == _GAME_ID else f"[{name}] {message}")
+            if sender == _GAME_ID:
+                lines.append(message)
+            else:
+                lines.append(f"[{state.role_mapping.get(sender, f'Player {sender}')}] {message}")
         if self._over:
             reason = state.game_info[self.agent].get("reason")
             if reason and all(reason not in line for line in lines):

@@ -7,6 +7,7 @@ package ships that word list in the form TextArena reads).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 #: game family (the upstream id before ``-v0``) -> number of players; checked offline
@@ -61,29 +62,56 @@ def check_game(game: str) -> int:
     )
 
 
+def _frozenlake(gs: dict[str, Any]) -> list[str]:
+    r, c = gs["player_pos"]
+    last = len(gs["grid"]) - 1
+    moves = []  # up, down, left, right: the upstream's order
+    if r > 0:
+        moves.append("[up]")
+    if r < last:
+        moves.append("[down]")
+    if c > 0:
+        moves.append("[left]")
+    if c < last:
+        moves.append("[right]")
+    return moves
+
+
+def _tower_of_hanoi(gs: dict[str, Any]) -> list[str]:
+    towers = gs["towers"]
+    return [
+        f"[{a} {b}]"
+        for a in "ABC"
+        for b in "ABC"
+        if a != b and towers[a] and (not towers[b] or towers[b][-1] > towers[a][-1])
+    ]
+
+
+def _tic_tac_toe(gs: dict[str, Any]) -> list[str]:
+    board = gs["board"]
+    return [f"[{r * 3 + c}]" for r in range(3) for c in range(3) if board[r][c] == ""]
+
+
+def _connect_four(gs: dict[str, Any]) -> list[str]:
+    return [f"[col {c}]" for c in range(len(gs["board"][0])) if gs["board"][0][c] == "."]
+
+
+def _kuhn_poker(gs: dict[str, Any]) -> list[str]:
+    tree = gs.get("current_legal_action_tree")
+    return [f"[{k}]" for k in tree] if isinstance(tree, dict) else []
+
+
+#: game family -> the legal moves of the player to move, read from the upstream ``state.game_state``
+LEGAL_MOVES: dict[str, Callable[[dict[str, Any]], list[str]]] = {
+    "FrozenLake": _frozenlake,
+    "TowerOfHanoi": _tower_of_hanoi,
+    "TicTacToe": _tic_tac_toe,
+    "ConnectFour": _connect_four,
+    "KuhnPoker": _kuhn_poker,
+}
+
+
 def legal_moves(game: str, env: Any) -> list[str]:
     """The legal moves of the player to move, as upstream commands; empty where not known."""
-    fam, state = family(game), env.state
-    gs = state.game_state
-    if fam == "FrozenLake":
-        r, c = gs["player_pos"]
-        n = len(gs["grid"])
-        steps = {"up": (r - 1, c), "down": (r + 1, c), "left": (r, c - 1), "right": (r, c + 1)}
-        return [f"[{d}]" for d, (rr, cc) in steps.items() if 0 <= rr < n and 0 <= cc < n]
-    if fam == "TowerOfHanoi":
-        towers = gs["towers"]
-        return [
-            f"[{a} {b}]"
-            for a in "ABC"
-            for b in "ABC"
-            if a != b and towers[a] and (not towers[b] or towers[b][-1] > towers[a][-1])
-        ]
-    if fam == "TicTacToe":
-        board = gs["board"]
-        return [f"[{r * 3 + c}]" for r in range(3) for c in range(3) if board[r][c] == ""]
-    if fam == "ConnectFour":
-        return [f"[col {c}]" for c in range(len(gs["board"][0])) if gs["board"][0][c] == "."]
-    if fam == "KuhnPoker":
-        tree = gs.get("current_legal_action_tree")
-        return [f"[{k}]" for k in tree] if isinstance(tree, dict) else []
-    return []
+    legal = LEGAL_MOVES.get(family(game))
+    return legal(env.state.game_state) if legal is not None else []

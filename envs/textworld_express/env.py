@@ -9,7 +9,8 @@ upstream score changes (the score goes from 0 to 1, so the episode's reward is t
 exactly when the task succeeds); the episode ends on ``tasksuccess`` / ``taskfailure``.
 
 The simulator runs in one JVM per env instance (``envs.jvm``), started at the first reset and
-reused; a dead JVM raises ``InfraError`` and the next reset starts a new one. The action interface
+reused; a dead JVM raises ``InfraError`` and the next reset starts a new one; ``jvm_max_heap_mb``
+(256; None: the JVM's default) is its ``-Xmx``. The action interface
 and the observation budget are ``envs.text_games``'.
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from envs.jvm import JvmSimulator
+from envs.jvm import JvmSimulator, route_java_options
 from envs.text_games import GameStart, GameStep, TextGameEnv, remember_gold, require
 
 #: our game names (the upstream's, and "cooking" for "cookingworld") -> default upstream gameParams
@@ -100,6 +101,7 @@ class TextWorldExpressEnv(TextGameEnv):
         max_valid_actions: int = 64,
         max_observation_tokens: int = 512,
         max_action_chars: int = 8192,
+        jvm_max_heap_mb: int | None = 256,
     ):
         super().__init__(
             split=split,
@@ -118,7 +120,7 @@ class TextWorldExpressEnv(TextGameEnv):
             )
         self.game = game
         self.game_params = game_params_str(game_params, game)
-        self._jvm = JvmSimulator(self._launch, "TextWorld-Express")
+        self._jvm = JvmSimulator(self._launch, "TextWorld-Express", jvm_max_heap_mb)
         self._loaded: tuple[int, str, str] | None = None  # (the JVM start it is in, game, params) loaded
         self._fold_seeds: dict[str, list[int]] = {}
         self._score = 0.0
@@ -126,7 +128,8 @@ class TextWorldExpressEnv(TextGameEnv):
 
     @staticmethod
     def _launch() -> Any:
-        upstream = require("textworld_express", "textworld-express>=1.1,<1.2")
+        upstream = require("textworld_express.textworld_express", "textworld-express>=1.1,<1.2")
+        route_java_options(upstream)  # jvm_max_heap_mb reaches the JVM's command line
         return upstream.TextWorldExpressEnv(envStepLimit=10**9)  # the turn budget is ours (max_turns)
 
     # -- hooks ----------------------------------------------------------------------------------

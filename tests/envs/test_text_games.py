@@ -7,6 +7,7 @@ contract run over every registered env in tests/envs/test_contract.py.
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -50,6 +51,8 @@ def test_trim_tokens_says_what_it_cut():
     text = "You are in the kitchen. To the North you see the pantry."
     assert count_tokens(text) == 14  # 12 words, 2 full stops
     assert count_tokens("+-----+-----+") == 1  # a run of punctuation is one token
+    assert count_tokens("  |  P  |\n| H |x_1.") == 8  # | P | | H | x_1 .: counted without the regex (ASCII)
+    assert count_tokens("Café — déjà-vu!") == 6  # Café — déjà - vu !: the regex (not ASCII)
     assert trim_tokens(text, 14) == text
     assert trim_tokens(text, 5) == "You are in the kitchen ...\n[trimmed: 9 of 14 tokens not shown]"
 
@@ -135,10 +138,11 @@ def test_twx_killed_jvm_is_infra_error_then_the_next_episode_works(twx):
     assert twx._jvm.starts == 2 and twx._jvm.alive()
 
 
-def test_twx_close_stops_the_jvm():
-    env = gym.make("agent_rl/TextWorldExpress-v0").unwrapped
+def test_twx_close_stops_the_jvm_and_jvm_max_heap_mb_reaches_it():
+    env = gym.make("agent_rl/TextWorldExpress-v0", jvm_max_heap_mb=200).unwrapped
     env.reset(seed=0)
     proc = env._jvm.process()
+    assert b"-Xmx200m" in Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")  # the JVM's command line
     env.close()
     assert proc.poll() is not None
     env.close()  # twice is safe
@@ -162,6 +166,39 @@ def test_sw_splits_are_the_upstream_variation_lists(sw):
     # find-living-thing: variations 0-149 train, 150-224 dev, 225-299 test (upstream)
     assert (info_train["task"]["variation"], info_val["task"]["variation"], info["task"]["variation"]) == (0, 150, 225)
     assert info["task_id"] == "sw/find-living-thing/225/easy"
+    assert "-Xmx256m" in sw._jvm.process().args  # the default jvm_max_heap_mb
+
+
+def test_jvm_out_of_memory_is_infra_error_and_drops_the_jvm():
+    import subprocess
+
+    from py4j.protocol import Py4JJavaError
+
+    from envs.jvm import JvmSimulator
+
+    class OutOfMemory(Py4JJavaError):
+        def __str__(self):
+            return "An error occurred while calling o2.load.\n: java.lang.OutOfMemoryError: Java heap space"
+
+    class Sim:  # a live "JVM" (a sleeping process) whose call fails as a full heap does
+        def __init__(self):
+            self._gateway = type(
+                "Gateway", (), {"java_process": subprocess.Popen(["sh", "-c", "sleep 30", "-Xmx64m"])}
+            )()
+
+        def close(self):
+            self._gateway.java_process.kill()
+
+    def load(sim):
+        raise OutOfMemory("An error occurred while calling o2.load.", type("JavaObject", (), {"_target_id": "o3"})())
+
+    jvm = JvmSimulator(Sim, "Fake", max_heap_mb=64)
+    proc = jvm.get()._gateway.java_process
+    with pytest.raises(InfraError, match=r"Fake JVM ran out of memory \(-Xmx64m; the env's jvm_max_heap_mb sets it\)"):
+        jvm.call(load)
+    assert jvm.sim is None and proc.poll() is not None
+    with pytest.raises(ValueError, match="jvm_max_heap_mb must be at least 16"):
+        JvmSimulator(Sim, "Fake", max_heap_mb=8)
 
 
 def test_sw_invalid_command_and_killed_jvm(sw):
