@@ -91,7 +91,7 @@ def test_a_run_against_a_dead_backend_stops_at_its_first_step_and_resumes(tmp_pa
         "rollout.max_new_tokens=8",
         "trainer.prompts_per_step=2",
         "trainer.steps=3",
-        "tracking.tensorboard=false",
+        "tracking.loggers=[]",
         "tracking.progress=false",
     ]
     dead = [

@@ -95,6 +95,34 @@ def test_every_page_with_commands_has_a_test_that_runs_them():
         assert Path(page).name in (ROOT / module).read_text(), f"{module} does not read {page}"
 
 
+def _deprecated_keys(model=None, prefix: str = "") -> set[str]:
+    """The config keys whose description starts with "deprecated" (they still work, with a note)."""
+    from pydantic import BaseModel
+
+    from agent_rl.config import Config
+
+    keys = set()
+    for name, field in (model or Config).model_fields.items():
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            keys |= _deprecated_keys(field.annotation, f"{prefix}{name}.")
+        elif (field.description or "").lower().startswith("deprecated"):
+            keys.add(prefix + name)
+    return keys
+
+
+def test_no_documented_command_uses_a_deprecated_key():
+    deprecated = _deprecated_keys()
+    assert "tracking.tensorboard" in deprecated  # the walk reaches the nested sections
+    used = [
+        (page, word)
+        for page in [*_pages(), *DOC_TESTS]
+        for command in documented_commands(page)
+        for word in shlex.split(command, comments=True)
+        if word.split("=", 1)[0] in deprecated
+    ]
+    assert not used, f"documented commands use deprecated config keys (use what their description says): {used}"
+
+
 def _run(command: str, cwd: Path, *extra: str, timeout: int = 900) -> subprocess.CompletedProcess:
     """``command`` as written (``agent-rl`` and ``python`` through this interpreter, in a process forked
     from one that imported the project: tests/cli_runner.py), ``extra`` appended."""

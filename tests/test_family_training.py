@@ -55,7 +55,7 @@ def overrides(model_dir, tmp_path) -> list[str]:
         "rollout.max_new_tokens=32",
         "trainer.prompts_per_step=2",
         "trainer.steps=2",
-        "tracking.tensorboard=false",
+        "tracking.loggers=[]",
         "tracking.progress=false",
         "tracking.save_trajectories=64",
         "sft.demos=8",

@@ -9,7 +9,7 @@ import pytest
 
 from tests.test_docs_commands import ROOT, _run, _scratch, documented_commands
 
-SMALL = ["trainer.steps=1", "trainer.prompts_per_step=2", "tracking.tensorboard=false", "sandbox.backend=process"]
+SMALL = ["trainer.steps=1", "trainer.prompts_per_step=2", "tracking.loggers=[]", "sandbox.backend=process"]
 
 
 @pytest.mark.slow

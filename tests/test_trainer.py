@@ -18,7 +18,7 @@ SMALL = [
     "rollout.max_turns=2",
     "trainer.prompts_per_step=2",
     "trainer.eval_every=0",
-    "tracking.tensorboard=false",
+    "tracking.loggers=[]",
     "tracking.progress=false",
     "tracking.save_trajectories=0",
 ]

@@ -217,7 +217,7 @@ def _chaos_run(tmp_path, tiny_model_dir, monkeypatch, server, daemon, fault_dir)
             "distributed.max_staleness=1",
             "distributed.ray.num_rollout_workers=2",
             "distributed.ray.sandbox_pools=false",  # each worker's own docker pool, on the private daemon
-            "tracking.tensorboard=false",
+            "tracking.loggers=[]",
             "tracking.progress=false",
             "tracking.save_trajectories=0",
         ],

@@ -206,7 +206,7 @@ def test_math_tool_recipe_runs_end_to_end(tmp_path):
         "rollout.group_size=2",
         "trainer.prompts_per_step=2",
         "trainer.steps=1",
-        "tracking.tensorboard=false",
+        "tracking.loggers=[]",
         "tracking.progress=false",
         "eval.episodes=4",
         "sft.demos=16",

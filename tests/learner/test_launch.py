@@ -22,7 +22,7 @@ ARGS = [
     "learner.lr=0.01",
     "learner.micro_batch_size=1",
     "algorithm.loss_options.entropy_coef=0.05",
-    "tracking.tensorboard=false",
+    "tracking.loggers=[]",
     "tracking.progress=false",
     "tracking.save_trajectories=0",
 ]

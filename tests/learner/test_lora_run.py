@@ -29,7 +29,7 @@ ARGS = [
     "learner.lora.rank=4",
     "learner.lora.target_modules=[q_proj,v_proj]",
     "algorithm.loss_options.entropy_coef=0.05",
-    "tracking.tensorboard=false",
+    "tracking.loggers=[]",
     "tracking.progress=false",
     "tracking.save_trajectories=0",
 ]

@@ -31,7 +31,7 @@ ARGS = [
     "learner.lr_schedule=cosine",
     "learner.warmup_steps=2",
     "algorithm.loss_options.entropy_coef=0.05",
-    "tracking.tensorboard=false",
+    "tracking.loggers=[]",
     "tracking.progress=false",
     "tracking.save_trajectories=0",
 ]

@@ -159,7 +159,7 @@ def test_scripted_eval_in_every_format(fmt, tmp_path, tiny_model_dir):
             "eval.episodes=3",
             "rollout.max_new_tokens=200",
             f"run.dir={tmp_path}",
-            "tracking.tensorboard=false",
+            "tracking.loggers=[]",
         ],
     )
     result, _ = run_eval(cfg, log=lambda *a: None)

@@ -43,7 +43,7 @@ def test_eval_scores_a_chat_endpoint_on_an_env(chat_server, tiny_model_dir, tmp_
             "rollout.backend.api_key_env=null",
             "eval.episodes=6",
             f"run.dir={tmp_path}",
-            "tracking.tensorboard=false",
+            "tracking.loggers=[]",
         ],
     )
     result, _ = run_eval(cfg, log=lambda *a, **k: None)

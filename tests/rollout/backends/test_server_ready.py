@@ -115,7 +115,7 @@ def test_agent_rl_train_against_a_server_that_is_down_stops_before_its_first_ste
     url = f"http://127.0.0.1:{free_port()}/v1"
     args = [
         str(ROOT / "configs" / "quickstart.yaml"), f"model.path={tiny_model_dir}", f"run.dir={tmp_path / 'run'}",
-        "sandbox.backend=process", "trainer.steps=1", "tracking.tensorboard=false", "tracking.progress=false",
+        "sandbox.backend=process", "trainer.steps=1", "tracking.loggers=[]", "tracking.progress=false",
         "rollout.backend.name=openai", f"rollout.backend.base_url={url}", "rollout.backend.ready_timeout_s=1",
     ]  # fmt: skip
     r = subprocess.run(train_cmd(*args), cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300, check=False)
