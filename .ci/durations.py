@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run the tests with --durations=0 and write the report")
     r.add_argument("--out", default=str(ROOT / "tests" / "durations.md"), help="the report's path")
+    r.add_argument("--log", default=str(ROOT / "runs" / "durations.log"), help="where pytest's whole output goes")
     r.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     g = sub.add_parser("render", help="write the report from a saved pytest output")
     g.add_argument("file", help="pytest's output, with its --durations=0 lines")
@@ -98,7 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     before, t0 = load(), time.monotonic()
     proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
     wall = time.monotonic() - t0
-    sys.stdout.write(proc.stdout[-3000:])
+    log = Path(args.log)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(proc.stdout)  # the whole output: the failures' reports are in its middle
+    failed = [line for line in proc.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+    sys.stdout.write("\n".join([proc.stdout[-1500:], *failed, f"durations: pytest's whole output is in {log}", ""]))
     tests, summary = parse(proc.stdout)
     header = (
         f"`{shlex.join(cmd)}` on {os.cpu_count()} cores, exit {proc.returncode}, wall {wall:.0f} s; "
