@@ -28,7 +28,7 @@ from typing import Any
 from agent_rl.core.errors import InfraError
 from agent_rl.learner import fsdp
 from agent_rl.models import lora
-from agent_rl.models.fingerprint import content_digest, dtype_name, same_run_at_least, version_tag
+from agent_rl.models.fingerprint import content_digest, dtype_name, same_run_at_least, same_run_earlier, version_tag
 
 _UNCHECKED = object()  # the sampler could not be asked which weights it holds (down, or a push still owed)
 MISMATCH_KEY = "sampler_weights_mismatch"  # Trajectory.info: a worker's sampler did not hold that turn's version
@@ -54,18 +54,21 @@ def confirm(
     """After a push of ``expected``: None when the sampler holds it (or this run's later version, which
     another pusher of this run sent meanwhile; or it cannot say), else what it reports.
     A sampler that restarted after the push (it reports no fingerprint, or ``start_digest``: its
-    checkpoint) gets ``weights`` once more and is asked again."""
+    checkpoint), or that holds this run's earlier version (a pusher of this run that lags behind sent it
+    after ours), gets ``weights`` once more and is asked again."""
     got = held(backend, log, version)
     if got == expected or got is _UNCHECKED or same_run_at_least(got, expected):
         return None
-    if weights is not None and (got is None or got == start_digest):
-        log(
-            f"the sampler ({where}) reports its start-up weights ({got!r}) after version {version} was pushed: it "
-            f"restarted; version {version} is pushed again"
+    if weights is not None and (got is None or got == start_digest or same_run_earlier(got, expected)):
+        why = (
+            "an earlier version of this run: a pusher of this run that lags behind sent it after ours"
+            if same_run_earlier(got, expected)
+            else "its start-up weights: it restarted"
         )
+        log(f"the sampler ({where}) reports {got!r} after version {version} was pushed, {why}; it is pushed again")
         backend.update_weights(weights, version, fingerprint=expected)
         got = held(backend, log, version)
-        if got == expected or got is _UNCHECKED:
+        if got == expected or got is _UNCHECKED or same_run_at_least(got, expected):
             return None
     return got
 

@@ -31,15 +31,27 @@ def version_tag(run: str, version: int) -> str:
     return f"{run}/v{version}"
 
 
+def _run_version(tag: Any) -> tuple[str, int] | None:
+    """``RUN/vN`` -> (RUN, N); None for anything else (a digest, None)."""
+    if not isinstance(tag, str) or "/v" not in tag:
+        return None
+    run, _, v = tag.rpartition("/v")
+    return (run, int(v)) if v.isdigit() else None
+
+
 def same_run_at_least(got: Any, expected: str) -> bool:
     """``got`` is a tag of the run that sent ``expected`` at the same or a later version: a sampler
     that several pushers of one run share (the trainer and its rollout workers, one server) may hold
     that run's next version by the time it is asked."""
-    if not isinstance(got, str) or "/v" not in got or "/v" not in expected:
-        return False
-    run, _, v = got.rpartition("/v")
-    mine, _, w = expected.rpartition("/v")
-    return run == mine and v.isdigit() and w.isdigit() and int(v) >= int(w)
+    a, b = _run_version(got), _run_version(expected)
+    return a is not None and b is not None and a[0] == b[0] and a[1] >= b[1]
+
+
+def same_run_earlier(got: Any, expected: str) -> bool:
+    """``got`` is a tag of the run that sent ``expected`` at an earlier version: on a server that several
+    pushers of one run share, a pusher that lags one version behind pushed over the newer one."""
+    a, b = _run_version(got), _run_version(expected)
+    return a is not None and b is not None and a[0] == b[0] and a[1] < b[1]
 
 
 def dtype_name(dtype: Any) -> str:

@@ -140,8 +140,28 @@ def test_a_sampler_back_at_its_start_weights_after_a_push_gets_that_version_agai
     run.backend.update_weights(checkpoint, 0, fingerprint=run.start_digest)  # as a restart leaves it
     run.verify(1, f"{run.run}/v1", weights_for_broadcast(mine))
     assert state.fingerprint == f"{run.run}/v1" and run.mismatches == 0
-    assert any("restarted; version 1 is pushed again" in line for line in logs), logs
+    assert any("it restarted; it is pushed again" in line for line in logs), logs
     assert content_digest(weights_for_broadcast(state.backend.model)) == content_digest(weights_for_broadcast(mine))
+
+
+def test_a_lagging_pusher_of_the_same_run_is_pushed_over_not_a_mismatch(server, tiny_model_dir):
+    """The trainer and its rollout workers push to one server (the chaos run): a worker one version
+    behind pushed its version after the trainer's. The server holds this run's earlier version: the
+    trainer's version goes again and is checked, the run goes on; another run's tag still stops it."""
+    url, state = server
+    mine = load_model(str(tiny_model_dir))
+    run, logs = run_against(url, mine)
+    run.start(0)
+    perturb(mine, 3)
+    run(1)
+    before = weights_for_broadcast(load_model(str(tiny_model_dir)))
+    run.backend.update_weights(before, 0, fingerprint=f"{run.run}/v0")  # the lagging worker's push
+    run.verify(1, f"{run.run}/v1", weights_for_broadcast(mine))
+    assert state.fingerprint == f"{run.run}/v1" and run.mismatches == 0
+    assert any("a pusher of this run that lags behind sent it after ours; it is pushed again" in x for x in logs), logs
+    run.backend.update_weights(before, 0, fingerprint="other-run/v0")
+    with pytest.raises(WeightsMismatchError, match="it reports 'other-run/v0', expected"):
+        run.verify(1, f"{run.run}/v1", weights_for_broadcast(mine))
 
 
 def test_a_bf16_server_is_named_at_start(tiny_model_dir):
