@@ -312,9 +312,23 @@ class RayConfig(Section):
     startup_timeout_s: float = Field(300.0, gt=0.0, description="placement group and worker start-up limit")
 
 
+class ProcessWorkersConfig(Section):
+    """Rollout worker processes on this machine, without Ray (``distributed.backend: process``)."""
+
+    num_rollout_workers: int = Field(1, ge=1, description="child processes, each an inference backend + env episodes")
+    threads_per_worker: int = Field(1, ge=1, description="torch threads of each rollout worker process")
+    learner_threads: int | None = Field(
+        None, ge=1, description="torch threads of the trainer's process, the learner (None: torch's default)"
+    )
+    max_worker_restarts: int = Field(3, ge=0, description="dead rollout workers replaced before the run stops")
+    startup_timeout_s: float = Field(300.0, gt=0.0, description="how long a worker process may take to start")
+
+
 class DistributedConfig(Section):
-    backend: Literal["local", "ray"] = Field(
-        "local", description="local: one process; ray: Ray actors (docs/distributed.md)"
+    backend: Literal["local", "process", "ray"] = Field(
+        "local",
+        description="local: one process; process: rollout workers in child processes on this machine; "
+        "ray: Ray actors (docs/distributed.md)",
     )
     mode: Literal["auto", "colocated", "disaggregated"] = Field(
         "auto",
@@ -342,6 +356,7 @@ class DistributedConfig(Section):
         description="new weights at the next turn boundary (later turns carry the new version); false: between episodes",
     )
     ray: RayConfig = Field(default_factory=RayConfig)
+    process: ProcessWorkersConfig = Field(default_factory=ProcessWorkersConfig)
 
     @model_validator(mode="after")
     def _mode(self) -> DistributedConfig:

@@ -6,8 +6,9 @@
 
 ``distributed.backend: local`` with ``max_staleness: 0`` runs the trainer's own engine on the
 learner's module (colocated, synchronous: exactly the single-process loop). ``max_staleness > 0``
-(local) produces ahead on a background event loop with a copy of the weights; ``backend: ray`` runs
-Ray actors. Both of those go through :class:`~agent_rl.distributed.buffer.AsyncRolloutSource`.
+(local) produces ahead on a background event loop with a copy of the weights; ``backend: process``
+runs rollout worker processes on this machine, ``backend: ray`` Ray actors. All but the first go
+through :class:`~agent_rl.distributed.buffer.AsyncRolloutSource`.
 """
 
 from __future__ import annotations
@@ -201,6 +202,14 @@ def make_rollout_source(
         from agent_rl.distributed.ray_group import RayWorkerGroup
 
         group: Any = RayWorkerGroup(cfg, engine_options, components.model, version)
+    elif d.backend == "process":
+        from agent_rl.distributed.process_group import ProcessWorkerGroup
+
+        try:
+            group = ProcessWorkerGroup(cfg, engine_options, components.model, version, loop)
+        except BaseException:
+            loop.stop()
+            raise
     else:
         group = LocalWorkerGroup(cfg, components, loop, engine_options)  # a copy of the current weights
     lookahead = d.max_staleness if d.lookahead_steps is None else d.lookahead_steps

@@ -68,9 +68,9 @@ def policy_model(cfg: Any, load_model: Any) -> Any:
     if cfg.learner.lora is None:
         return None
     check_backend(cfg.rollout.backend)
-    if cfg.distributed.backend == "ray":
+    if cfg.distributed.backend in ("ray", "process"):
         raise ValueError(
-            "learner.lora with distributed.backend=ray is not supported yet (its rollout workers load plain "
+            f"learner.lora with distributed.backend={cfg.distributed.backend} is not supported yet (its rollout workers load plain "
             "models and take full weights); use distributed.backend=local (asynchronous workers take adapters)"
         )
     return apply_lora(load_model(cfg.model.path, cfg.model.dtype, cfg.model.device), cfg.learner.lora)

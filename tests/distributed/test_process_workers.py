@@ -1,0 +1,132 @@
+"""Rollout workers as child processes (``distributed.backend: process``): same results as one process,
+the staleness bound, dead workers replaced, weights moved through shared memory."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+import torch
+
+from agent_rl.distributed.process_group import pack, unpack
+from agent_rl.train.trainer import Trainer
+from tests.distributed.conftest import small_config
+from tests.distributed.helpers import record_rollouts
+from tests.distributed.test_async import LATENCY_ENV
+
+pytestmark = pytest.mark.distributed
+
+
+def _run(cfg, steps: int):
+    trainer = Trainer(cfg, log=lambda *a: None)
+    record = record_rollouts(trainer)
+    try:
+        metrics = [trainer.step(s) for s in range(steps)]
+    finally:
+        trainer.rollouts.close()
+    return trainer, record, metrics
+
+
+def _key(t):
+    return (t.group_id, t.token_ids_T, t.loss_mask_T, t.reward, [u.policy_version for u in t.turns_N])
+
+
+def test_pack_keeps_every_tensor_and_value_in_order():
+    sd = {
+        "a": torch.arange(6, dtype=torch.float32).view(2, 3),
+        "n": 7,
+        "b": torch.tensor([1, 2], dtype=torch.int64),
+        "c": torch.ones(4, dtype=torch.float32),
+    }
+    packed = pack(sd)
+    assert len(packed["flats"]) == 2  # one flat tensor per dtype
+    assert all(f.is_shared() for f in packed["flats"])
+    out = unpack(packed)
+    assert list(out) == ["a", "n", "b", "c"]
+    assert out["n"] == 7
+    for k in ("a", "b", "c"):
+        assert out[k].dtype == sd[k].dtype and torch.equal(out[k], sd[k])
+    assert out["a"].data_ptr() == packed["flats"][0].data_ptr()  # views, nothing copied
+
+
+def test_process_workers_synchronous_equal_local(tmp_path, tiny_model_dir):
+    lr = "learner.lr=0.05"  # large enough that step 1 samples from visibly different weights
+    local, local_rec, _ = _run(small_config(tmp_path / "local", tiny_model_dir, lr), steps=2)
+    cfg = small_config(
+        tmp_path / "proc",
+        tiny_model_dir,
+        lr,
+        "distributed.backend=process",
+        "distributed.process.num_rollout_workers=2",
+    )
+    remote, rec, metrics = _run(cfg, steps=2)
+    for (s1, v1, ts1), (s2, v2, ts2) in zip(local_rec.calls, rec.calls, strict=True):
+        assert (s1, v1) == (s2, v2)
+        assert [_key(t) for t in ts1] == [_key(t) for t in ts2]
+        for t1, t2 in zip(ts1, ts2, strict=True):  # other batch shapes: equal up to float rounding
+            torch.testing.assert_close(
+                torch.tensor(t1.rollout_logprobs_T), torch.tensor(t2.rollout_logprobs_T), rtol=0, atol=1e-5
+            )
+    assert [u.policy_version for _, _, ts in rec.calls for t in ts for u in t.turns_N][-1] == 1
+    for (name, p1), p2 in zip(
+        local.components.model.state_dict().items(), remote.components.model.state_dict().values(), strict=True
+    ):
+        torch.testing.assert_close(p1, p2, rtol=0, atol=1e-5, msg=name)
+    assert metrics[1]["distributed/staleness_max"] == 0
+    assert sum(m.get("distributed/weights_mismatches", 0) for m in metrics) == 0  # every swap confirmed
+    assert sum(m.get("distributed/weight_loads", 0) for m in metrics) >= 2  # start weights, then version 1
+
+
+def test_a_killed_worker_process_is_replaced_and_nothing_is_lost(tmp_path, tiny_model_dir):
+    cfg = small_config(
+        tmp_path,
+        tiny_model_dir,
+        "distributed.backend=process",
+        "distributed.max_staleness=1",
+        "distributed.process.num_rollout_workers=2",
+        *LATENCY_ENV,
+    )
+    trainer = Trainer(cfg, log=lambda *a: None)
+    record = record_rollouts(trainer)
+    source = trainer.rollouts
+    victim = source.group.handles()[0]
+    inner = source.rollout
+
+    def rollout(step: int, round_: int, n: int):
+        if step == 1:  # step 2's groups were just dispatched to both workers: kill one mid-episode
+            threading.Timer(0.2, os.kill, args=(victim.pid, signal.SIGKILL)).start()
+        return inner(step, round_, n)
+
+    source.rollout = rollout
+    try:
+        metrics = [trainer.step(s) for s in range(4)]
+    finally:
+        source.close()
+    assert sum(m.get("distributed/worker_restarts", 0) for m in metrics) == 1
+    assert sum(m.get("distributed/requeued_after_failure", 0) for m in metrics) >= 1
+    assert victim not in source.group.handles()
+    assert "exited with code -9" in str(victim.dead)
+    for step, (s, _, ts) in enumerate(record.calls):  # every step trained on all of its groups
+        assert s == step
+        assert sorted(t.group_id for t in ts) == sorted([f"s{step}r0p0"] * 2 + [f"s{step}r0p1"] * 2)
+    assert all(v <= 1 for v in record.staleness_values())
+    assert max(record.staleness_values()) == 1  # produced one version ahead
+    assert all(not h.process.is_alive() for h in source.group.handles())  # closed with the source
+
+
+def test_a_worker_that_cannot_start_stops_the_run_in_one_line(tmp_path, tiny_model_dir, monkeypatch):
+    from agent_rl.distributed import process_group
+
+    cfg = small_config(tmp_path, tiny_model_dir, "distributed.backend=process", "distributed.max_staleness=1")
+    real = process_group.ProcessWorkerGroup.__init__
+
+    def init(self, cfg_, *args, **kwargs):  # the trainer's own env is built by now: break only the worker's
+        cfg_.env.id = "agent_rl/NoSuchEnv-v0"
+        return real(self, cfg_, *args, **kwargs)
+
+    monkeypatch.setattr(process_group.ProcessWorkerGroup, "__init__", init)
+    with pytest.raises(ValueError, match=r"rollout worker rollout-0-1 could not start: .*NoSuchEnv") as e:
+        Trainer(cfg, log=lambda *a: None)
+    assert "\n" not in str(e.value)
