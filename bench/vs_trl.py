@@ -21,17 +21,21 @@ ours ``Trainer.weight_sync``) and the rest. A table per phase with the ratio fol
 Our side runs with the features in ``OURS_FAST`` (a user turns them on in the config; each has its
 equality tests); ``--ours-defaults`` runs our defaults instead.
 
-    python bench/vs_trl.py [--steps 6] [--model DIR] [--threads N] [--ours-defaults]
+    python bench/vs_trl.py --threads N [--steps 6] [--model DIR] [--ours-defaults]
 
 Prints a table and ``speedup = trl_s_per_step / ours_s_per_step``. Needs the ``bench`` extra (trl).
 On a shared, loaded machine pass ``--threads 1``: two OpenMP threads on two busy cores stall at
 every parallel region, and the wall times then measure the scheduler more than either trainer.
+
+Without ``--threads`` (or with ``--cores N``) the comparison is of the same cores for each side, every
+side in its own process and ours asynchronous: ``bench/vs_trl_cores.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import io
 import os
 import re
@@ -101,7 +105,25 @@ def timed(obj, name: str, add) -> None:
         finally:
             add(time.perf_counter() - t0, time.process_time() - c0)
 
-    setattr(obj, name, wrapper)
+    if callable(fn) and not inspect.isroutine(
+        fn
+    ):  # an object called as a function (``WeightSync``): keep its other attributes
+        setattr(obj, name, _TimedObject(fn, wrapper))
+    else:
+        setattr(obj, name, wrapper)
+
+
+class _TimedObject:
+    """``obj`` with its calls timed (a called object is looked up by type, so it cannot be patched in place)."""
+
+    def __init__(self, obj, call):
+        self._obj, self._call = obj, call
+
+    def __call__(self, *args, **kwargs):
+        return self._call(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._obj, name)
 
 
 # -- prompts shared by both sides --------------------------------------------------------------
@@ -307,15 +329,50 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=6, help="timed steps after one warm-up step")
     p.add_argument("--model", default=None, help="tiny checkpoint dir (default: built into a temp dir)")
-    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads for both sides (default: torch's)")
+    p.add_argument(
+        "--cores",
+        type=int,
+        default=None,
+        help="the same N cores for each side, every side in its own process, ours asynchronous (default: all)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="instead of --cores: both sides in this process, interleaved, N torch threads each",
+    )
+    p.add_argument("--rounds", type=int, default=2, help="--cores: rounds of the sides, alternating order")
+    p.add_argument("--worker-threads", type=int, default=1, help="--cores: torch threads of our rollout worker")
+    p.add_argument("--no-sync", dest="sync", action="store_false", help="--cores: skip our synchronous side")
+    p.add_argument(
+        "--turn-envs", default=None, help="--cores: the multi-turn part's envs, comma-separated (default: all three)"
+    )
     p.add_argument("--ours-defaults", action="store_true", help="our side without OURS_FAST (our config defaults)")
     p.add_argument(
-        "--turn-steps", type=int, default=3, help="part 2: timed updates per env on multi-turn rows (0: skip)"
+        "--turn-steps",
+        type=int,
+        default=None,
+        help="multi-turn part: timed updates per env (0: skip; default 3, --cores 2)",
     )
     a = p.parse_args()
-    if a.steps < 1:
-        raise SystemExit("--steps must be >= 1")
+    if a.steps < 1 or a.rounds < 1:
+        raise SystemExit("--steps and --rounds must be >= 1")
+    if a.cores is not None and a.threads is not None:
+        raise SystemExit("--cores and --threads are two comparisons: give one of them")
+    if a.model is not None and not (Path(a.model) / "config.json").is_file():
+        raise SystemExit(
+            f"--model {a.model}: no model there (config.json); make one with `agent-rl init-model tiny --out DIR`"
+        )
+    a.omp_wait_policy = os.environ.get("OMP_WAIT_POLICY")  # the user's, before agent_rl sets its own
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    if a.threads is None:  # the same cores for each side, ours overlapping generation and training
+        if a.ours_defaults:
+            raise SystemExit("--ours-defaults applies to --threads N (the --cores comparison runs OURS_FAST)")
+        from bench.vs_trl_cores import run
+
+        a.turn_steps = 2 if a.turn_steps is None else a.turn_steps
+        return run(a)
+    a.turn_steps = 3 if a.turn_steps is None else a.turn_steps
     import torch
     import transformers
     import trl
