@@ -343,6 +343,12 @@ def main() -> None:
     )
     p.add_argument("--rounds", type=int, default=2, help="--cores: rounds of the sides, alternating order")
     p.add_argument("--worker-threads", type=int, default=1, help="--cores: torch threads of our rollout worker")
+    p.add_argument(
+        "--learner-threads",
+        type=int,
+        default=None,
+        help="--cores: torch threads of our learner (default: the other cores)",
+    )
     p.add_argument("--no-sync", dest="sync", action="store_false", help="--cores: skip our synchronous side")
     p.add_argument(
         "--turn-envs", default=None, help="--cores: the multi-turn part's envs, comma-separated (default: all three)"

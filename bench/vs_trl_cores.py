@@ -48,7 +48,14 @@ def _proc_cpu_s(pid: int) -> float:
 
 
 def run_side(
-    side: str, model_dir: str, cores: int, steps: int, worker_threads: int, turn_steps: int, turn_envs: list[str]
+    side: str,
+    model_dir: str,
+    cores: int,
+    steps: int,
+    worker_threads: int,
+    learner_threads: int,
+    turn_steps: int,
+    turn_envs: list[str],
 ) -> dict:
     """Train ``steps + 1`` steps of ``side``; per step its wall, CPU and phases (and the turns' updates)."""
     import torch  # before agent_rl: TRL's side keeps the OpenMP settings it was started with
@@ -68,7 +75,6 @@ def run_side(
             return out
         extra = list(OURS_FAST)
         if side == "async":
-            learner_threads = max(1, cores - worker_threads)
             extra += [
                 "distributed.backend=process",
                 "distributed.max_staleness=1",
@@ -151,7 +157,7 @@ def run(a) -> None:
     )
     print(
         f"ours (async): distributed.backend=process, max_staleness=1, worker threads {a.worker_threads}, "
-        f"learner threads {max(1, cores - a.worker_threads)}"
+        f"learner threads {_learner_threads(a, cores)}"
     )
     progress = script_progress("bench/vs_trl", a.rounds * len(sides), unit="side")
     results: dict[str, list[dict]] = {s: [] for s in sides}
@@ -189,6 +195,7 @@ def _side_process(side: str, model_dir: str, cores: int, a, out: Path) -> dict:
         str(cores),
         str(a.steps),
         str(a.worker_threads),
+        str(_learner_threads(a, cores)),
         str(a.turn_steps),
         a.turn_envs or "",
         str(out),
@@ -197,6 +204,10 @@ def _side_process(side: str, model_dir: str, cores: int, a, out: Path) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"the {LABELS[side]} side failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     return json.loads(out.read_text())
+
+
+def _learner_threads(a, cores: int) -> int:
+    return a.learner_threads or max(1, cores - a.worker_threads)
 
 
 def _load() -> str:
@@ -311,12 +322,16 @@ def _what_bounds(results: dict, rate: dict, single: float, multi: float | None) 
         print(f"multi-turn target {TARGET_MULTI:.1f}x not reached (update only: no overlap to gain)")
 
 
-if __name__ == "__main__":  # one side: vs_trl_cores.py SIDE MODEL CORES STEPS WORKER_THREADS TURN_STEPS TURN_ENVS OUT
+if (
+    __name__ == "__main__"
+):  # one side: vs_trl_cores.py SIDE MODEL CORES STEPS WORKER_T LEARNER_T TURN_STEPS TURN_ENVS OUT
     sys.path.insert(0, str(ROOT))
-    side, model_dir, cores, steps, worker_threads, turn_steps, turn_envs, out_path = sys.argv[1:9]
+    side, model_dir, cores, steps, worker_threads, learner_threads, turn_steps, turn_envs, out_path = sys.argv[1:10]
     import transformers
 
     transformers.utils.logging.set_verbosity_error()
     envs = [e for e in turn_envs.split(",") if e]
-    res = run_side(side, model_dir, int(cores), int(steps), int(worker_threads), int(turn_steps), envs)
+    res = run_side(
+        side, model_dir, int(cores), int(steps), int(worker_threads), int(learner_threads), int(turn_steps), envs
+    )
     Path(out_path).write_text(json.dumps(res))
