@@ -17,6 +17,8 @@ single-player puzzles, and two-player games against a fixed opponent.
   their reset seeds: the adapter gives each env its own ``random.Random``, put in place of the
   ``random`` module in textarena's modules while it runs upstream code (once a reset or a step,
   under one lock), so envs in one process neither disturb each other nor the caller's ``random``.
+  Steps of the games whose step draws nothing (``games.STEP_DRAWS_NOTHING``: FrozenLake,
+  TowerOfHanoi) skip the swap.
 * **opponent** (two-player games): ``random`` (a uniformly random legal move, from a generator
   seeded by the episode's seed) or ``first`` (the first legal move); the agent is ``agent_player``.
 * **reward**: the upstream's, given at the step that ends the game (single-player: 1 when solved,
@@ -32,7 +34,7 @@ from typing import Any
 
 from envs.splits import SPLITS
 from envs.text_games import GameStart, GameStep, TextGameEnv, require
-from envs.textarena.games import LEGAL_MOVES, check_game, family
+from envs.textarena.games import LEGAL_MOVES, STEP_DRAWS_NOTHING, check_game, family
 
 OPPONENTS = ("random", "first")
 _UPSTREAM = threading.Lock()  # textarena's modules hold one env's generator at a time (a reset or a step)
@@ -127,6 +129,7 @@ class TextArenaEnv(TextGameEnv):
             raise ValueError(f"agent_player must be in 0..{self.players - 1}, got {agent_player}")
         self.game, self.opponent, self.agent = game, opponent, agent_player
         self._legal_moves = LEGAL_MOVES.get(family(game))  # None: the game lists no legal moves
+        self._step_draws = family(game) not in STEP_DRAWS_NOTHING  # False: steps need no generator swap
         self._env: Any = None
         self._rng = random.Random(0)  # what textarena's modules see as ``random`` during this env's calls
         self._modules: list | None = None  # those modules, found once the game is made
@@ -155,13 +158,18 @@ class TextArenaEnv(TextGameEnv):
             command = f"[{command}]"  # upstream's ActionFormattingWrapper
         state = self._env.state
         errors = state.error_count
-        with self._own_random:  # once a step: the agent's move and the opponent's replies
+        if self._step_draws:
+            with self._own_random:  # once a step: the agent's move and the opponent's replies
+                done, _ = self._env.step(command)
+                invalid = state.error_count > errors or state.game_info[self.agent].get("invalid_move", False)
+                self._over = over = bool(done)
+                if self.players > 1:
+                    self._opponent_moves()
+                    over = self._over
+        else:  # a single-player game whose step reads no random (STEP_DRAWS_NOTHING): no swap, no lock
             done, _ = self._env.step(command)
             invalid = state.error_count > errors or state.game_info[self.agent].get("invalid_move", False)
             self._over = over = bool(done)
-            if self.players > 1:
-                self._opponent_moves()
-                over = self._over
         if not over:
             return GameStep(reply=self._agent_view(), valid_action=not invalid, valid=self._legal())
         reward = float((state.rewards or {}).get(self.agent, 0.0))

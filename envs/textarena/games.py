@@ -23,6 +23,10 @@ SINGLE_PLAYER = (
     "Sokoban",
 )
 TWO_PLAYER = ("TicTacToe", "ConnectFour", "KuhnPoker")
+#: families whose ``step`` draws nothing from ``random`` (textarena 0.7.4: FrozenLake draws its board
+#: at reset only, TowerOfHanoi never); the adapter steps them without swapping in the env's generator.
+#: tests/envs/test_text_games.py plays them with textarena's ``random`` made unusable during steps.
+STEP_DRAWS_NOTHING = ("FrozenLake", "TowerOfHanoi")
 #: families that download nltk corpora at run time
 WORD_GAMES = (
     "Wordle",

@@ -7,6 +7,7 @@ contract run over every registered env in tests/envs/test_contract.py.
 from __future__ import annotations
 
 import random
+import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -289,6 +290,48 @@ def test_ta_keeps_its_own_random_state():
     alone = env_a.reset(seed=5)[0]
     env_b.reset(seed=9)  # another env's reset in between changes nothing for env_a or the caller
     assert env_a.reset(seed=5)[0] == alone and random.random() == before
+
+
+class _NoRandom:
+    """Stands for textarena's ``random`` where a game's step must not draw from it."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the game's step used random.{name}")
+
+
+def _unusable_random(patch) -> None:
+    """``patch`` (a monkeypatch context) puts ``_NoRandom`` in place of textarena's ``random``."""
+    for name, module in list(sys.modules.items()):
+        if name.startswith("textarena") and getattr(module, "random", None) is random:
+            patch.setattr(module, "random", _NoRandom())
+
+
+@pytest.mark.parametrize("game", ["FrozenLake-v0-hardcore", "TowerOfHanoi-v0-medium"])
+def test_ta_steps_of_step_draws_nothing_games_use_no_random(game, monkeypatch):
+    """The adapter steps these families without its generator swap (games.STEP_DRAWS_NOTHING):
+    their steps, solved and noisy episodes alike, must run with textarena's ``random`` unusable."""
+    from envs.textarena import policies
+    from envs.textarena.games import STEP_DRAWS_NOTHING, family
+
+    assert family(game) in STEP_DRAWS_NOTHING
+    env = gym.make("agent_rl/TextArena-v0", game=game, max_turns=40).unwrapped
+    for seed in range(5):
+        for policy in (policies.solver, policies.noisy_solver):
+            obs, _ = env.reset(seed=seed, options={"split": "test"})
+            with monkeypatch.context() as m:
+                _unusable_random(m)
+                messages, rng, done = list(obs), random.Random(seed), False
+                while not done:
+                    action = policy(messages, rng)
+                    obs, _, terminated, truncated, _ = env.step(action)
+                    messages += [{"role": "assistant", "content": action}, *obs]
+                    done = terminated or truncated
+        env.reset(seed=seed, options={"split": "test"})
+        with monkeypatch.context() as m:
+            _unusable_random(m)
+            assert env.step("[nonsense]")[4]["action_valid"] is False  # the upstream's warning
+            assert env.step("[nonsense]")[2]  # then its penalty ends the game
+    env.close()
 
 
 def test_ta_word_games_are_refused_in_one_line():
