@@ -27,16 +27,19 @@ import itertools
 import multiprocessing
 import threading
 import time
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import torch
 import torch.multiprocessing  # noqa: F401 - tensors cross the pipe as shared-memory handles
 
+from agent_rl.config import Config
 from agent_rl.core.plugins import load_entry_points
 from agent_rl.distributed.buffer import LoopThread
 from agent_rl.distributed.weights import cpu_state_dict
 from agent_rl.distributed.worker import RolloutWorker
 from agent_rl.models.fingerprint import content_digest
+from agent_rl.run.runtime import Components
 
 CLOSE_WAIT_S = 10.0  # a worker asked to close gets this long before it is killed
 
@@ -90,9 +93,6 @@ def serve(conn: Any, cfg_json: dict, engine_options: dict, threads: int) -> None
     """A worker process's main: build the worker from the config, then answer the pipe until closed."""
     torch.set_num_threads(max(1, threads))
     try:
-        from agent_rl.config import Config
-        from agent_rl.run.runtime import Components
-
         load_entry_points()  # this process: the installed plugins the config may name
         cfg = Config.model_validate(cfg_json)
         components = Components(cfg)
@@ -166,8 +166,6 @@ async def _answer(conn: Any, worker: RolloutWorker) -> None:
 
 def _portable(error: BaseException) -> BaseException:
     """``error`` if it survives pickling, else a RuntimeError that says what it was."""
-    from multiprocessing.reduction import ForkingPickler
-
     try:
         ForkingPickler.loads(ForkingPickler.dumps(error))
         return error

@@ -25,6 +25,7 @@ from agent_rl.distributed.buffer import (
     Plan,
     plans_state,
 )
+from agent_rl.distributed.process_group import ProcessWorkerGroup
 from agent_rl.distributed.worker import RolloutWorker
 from agent_rl.learner import fsdp
 from agent_rl.learner.learner import Learner
@@ -203,8 +204,6 @@ def make_rollout_source(
 
         group: Any = RayWorkerGroup(cfg, engine_options, components.model, version)
     elif d.backend == "process":
-        from agent_rl.distributed.process_group import ProcessWorkerGroup
-
         try:
             group = ProcessWorkerGroup(cfg, engine_options, components.model, version, loop)
         except BaseException:
