@@ -91,6 +91,7 @@ class Setting:
     env: list[str]  # overrides of every run (and of SFT, before ``sft``)
     sft: list[str]  # overrides of the SFT that builds the starting model
     lr: float  # learner.lr of every run unless --lr
+    sft_steps: int  # SFT steps of the starting model unless --sft-steps
     init_model: list[str] = field(default_factory=list)  # extra init-model flags
 
 
@@ -117,10 +118,10 @@ TWX_SFT = ["sft.demos=300", "sft.batch_size=8", "sft.lr=1.0e-3", "sft.eval_every
            "sft.patience=5"]  # fmt: skip
 
 SETTINGS: dict[str, Setting] = {
-    "maze": Setting("maze.yaml", "agent_rl/Maze-v0", MAZE, SFT, lr=1e-3),
+    "maze": Setting("maze.yaml", "agent_rl/Maze-v0", MAZE, SFT, lr=1e-3, sft_steps=800),
     # lr 2e-4: configs/twx_coin.yaml's (at 1e-3 five GRPO steps collapsed its SFT model, docs/text-games.md)
     "twx_coin_long": Setting(
-        "twx_coin.yaml", "agent_rl/TextWorldExpress-v0", TWX_COIN_LONG, TWX_SFT, lr=2e-4,
+        "twx_coin.yaml", "agent_rl/TextWorldExpress-v0", TWX_COIN_LONG, TWX_SFT, lr=2e-4, sft_steps=100,
         init_model=["--max-position-embeddings", "4096"],
     ),
 }  # fmt: skip
@@ -136,7 +137,7 @@ COMMON = [
 ]
 
 
-def build_model(out: Path, device: str, sft_steps: int, setting: Setting) -> Path:
+def build_model(out: Path, device: str, sft_steps: int | None, setting: Setting) -> Path:
     """init-model + SFT on the setting's scripted teacher (the starting point of every run)."""
     cli = [sys.executable, "-m", "agent_rl.cli"]
     if not (out / "tiny").exists():
@@ -146,7 +147,7 @@ def build_model(out: Path, device: str, sft_steps: int, setting: Setting) -> Pat
         )
     subprocess.run(
         [*cli, "sft", str(ROOT / "configs" / setting.config), f"model.path={out / 'tiny'}", "sandbox.backend=process",
-         f"model.device={device}", *setting.env, *setting.sft, f"sft.max_steps={sft_steps}",
+         f"model.device={device}", *setting.env, *setting.sft, f"sft.max_steps={sft_steps or setting.sft_steps}",
          f"sft.out={out / 'sft_model'}", f"run.root={out}", "tracking.progress=false"],
         check=True,
     )  # fmt: skip
@@ -460,7 +461,9 @@ def main() -> None:
         "--device", default="cpu", help="model.device of every run (cuda: the hf backend and learner on a GPU)"
     )
     p.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process (1: in this process)")
-    p.add_argument("--sft-steps", type=int, default=800, help="SFT steps when --model is not given")
+    p.add_argument(
+        "--sft-steps", type=int, default=None, help="SFT steps when --model is not given (default: the setting's)"
+    )
     p.add_argument("--one", nargs=2, metavar=("METHOD", "SEED"), help=argparse.SUPPRESS)
     p.add_argument(
         "overrides", nargs="*", help="config overrides of every run, after the bench's own (e.g. rollout.max_turns=8)"

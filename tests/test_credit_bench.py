@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from tests.conftest import cli_env
 
@@ -21,11 +22,35 @@ BRANCHING = {"cbpo", "arpo", "vineppo"}
 GRAPH = {"gigpo", "g2po"}
 
 
-def test_every_method_logs_its_credit_diagnostics(tmp_path, tiny_model_dir):
+def load_bench():
     spec = importlib.util.spec_from_file_location("credit_assignment", ROOT / "bench" / "credit_assignment.py")
     bench = sys.modules["credit_assignment"] = importlib.util.module_from_spec(spec)  # its dataclass looks itself up
     spec.loader.exec_module(bench)
-    METHODS = bench.METHODS  # noqa: N806 (the bench's constant)
+    return bench
+
+
+def test_summary_numbers_hand_computed():
+    bench = load_bench()
+    # mean 0.6, sd 0.141421, t(1 df) 12.706: half width 12.706 * 0.141421 / sqrt(2) = 1.2706
+    assert bench.mean_ci([0.5, 0.7]) == "0.600 [-0.671, 1.871]"
+    assert bench.mean_ci([0.25]) == "0.250"
+    # trapezoids over tokens 0, 10, 30: (10 * 0.3 + 20 * 0.4) / 30 = 0.3667
+    curve = [{"tokens": 0, "success": 0.2}, {"tokens": 10, "success": 0.4}, {"tokens": 30, "success": 0.4}]
+    assert bench.area(curve) == (10 * 0.3 + 20 * 0.4) / 30
+    won = [SimpleNamespace(reward=1.0, turns_N=[0] * 12), SimpleNamespace(reward=1.0, turns_N=[0] * 15)]
+    lost = [SimpleNamespace(reward=0.0, turns_N=[0] * 20), SimpleNamespace(reward=None, turns_N=[])]
+    assert bench.turns_to_success(won + lost) == 13.5 and bench.turns_to_success(lost) is None
+
+
+def test_a_missing_model_directory_is_one_line(tmp_path):
+    cmd = [sys.executable, str(ROOT / "bench" / "credit_assignment.py"), "--model", str(tmp_path / "nope")]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=cli_env(), timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1].endswith(f"error: --model {tmp_path / 'nope'}: no such model directory")
+
+
+def test_every_method_logs_its_credit_diagnostics(tmp_path, tiny_model_dir):
+    METHODS = load_bench().METHODS  # noqa: N806 (the bench's constant)
 
     out = tmp_path / "bench"
     cmd = [
