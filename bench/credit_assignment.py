@@ -1,32 +1,46 @@
-"""Credit assignment on long episodes: GRPO vs GiGPO, G2PO, CBPO and SPO at equal sampled-token budgets.
+"""Credit assignment on long episodes: GRPO vs SPO, GiGPO, G2PO, CBPO, turn-level GAE, ARPO and VinePPO at
+equal sampled-token budgets.
 
-Every method trains the same SFT'd tiny model on ``agent_rl/Maze-v0`` (configs/maze.yaml: one move
-per turn, shortest paths of 8-12 moves, 14 turns, here with sparse walls: ``MAZE`` below) until it
-has sampled ``--budget-tokens`` new policy tokens (a branch's copied prefix is not counted: it was sampled once, by its parent).
+Every method trains the same SFT'd tiny model on one ``--setting`` until it has sampled
+``--budget-tokens`` new policy tokens (a branch's copied prefix is not counted: it was sampled
+once, by its parent; VinePPO's value continuations are counted):
+
+- ``maze`` (the default, the measured one): ``agent_rl/Maze-v0`` (configs/maze.yaml: one move per
+  turn, shortest paths of 8-12 moves, 14 turns, here with sparse walls: ``MAZE`` below);
+- ``twx_coin_long``: TextWorld-Express CoinCollector (configs/twx_coin.yaml) with 10 rooms behind
+  doors and 20 turns (``TWX_COIN_LONG`` below); needs Java and ``textworld-express``.
+
 Held-out success (test split, the same tasks for every run, sampled at the rollout temperature)
 is measured at 0 tokens and every ``--eval-every-tokens``. Runs are interleaved
 (seed-major) so that machine load hits every method alike. Output, all under ``--out``:
 
 - ``runs/METHOD-sSEED/``: each run's directory, ``config.yaml`` and ``metrics.jsonl`` (one row per
   step; ``rollout/generated_tokens`` counts the sampled tokens only, a branch's copied prefix is in
-  ``rollout/copied_prefix_tokens``; ``eval/success`` at step 0 and at every evaluation), the format
-  ``agent-rl compare`` reads; no checkpoint is written;
+  ``rollout/copied_prefix_tokens``; ``eval/success`` at step 0 and at every evaluation; the
+  ``credit/`` diagnostics of every step, docs/learner.md), the format ``agent-rl compare`` reads; no
+  checkpoint is written;
 - ``success_vs_tokens.png`` and ``table.md``, drawn by ``agent_rl.commands.compare`` from those run
   directories (each method's seeds one group, aligned by sampled tokens), the table followed by
-  GRPO's late slope and each method's gap to GRPO;
+  each method's final held-out success with a 95% t interval over seeds, the area under success
+  against sampled tokens, the turns of the successful held-out episodes, the wall time of a run,
+  the mean of each ``credit/`` diagnostic over the training steps, GRPO's late slope and each
+  method's gap to GRPO;
 - ``results.jsonl``: one line per evaluation.
 
     OMP_NUM_THREADS=1 python bench/credit_assignment.py --model SFT_DIR --jobs 2 --seeds 0 1 2 \
         --budget-tokens 36000 --eval-every-tokens 6000 --eval-episodes 64
 
-(the measured run: 108 min on an idle 2-core machine; result in bench/results/credit_assignment/).
+(the measured run, five methods: 108 min on an idle 2-core machine; result in
+bench/results/credit_assignment/). ``--max-steps N`` also stops each run after N steps (the CI
+smoke test: ``tests/test_credit_bench.py``).
 
 Progress: one line per training step (piped) or a live bar: tokens sampled over all runs / the
 total budget, the run (``run 3/15 gigpo seed 0``), its step, reward and last held-out success, ETA.
 
-Without ``--model`` a tiny model is built and SFT'd on the maze's weak teacher first (minutes).
-``--jobs N`` runs N (method, seed) runs at once, each in its own process (``--device cuda``: all on
-one GPU); every run writes its own ``results-METHOD-sSEED.jsonl`` and the table is drawn from all.
+Without ``--model`` a tiny model is built and SFT'd on the setting's scripted teacher first
+(minutes). ``--jobs N`` runs N (method, seed) runs at once, each in its own process (``--device
+cuda``: all on one GPU); every run writes its own ``results-METHOD-sSEED.jsonl`` and the table is
+drawn from all.
 """
 
 from __future__ import annotations
@@ -37,6 +51,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,9 +59,11 @@ sys.path.insert(0, str(ROOT))
 
 from agent_rl.run.progress import TaskProgress, script_progress  # noqa: E402 (after the path of a checkout)
 
-# method -> overrides of configs/maze.yaml. Batches are sized to sample about the same number of
-# tokens per step: 32 episodes (GRPO/GiGPO/G2PO: 4 prompts x 8; CBPO: 4 prompts x (4 parents +
-# 4 branch/fresh slots); SPO: 32 prompts x 1, single stream).
+# method -> overrides of the setting's config. Batches are sized to sample about the same number of
+# tokens per step: 32 episodes (GRPO/GiGPO/G2PO/turn-GAE: 4 prompts x 8; CBPO and ARPO: 4 prompts x
+# (4 parents + 4 branch/fresh slots); SPO: 32 prompts x 1, single stream); VinePPO: 4 prompts x 2
+# main episodes, each forked 2 times at the start of each of its first 4 turns (up to 64 value
+# continuations: its steps sample more tokens, so it gets fewer of them within the same budget).
 METHODS: dict[str, list[str]] = {
     "grpo": ["algorithm.advantage.name=grpo"],
     "gigpo": ["algorithm.credit.name=gigpo"],
@@ -56,7 +73,27 @@ METHODS: dict[str, list[str]] = {
         "algorithm.credit.d_min=4", "algorithm.credit.window=4", "rollout.topk=10",
     ],
     "spo": ["algorithm.credit.name=spo", "rollout.group_size=1", "trainer.prompts_per_step=32"],
+    "turn_gae": ["algorithm.credit.name=turn_gae"],
+    "arpo": ["algorithm.credit.name=arpo", "algorithm.credit.total_rollouts=8", "rollout.group_size=4", "rollout.topk=10"],
+    "vineppo": [
+        "algorithm.credit.name=vineppo", "rollout.group_size=2", "algorithm.credit.mc_rollouts=2",
+        "algorithm.credit.max_points=4",
+    ],
 }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One environment of the comparison: its config, the env overrides of every run and of SFT."""
+
+    config: str  # under configs/
+    env_id: str  # whose text init-model's tokenizer also learns
+    env: list[str]  # overrides of every run (and of SFT, before ``sft``)
+    sft: list[str]  # overrides of the SFT that builds the starting model
+    lr: float  # learner.lr of every run unless --lr
+    sft_steps: int  # SFT steps of the starting model unless --sft-steps
+    init_model: list[str] = field(default_factory=list)  # extra init-model flags
+
 
 # the maze of every run: 8-12-move shortest paths (difficulty 3), 14 turns, sparse walls (0.1) so that
 # following the hint line mostly works and a policy's errors are its own detours (measured with
@@ -69,12 +106,30 @@ MAZE = ["env.options.difficulty=3", "env.options.wall_density=0.1", "env.options
 # 0.469 [0.344, 0.594] of 64 difficulty-3 test mazes
 SFT = ["env.options.difficulty=[1,2,3]", "env.options.wall_density=0.1", "env.options.hint_style=toward",
        "sft.lr=1.0e-3", "sft.batch_size=8", "sft.patience=10", "sft.eval_every_steps=200"]  # fmt: skip
+# TextWorld-Express CoinCollector with 10 rooms behind doors (no distractors): the coin is out of
+# sight, so the agent opens doors and walks (the upstream gold path, a random walk, takes 16.6
+# commands on average over 20 test games, 2-33); 20 turns, observations cut to 16 words before the
+# valid actions (which name the doors and moves)
+TWX_COIN_LONG = [
+    "env.options.game_params=numLocations=10,numDistractorItems=0,includeDoors=1", "env.options.max_turns=20",
+    "rollout.max_turns=20", "env.options.max_observation_tokens=16", "rollout.max_total_tokens=3072",
+]  # fmt: skip
+TWX_SFT = ["sft.demos=300", "sft.batch_size=8", "sft.lr=1.0e-3", "sft.eval_every_steps=50", "sft.eval_episodes=32",
+           "sft.patience=5"]  # fmt: skip
+
+SETTINGS: dict[str, Setting] = {
+    "maze": Setting("maze.yaml", "agent_rl/Maze-v0", MAZE, SFT, lr=1e-3, sft_steps=800),
+    # lr 2e-4: configs/twx_coin.yaml's (at 1e-3 five GRPO steps collapsed its SFT model, docs/text-games.md)
+    "twx_coin_long": Setting(
+        "twx_coin.yaml", "agent_rl/TextWorldExpress-v0", TWX_COIN_LONG, TWX_SFT, lr=2e-4, sft_steps=100,
+        init_model=["--max-position-embeddings", "4096"],
+    ),
+}  # fmt: skip
 
 COMMON = [
-    *MAZE,
     "sandbox.backend=process",
     "trainer.prompts_per_step=4",
-    "trainer.task_pool=128",  # a fixed pool of training mazes, revisited (SPO's tracker needs revisits)
+    "trainer.task_pool=128",  # a fixed pool of training tasks, revisited (SPO's tracker needs revisits)
     "trainer.eval_every=0",
     "tracking.loggers=[]",
     "tracking.progress=false",
@@ -82,17 +137,18 @@ COMMON = [
 ]
 
 
-def build_model(out: Path, device: str, sft_steps: int) -> Path:
-    """init-model + SFT on the maze's weak teacher (the starting point of every run)."""
+def build_model(out: Path, device: str, sft_steps: int | None, setting: Setting) -> Path:
+    """init-model + SFT on the setting's scripted teacher (the starting point of every run)."""
     cli = [sys.executable, "-m", "agent_rl.cli"]
     if not (out / "tiny").exists():
         subprocess.run(
-            [*cli, "init-model", "tiny", "--out", str(out / "tiny"), "--env", "agent_rl/Maze-v0"], check=True
+            [*cli, "init-model", "tiny", "--out", str(out / "tiny"), "--env", setting.env_id, *setting.init_model],
+            check=True,
         )
     subprocess.run(
-        [*cli, "sft", str(ROOT / "configs" / "maze.yaml"), f"model.path={out / 'tiny'}", "sandbox.backend=process",
-         f"model.device={device}", *SFT, f"sft.max_steps={sft_steps}", f"sft.out={out / 'sft_model'}", f"run.root={out}",
-         "tracking.progress=false"],
+        [*cli, "sft", str(ROOT / "configs" / setting.config), f"model.path={out / 'tiny'}", "sandbox.backend=process",
+         f"model.device={device}", *setting.env, *setting.sft, f"sft.max_steps={sft_steps or setting.sft_steps}",
+         f"sft.out={out / 'sft_model'}", f"run.root={out}", "tracking.progress=false"],
         check=True,
     )  # fmt: skip
     return out / "sft_model"
@@ -107,7 +163,8 @@ def initial_point(args: argparse.Namespace, out: Path, measure) -> dict:
     """The starting model's evaluation, the same for every method and seed (the same test tasks and
     per-request seeds; measured alike for all 15 runs): read from ``initial.json`` when an earlier
     run measured it with the same model and episodes, else measured and written there."""
-    path, key = out / "initial.json", {"model": str(Path(args.model).resolve()), "episodes": args.eval_episodes}
+    path = out / "initial.json"
+    key = {"model": str(Path(args.model).resolve()), "episodes": args.eval_episodes, "setting": args.setting}
     if path.exists():
         saved = json.loads(path.read_text())
         if saved["key"] == key:
@@ -123,18 +180,23 @@ def run_dir(out: Path, method: str, seed: int) -> Path:
     return out / "runs" / f"{method}-s{seed}"
 
 
-def run_overrides(method: str, seed: int, args: argparse.Namespace, out: Path) -> list[str]:
-    """configs/maze.yaml's overrides of one run (the command line's own ``overrides`` last: they win)."""
-    return [
+def run_config(method: str, seed: int, args: argparse.Namespace, out: Path):
+    """The config of one run: the setting's config with the bench's overrides (the command line's own last: they win)."""
+    from agent_rl.config import load_config
+
+    setting = SETTINGS[args.setting]
+    overrides = [
         f"model.path={args.model}",
         f"model.device={args.device}",
         f"run.dir={run_dir(out, method, seed)}",
+        *setting.env,
         *COMMON,
         *METHODS[method],
         f"trainer.seed={seed}",
-        f"learner.lr={args.lr}",
+        f"learner.lr={args.lr if args.lr is not None else setting.lr}",
         *args.overrides,
     ]
+    return load_config(ROOT / "configs" / setting.config, overrides)
 
 
 def run_dirs_from_results(rows: list[dict], out: Path, args: argparse.Namespace) -> None:
@@ -144,8 +206,6 @@ def run_dirs_from_results(rows: list[dict], out: Path, args: argparse.Namespace)
     evaluation, so that their running sum is the measured count; ``rollout/reward_mean_since_eval``
     the mean training reward of the steps in between) and a ``config.yaml`` resolved today from the
     bench's overrides (``--model`` as given; the runs' own files were not kept)."""
-    from agent_rl.config import load_config
-
     curves: dict[tuple[str, int], list[dict]] = {}
     for r in rows:
         curves.setdefault((r["method"], r["seed"]), []).append(r)
@@ -154,8 +214,7 @@ def run_dirs_from_results(rows: list[dict], out: Path, args: argparse.Namespace)
         if (path / "metrics.jsonl").exists():
             continue
         path.mkdir(parents=True, exist_ok=True)
-        cfg = load_config(ROOT / "configs" / "maze.yaml", run_overrides(method, seed, args, out))
-        (path / "config.yaml").write_text(cfg.to_yaml())
+        (path / "config.yaml").write_text(run_config(method, seed, args, out).to_yaml())
         lines, before = [], 0
         for r in sorted(curve, key=lambda r: r["tokens"]):
             row = {"step": r["step"], "eval/success": r["success"], "rollout/generated_tokens": r["tokens"] - before}
@@ -166,8 +225,14 @@ def run_dirs_from_results(rows: list[dict], out: Path, args: argparse.Namespace)
         (path / "metrics.jsonl").write_text("".join(lines))
 
 
+def turns_to_success(trajectories) -> float | None:
+    """Mean number of turns of the successful episodes (reward 1), None when none succeeded."""
+    turns = [len(t.turns_N) for t in trajectories if t.reward is not None and t.reward >= 1.0 - 1e-9]
+    return sum(turns) / len(turns) if turns else None
+
+
 def run_one(method: str, seed: int, args: argparse.Namespace, out: Path, report=None) -> list[dict]:
-    """Train one (method, seed) to the token budget; each evaluation row is appended to
+    """Train one (method, seed) to the token budget (or ``--max-steps``); each evaluation row is appended to
     ``results-METHOD-sSEED.jsonl`` as it is measured (a run stopped early keeps its curve so far),
     each step's metrics to the run directory's ``metrics.jsonl``. ``report(tokens, numbers)``: after
     every step and evaluation (the progress)."""
@@ -183,13 +248,10 @@ def run_one(method: str, seed: int, args: argparse.Namespace, out: Path, report=
 
     import asyncio
 
-    from agent_rl.config import load_config
     from agent_rl.train.evaluation import evaluate
     from agent_rl.train.trainer import Trainer
 
-    trainer = Trainer(
-        load_config(ROOT / "configs" / "maze.yaml", run_overrides(method, seed, args, out)), log=lambda *a: None
-    )
+    trainer = Trainer(run_config(method, seed, args, out), log=lambda *a: None)
     copied: list[int] = []
     grow = trainer._grow_branches
 
@@ -201,9 +263,10 @@ def run_one(method: str, seed: int, args: argparse.Namespace, out: Path, report=
     trainer._grow_branches = counting_grow
 
     def evaluation(tokens: int, step: int, t0: float, train_reward: float | None) -> dict:
-        result, _ = asyncio.run(evaluate(trainer.engine, args.eval_episodes, 1, split="test", seed=20_000))
+        result, episodes = asyncio.run(evaluate(trainer.engine, args.eval_episodes, 1, split="test", seed=20_000))
         row = {"method": method, "seed": seed, "tokens": tokens, "step": step, "success": result.success,
-               "train_reward": train_reward, "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
+               "turns_success": turns_to_success(episodes), "train_reward": train_reward,
+               "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
         return row
 
     t0 = time.perf_counter()
@@ -213,7 +276,7 @@ def run_one(method: str, seed: int, args: argparse.Namespace, out: Path, report=
     rows = [keep({**initial_point(args, out, lambda: evaluation(0, 0, t0, None)), "method": method, "seed": seed})]
     trainer.tracker.log(0, {"eval/success": rows[0]["success"], "rollout/generated_tokens": 0})
     tokens, step, next_eval, rewards = 0, 0, args.eval_every_tokens, []
-    while tokens < args.budget_tokens:
+    while tokens < args.budget_tokens and (args.max_steps is None or step < args.max_steps):
         copied.clear()
         metrics = trainer.step(step)
         step += 1
@@ -221,7 +284,8 @@ def run_one(method: str, seed: int, args: argparse.Namespace, out: Path, report=
         tokens += sampled
         rewards.append(metrics["rollout/reward_mean"])
         metrics.update({"rollout/generated_tokens": sampled, "rollout/copied_prefix_tokens": sum(copied)})
-        if tokens >= next_eval or tokens >= args.budget_tokens:
+        last = tokens >= args.budget_tokens or step == args.max_steps
+        if tokens >= next_eval or last:
             report(tokens, {"step": step, "reward": metrics["rollout/reward_mean"], "phase": "evaluation"})
             rows.append(keep(evaluation(tokens, step, t0, sum(rewards) / len(rewards))))
             metrics["eval/success"] = rows[-1]["success"]
@@ -275,11 +339,78 @@ def flatness_and_gaps(curves: dict[tuple[str, int], list[dict]], methods: list[s
     return out
 
 
+# two-sided 95% quantile of Student's t for 1..10 degrees of freedom (beyond: 1.96)
+T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228]
+
+
+def mean_ci(values: list[float]) -> str:
+    """``mean [lo, hi]``: a t interval over the seeds (one seed: the mean alone)."""
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return f"{mean:.3f}"
+    sd = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
+    half = (T975[n - 2] if n - 1 <= len(T975) else 1.96) * sd / n**0.5
+    return f"{mean:.3f} [{mean - half:.3f}, {mean + half:.3f}]"
+
+
+def area(curve: list[dict]) -> float:
+    """Area under success against sampled tokens (trapezoids), divided by the tokens: the curve's mean height."""
+    if len(curve) < 2 or curve[-1]["tokens"] <= 0:
+        return curve[-1]["success"]
+    total = sum(
+        (b["tokens"] - a["tokens"]) * (a["success"] + b["success"]) / 2 for a, b in zip(curve, curve[1:], strict=False)
+    )
+    return total / curve[-1]["tokens"]
+
+
+def results_table(curves: dict[tuple[str, int], list[dict]], methods: list[str]) -> list[str]:
+    """Per method over its seeds: final held-out success (95% t interval), area under success vs tokens,
+    turns of the successful held-out episodes at the last evaluation, wall time of a run."""
+    lines = [
+        "| method | seeds | final success [95% CI] | area under success vs tokens [95% CI] | turns to success | "
+        "wall time per run (s) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for m in methods:
+        runs = [c for k, c in sorted(curves.items()) if k[0] == m]
+        turns = [c[-1]["turns_success"] for c in runs if c[-1].get("turns_success") is not None]
+        seconds = [c[-1]["seconds"] for c in runs if c[-1].get("seconds") is not None]
+        lines.append(
+            f"| {m} | {len(runs)} | {mean_ci([c[-1]['success'] for c in runs])} | {mean_ci([area(c) for c in runs])} "
+            f"| {f'{sum(turns) / len(turns):.1f}' if turns else '-'} "
+            f"| {f'{sum(seconds) / len(seconds):.0f}' if seconds else '-'} |"
+        )
+    return lines
+
+
+def diagnostics_table(out: Path, runs: list[tuple[str, int]], methods: list[str]) -> list[str]:
+    """Each ``credit/`` metric's mean over all training steps of a method's runs (``-``: not logged)."""
+    from agent_rl.run.tracking import read_metrics
+
+    sums: dict[tuple[str, str], list[float]] = {}
+    for m, s in runs:
+        for row in read_metrics(run_dir(out, m, s)):
+            for k, v in row.items():
+                if k.startswith("credit/") and isinstance(v, int | float):
+                    sums.setdefault((k, m), []).append(float(v))
+    keys = sorted({k for k, _ in sums}, key=lambda k: (not k.startswith("credit/adv_var"), k))
+    if not keys:
+        return []
+    lines = ["| diagnostic (mean over steps) | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
+    for k in keys:
+        cells = [f"{sum(v) / len(v):.4g}" if (v := sums.get((k, m))) else "-" for m in methods]
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def summarize(rows: list[dict], out: Path) -> str:
     """``agent_rl.commands.compare``'s plot and table of held-out success against sampled tokens over the run
-    directories (each method's seeds one group), then GRPO's late slope and the gaps to GRPO over the
-    evaluations every run reached (runs cut short by a time limit are compared at the last evaluation
-    they all have, so every method gets the same token budget)."""
+    directories (each method's seeds one group), then per method the final success with its 95%
+    interval over seeds, the area under the curve, turns to success and wall time, the mean of each
+    ``credit/`` diagnostic over the training steps, and GRPO's late slope and the gaps to GRPO over
+    the evaluations every run reached (runs cut short by a time limit are compared at the last
+    evaluation they all have, so every method gets the same token budget)."""
     from agent_rl.commands.compare import compare
 
     curves: dict[tuple[str, int], list[dict]] = {}
@@ -296,20 +427,30 @@ def summarize(rows: list[dict], out: Path) -> str:
         out=out / "success_vs_tokens.png",
         labels=[m for m, _ in runs],
     )
-    table = "\n".join([report, "", *flatness_and_gaps(curves, methods)])
+    parts = [report, "", *results_table(curves, methods)]
+    diagnostics = diagnostics_table(out, runs, methods)
+    if diagnostics:
+        parts += ["", *diagnostics]
+    table = "\n".join([*parts, "", *flatness_and_gaps(curves, methods)])
     (out / "table.md").write_text(table + "\n")
     return table
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", type=Path, default=None, help="SFT'd maze model (default: build one)")
+    p.add_argument(
+        "--setting", default="maze", choices=list(SETTINGS), help="the environment (default: maze, the measured one)"
+    )
+    p.add_argument("--model", type=Path, default=None, help="the setting's SFT'd model (default: build one)")
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--budget-tokens", type=int, default=20_000, help="sampled policy tokens per run")
     p.add_argument("--eval-every-tokens", type=int, default=5_000)
     p.add_argument("--eval-episodes", type=int, default=64)
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr", type=float, default=None, help="learner.lr (default: the setting's, maze 1e-3)")
+    p.add_argument(
+        "--max-steps", type=int, default=None, help="stop each run after this many steps, even under the token budget"
+    )
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "credit_bench")
     p.add_argument(
         "--summarize-only",
@@ -320,12 +461,18 @@ def main() -> None:
         "--device", default="cpu", help="model.device of every run (cuda: the hf backend and learner on a GPU)"
     )
     p.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process (1: in this process)")
-    p.add_argument("--sft-steps", type=int, default=800, help="SFT steps when --model is not given")
+    p.add_argument(
+        "--sft-steps", type=int, default=None, help="SFT steps when --model is not given (default: the setting's)"
+    )
     p.add_argument("--one", nargs=2, metavar=("METHOD", "SEED"), help=argparse.SUPPRESS)
     p.add_argument(
         "overrides", nargs="*", help="config overrides of every run, after the bench's own (e.g. rollout.max_turns=8)"
     )
     args = p.parse_args()
+    if args.model is not None and not args.model.is_dir():
+        p.error(f"--model {args.model}: no such model directory")
+    if args.max_steps is not None and args.max_steps < 1:
+        p.error(f"--max-steps must be >= 1, got {args.max_steps}")
     args.out.mkdir(parents=True, exist_ok=True)
     results = args.out / "results.jsonl"
     if args.one:  # a child of run_parallel: its own progress, into its log
@@ -337,7 +484,7 @@ def main() -> None:
     progress = None
     if not args.summarize_only:
         if args.model is None:
-            args.model = build_model(args.out, args.device, args.sft_steps)
+            args.model = build_model(args.out, args.device, args.sft_steps, SETTINGS[args.setting])
         runs = [(m, s) for s in args.seeds for m in args.methods]  # seed-major: every method sees the same load
         progress = script_progress("bench/credit_assignment", len(runs) * args.budget_tokens, unit="tokens")
         if args.jobs == 1:
@@ -379,19 +526,21 @@ def report(progress: TaskProgress, tokens: int, numbers: dict, run: str = "") ->
         progress.step(min(tokens, progress.total), numbers)
 
 
-def sampled_tokens(path: Path) -> int:
-    """Tokens a running run has sampled so far (its ``metrics.jsonl``)."""
+def sampled_tokens(run: Path) -> int:
+    """Tokens a running run has sampled so far (the ``metrics.jsonl`` of its directory ``run``)."""
     from agent_rl.run.tracking import read_metrics
 
-    return int(sum(r.get("rollout/generated_tokens", 0) for r in read_metrics(path))) if path.exists() else 0
+    return int(sum(r.get("rollout/generated_tokens", 0) for r in read_metrics(run)))
 
 
 def run_parallel(runs: list[tuple[str, int]], args: argparse.Namespace, progress: TaskProgress) -> None:
     """Each (method, seed) in its own process, ``--jobs`` at a time, one torch thread each; the
     progress sums the tokens the runs have sampled (read from their run directories every 10 s)."""
-    flags = ["--model", str(args.model), "--device", args.device, "--out", str(args.out), "--lr", str(args.lr),
+    flags = ["--setting", args.setting, "--model", str(args.model), "--device", args.device, "--out", str(args.out),
              "--budget-tokens", str(args.budget_tokens), "--eval-every-tokens", str(args.eval_every_tokens),
              "--eval-episodes", str(args.eval_episodes)]  # fmt: skip
+    flags += ["--lr", str(args.lr)] if args.lr is not None else []
+    flags += ["--max-steps", str(args.max_steps)] if args.max_steps is not None else []
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     pending, running, failed, finished = list(runs), {}, [], 0
     progress.phase(f"{min(args.jobs, len(runs))} runs at once (each one's progress in log-METHOD-sSEED.txt)")
@@ -413,9 +562,7 @@ def run_parallel(runs: list[tuple[str, int]], args: argparse.Namespace, progress
                     print(f"{key[0]} seed {key[1]}: exit {proc.returncode} (log-{key[0]}-s{key[1]}.txt)", flush=True)
         if time.monotonic() - polled > 10 or not (pending or running):
             polled = time.monotonic()
-            inflight = sum(
-                min(sampled_tokens(run_dir(args.out, m, s) / "metrics.jsonl"), args.budget_tokens) for m, s in running
-            )
+            inflight = sum(min(sampled_tokens(run_dir(args.out, m, s)), args.budget_tokens) for m, s in running)
             position = finished * args.budget_tokens + inflight
             if (position, finished) != last:  # a line when a run moved on, not every 10 s
                 last = (position, finished)

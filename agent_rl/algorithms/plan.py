@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from agent_rl.algorithms.credit.diagnostics import advantage_diagnostics
 from agent_rl.algorithms.losses import LossOptions
 from agent_rl.algorithms.needs import NEEDS
 from agent_rl.algorithms.registry import (
@@ -136,7 +137,11 @@ class ObjectivePlan:
         return kl_reward_penalty(self.reward_kl, batch.rollout_logprobs_BT, batch.ref_logprobs_BT, batch.loss_mask_BT)
 
     def advantages(self, x: Any) -> Any:
-        return self.advantage.fn(x, self.advantage_cfg)
+        """The advantage (or credit) entry's output, its metrics joined by the ``credit/`` diagnostics
+        of every advantage (``agent_rl/algorithms/credit/diagnostics.py``)."""
+        out = self.advantage.fn(x, self.advantage_cfg)
+        out.metrics.update(advantage_diagnostics(x, out))
+        return out
 
     def entries(self) -> list[ObjectiveEntry]:
         """Every registry entry the run uses: the advantage (or credit), loss, aggregation, KL, filters."""

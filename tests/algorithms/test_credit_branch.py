@@ -89,7 +89,12 @@ def test_cbpo_credit_on_a_branch_tree():
     fallback = [0, 0] + [-A] * 8
     assert out.advantages_BT.tolist() == [pytest.approx(r, abs=1e-5) for r in [parent, child1, child2, fallback]]
     assert out.loss_mask_BT[1].tolist() == [0] * 4 + [1] * 6 and out.loss_mask_BT[2].tolist() == [0] * 6 + [1] * 4
-    assert out.metrics == {"credit/cbpo_nodes": 2.0, "credit/cbpo_branches": 2.0}
+    # node (p,4): rewards 1 vs 0 differ; node (p,6): 1 vs 1 agree
+    assert out.metrics == {
+        "credit/cbpo_branches": 2.0,
+        "credit/branch_points": 2.0,
+        "credit/branch_outcome_differs_frac": 0.5,
+    }
 
 
 def test_cbpo_segments_never_overlap_each_token_trained_once():

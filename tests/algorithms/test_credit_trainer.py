@@ -19,6 +19,7 @@ def test_gigpo_trains_end_to_end(tmp_path, tiny_model_dir):
     metrics = [t.step(s) for s in range(2)]
     # the env gives a state key per turn; a prompt's samples share their first state
     assert all(m["credit/gigpo_nontrivial_step_groups"] >= 1 for m in metrics)
+    assert all(m["credit/shared_states"] >= 1 and 0 <= m["credit/zero_adv_frac"] <= 1 for m in metrics)
     assert all("train/loss" in m for m in metrics) and len(seen) == 2
     for batch, adv_BT in seen:
         assert torch.all(adv_BT[batch.loss_mask_BT == 0] == 0)
@@ -77,6 +78,7 @@ def test_cbpo_forks_branches_and_trains_each_shared_token_once(tmp_path, tiny_mo
     parents = {t.episode_id: t for t in rows}
     kids = [t for t in rows if t.parent_id is not None]
     assert len(kids) == metrics["credit/cbpo_branches"] >= 1
+    assert 1 <= metrics["credit/branch_points"] <= len(kids)
     for i, c in enumerate(rows):
         if c.parent_id is None:
             continue

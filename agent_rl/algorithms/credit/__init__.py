@@ -13,6 +13,8 @@ module per method:
     cbpo.py        cbpo             entropy-screened branches, contrastive branch values   (plan_cbpo)
     arpo.py        arpo             entropy-adaptive branching after tool calls            (plan_arpo)
     vineppo.py     vineppo          Monte Carlo values from branch continuations           (plan_vineppo)
+    diagnostics.py                  the ``credit/`` metrics of every advantage (zero-advantage groups, variance
+                                    per turn position) and of branch and graph methods
 
 The branch methods need trees of forked trajectories (``RolloutEngine.fork``); each declares its
 planner (``branch_planner=``, ``fn(groups, cfg, vocab_size, step) -> BranchPlan``), which tells the

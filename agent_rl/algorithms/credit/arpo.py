@@ -22,6 +22,7 @@ from agent_rl.algorithms.credit.common import (
     copied_prefix_mask,
     topk_entropy,
 )
+from agent_rl.algorithms.credit.diagnostics import branch_diagnostics
 from agent_rl.algorithms.registry import (
     AdvantageInputs,
     AdvantageOutput,
@@ -129,7 +130,11 @@ def arpo(x: AdvantageInputs, cfg: ArpoConfig) -> AdvantageOutput:
     rows = batch_rows(groups, x)
     adv_B = grpo_advantage_B(x.rewards_B, x.group_index_B, cfg.eps, norm_by_std=True)
     if cfg.attribution == "soft":
-        return AdvantageOutput(advantages_BT=(adv_B[:, None] * x.loss_mask_BT.double()).float())
+        return AdvantageOutput(
+            advantages_BT=(adv_B[:, None] * x.loss_mask_BT.double()).float(), metrics=branch_diagnostics(groups)
+        )
     mask_BT = copied_prefix_mask(rows, x.loss_mask_BT)
     adv_BT = hard_attribution(rows, adv_B.tolist(), mask_BT)
-    return AdvantageOutput(advantages_BT=(adv_BT * mask_BT.double()).float(), loss_mask_BT=mask_BT)
+    return AdvantageOutput(
+        advantages_BT=(adv_BT * mask_BT.double()).float(), loss_mask_BT=mask_BT, metrics=branch_diagnostics(groups)
+    )

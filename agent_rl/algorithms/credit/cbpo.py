@@ -21,6 +21,7 @@ from agent_rl.algorithms.credit.common import (
     copied_prefix_mask,
     topk_entropy,
 )
+from agent_rl.algorithms.credit.diagnostics import branch_diagnostics
 from agent_rl.algorithms.registry import (
     AdvantageInputs,
     AdvantageOutput,
@@ -217,7 +218,7 @@ def cbpo(x: AdvantageInputs, cfg: CbpoConfig) -> AdvantageOutput:
         advantages_BT=(adv_BT * mask_BT.double()).float(),
         loss_mask_BT=mask_BT,
         metrics={
-            "credit/cbpo_nodes": float(len(nodes)),
             "credit/cbpo_branches": float(sum(len(k) for _, _, k in nodes)),
+            **branch_diagnostics(groups),  # credit/branch_points: the nodes
         },
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from agent_rl.algorithms.credit.common import batch_rows, scatter_turn_values, zscore
+from agent_rl.algorithms.credit.diagnostics import shared_states
 from agent_rl.algorithms.credit.gigpo import NormMode
 from agent_rl.algorithms.registry import (
     AdvantageInputs,
@@ -111,4 +112,6 @@ def g2po(x: AdvantageInputs, cfg: G2poConfig) -> AdvantageOutput:
     per_turn: list[list[float]] = []
     for g in groups:
         per_turn += g2po_turn_advantages([t for t in g.trajectories_G if t.trainable], cfg)
-    return AdvantageOutput(advantages_BT=scatter_turn_values(rows, per_turn, x.loss_mask_BT).float())
+    return AdvantageOutput(
+        advantages_BT=scatter_turn_values(rows, per_turn, x.loss_mask_BT).float(), metrics=shared_states(groups)
+    )

@@ -12,6 +12,7 @@ from agent_rl.algorithms.credit.common import (
     scatter_turn_values,
     zscore,
 )
+from agent_rl.algorithms.credit.diagnostics import shared_states
 from agent_rl.algorithms.registry import (
     AdvantageInputs,
     AdvantageOutput,
@@ -102,5 +103,6 @@ def gigpo(x: AdvantageInputs, cfg: GigpoConfig) -> AdvantageOutput:
         metrics={
             "credit/gigpo_step_groups": float(len(sizes)),
             "credit/gigpo_nontrivial_step_groups": float(sum(s > 1 for s in sizes)),
+            **shared_states(groups),
         },
     )

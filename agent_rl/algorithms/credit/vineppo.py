@@ -16,6 +16,7 @@ from agent_rl.algorithms.credit.common import (
     batch_rows,
     children_of,
 )
+from agent_rl.algorithms.credit.diagnostics import branch_diagnostics
 from agent_rl.algorithms.registry import (
     AdvantageInputs,
     AdvantageOutput,
@@ -108,4 +109,6 @@ def vineppo(x: AdvantageInputs, cfg: VinePpoConfig) -> AdvantageOutput:
             baseline = sum(siblings) / len(siblings) if siblings else float(t.reward)
             mask_BT[i, : int(t.branch_point)] = 0
             adv_BT[i] = float(t.reward) - baseline
-    return AdvantageOutput(advantages_BT=(adv_BT * mask_BT.double()).float(), loss_mask_BT=mask_BT)
+    return AdvantageOutput(
+        advantages_BT=(adv_BT * mask_BT.double()).float(), loss_mask_BT=mask_BT, metrics=branch_diagnostics(groups)
+    )
