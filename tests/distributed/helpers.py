@@ -29,3 +29,19 @@ def record_rollouts(trainer: Trainer) -> Record:
 
     trainer.rollouts.rollout = rollout
     return record
+
+
+def run_steps(cfg, steps: int) -> tuple[Trainer, Record, list[dict]]:
+    """A trainer of ``cfg`` run for ``steps`` steps, what its source handed over, and each step's metrics."""
+    trainer = Trainer(cfg, log=lambda *a: None)
+    record = record_rollouts(trainer)
+    try:
+        metrics = [trainer.step(s) for s in range(steps)]
+    finally:
+        trainer.rollouts.close()
+    return trainer, record, metrics
+
+
+def trajectory_key(t: Trajectory) -> tuple:
+    """What two runs that sample the same must agree on, per trajectory."""
+    return (t.group_id, t.token_ids_T, t.loss_mask_T, t.reward, [u.policy_version for u in t.turns_N])

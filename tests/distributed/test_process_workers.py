@@ -13,24 +13,10 @@ import torch
 from agent_rl.distributed.process_group import pack, unpack
 from agent_rl.train.trainer import Trainer
 from tests.distributed.conftest import small_config
-from tests.distributed.helpers import record_rollouts
+from tests.distributed.helpers import record_rollouts, run_steps, trajectory_key
 from tests.distributed.test_async import LATENCY_ENV
 
 pytestmark = pytest.mark.distributed
-
-
-def _run(cfg, steps: int):
-    trainer = Trainer(cfg, log=lambda *a: None)
-    record = record_rollouts(trainer)
-    try:
-        metrics = [trainer.step(s) for s in range(steps)]
-    finally:
-        trainer.rollouts.close()
-    return trainer, record, metrics
-
-
-def _key(t):
-    return (t.group_id, t.token_ids_T, t.loss_mask_T, t.reward, [u.policy_version for u in t.turns_N])
 
 
 def test_pack_keeps_every_tensor_and_value_in_order():
@@ -53,7 +39,7 @@ def test_pack_keeps_every_tensor_and_value_in_order():
 
 def test_process_workers_synchronous_equal_local(tmp_path, tiny_model_dir):
     lr = "learner.lr=0.05"  # large enough that step 1 samples from visibly different weights
-    local, local_rec, _ = _run(small_config(tmp_path / "local", tiny_model_dir, lr), steps=2)
+    local, local_rec, _ = run_steps(small_config(tmp_path / "local", tiny_model_dir, lr), steps=2)
     cfg = small_config(
         tmp_path / "proc",
         tiny_model_dir,
@@ -61,10 +47,10 @@ def test_process_workers_synchronous_equal_local(tmp_path, tiny_model_dir):
         "distributed.backend=process",
         "distributed.process.num_rollout_workers=2",
     )
-    remote, rec, metrics = _run(cfg, steps=2)
+    remote, rec, metrics = run_steps(cfg, steps=2)
     for (s1, v1, ts1), (s2, v2, ts2) in zip(local_rec.calls, rec.calls, strict=True):
         assert (s1, v1) == (s2, v2)
-        assert [_key(t) for t in ts1] == [_key(t) for t in ts2]
+        assert [trajectory_key(t) for t in ts1] == [trajectory_key(t) for t in ts2]
         for t1, t2 in zip(ts1, ts2, strict=True):  # other batch shapes: equal up to float rounding
             torch.testing.assert_close(
                 torch.tensor(t1.rollout_logprobs_T), torch.tensor(t2.rollout_logprobs_T), rtol=0, atol=1e-5

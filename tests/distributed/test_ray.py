@@ -9,28 +9,14 @@ import torch
 
 from agent_rl.train.trainer import Trainer
 from tests.distributed.conftest import small_config
-from tests.distributed.helpers import record_rollouts
+from tests.distributed.helpers import record_rollouts, run_steps, trajectory_key
 
 pytestmark = pytest.mark.distributed
 
 
-def _run(cfg, steps: int):
-    trainer = Trainer(cfg, log=lambda *a: None)
-    record = record_rollouts(trainer)
-    try:
-        metrics = [trainer.step(s) for s in range(steps)]
-    finally:
-        trainer.rollouts.close()
-    return trainer, record, metrics
-
-
-def _key(t):
-    return (t.group_id, t.token_ids_T, t.loss_mask_T, t.reward, [u.policy_version for u in t.turns_N])
-
-
 def test_ray_synchronous_equals_local(ray_cluster, tmp_path, tiny_model_dir):
     lr = "learner.lr=0.05"  # large enough that step 1 samples from visibly different weights
-    local, local_rec, _ = _run(small_config(tmp_path / "local", tiny_model_dir, lr), steps=2)
+    local, local_rec, _ = run_steps(small_config(tmp_path / "local", tiny_model_dir, lr), steps=2)
     ray_cfg = small_config(
         tmp_path / "ray",
         tiny_model_dir,
@@ -40,10 +26,10 @@ def test_ray_synchronous_equals_local(ray_cluster, tmp_path, tiny_model_dir):
         "distributed.ray.placement_strategy=SPREAD",
         "distributed.ray.sandbox_pools=false",
     )
-    remote, ray_rec, metrics = _run(ray_cfg, steps=2)
+    remote, ray_rec, metrics = run_steps(ray_cfg, steps=2)
     for (s1, v1, ts1), (s2, v2, ts2) in zip(local_rec.calls, ray_rec.calls, strict=True):
         assert (s1, v1) == (s2, v2)
-        assert [_key(t) for t in ts1] == [_key(t) for t in ts2]
+        assert [trajectory_key(t) for t in ts1] == [trajectory_key(t) for t in ts2]
         # the same tokens from batches of other shapes: logprobs equal up to float rounding
         for t1, t2 in zip(ts1, ts2, strict=True):
             torch.testing.assert_close(
