@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 
 import pytest
 import torch
@@ -13,7 +12,12 @@ import torch
 from agent_rl.distributed.process_group import pack, unpack
 from agent_rl.train.trainer import Trainer
 from tests.distributed.conftest import small_config
-from tests.distributed.helpers import record_rollouts, run_steps, trajectory_key
+from tests.distributed.helpers import (
+    assert_one_worker_replaced_and_nothing_lost,
+    run_killing_a_worker,
+    run_steps,
+    trajectory_key,
+)
 from tests.distributed.test_async import LATENCY_ENV
 
 pytestmark = pytest.mark.distributed
@@ -74,30 +78,9 @@ def test_a_killed_worker_process_is_replaced_and_nothing_is_lost(tmp_path, tiny_
         "distributed.process.num_rollout_workers=2",
         *LATENCY_ENV,
     )
-    trainer = Trainer(cfg, log=lambda *a: None)
-    record = record_rollouts(trainer)
-    source = trainer.rollouts
-    victim = source.group.handles()[0]
-    inner = source.rollout
-
-    def rollout(step: int, round_: int, n: int):
-        if step == 1:  # step 2's groups were just dispatched to both workers: kill one mid-episode
-            threading.Timer(0.2, os.kill, args=(victim.pid, signal.SIGKILL)).start()
-        return inner(step, round_, n)
-
-    source.rollout = rollout
-    try:
-        metrics = [trainer.step(s) for s in range(4)]
-    finally:
-        source.close()
-    assert sum(m.get("distributed/worker_restarts", 0) for m in metrics) == 1
-    assert sum(m.get("distributed/requeued_after_failure", 0) for m in metrics) >= 1
-    assert victim not in source.group.handles()
+    source, victim, record, metrics = run_killing_a_worker(cfg, lambda victim: os.kill(victim.pid, signal.SIGKILL))
+    assert_one_worker_replaced_and_nothing_lost(source, victim, record, metrics)
     assert "exited with code -9" in str(victim.dead)
-    for step, (s, _, ts) in enumerate(record.calls):  # every step trained on all of its groups
-        assert s == step
-        assert sorted(t.group_id for t in ts) == sorted([f"s{step}r0p0"] * 2 + [f"s{step}r0p1"] * 2)
-    assert all(v <= 1 for v in record.staleness_values())
     assert max(record.staleness_values()) == 1  # produced one version ahead
     assert all(not h.process.is_alive() for h in source.group.handles())  # closed with the source
 

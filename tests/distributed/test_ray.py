@@ -7,9 +7,13 @@ import math
 import pytest
 import torch
 
-from agent_rl.train.trainer import Trainer
 from tests.distributed.conftest import small_config
-from tests.distributed.helpers import record_rollouts, run_steps, trajectory_key
+from tests.distributed.helpers import (
+    assert_one_worker_replaced_and_nothing_lost,
+    run_killing_a_worker,
+    run_steps,
+    trajectory_key,
+)
 
 pytestmark = pytest.mark.distributed
 
@@ -44,8 +48,6 @@ def test_ray_synchronous_equals_local(ray_cluster, tmp_path, tiny_model_dir):
 
 
 def test_killed_worker_is_replaced_and_nothing_is_lost(ray_cluster, tmp_path, tiny_model_dir):
-    import threading
-
     import ray
 
     from tests.distributed.test_async import LATENCY_ENV
@@ -58,30 +60,8 @@ def test_killed_worker_is_replaced_and_nothing_is_lost(ray_cluster, tmp_path, ti
         "distributed.ray.num_rollout_workers=2",
         *LATENCY_ENV,
     )
-    trainer = Trainer(cfg, log=lambda *a: None)
-    record = record_rollouts(trainer)
-    source = trainer.rollouts
-    victim = source.group.handles()[0]
-    inner = source.rollout
-
-    def rollout(step: int, round_: int, n: int):
-        if step == 1:  # step 2's groups were just dispatched to both workers: kill one of them mid-episode
-            threading.Timer(0.2, ray.kill, args=(victim.actor,)).start()
-        return inner(step, round_, n)
-
-    source.rollout = rollout
-    try:
-        metrics = [trainer.step(s) for s in range(4)]
-    finally:
-        source.close()
-    assert sum(m.get("distributed/worker_restarts", 0) for m in metrics) == 1
-    assert sum(m.get("distributed/requeued_after_failure", 0) for m in metrics) >= 1
-    assert victim not in source.group.handles()
-    # every step trained on all of its groups, each complete, none older than one version
-    for step, (s, _, ts) in enumerate(record.calls):
-        assert s == step
-        assert sorted(t.group_id for t in ts) == sorted([f"s{step}r0p0"] * 2 + [f"s{step}r0p1"] * 2)
-    assert all(v <= 1 for v in record.staleness_values())
+    source, victim, record, metrics = run_killing_a_worker(cfg, lambda victim: ray.kill(victim.actor))
+    assert_one_worker_replaced_and_nothing_lost(source, victim, record, metrics)
 
 
 def test_two_rank_learner_group_over_ray_equals_one_process(ray_cluster, tmp_path, tiny_model_dir):
