@@ -88,6 +88,56 @@ def test_twx_gold_solves_20_held_out_games(game):
         env.close()
 
 
+def test_exits_view_reads_the_upstream_room_sentences():
+    from envs.textworld_express.rooms import CLOSED, exits_view, read_room
+
+    text = (
+        "You are in the corridor. In one part of the room you see a key holder, that has nothing on it. "
+        "In another part of the room you see a coin. \nThrough an open wood door, to the North you see the "
+        "bedroom. To the South you see a closed wood door. To the West you see the kitchen."
+    )
+    room = read_room(text)
+    assert (room.name, room.coin) == ("corridor", True)
+    assert room.exits == {"north": "bedroom", "south": CLOSED, "west": "kitchen"}
+    line = "You are in the corridor. You see a coin. Exits: north bedroom, south closed door, west kitchen."
+    assert exits_view(text) == line
+    assert read_room(line) == room  # the view reads back to the same room
+    assert read_room("Your task is to find the coin.\n\n" + line + "\nValid actions: move north") == room
+    assert (
+        exits_view("You open the wood door, revealing the bedroom.") == "You open the wood door, revealing the bedroom."
+    )
+    assert read_room("You take the coin.") is None
+
+
+def test_twx_exits_view_and_the_explorer_solve_the_long_coin_collector():
+    from envs.textworld_express import policies
+
+    env = gym.make(
+        "agent_rl/TextWorldExpress-v0",
+        game_params="numLocations=11,numDistractorItems=0,includeDoors=1",
+        view="exits",
+        valid_actions=False,
+        max_turns=30,
+    ).unwrapped
+    try:
+        obs, _ = env.reset(seed=0, options={"split": "test"})
+        start = "You are in the kitchen. Exits: north closed door, south closed door, east corridor, west living room."
+        assert obs[1]["content"].endswith("\n\n" + start)  # the room in one line; no valid actions
+        turns = []
+        for seed in range(10):
+            info, total, _ = play(env, policies.explorer, seed)
+            assert info["success"] and total == pytest.approx(1.0), (seed, info)
+            turns.append(info["turns"])
+        # no gold path: it explores (1 turn: the coin is in the first room; 23: the last room it opened)
+        assert turns == [4, 23, 1, 23, 2, 19, 2, 8, 7, 16]
+        noisy = [play(env, policies.noisy_explorer, seed, rng=random.Random(seed))[0] for seed in range(10)]
+        assert sum(i["turns"] for i in noisy) > sum(turns)
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match="'exits' is CoinCollector's"):
+        gym.make("agent_rl/TextWorldExpress-v0", game="cooking", view="exits")
+
+
 def test_twx_seeds_give_games_of_their_split(twx):
     obs_a, info_a = twx.reset(seed=7, options={"split": "test"})
     obs_b, info_b = twx.reset(seed=7, options={"split": "test"})
