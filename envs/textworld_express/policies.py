@@ -75,7 +75,9 @@ def explore_action(messages: list[dict], rng: random.Random | None, p_noise: flo
         return "look around"
     exits = rooms[here].exits
     if rng is not None and p_noise > 0 and rng.random() < p_noise:  # any way out of the room, open or not
-        return rng.choice([f"open door to {d}" if exits[d] == CLOSED else f"move {d}" for d in exits] or ["look around"])
+        return rng.choice(
+            [f"open door to {d}" if exits[d] == CLOSED else f"move {d}" for d in exits] or ["look around"]
+        )
     if rooms[here].coin:
         return "take coin"
 
