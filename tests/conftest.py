@@ -27,6 +27,17 @@ def tiny_tokenizer(tiny_model_dir):
     return load_tokenizer(str(tiny_model_dir))
 
 
+@pytest.fixture(scope="session")
+def vllm_server(tiny_model_dir):
+    """`vllm serve` of the tiny model (docs/vllm.md's command), one for the vLLM group's tests (one
+    worker: XDIST_GROUPS): tests/rollout/backends/test_vllm_backend.py's TinyServer."""
+    from tests.rollout.backends.test_vllm_backend import TinyServer
+
+    server = TinyServer(tiny_model_dir)
+    yield server
+    server.stop()
+
+
 @pytest.fixture(autouse=True)
 def _quiet_process_sandbox_warning():
     with warnings.catch_warnings():

@@ -130,23 +130,18 @@ def test_a_served_teacher_in_a_training_step(tmp_path, teacher_dir, tiny_model_d
 
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_vllm_serve_as_the_teacher(teacher_dir, tiny_tokenizer):
+def test_vllm_serve_as_the_teacher(vllm_server, teacher_dir, tiny_tokenizer):
     """`vllm serve` (docs/vllm.md's command) serving the second tiny model: its prompt logprobs of the
-    rows equal the hf teacher's (vLLM's CPU kernels: within 1e-4), its top-5 ids too."""
+    rows equal the hf teacher's (vLLM's CPU kernels: within 1e-4), its top-5 ids too. The server is the
+    vLLM group's one of the tiny model (tests/conftest.py), the teacher's weights pushed into it (the
+    same architecture and tokenizer): one server start fewer."""
     from agent_rl.models.loading import load_model
-    from tests.rollout.backends.test_vllm_backend import (
-        start_vllm_server,
-        stop_vllm_server,
-    )
 
-    proc, url = start_vllm_server(teacher_dir)
-    try:
-        remote = RemoteTeacher(f"openai:{url}", tiny_tokenizer)
-        ids_BS, mask_BS, pos_BT = rows(tiny_tokenizer)
-        got_BT, got_ids, got_lp = remote.score(ids_BS, mask_BS, pos_BT, 1.0, topk=5)
-    finally:
-        stop_vllm_server(proc)
     hf = load_model(str(teacher_dir), "float32", "cpu").eval()
+    vllm_server.push_weights(hf, 1, "teacher")
+    remote = RemoteTeacher(f"openai:{vllm_server.url()}", tiny_tokenizer)
+    ids_BS, mask_BS, pos_BT = rows(tiny_tokenizer)
+    got_BT, got_ids, got_lp = remote.score(ids_BS, mask_BS, pos_BT, 1.0, topk=5)
     want_BT, want_ids, want_lp = compute_teacher_logprobs(hf, ids_BS, mask_BS, pos_BT, 1.0, topk=5)
     torch.testing.assert_close(got_BT, want_BT, atol=1e-4, rtol=0)
     torch.testing.assert_close(got_lp, want_lp, atol=1e-4, rtol=0)

@@ -4,7 +4,9 @@ One engine serves the module (vLLM takes ~30-40 s to start on 2 cores). What is 
 per-request seeds, the sampled tokens' logprobs against the learner's (the distribution sampled
 from, ``processed_logprobs``), weight updates (parity after the update, samples change, no KV of
 the old weights reused), the version of every result, updates with requests in flight, aborts of
-a cancelled call, and the rollout engine's seeded multi-turn episodes.
+a cancelled call, the rollout engine's seeded multi-turn episodes, and the tiny model's family's
+parsed calls (test_family_backends.py has the other families). Engine starts are what cost here: a
+test starts one of its own only where it checks something about the start or a death.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import importlib.util
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -103,6 +106,27 @@ def test_seeded_samples_repeat_and_logprobs_are_the_learners(backend, learner, t
     greedy = requests(tiny_tokenizer, temperature=0.0)
     ref = asyncio.run(HfBackend(learner, tiny_tokenizer.pad_token_id).generate(greedy))
     assert [r.token_ids for r in asyncio.run(backend.generate(greedy))] == [r.token_ids for r in ref]
+
+
+@pytest.mark.vllm
+def test_same_tokens_same_parsed_calls_in_hf_and_vllm_for_the_tiny_models_family(backend, learner, tiny_model_dir):
+    """test_family_backends.py's vLLM check for the tiny model's own family (init_tiny's default,
+    qwen2.5), on this module's engine instead of an engine of its own: the checkpoint's weights back
+    in the learner and the engine (the tests before changed them), then greedy continuations of the
+    family's calls are the same ids in hf and vLLM and read as the same calls."""
+    import inspect
+
+    from agent_rl.run.envloader import init_tiny
+    from tests.rollout.backends.test_family_backends import VLLM_OWN_ENGINE, assert_same_parsed_calls, family_requests
+
+    family = inspect.signature(init_tiny).parameters["family"].default
+    assert family not in VLLM_OWN_ENGINE  # checked here, not there
+    with torch.no_grad():
+        learner.load_state_dict(load_model(str(tiny_model_dir), "float32", "cpu").state_dict())
+    backend.update_weights(learner.state_dict(), backend.policy_version + 1)
+    tok, fmt, renderer, reqs, prefixes = family_requests(tiny_model_dir, temperature=0.0)
+    hf = asyncio.run(HfBackend(learner, tok.pad_token_id).generate(reqs))
+    assert_same_parsed_calls(fmt, renderer, prefixes, hf, asyncio.run(backend.generate(reqs)))
 
 
 @pytest.mark.vllm
@@ -221,24 +245,83 @@ def test_the_engine_reports_its_weights_and_dtype_and_runs_on_what_it_was_given(
     assert backend.kv_cache_bytes == kv_cache_bytes(64 * 512, 512, per_token, 4.0)[0] < 2**27  # < 128 MiB
 
 
+@pytest.fixture(scope="module")
+def trained_on_vllm(tmp_path_factory, tiny_model_dir):
+    """(the process, its run.root) of ``agent-rl train`` with rollout.backend.name=vllm: 2 steps of 2
+    groups of 2 episodes. Its exported checkpoint is the second engine's model in
+    test_two_engines_at_once_and_a_killed_one_says_how_it_died (one engine start fewer)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, cli_env
+
+    root = tmp_path_factory.mktemp("vllm_train")
+    cmd = [
+        sys.executable, "-m", "agent_rl.cli", "train", str(ROOT / "configs" / "quickstart.yaml"),
+        f"model.path={tiny_model_dir}", "rollout.backend.name=vllm", "rollout.backend.enforce_eager=true",
+        "rollout.backend.kv_cache_gb=1", "trainer.steps=2", "trainer.eval_every=0", "sandbox.backend=process",
+        "trainer.prompts_per_step=2", "rollout.group_size=2", f"run.root={root}", "tracking.progress=false",
+    ]  # fmt: skip
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, env={**cli_env(), "OMP_NUM_THREADS": "1"}, timeout=900, check=False
+    )
+    return proc, root
+
+
+def exported_checkpoint(run) -> Path:
+    proc, root = run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [export] = sorted(root.glob("*/checkpoints/*/model"))[-1:]
+    return export
+
+
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_two_engines_at_once_and_a_killed_one_says_how_it_died(backend, tiny_model_dir, tiny_tokenizer):
+def test_agent_rl_train_on_vllm_syncs_weights_every_step(trained_on_vllm):
+    """``agent-rl train`` with rollout.backend.name=vllm: every step's episodes end normally, the
+    sampler's logprobs equal the learner's (the weights reached vLLM after each update), the sync
+    time is reported, and the engine stops cleanly. (Its exported checkpoint loads in vLLM and
+    decodes like transformers: test_two_engines_at_once_and_a_killed_one_says_how_it_died.)"""
+    import json
+
+    proc, root = trained_on_vllm
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "EngineDeadError" not in proc.stderr
+    [metrics_file] = root.glob("*/metrics.jsonl")
+    steps = [json.loads(line) for line in metrics_file.read_text().splitlines()]
+    assert len(steps) == 2
+    for m in steps:
+        assert m["rollout/episodes"] == 4 and "rollout/stop_infra_error" not in m and "rollout/stop_env_error" not in m
+        assert m["train/mismatch_logprob_abs_max"] < 1e-5  # step 2 samples with the weights step 1 trained
+        assert m["time/weight_sync_s"] > 0
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_two_engines_at_once_and_a_killed_one_says_how_it_died(backend, trained_on_vllm, tiny_tokenizer):
     """A second engine beside the module's, started without rollout.backend.cpu_cores, gets the core the
     first left (engine_resources.CoreClaim), its KV cache sized from its need: both
     sample, the two engines' processes hold under 6 GiB together (resident memory, measured), and the
     second engine, killed as the kernel's OOM killer kills (SIGKILL), fails its requests with a line
-    naming how it died, while the first goes on."""
+    naming how it died, while the first goes on. The second engine's model is the checkpoint the
+    vLLM training run exported (trained_on_vllm, Hugging Face format): it loads in vLLM and decodes
+    like transformers."""
     import os
     import signal
 
     from agent_rl.core.errors import InfraError
+    from agent_rl.models.loading import load_tokenizer
 
+    export = exported_checkpoint(trained_on_vllm)
     last = sorted(os.sched_getaffinity(0))[-1]
-    cfg = vllm_config(tiny_model_dir, "rollout.backend.kv_tokens=2048")
+    cfg = vllm_config(export, "rollout.backend.kv_tokens=2048")
     second = BACKENDS(cfg.rollout.backend)(cfg.rollout.backend, cfg.model)
     try:
         assert second.cpu_binding == str(last) and str(last) not in backend.cpu_binding.split(",")
+        tok = load_tokenizer(str(export))
+        greedy = requests(tok, temperature=0.0)
+        ref = asyncio.run(HfBackend(load_model(str(export), "float32", "cpu"), tok.pad_token_id).generate(greedy))
+        assert [r.token_ids for r in asyncio.run(second.generate(greedy))] == [r.token_ids for r in ref]
         reqs = requests(tiny_tokenizer, n=4)
         results = asyncio.run(second.generate(reqs)) + asyncio.run(backend.generate(reqs))
         assert not [r for r in results if isinstance(r, BaseException)]
@@ -264,51 +347,6 @@ def engine_process(backend):
     import psutil
 
     return psutil.Process(backend.engine.engine_core.resources.engine_manager.processes[0].pid)
-
-
-@pytest.mark.vllm
-@pytest.mark.slow
-def test_agent_rl_train_on_vllm_syncs_weights_every_step(tmp_path, tiny_model_dir):
-    """``agent-rl train`` with rollout.backend.name=vllm: every step's episodes end normally, the
-    sampler's logprobs equal the learner's (the weights reached vLLM after each update), the sync
-    time is reported, and the engine stops cleanly."""
-    import json
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT, cli_env
-
-    cmd = [
-        sys.executable, "-m", "agent_rl.cli", "train", str(ROOT / "configs" / "quickstart.yaml"),
-        f"model.path={tiny_model_dir}", "rollout.backend.name=vllm", "rollout.backend.enforce_eager=true",
-        "rollout.backend.kv_cache_gb=1", "trainer.steps=2", "trainer.eval_every=0", "sandbox.backend=process",
-        "trainer.prompts_per_step=4", "rollout.group_size=4", f"run.root={tmp_path}", "tracking.progress=false",
-    ]  # fmt: skip
-    proc = subprocess.run(
-        cmd, capture_output=True, text=True, env={**cli_env(), "OMP_NUM_THREADS": "1"}, timeout=900, check=False
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "EngineDeadError" not in proc.stderr
-    [metrics_file] = tmp_path.glob("*/metrics.jsonl")
-    steps = [json.loads(line) for line in metrics_file.read_text().splitlines()]
-    assert len(steps) == 2
-    for m in steps:
-        assert m["rollout/episodes"] == 16 and "rollout/stop_infra_error" not in m and "rollout/stop_env_error" not in m
-        assert m["train/mismatch_logprob_abs_max"] < 1e-5  # step 2 samples with the weights step 1 trained
-        assert m["time/weight_sync_s"] > 0
-    # the run's exported checkpoint (Hugging Face format) loads in vLLM and decodes like transformers
-    [export] = sorted(tmp_path.glob("*/checkpoints/*/model"))[-1:]
-    cfg = vllm_config(export)
-    exported = BACKENDS(cfg.rollout.backend)(cfg.rollout.backend, cfg.model)
-    try:
-        from agent_rl.models.loading import load_tokenizer
-
-        tok = load_tokenizer(str(export))
-        greedy = requests(tok, temperature=0.0)
-        ref = asyncio.run(HfBackend(load_model(str(export), "float32", "cpu"), tok.pad_token_id).generate(greedy))
-        assert [r.token_ids for r in asyncio.run(exported.generate(greedy))] == [r.token_ids for r in ref]
-    finally:
-        exported.close()
 
 
 def documented_server_command() -> tuple[dict[str, str], list[str]]:
@@ -386,11 +424,40 @@ def stop_vllm_server(proc, sig: int | None = None) -> None:
         proc.wait()
 
 
-@pytest.fixture(scope="module")
-def vllm_server(tiny_model_dir):
-    proc, url = start_vllm_server(tiny_model_dir)
-    yield url
-    stop_vllm_server(proc)
+class TinyServer:
+    """`vllm serve` of the tiny model (start_vllm_server), the vLLM group's one server (the session's
+    ``vllm_server``, tests/conftest.py: ~50 s to start on 2 cores): started at the first ``url()``, and
+    again at the next one after a test killed it (test_a_killed_vllm_serve_ends_its_episodes_as_infra_error,
+    the last test to use it in the group's order). A test that needs other weights pushes them."""
+
+    def __init__(self, model_dir):
+        self.model_dir, self.proc, self._url = model_dir, None, None
+        self.pushed = False  # a test pushed weights since the server started
+
+    def url(self, own_weights: bool = False) -> str:
+        """Its base URL; ``own_weights``: it serves the checkpoint's weights (pushed back if a test
+        pushed others)."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc, self._url = start_vllm_server(self.model_dir)
+            self.pushed = False
+        if own_weights and self.pushed:
+            self.push_weights(load_model(str(self.model_dir), "float32", "cpu"), 0)
+            self.pushed = False
+        return self._url
+
+    def push_weights(self, model, version: int, fingerprint: str | None = None) -> None:
+        """``model``'s weights into the server (weight_sync=vllm, the dev-mode routes)."""
+        cfg = load_config(None, [
+            "rollout.backend.name=openai", f"rollout.backend.base_url={self.url()}", "rollout.backend.weight_sync=vllm",
+            f"model.path={self.model_dir}", f"rollout.backend.model={self.model_dir}",
+        ])  # fmt: skip
+        backend = BACKENDS(cfg.rollout.backend)(cfg.rollout.backend, cfg.model, model=model)
+        backend.update_weights(None, version, fingerprint)
+        self.pushed = True
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_vllm_server(self.proc)
 
 
 @pytest.mark.vllm
@@ -400,7 +467,8 @@ def test_served_vllm_token_ids_logprobs_and_weight_updates(vllm_server, tiny_mod
     learner's, and weight updates through the dev-mode routes (weight_sync=vllm) that reach the sampler."""
     learner = load_model(str(tiny_model_dir), "float32", "cpu")
     cfg = load_config(None, [
-        "rollout.backend.name=openai", f"rollout.backend.base_url={vllm_server}", "rollout.backend.weight_sync=vllm",
+        "rollout.backend.name=openai", f"rollout.backend.base_url={vllm_server.url(own_weights=True)}",
+        "rollout.backend.weight_sync=vllm",
         f"model.path={tiny_model_dir}", f"rollout.backend.model={tiny_model_dir}",
     ])  # fmt: skip
     backend = BACKENDS(cfg.rollout.backend)(cfg.rollout.backend, cfg.model, model=learner)
@@ -450,16 +518,12 @@ def test_agent_rl_train_through_vllm_serve(vllm_server, tmp_path, tiny_model_dir
     with torch.no_grad():
         for p in previous.parameters():
             p.add_(0.05 * torch.randn_like(p))
-    cfg = load_config(None, [
-        "rollout.backend.name=openai", f"rollout.backend.base_url={vllm_server}", "rollout.backend.weight_sync=vllm",
-        f"model.path={tiny_model_dir}", f"rollout.backend.model={tiny_model_dir}",
-    ])  # fmt: skip
-    BACKENDS(cfg.rollout.backend)(cfg.rollout.backend, cfg.model, model=previous).update_weights(None, 2, "old-run/v2")
+    vllm_server.push_weights(previous, 2, "old-run/v2")
     cmd = [
         sys.executable, "-m", "agent_rl.cli", "train", str(ROOT / "configs" / "quickstart.yaml"), f"model.path={tiny_model_dir}",
-        "rollout.backend.name=openai", f"rollout.backend.base_url={vllm_server}", "rollout.backend.weight_sync=vllm",
+        "rollout.backend.name=openai", f"rollout.backend.base_url={vllm_server.url()}", "rollout.backend.weight_sync=vllm",
         f"rollout.backend.model={tiny_model_dir}", "trainer.steps=2", "trainer.eval_every=0", "sandbox.backend=process",
-        "trainer.prompts_per_step=4", "rollout.group_size=4", f"run.root={tmp_path}", "tracking.progress=false",
+        "trainer.prompts_per_step=2", "rollout.group_size=2", f"run.root={tmp_path}", "tracking.progress=false",
     ]  # fmt: skip
     proc = subprocess.run(
         cmd, capture_output=True, text=True, env={**cli_env(), "OMP_NUM_THREADS": "1"}, timeout=900, check=False
@@ -468,7 +532,7 @@ def test_agent_rl_train_through_vllm_serve(vllm_server, tmp_path, tiny_model_dir
     [metrics_file] = tmp_path.glob("*/metrics.jsonl")
     steps = [json.loads(line) for line in metrics_file.read_text().splitlines()]
     assert len(steps) == 2
-    assert all(m["rollout/episodes"] == 16 and "rollout/stop_infra_error" not in m for m in steps)
+    assert all(m["rollout/episodes"] == 4 and "rollout/stop_infra_error" not in m for m in steps)
     # step 1 samples with the model's weights, pushed at start over the previous run's; step 2 with
     # the weights step 1 trained
     assert [m["train/mismatch_logprob_abs_max"] < 1e-5 for m in steps] == [True, True]
@@ -477,17 +541,19 @@ def test_agent_rl_train_through_vllm_serve(vllm_server, tmp_path, tiny_model_dir
 
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_a_killed_vllm_serve_ends_its_episodes_as_infra_error(tiny_model_dir, tiny_tokenizer):
+def test_a_killed_vllm_serve_ends_its_episodes_as_infra_error(vllm_server, tiny_model_dir, tiny_tokenizer):
     """`vllm serve` killed (SIGKILL, with its engine process) while episodes run: the episodes
     still running end as ``infra_error`` (reward None, not trainable) keeping what was sampled;
     the finished ones are intact and equal to the hf backend's (greedy, fp32: the same tokens; the
-    logprobs of greedy turns are vLLM's processed ones, compared at temperature 1 above)."""
+    logprobs of greedy turns are vLLM's processed ones, compared at temperature 1 above). The
+    module's server, serving the checkpoint's weights again (the tests before pushed others)."""
     import signal
 
     from agent_rl.rollout.backends.openai_http import OpenAIBackend
     from tests.rollout.backends.test_serve_dies import check_served_against_reference, killer, run_episodes
 
-    proc, url = start_vllm_server(tiny_model_dir)
+    url = vllm_server.url(own_weights=True)
+    proc = vllm_server.proc
     try:
         cfg = BACKENDS.parse_config({"name": "openai", "base_url": url, "max_retries": 1, "backoff_s": 0.01})
         on_step = killer(lambda: stop_vllm_server(proc, signal.SIGKILL))
