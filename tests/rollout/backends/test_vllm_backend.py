@@ -261,6 +261,9 @@ def trained_on_vllm(tmp_path_factory, tiny_model_dir):
         f"model.path={tiny_model_dir}", "rollout.backend.name=vllm", "rollout.backend.enforce_eager=true",
         "rollout.backend.kv_cache_gb=1", "trainer.steps=2", "trainer.eval_every=0", "sandbox.backend=process",
         "trainer.prompts_per_step=2", "rollout.group_size=2", f"run.root={root}", "tracking.progress=false",
+        # the tiny model's quickstart rewards are all 0: the entropy term alone moves the weights, so
+        # step 2's sampler must hold what step 1 trained (else the logprob check below could not fail)
+        "algorithm.loss_options.entropy_coef=0.01",
     ]  # fmt: skip
     proc = subprocess.run(
         cmd, capture_output=True, text=True, env={**cli_env(), "OMP_NUM_THREADS": "1"}, timeout=900, check=False
@@ -290,6 +293,7 @@ def test_agent_rl_train_on_vllm_syncs_weights_every_step(trained_on_vllm):
     [metrics_file] = root.glob("*/metrics.jsonl")
     steps = [json.loads(line) for line in metrics_file.read_text().splitlines()]
     assert len(steps) == 2
+    assert steps[0]["train/grad_norm"] > 0 and steps[0]["train/update_ratio"] > 0  # step 1 changed the weights
     for m in steps:
         assert m["rollout/episodes"] == 4 and "rollout/stop_infra_error" not in m and "rollout/stop_env_error" not in m
         assert m["train/mismatch_logprob_abs_max"] < 1e-5  # step 2 samples with the weights step 1 trained
