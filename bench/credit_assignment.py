@@ -8,7 +8,9 @@ once, by its parent; VinePPO's value continuations are counted):
 - ``maze`` (the default, the measured one): ``agent_rl/Maze-v0`` (configs/maze.yaml: one move per
   turn, shortest paths of 8-12 moves, 14 turns, here with sparse walls: ``MAZE`` below);
 - ``twx_coin_long``: TextWorld-Express CoinCollector (configs/twx_coin.yaml) with 10 rooms behind
-  doors and 20 turns (``TWX_COIN_LONG`` below); needs Java and ``textworld-express``.
+  doors and 20 turns (``TWX_COIN_LONG`` below; the pilot); needs Java and ``textworld-express``;
+- ``twx_coin_rooms``: CoinCollector with 11 rooms behind doors, each room in one line
+  (``view=exits``), 30 turns, SFT on the explorer teacher (``TWX_COIN_ROOMS`` below).
 
 Held-out success (test split, the same tasks for every run, sampled at the rollout temperature)
 is measured at 0 tokens and every ``--eval-every-tokens``. Runs are interleaved
@@ -114,6 +116,17 @@ TWX_COIN_LONG = [
     "env.options.game_params=numLocations=10,numDistractorItems=0,includeDoors=1", "env.options.max_turns=20",
     "rollout.max_turns=20", "env.options.max_observation_tokens=16", "rollout.max_total_tokens=3072",
 ]  # fmt: skip
+# TextWorld-Express CoinCollector with 11 rooms behind doors (the upstream's most), each room shown in one
+# line (``view=exits``: its name, the coin, the exits); 30 turns. The teacher explores from what it sees
+# (``noisy_explorer``: no gold path). Measured with scripted policies on 60 test games: the explorer
+# succeeds on all, in 12.5 turns on average (57% of its successes take more than 10); with 20% random
+# moves 0.90 in 14.3 turns; a random valid action 0.07
+TWX_COIN_ROOMS = [
+    "env.options.game_params=numLocations=11,numDistractorItems=0,includeDoors=1", "env.options.view=exits",
+    "env.options.valid_actions=false", "env.options.max_turns=30", "rollout.max_turns=30",
+    "env.options.max_observation_tokens=64",
+    "rollout.max_total_tokens=3072",
+]  # fmt: skip
 TWX_SFT = ["sft.demos=300", "sft.batch_size=8", "sft.lr=1.0e-3", "sft.eval_every_steps=50", "sft.eval_episodes=32",
            "sft.patience=5"]  # fmt: skip
 
@@ -122,6 +135,11 @@ SETTINGS: dict[str, Setting] = {
     # lr 2e-4: configs/twx_coin.yaml's (at 1e-3 five GRPO steps collapsed its SFT model, docs/text-games.md)
     "twx_coin_long": Setting(
         "twx_coin.yaml", "agent_rl/TextWorldExpress-v0", TWX_COIN_LONG, TWX_SFT, lr=2e-4, sft_steps=100,
+        init_model=["--max-position-embeddings", "4096"],
+    ),
+    "twx_coin_rooms": Setting(
+        "twx_coin.yaml", "agent_rl/TextWorldExpress-v0", TWX_COIN_ROOMS,
+        [*TWX_SFT, "sft.teacher=envs.textworld_express.policies:noisy_explorer"], lr=2e-4, sft_steps=300,
         init_model=["--max-position-embeddings", "4096"],
     ),
 }  # fmt: skip
