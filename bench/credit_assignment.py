@@ -118,9 +118,10 @@ TWX_COIN_LONG = [
 ]  # fmt: skip
 # TextWorld-Express CoinCollector with 11 rooms behind doors (the upstream's most), each room shown in one
 # line (``view=exits``: its name, the coin, the exits); 30 turns. The teacher explores from what it sees
-# (``noisy_explorer``: no gold path). Measured with scripted policies on 60 test games: the explorer
-# succeeds on all, in 12.5 turns on average (57% of its successes take more than 10); with 20% random
-# moves 0.90 in 14.3 turns; a random valid action 0.07
+# (``noisy_explorer``: no gold path). Measured with ``agent-rl eval`` of the scripted policies on 60 test
+# games (bench/results/credit_twx_rooms/README.md): the explorer succeeds on all, in 12.5 turns on average
+# (57% of them take more than 10); the noisy explorer 0.883 in 14.7 turns; a random valid action (the
+# valid actions shown) 0.167. The model sees no valid actions: the exits say what can be done
 TWX_COIN_ROOMS = [
     "env.options.game_params=numLocations=11,numDistractorItems=0,includeDoors=1", "env.options.view=exits",
     "env.options.valid_actions=false", "env.options.max_turns=30", "rollout.max_turns=30",
