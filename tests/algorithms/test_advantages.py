@@ -83,7 +83,8 @@ def test_grpo_hand_example():
     # group 1: equal rewards -> 0; group 2 (one sample): mean 0, std 1 -> 0.5/(1+1e-6) = 0.4999995
     out = run("grpo", example())
     assert per_row(out.advantages_BT) == pytest.approx([1.1546999, -0.57735, -0.57735, 0.0, 0.0, 0.4999995], abs=1e-6)
-    assert out.metrics["adv/zero_std_groups_frac"] == pytest.approx(2 / 6)  # rows 3, 4 of 6
+    # of the 3 groups, group 1 (2 equal rewards); group 2's one sample has no spread to lose
+    assert out.metrics["adv/zero_std_groups_frac"] == pytest.approx(1 / 3)
 
 
 def test_grpo_equal_rewards_give_zero_advantages():

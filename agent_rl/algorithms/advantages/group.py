@@ -48,10 +48,12 @@ def grpo(x: AdvantageInputs, cfg: GrpoConfig) -> AdvantageOutput:
     rewards_B = sequence_rewards(x)
     adv_B = grpo_advantage_B(rewards_B, x.group_index_B, cfg.eps, cfg.norm_by_std)
     _, std_B, count_B = group_stats(rewards_B, x.group_index_B)
-    zero_std = (std_B == 0) & (count_B > 1)
+    zero_std_B = (std_B == 0) & (count_B > 1)  # a group of 2+ samples with equal rewards: no signal
+    groups = x.group_index_B.unique().numel()
+    zero_groups = x.group_index_B[zero_std_B].unique().numel()
     return AdvantageOutput(
         advantages_BT=broadcast_to_tokens(adv_B, x.loss_mask_BT),
-        metrics={"adv/zero_std_groups_frac": float(zero_std.double().mean()) if zero_std.numel() else 0.0},
+        metrics={"adv/zero_std_groups_frac": zero_groups / groups if groups else 0.0},  # of the groups, not rows
     )
 
 
