@@ -10,7 +10,9 @@ once, by its parent; VinePPO's value continuations are counted):
 - ``twx_coin_long``: TextWorld-Express CoinCollector (configs/twx_coin.yaml) with 10 rooms behind
   doors and 20 turns (``TWX_COIN_LONG`` below; the pilot); needs Java and ``textworld-express``;
 - ``twx_coin_rooms``: CoinCollector with 11 rooms behind doors, each room in one line
-  (``view=exits``), 30 turns, SFT on the explorer teacher (``TWX_COIN_ROOMS`` below).
+  (``view=exits``), 30 turns, SFT on the explorer teacher (``TWX_COIN_ROOMS`` below);
+- ``hanoi``: TextArena TowerOfHanoi with 4 disks (15 moves at best), 30 turns, SFT on the noisy
+  recursive solver (``HANOI`` below); pure Python.
 
 Held-out success (test split, the same tasks for every run, sampled at the rollout temperature)
 is measured at 0 tokens and every ``--eval-every-tokens``. Runs are interleaved
@@ -131,6 +133,16 @@ TWX_COIN_ROOMS = [
 TWX_SFT = ["sft.demos=300", "sft.batch_size=8", "sft.lr=1.0e-3", "sft.eval_every_steps=50", "sft.eval_episodes=32",
            "sft.patience=5"]  # fmt: skip
 
+# TextArena's TowerOfHanoi-v0-medium: 4 disks from A to C, 15 moves at best, one start position (every task
+# is the same game; the policy's own samples make the episodes differ). 30 turns, the upstream's own limit:
+# a game it ends, or a second invalid move in a row, gets the upstream's partial credit (the share of the
+# disks on C), a solved one 1; success is solved. The teacher is the recursive solver with 20% random
+# legal moves (``noisy_solver``), which recovers from any position; every turn shows the legal moves
+HANOI = ["env.options.game=TowerOfHanoi-v0-medium", "env.options.max_turns=30", "rollout.max_turns=30",
+         "rollout.max_total_tokens=3072"]  # fmt: skip
+HANOI_SFT = ["sft.demos=300", "sft.batch_size=8", "sft.lr=1.0e-3", "sft.eval_every_steps=100", "sft.eval_episodes=32",
+             "sft.patience=5"]  # fmt: skip
+
 SETTINGS: dict[str, Setting] = {
     "maze": Setting("maze.yaml", "agent_rl/Maze-v0", MAZE, SFT, lr=1e-3, sft_steps=800),
     # lr 2e-4: configs/twx_coin.yaml's (at 1e-3 five GRPO steps collapsed its SFT model, docs/text-games.md)
@@ -141,6 +153,10 @@ SETTINGS: dict[str, Setting] = {
     "twx_coin_rooms": Setting(
         "twx_coin.yaml", "agent_rl/TextWorldExpress-v0", TWX_COIN_ROOMS,
         [*TWX_SFT, "sft.teacher=envs.textworld_express.policies:noisy_explorer"], lr=2e-4, sft_steps=300,
+        init_model=["--max-position-embeddings", "4096"],
+    ),
+    "hanoi": Setting(
+        "textarena_frozenlake.yaml", "agent_rl/TextArena-v0", HANOI, HANOI_SFT, lr=1e-3, sft_steps=300,
         init_model=["--max-position-embeddings", "4096"],
     ),
 }  # fmt: skip
