@@ -184,9 +184,7 @@ def test_sandbox_commands(tmp_path):
     # the bench's budget cut down; it exits 1 when a ratio misses its target on a loaded machine
     env = {**cli_env(), "PYTHONPATH": str(ROOT)}
     small = ["--rounds", "3", "--cold-rounds", "1", "--seconds", "0.5", "--callers", "2"]
-    done = subprocess.run(
-        [sys.executable, *words[1:], *small], cwd=cwd, env=env, timeout=600, capture_output=True, text=True
-    )
+    done = cli_runner.run([sys.executable, *words[1:], *small], cwd, env, timeout=600)
     assert done.returncode in (0, 1) and "docker exec" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
 
 

@@ -22,6 +22,7 @@ import torch
 
 from agent_rl.learner import checkpoint as ckpt
 from agent_rl.train.trainer import Trainer
+from tests import cli_runner
 from tests.conftest import ROOT, cli_env
 from tests.distributed.conftest import small_config
 from tests.distributed.helpers import record_rollouts
@@ -142,9 +143,7 @@ def test_kill_9_between_checkpoints_then_resume(tmp_path, tiny_model_dir):
     last = ckpt.latest(run_dir / "checkpoints")
     assert last is not None and after <= int(last.name[5:]) < steps, (after, delay_s, last)
 
-    resumed = subprocess.run(
-        [*train, "--resume", str(run_dir)], check=False, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
-    )
+    resumed = cli_runner.run([*train, "--resume", str(run_dir)], ROOT, env, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resumed {run_dir} at step {int(last.name[5:])}" in resumed.stdout
     assert trained_episodes(run_dir) == expected
