@@ -11,7 +11,6 @@ import pytest
 from agent_rl.models.families import FAMILIES
 from agent_rl.models.loading import load_tokenizer
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.run.envloader import init_tiny
 from tests import cli_runner
 from tests.conftest import ROOT
 
@@ -20,9 +19,8 @@ from template_drift import measure  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def family_dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("families")
-    return {name: init_tiny(root / name, family=name) for name in FAMILIES}
+def family_dirs(family_model_dir):
+    return {name: family_model_dir(name) for name in FAMILIES}
 
 
 @pytest.fixture(scope="module")
