@@ -156,10 +156,14 @@ def test_readme_commands_are_the_makefile_targets_ci_runs():
 def test_model_families_commands(tmp_path):
     import json
 
+    from agent_rl.models.loading import load_tokenizer
+
     (command,) = documented_commands("docs/model-families.md")
     _run(command, _scratch(tmp_path))
-    config = json.loads((tmp_path / "runs" / "models" / "tiny-llama3" / "config.json").read_text())
-    assert config["model_type"] == "llama"
+    out = tmp_path / "runs" / "models" / "tiny-llama3"
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "llama" and config["architectures"] == ["LlamaForCausalLM"]
+    assert "<|eot_id|>" in load_tokenizer(str(out)).get_added_vocab()
 
 
 @pytest.mark.docker
