@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -122,12 +121,12 @@ def test_kill_9_between_checkpoints_then_resume(tmp_path, tiny_model_dir):
         *overrides,
     ]
     env = {**cli_env(), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([*train, *config], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    proc = cli_runner.start([*train, *config], ROOT, env)  # forked from the preloaded server: no imports to wait for
     try:
         after, delay_s = random.randint(1, steps // 2), random.uniform(0.0, 0.3)  # a step takes ~0.3 s here
         deadline = time.monotonic() + 120
         while not (run_dir / "checkpoints" / f"step_{after:06d}").is_dir():
-            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+            assert proc.poll() is None, proc.stderr.read_text()[-3000:]
             assert time.monotonic() < deadline
             time.sleep(0.02)
         time.sleep(delay_s)
