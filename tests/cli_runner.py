@@ -179,6 +179,8 @@ def start(words: list[str], cwd: Path | str, env: dict[str, str]) -> Started:
         raise ValueError(f"not a command the preloaded server runs: {words}")
     tmp = tempfile.TemporaryDirectory(prefix="cli-")
     out, err = os.path.join(tmp.name, "stdout"), os.path.join(tmp.name, "stderr")
+    for path in (out, err):
+        Path(path).touch()  # readable before the child opens them
     child = _server().Process(target=_main, args=(form, str(cwd), dict(env), out, err))
     child.start()
     return Started(child, tmp)
