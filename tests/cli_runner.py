@@ -8,8 +8,9 @@ forked from one server process (``multiprocessing``'s forkserver) that imported 
 the child gets the command's working directory, environment and argv, writes its stdout and stderr
 to files, runs the command's code as its ``__main__`` would (``agent_rl.cli.main``,
 ``runpy.run_module`` / ``run_path``), runs the ``atexit`` handlers and exits with the command's
-code. What a command does in its own process (exit codes, files, children, signals) is unchanged;
-what differs from a fresh interpreter is said where it matters:
+code; ``start`` begins one the same way and returns at once, for a test that kills the command or
+talks to it while it runs. What a command does in its own process (exit codes, files, children,
+signals) is unchanged; what differs from a fresh interpreter is said where it matters:
 
 - environment variables read at import time by the preloaded modules keep the server's values:
   ``OMP_NUM_THREADS`` is applied in the child (``torch.set_num_threads``), ``PYTHONPATH`` is put on
