@@ -8,8 +8,9 @@ forked from one server process (``multiprocessing``'s forkserver) that imported 
 the child gets the command's working directory, environment and argv, writes its stdout and stderr
 to files, runs the command's code as its ``__main__`` would (``agent_rl.cli.main``,
 ``runpy.run_module`` / ``run_path``), runs the ``atexit`` handlers and exits with the command's
-code. What a command does in its own process (exit codes, files, children, signals) is unchanged;
-what differs from a fresh interpreter is said where it matters:
+code; ``start`` begins one the same way and returns at once, for a test that kills the command or
+talks to it while it runs. What a command does in its own process (exit codes, files, children,
+signals) is unchanged; what differs from a fresh interpreter is said where it matters:
 
 - environment variables read at import time by the preloaded modules keep the server's values:
   ``OMP_NUM_THREADS`` is applied in the child (``torch.set_num_threads``), ``PYTHONPATH`` is put on
@@ -138,6 +139,54 @@ def _form(words: list[str]) -> list[str] | None:
     return None
 
 
+class Started:
+    """A command ``start`` began: what the tests use of ``subprocess.Popen`` (``pid``, ``poll``,
+    ``wait``, ``kill``, ``terminate``); its stdout and stderr go to the files ``stdout`` and ``stderr``."""
+
+    def __init__(self, child, tmp: tempfile.TemporaryDirectory) -> None:
+        self._child, self._tmp = child, tmp  # the files live as long as this object
+        self.pid = child.pid
+        self.stdout, self.stderr = Path(tmp.name) / "stdout", Path(tmp.name) / "stderr"
+
+    @property
+    def returncode(self) -> int | None:
+        return self._child.exitcode  # -N: killed by signal N, as subprocess says it
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._child.join(timeout)
+        if self.returncode is None:
+            raise subprocess.TimeoutExpired(str(self.pid), timeout)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:  # not a pid the server has reaped (and may have given to another)
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+
+def start(words: list[str], cwd: Path | str, env: dict[str, str]) -> Started:
+    """``words`` begun in a child of the preloaded server, as ``subprocess.Popen`` would begin them: for
+    a test that kills the command or talks to it while it runs. Only the programs the server runs."""
+    form = _form(words)
+    if form is None or any(k in env and env[k] != os.environ.get(k) for k in SUBPROCESS_ENV):
+        raise ValueError(f"not a command the preloaded server runs: {words}")
+    tmp = tempfile.TemporaryDirectory(prefix="cli-")
+    out, err = os.path.join(tmp.name, "stdout"), os.path.join(tmp.name, "stderr")
+    for path in (out, err):
+        Path(path).touch()  # readable before the child opens them
+    child = _server().Process(target=_main, args=(form, str(cwd), dict(env), out, err))
+    child.start()
+    return Started(child, tmp)
+
+
 def run(
     words: list[str], cwd: Path | str, env: dict[str, str], timeout: float | None = None
 ) -> subprocess.CompletedProcess:
@@ -150,17 +199,14 @@ def run(
         elif words[0] == "python":
             words = [sys.executable, *words[1:]]
         return subprocess.run(words, cwd=cwd, env=env, timeout=timeout, capture_output=True, text=True)
-    with tempfile.TemporaryDirectory(prefix="cli-") as tmp:
-        out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
-        child = _server().Process(target=_main, args=(form, str(cwd), dict(env), out, err))
-        child.start()
-        child.join(timeout)
-        if child.exitcode is None:
-            try:
-                os.killpg(child.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            child.join()
-            raise subprocess.TimeoutExpired(words, timeout, Path(out).read_text(), Path(err).read_text())
-        # -N: killed by signal N, as subprocess says it
-        return subprocess.CompletedProcess(words, child.exitcode, Path(out).read_text(), Path(err).read_text())
+    child = start(words, cwd, env)
+    try:
+        child.wait(timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        child.wait()
+        raise subprocess.TimeoutExpired(words, timeout, child.stdout.read_text(), child.stderr.read_text()) from None
+    return subprocess.CompletedProcess(words, child.returncode, child.stdout.read_text(), child.stderr.read_text())

@@ -21,6 +21,23 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def family_model_dir(tmp_path_factory, tiny_model_dir):
+    """``family_model_dir(family)``: the tiny model of that family (``init_tiny(family=...)``), built
+    once per worker: xdist spreads a module's tests over both workers, and several modules read them.
+    Tests only read it (copy it to change it)."""
+    from agent_rl.run.envloader import init_tiny
+
+    root = tmp_path_factory.mktemp("families")
+
+    @functools.cache
+    def build(family: str) -> Path:
+        # qwen2.5 is init_tiny's default family: the same files as tiny_model_dir
+        return tiny_model_dir if family == "qwen2.5" else init_tiny(root / family, family=family)
+
+    return build
+
+
+@pytest.fixture(scope="session")
 def tiny_tokenizer(tiny_model_dir):
     from agent_rl.models.loading import load_tokenizer
 

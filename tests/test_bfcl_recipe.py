@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import subprocess
 import sys
 
 import pytest
@@ -121,14 +120,8 @@ def test_documented_recipe_runs_with_a_small_budget(tmp_path):
     [line] = _block("Why the tiny model writes no call").splitlines()
     argv = shlex.split(line)
     assert argv[:3] == ["python", "-m", "envs.bfcl.diagnose"]
-    done = subprocess.run(
-        [sys.executable, *argv[1:], "--tasks", "2"],
-        check=False,
-        cwd=tmp_path,
-        env={**cli_env(), "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=300,
+    done = cli_runner.run(
+        [sys.executable, *argv[1:], "--tasks", "2"], tmp_path, {**cli_env(), "PYTHONPATH": str(ROOT)}, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {r.split()[0]: r for r in done.stdout.splitlines() if r.split()[:1] in (["train"], ["val"])}

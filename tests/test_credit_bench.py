@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+from tests import cli_runner
 from tests.conftest import cli_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +78,8 @@ def test_every_method_logs_its_credit_diagnostics(tmp_path, tiny_model_dir):
         "--max-steps", "2", "--budget-tokens", "1000000", "--eval-episodes", "2", "--out", str(out),
         "trainer.prompts_per_step=1", "rollout.max_turns=3", "env.options.max_turns=3",
     ]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**cli_env(), "OMP_NUM_THREADS": "1"}, timeout=600)
+    # a child of the preloaded server (tests/cli_runner.py): the bench runs every method in this one process
+    done = cli_runner.run(cmd, ROOT, {**cli_env(), "OMP_NUM_THREADS": "1"}, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     table = (out / "table.md").read_text()
     for method in METHODS:

@@ -156,10 +156,14 @@ def test_readme_commands_are_the_makefile_targets_ci_runs():
 def test_model_families_commands(tmp_path):
     import json
 
+    from agent_rl.models.loading import load_tokenizer
+
     (command,) = documented_commands("docs/model-families.md")
     _run(command, _scratch(tmp_path))
-    config = json.loads((tmp_path / "runs" / "models" / "tiny-llama3" / "config.json").read_text())
-    assert config["model_type"] == "llama"
+    out = tmp_path / "runs" / "models" / "tiny-llama3"
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "llama" and config["architectures"] == ["LlamaForCausalLM"]
+    assert "<|eot_id|>" in load_tokenizer(str(out)).get_added_vocab()
 
 
 @pytest.mark.docker
@@ -184,9 +188,7 @@ def test_sandbox_commands(tmp_path):
     # the bench's budget cut down; it exits 1 when a ratio misses its target on a loaded machine
     env = {**cli_env(), "PYTHONPATH": str(ROOT)}
     small = ["--rounds", "3", "--cold-rounds", "1", "--seconds", "0.5", "--callers", "2"]
-    done = subprocess.run(
-        [sys.executable, *words[1:], *small], cwd=cwd, env=env, timeout=600, capture_output=True, text=True
-    )
+    done = cli_runner.run([sys.executable, *words[1:], *small], cwd, env, timeout=600)
     assert done.returncode in (0, 1) and "docker exec" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
 
 

@@ -11,8 +11,6 @@ import pytest
 from agent_rl.models.families import FAMILIES
 from agent_rl.models.loading import load_tokenizer
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.run.envloader import init_tiny
-from tests import cli_runner
 from tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -20,9 +18,8 @@ from template_drift import measure  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def family_dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("families")
-    return {name: init_tiny(root / name, family=name) for name in FAMILIES}
+def family_dirs(family_model_dir):
+    return {name: family_model_dir(name) for name in FAMILIES}
 
 
 @pytest.fixture(scope="module")
@@ -166,23 +163,3 @@ def test_drift_per_family_and_layout(tokenizers, family):
     assert per_turn["drift"] == 0
     dropped = measure(tok, family, "concat", 2, on_drift="drop")
     assert dropped["dropped"] == dropped["untrainable"] == (2 if CONCAT_DRIFT[family] else 0)
-
-
-def test_the_documented_command_builds_that_family(tmp_path):
-    """docs/model-families.md's bash block, run as written (in a scratch working directory)."""
-    import re
-    import shlex
-
-    from tests.conftest import cli_env
-
-    [block] = re.findall(
-        r"^```bash\n(.*?)^```$", (ROOT / "docs" / "model-families.md").read_text(), re.DOTALL | re.MULTILINE
-    )
-    for line in block.splitlines():
-        argv = shlex.split(line)
-        assert argv[0] == "agent-rl"
-        done = cli_runner.run(argv, tmp_path, cli_env(), timeout=600)
-        assert done.returncode == 0, done.stderr[-3000:]
-    out = tmp_path / "runs" / "models" / "tiny-llama3"
-    assert json.loads((out / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
-    assert "<|eot_id|>" in load_tokenizer(str(out)).get_added_vocab()

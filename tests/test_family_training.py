@@ -14,7 +14,7 @@ from agent_rl.commands.sft import demonstrations, sft
 from agent_rl.config import load_config
 from agent_rl.core.types import Trajectory
 from agent_rl.models.families import FAMILIES
-from agent_rl.run.envloader import bind_tool_format, init_tiny, load_policy, sft_teacher
+from agent_rl.run.envloader import bind_tool_format, load_policy, sft_teacher
 from agent_rl.run.runtime import Components
 from agent_rl.train.trainer import Trainer
 from tests.conftest import ROOT
@@ -85,9 +85,9 @@ def assert_masks_are_what_was_sampled(trajectories, calls, layout):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_family_sft_rl_eval(tmp_path, family):
+def test_family_sft_rl_eval(tmp_path, family, family_model_dir):
     fmt_name, layout = EXPECTED[family]
-    model_dir = init_tiny(tmp_path / "model", family=family)
+    model_dir = family_model_dir(family)
     cfg = load_config(QUICK, overrides(model_dir, tmp_path))
     components = Components(cfg)
     assert (components.tool_format, cfg.rollout.layout) == (fmt_name, layout)
@@ -140,11 +140,10 @@ def test_family_sft_rl_eval(tmp_path, family):
 
 
 @pytest.fixture(scope="module")
-def family_tokenizers(tmp_path_factory):
+def family_tokenizers(family_model_dir):
     from agent_rl.models.loading import load_tokenizer
 
-    root = tmp_path_factory.mktemp("family-tokenizers")
-    return {name: load_tokenizer(str(init_tiny(root / name, family=name))) for name in ("llama3", "gpt-oss")}
+    return {name: load_tokenizer(str(family_model_dir(name))) for name in ("llama3", "gpt-oss")}
 
 
 def test_llama3_ipython_results_are_truncated_like_tool_results(family_tokenizers):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import subprocess
 import sys
 
+from tests import cli_runner
 from tests.conftest import cli_env
 from tests.test_docs_commands import ROOT, _run, _scratch, documented_commands
 
@@ -24,6 +24,6 @@ def test_text_games_commands(tmp_path):
     words = shlex.split(bench)
     assert words[:2] == ["python", "bench/text_games.py"]
     env = {**cli_env(), "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, *words[1:]], cwd=cwd, env=env, timeout=600, capture_output=True, text=True)
+    out = cli_runner.run([sys.executable, *words[1:]], cwd, env, timeout=600)
     assert out.returncode in (0, 1), out.stderr[-2000:]
     assert re.search(r"^ta: ours [0-9.]+ steps/s, raw upstream [0-9.]+ steps/s", out.stdout, re.MULTILINE), out.stdout

@@ -11,6 +11,7 @@ from tests.test_docs_commands import _run, _scratch
 TINY = [
     "sft.demos=16", "sft.max_steps=4", "sft.eval_every_steps=2", "sft.eval_episodes=4",
     "trainer.steps=1", "trainer.prompts_per_step=2", "rollout.group_size=2", "eval.episodes=4",
+    "rollout.concurrency=2",  # 2 JVMs per phase, not the recipe's 16 (16 demos started 16: ~1 s of CPU each)
 ]  # fmt: skip
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -22,6 +21,7 @@ import torch
 
 from agent_rl.learner import checkpoint as ckpt
 from agent_rl.train.trainer import Trainer
+from tests import cli_runner
 from tests.conftest import ROOT, cli_env
 from tests.distributed.conftest import small_config
 from tests.distributed.helpers import record_rollouts
@@ -121,12 +121,12 @@ def test_kill_9_between_checkpoints_then_resume(tmp_path, tiny_model_dir):
         *overrides,
     ]
     env = {**cli_env(), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([*train, *config], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    proc = cli_runner.start([*train, *config], ROOT, env)  # forked from the preloaded server: no imports to wait for
     try:
         after, delay_s = random.randint(1, steps // 2), random.uniform(0.0, 0.3)  # a step takes ~0.3 s here
         deadline = time.monotonic() + 120
         while not (run_dir / "checkpoints" / f"step_{after:06d}").is_dir():
-            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+            assert proc.poll() is None, proc.stderr.read_text()[-3000:]
             assert time.monotonic() < deadline
             time.sleep(0.02)
         time.sleep(delay_s)
@@ -142,9 +142,7 @@ def test_kill_9_between_checkpoints_then_resume(tmp_path, tiny_model_dir):
     last = ckpt.latest(run_dir / "checkpoints")
     assert last is not None and after <= int(last.name[5:]) < steps, (after, delay_s, last)
 
-    resumed = subprocess.run(
-        [*train, "--resume", str(run_dir)], check=False, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
-    )
+    resumed = cli_runner.run([*train, "--resume", str(run_dir)], ROOT, env, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resumed {run_dir} at step {int(last.name[5:])}" in resumed.stdout
     assert trained_episodes(run_dir) == expected

@@ -8,14 +8,13 @@ exactly (weights, Adam moments, scheduler, RNG, data position, version) changes 
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from tests import cli_runner
 from tests.conftest import ROOT
 from tests.learner.helpers import env, run, train_cmd
 
@@ -54,18 +53,12 @@ def test_kill_and_resume_gives_the_uninterrupted_metrics(tmp_path, tiny_model_di
     assert r.returncode == 0, r.stderr[-3000:]
 
     # kill -9 between steps 3 and 4: as soon as checkpoint 3 is complete
-    proc = subprocess.Popen(
-        train_cmd(*base, f"run.dir={killed_dir}"),
-        cwd=ROOT,
-        env=env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = cli_runner.start(train_cmd(*base, f"run.dir={killed_dir}"), ROOT, env())  # forked from the preloaded server
     ckpts = killed_dir / "checkpoints"
     deadline = time.time() + 240
     while not (ckpts / "step_000003").exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.02)
-    os.kill(proc.pid, signal.SIGKILL)
+    proc.kill()  # SIGKILL
     proc.wait()
     done = sorted(p.name for p in ckpts.glob("step_*"))
     assert done[-1] in ("step_000003", "step_000004") and "step_000006" not in done

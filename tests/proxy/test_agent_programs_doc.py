@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import subprocess
 import sys
 import time
 
@@ -44,11 +43,13 @@ def test_the_commands_run_as_written(tmp_path):
                 if argv[0] == "agent-rl"
                 else [sys.executable, *argv[1:]]
             )
-            if line.endswith("&"):
-                proxy = subprocess.Popen(
-                    argv, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-                )
-                assert "agent-rl serve: http://127.0.0.1:8765/v1" in proxy.stdout.readline()
+            if line.endswith("&"):  # in the background, as the shell runs it: a child of the preloaded server too
+                proxy = cli_runner.start(argv, tmp_path, cli_env())
+                deadline = time.monotonic() + 300
+                while "\n" not in proxy.stdout.read_text() and proxy.poll() is None and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                first = proxy.stdout.read_text().split("\n")[0]
+                assert "agent-rl serve: http://127.0.0.1:8765/v1" in first, (first, proxy.stderr.read_text()[-3000:])
                 time.sleep(1)
                 continue
             r = cli_runner.run(argv, tmp_path, cli_env(), timeout=400)  # a process forked from a preloaded one

@@ -15,15 +15,14 @@ from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.engine import RolloutEngine
 from agent_rl.rollout.episode import EpisodeSpec
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.run.envloader import init_tiny
 from tools.formats import get_format
 
 PROMPT = ["<|im_start|>", "user", "\n", "5", "<|im_end|>", "\n", "<|im_start|>", "assistant", "\n"]
 
 
 @pytest.fixture(scope="module")
-def qwen3(tmp_path_factory):
-    return load_tokenizer(str(init_tiny(tmp_path_factory.mktemp("qwen3") / "tok", family="qwen3")))
+def qwen3(family_model_dir):
+    return load_tokenizer(str(family_model_dir("qwen3")))
 
 
 def run(tok, texts: list[str], layout: str, tool_format: str = "hermes", **cfg):

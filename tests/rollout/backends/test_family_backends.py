@@ -23,7 +23,6 @@ from agent_rl.rollout.backends.hf import HfBackend
 from agent_rl.rollout.backends.openai_http import OpenAIBackend
 from agent_rl.rollout.backends.server import build_state, serve_in_thread
 from agent_rl.rollout.render import ChatRenderer
-from agent_rl.run.envloader import init_tiny
 from tools.base import ToolCall
 from tools.formats import detect_format, get_format
 
@@ -64,8 +63,8 @@ def assert_same_parsed_calls(fmt, renderer, prefixes, reference, results):
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_same_tokens_same_parsed_calls_in_hf_and_served(tmp_path, family):
-    model_dir = init_tiny(tmp_path / family, family=family)
+def test_same_tokens_same_parsed_calls_in_hf_and_served(family_model_dir, family):
+    model_dir = family_model_dir(family)
     tok, fmt, renderer, requests, prefixes = family_requests(model_dir, temperature=1.0)
     hf = asyncio.run(HfBackend(load_model(str(model_dir)), tok.pad_token_id).generate(requests))
     with serve_in_thread(server_app(build_state(str(model_dir), served_name=family))) as url:
@@ -83,8 +82,8 @@ VLLM_OWN_ENGINE = [family for family in FAMILIES if family != "qwen2.5"]
 @pytest.mark.vllm
 @pytest.mark.slow
 @pytest.mark.parametrize("family", VLLM_OWN_ENGINE)
-def test_same_tokens_same_parsed_calls_in_hf_and_vllm(tmp_path, family):
-    model_dir = init_tiny(tmp_path / family, family=family)
+def test_same_tokens_same_parsed_calls_in_hf_and_vllm(family_model_dir, family):
+    model_dir = family_model_dir(family)
     tok, fmt, renderer, requests, prefixes = family_requests(model_dir, temperature=0.0)
     model = load_model(str(model_dir))
     hf = asyncio.run(HfBackend(model, tok.pad_token_id).generate(requests))

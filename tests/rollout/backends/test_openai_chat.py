@@ -64,9 +64,9 @@ def test_the_documented_command_scores_a_local_endpoint(chat_server, tiny_model_
     page's placeholders (HOST, NAME) filled by this local endpoint and a small budget appended."""
     import json
     import shlex
-    import subprocess
     import sys
 
+    from tests import cli_runner
     from tests.conftest import cli_env
     from tests.test_docs_commands import documented_commands
 
@@ -85,7 +85,7 @@ def test_the_documented_command_scores_a_local_endpoint(chat_server, tiny_model_
         "run.dir=runs/chat_eval",
     ]
     env = {**cli_env(), "OPENAI_API_KEY": "unused-by-a-local-server"}
-    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    done = cli_runner.run(argv, tmp_path, env, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     result = json.loads((tmp_path / "runs" / "chat_eval" / "eval.json").read_text())
     assert result["success"] == 1.0 and result["episodes"] == 4, result

@@ -5,7 +5,6 @@ while it loads, as `vllm serve` does), and one that never does."""
 from __future__ import annotations
 
 import http.server
-import subprocess
 import threading
 import time
 
@@ -14,6 +13,7 @@ import pytest
 from agent_rl.rollout.backends import BACKENDS
 from agent_rl.rollout.backends.openai_http import ServerNotReadyError
 from agent_rl.rollout.backends.server import bind
+from tests import cli_runner
 from tests.conftest import ROOT
 from tests.learner.helpers import env, train_cmd
 
@@ -118,7 +118,7 @@ def test_agent_rl_train_against_a_server_that_is_down_stops_before_its_first_ste
         "sandbox.backend=process", "trainer.steps=1", "tracking.loggers=[]", "tracking.progress=false",
         "rollout.backend.name=openai", f"rollout.backend.base_url={url}", "rollout.backend.ready_timeout_s=1",
     ]  # fmt: skip
-    r = subprocess.run(train_cmd(*args), cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300, check=False)
+    r = cli_runner.run(train_cmd(*args), ROOT, env(), timeout=300)
     assert r.returncode == 2, r.stderr[-3000:]
     assert "Traceback" not in r.stderr
     last = r.stderr.strip().splitlines()[-1]
