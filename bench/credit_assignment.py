@@ -14,8 +14,9 @@ once, by its parent; VinePPO's value continuations are counted):
 - ``hanoi``: TextArena TowerOfHanoi with 4 disks (15 moves at best), 30 turns, SFT on the noisy
   recursive solver (``HANOI`` below); pure Python.
 
-Held-out success (test split, the same tasks for every run, sampled at the rollout temperature)
-is measured at 0 tokens and every ``--eval-every-tokens``. Runs are interleaved
+Held-out success (the share of test episodes solved, reward 1; the same tasks for every run, sampled
+at the rollout temperature; the mean reward beside it as ``eval/reward``, which differs where a game
+gives partial credit) is measured at 0 tokens and every ``--eval-every-tokens``. Runs are interleaved
 (seed-major) so that machine load hits every method alike. Output, all under ``--out``:
 
 - ``runs/METHOD-sSEED/``: each run's directory, ``config.yaml`` and ``metrics.jsonl`` (one row per
@@ -299,8 +300,10 @@ def run_one(method: str, seed: int, args: argparse.Namespace, out: Path, report=
 
     def evaluation(tokens: int, step: int, t0: float, train_reward: float | None) -> dict:
         result, episodes = asyncio.run(evaluate(trainer.engine, args.eval_episodes, 1, split="test", seed=20_000))
-        row = {"method": method, "seed": seed, "tokens": tokens, "step": step, "success": result.success,
-               "turns_success": turns_to_success(episodes), "train_reward": train_reward,
+        # success: the share of episodes solved (reward 1; pass@1). ``result.success`` is the mean reward,
+        # which on a game with partial credit (TowerOfHanoi) is not the share solved; it is kept as ``reward``
+        row = {"method": method, "seed": seed, "tokens": tokens, "step": step, "success": result.pass_at_k,
+               "reward": result.success, "turns_success": turns_to_success(episodes), "train_reward": train_reward,
                "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
         return row
 
@@ -309,7 +312,9 @@ def run_one(method: str, seed: int, args: argparse.Namespace, out: Path, report=
     # every run starts from the same model and evaluates the same tasks with per-request seeds: the
     # 0-token point is measured once and shared (across --jobs processes through a file)
     rows = [keep({**initial_point(args, out, lambda: evaluation(0, 0, t0, None)), "method": method, "seed": seed})]
-    trainer.tracker.log(0, {"eval/success": rows[0]["success"], "rollout/generated_tokens": 0})
+    trainer.tracker.log(
+        0, {"eval/success": rows[0]["success"], "eval/reward": rows[0].get("reward"), "rollout/generated_tokens": 0}
+    )
     tokens, step, next_eval, rewards = 0, 0, args.eval_every_tokens, []
     while tokens < args.budget_tokens and (args.max_steps is None or step < args.max_steps):
         copied.clear()
@@ -323,7 +328,7 @@ def run_one(method: str, seed: int, args: argparse.Namespace, out: Path, report=
         if tokens >= next_eval or last:
             report(tokens, {"step": step, "reward": metrics["rollout/reward_mean"], "phase": "evaluation"})
             rows.append(keep(evaluation(tokens, step, t0, sum(rewards) / len(rewards))))
-            metrics["eval/success"] = rows[-1]["success"]
+            metrics["eval/success"], metrics["eval/reward"] = rows[-1]["success"], rows[-1]["reward"]
             rewards.clear()
             next_eval += args.eval_every_tokens
         trainer.tracker.log(step, metrics)
