@@ -312,9 +312,8 @@ def run_one(method: str, seed: int, args: argparse.Namespace, out: Path, report=
     # every run starts from the same model and evaluates the same tasks with per-request seeds: the
     # 0-token point is measured once and shared (across --jobs processes through a file)
     rows = [keep({**initial_point(args, out, lambda: evaluation(0, 0, t0, None)), "method": method, "seed": seed})]
-    trainer.tracker.log(
-        0, {"eval/success": rows[0]["success"], "eval/reward": rows[0].get("reward"), "rollout/generated_tokens": 0}
-    )
+    first = {"eval/success": rows[0]["success"], "eval/reward": rows[0].get("reward"), "rollout/generated_tokens": 0}
+    trainer.tracker.log(0, {k: v for k, v in first.items() if v is not None})  # an older initial.json has no reward
     tokens, step, next_eval, rewards = 0, 0, args.eval_every_tokens, []
     while tokens < args.budget_tokens and (args.max_steps is None or step < args.max_steps):
         copied.clear()
