@@ -202,7 +202,9 @@ def initial_point(args: argparse.Namespace, out: Path, measure) -> dict:
     per-request seeds; measured alike for all 15 runs): read from ``initial.json`` when an earlier
     run measured it with the same model and episodes, else measured and written there."""
     path = out / "initial.json"
-    key = {"model": str(Path(args.model).resolve()), "episodes": args.eval_episodes, "setting": args.setting}
+    # "success": what the row's success means (a file from before it was the share solved is measured again)
+    key = {"model": str(Path(args.model).resolve()), "episodes": args.eval_episodes, "setting": args.setting,
+           "success": "pass@1"}  # fmt: skip
     if path.exists():
         saved = json.loads(path.read_text())
         if saved["key"] == key:
@@ -314,8 +316,9 @@ def run_one(method: str, seed: int, args: argparse.Namespace, out: Path, report=
     # every run starts from the same model and evaluates the same tasks with per-request seeds: the
     # 0-token point is measured once and shared (across --jobs processes through a file)
     rows = [keep({**initial_point(args, out, lambda: evaluation(0, 0, t0, None)), "method": method, "seed": seed})]
-    first = {"eval/success": rows[0]["success"], "eval/reward": rows[0].get("reward"), "rollout/generated_tokens": 0}
-    trainer.tracker.log(0, {k: v for k, v in first.items() if v is not None})  # an older initial.json has no reward
+    trainer.tracker.log(
+        0, {"eval/success": rows[0]["success"], "eval/reward": rows[0]["reward"], "rollout/generated_tokens": 0}
+    )
     tokens, step, next_eval, rewards = 0, 0, args.eval_every_tokens, []
     while tokens < args.budget_tokens and (args.max_steps is None or step < args.max_steps):
         copied.clear()
