@@ -70,6 +70,45 @@ def test_records_and_their_errors(tmp_path):
         load_records(tmp_path / "missing.jsonl")
 
 
+@pytest.mark.parametrize(
+    "lines, error",
+    [
+        (
+            ['["not", "a", "record"]'],
+            r"d.jsonl:1: expected \{prompt, chosen, rejected\} or \{prompt, completion, label\}",
+        ),
+        (['{"chosen": "a", "rejected": "b"}'], r"d.jsonl:1: expected \{prompt, chosen, rejected\}"),
+        (
+            ['{"prompt": [], "chosen": "a", "rejected": "b"}'],
+            r"d.jsonl:1 'prompt': expected a string or a non-empty list",
+        ),
+        (['{"prompt": "q", "chosen": [{"content": "a"}], "rejected": "b"}'], r"d.jsonl:1 'chosen': expected a string"),
+        (
+            ['{"prompt": "q", "completion": "a", "label": "yes"}'],
+            r"d.jsonl:1: expected keys chosen \+ rejected, or completion",
+        ),
+        (
+            ["", '{"prompt": "q", "chosen": [{"role": "user", "content": "a"}], "rejected": "b"}'],
+            r"d.jsonl:2: a completion needs at least one assistant message",
+        ),
+        (["", '{"prompt": "q", "chosen": "a",'], r"d.jsonl:2: not JSON \(Expecting"),
+        (["", "  "], r"trainer.preference_data.path: .*d.jsonl holds no records"),
+    ],
+)
+def test_a_bad_line_names_the_file_the_line_and_what_was_expected(tmp_path, lines, error):
+    path = tmp_path / "d.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=error) as e:
+        load_records(path)
+    assert "\n" not in str(e.value)
+
+
+def test_blank_lines_are_skipped_and_the_line_numbers_stay_the_file_s(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text("\n" + json.dumps(LABELLED[0]) + "\n\n" + json.dumps(LABELLED[1]) + "\n")
+    assert [r["source"] for r in load_records(path)] == [f"{path}:2", f"{path}:4"]
+
+
 def test_every_record_once_per_epoch(tmp_path, tiny_tokenizer):
     path = write_jsonl(tmp_path / "d.jsonl", LABELLED * 3 + [PAIR])  # 7 records
     source = PreferenceDataSource(PreferenceDataConfig(path=str(path)), ChatRenderer(tiny_tokenizer), seed=3)
