@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from agent_rl.models.families import FAMILIES
+from agent_rl.models.families import FAMILIES, get_family, structured
 from agent_rl.models.loading import load_tokenizer
 from agent_rl.rollout.render import ChatRenderer
 from tests.conftest import ROOT
@@ -40,6 +40,39 @@ STOPS = {
     "mistral": ["</s>"],
     "gpt-oss": ["<|return|>", "<|call|>", "<|endoftext|>"],
 }
+
+
+def test_an_unknown_family_names_the_known_ones():
+    with pytest.raises(
+        ValueError, match=r"^unknown model family 'qwen9'; known: qwen2.5, qwen3, llama3, mistral, gpt-oss$"
+    ):
+        get_family("qwen9")
+
+
+CORPUS_CALL = [
+    {"role": "user", "content": "weather in Oslo?"},
+    {
+        "role": "assistant",
+        "content": 'Checking.\n<tool_call>\n{"name": "weather", "arguments": {"city": "Oslo"}}\n</tool_call>',
+    },
+    {"role": "tool", "content": "4 C"},
+    {"role": "assistant", "content": "4 C in Oslo."},
+]
+
+
+def test_corpus_calls_become_tool_calls_and_odd_conversations_get_a_reasoning():
+    call = {"role": "assistant", "content": "Checking.",
+            "tool_calls": [{"type": "function", "function": {"name": "weather", "arguments": {"city": "Oslo"}}}]}  # fmt: skip
+    assert structured(CORPUS_CALL, "llama3", 1) == [CORPUS_CALL[0], call, CORPUS_CALL[2], CORPUS_CALL[3]]
+    assert structured(CORPUS_CALL, "qwen3", 0)[1] == call  # even: no reasoning
+    thought = "I should check this with the tool first."
+    assert structured(CORPUS_CALL, "qwen3", 1)[1] == {**call, "reasoning_content": thought}
+    assert structured(CORPUS_CALL, "gpt-oss", 1)[3] == {
+        "role": "assistant",
+        "content": "4 C in Oslo.",
+        "thinking": thought,
+    }
+    assert CORPUS_CALL[1]["content"].startswith("Checking.\n<tool_call>")  # the corpus itself untouched
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))

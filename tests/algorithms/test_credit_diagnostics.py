@@ -32,6 +32,11 @@ def test_zero_adv_frac_counts_groups_without_any_trained_advantage():
     assert zero_adv_frac(adv_BT, mask_BT, group_B) == pytest.approx(2 / 3)
 
 
+def test_zero_adv_frac_of_an_empty_batch_is_zero():
+    empty = torch.zeros(0, 3)
+    assert zero_adv_frac(empty, empty, torch.zeros(0, dtype=torch.long)) == 0.0
+
+
 def test_turn_variances_per_turn_position_with_a_last_bucket():
     # row 0: turns 0, 1 with advantages 1, 3; row 1: turn 0 with 2 and 4 on its two tokens (mean 3)
     #        P  P  a  a  o  a  a
