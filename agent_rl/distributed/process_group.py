@@ -326,7 +326,7 @@ class ProcessWorkerGroup:
         if not handle.ready.wait(self.pc.startup_timeout_s):
             raise ValueError(
                 f"rollout worker {handle.name} did not start within distributed.process.startup_timeout_s="
-                f"{self.pc.startup_timeout_s:.0f} s"
+                f"{self.pc.startup_timeout_s:g} s"
             )
         if handle.fatal is not None:
             raise ValueError(f"rollout worker {handle.name} could not start: {handle.fatal}")

@@ -3,8 +3,13 @@ the staleness bound, dead workers replaced, weights moved through shared memory.
 
 from __future__ import annotations
 
+import asyncio
+import multiprocessing
 import os
 import signal
+import sys
+import threading
+import time
 
 import pytest
 import torch
@@ -99,3 +104,100 @@ def test_a_worker_that_cannot_start_stops_the_run_in_one_line(tmp_path, tiny_mod
     with pytest.raises(ValueError, match=r"rollout worker rollout-0-1 could not start: .*NoSuchEnv") as e:
         Trainer(cfg, log=lambda *a: None)
     assert "\n" not in str(e.value)
+
+
+def test_a_worker_that_does_not_start_in_time_stops_the_run_in_one_line(tmp_path, tiny_model_dir, monkeypatch):
+    from agent_rl.distributed import process_group
+
+    monkeypatch.setattr(process_group, "CLOSE_WAIT_S", 0.5)  # the worker still loading is killed, not awaited
+    cfg = small_config(
+        tmp_path,
+        tiny_model_dir,
+        "distributed.backend=process",
+        "distributed.max_staleness=1",
+        "distributed.process.startup_timeout_s=0.05",
+    )
+    with pytest.raises(
+        ValueError, match=r"^rollout worker rollout-0-1 did not start within .*startup_timeout_s=0.05 s$"
+    ):
+        Trainer(cfg, log=lambda *a: None)
+
+
+# -- one handle, its pipe's other end held by the test (the worker's side of the protocol) ---------------
+@pytest.fixture
+def handle_loop():
+    from agent_rl.distributed.buffer import LoopThread
+
+    loop = LoopThread("test-process-handle")
+    yield loop
+    loop.stop()
+
+
+def start_handle(loop, target, args):
+    """A real process (``target(*args)``) behind a ProcessHandle whose pipe's other end the test holds."""
+    from agent_rl.distributed.process_group import ProcessHandle
+
+    ctx = multiprocessing.get_context("forkserver")
+    process = ctx.Process(target=target, args=args, daemon=True)
+    process.start()
+    ours, theirs = ctx.Pipe(duplex=True)
+    return ProcessHandle("rollout-0-1", 0, process, ours, loop.loop), theirs
+
+
+def test_a_handle_answers_each_job_by_its_id_and_kills_a_worker_that_does_not_close(handle_loop, monkeypatch):
+    from agent_rl.distributed import process_group
+
+    handle, worker = start_handle(handle_loop, time.sleep, (60,))
+    worker.send(("ready",))
+    assert handle.ready.wait(10)
+    job = asyncio.run_coroutine_threadsafe(handle.run(["spec"], 7), handle_loop.loop)
+    assert worker.recv() == ("run", 0, ["spec"], 7)
+    worker.send(("done", 5, ["not this job's"], {}))  # an answer for no waiting job is dropped
+    worker.send(("failed", 0, ValueError("the env broke")))
+    with pytest.raises(ValueError, match="the env broke"):
+        job.result(10)
+    job = asyncio.run_coroutine_threadsafe(handle.run(["spec"], 8), handle_loop.loop)
+    assert worker.recv() == ("run", 1, ["spec"], 8)
+    worker.send(("done", 1, ["trajectory"], {"m": 1.0}))
+    assert job.result(10) == (["trajectory"], {"m": 1.0})
+
+    monkeypatch.setattr(process_group, "CLOSE_WAIT_S", 0.2)
+    handle.close()  # asked to close; the sleeping process does not, and is killed
+    assert worker.recv() == ("close",)
+    handle.process.join(10)
+    assert handle.process.exitcode == -signal.SIGKILL
+
+
+def test_a_handle_whose_worker_died_fails_its_jobs_and_every_later_send(handle_loop):
+    from agent_rl.distributed.process_group import WorkerProcessDied
+
+    handle, worker = start_handle(handle_loop, sys.exit, (3,))
+    worker.send(("ready",))
+    assert handle.ready.wait(10)
+    job = asyncio.run_coroutine_threadsafe(handle.run(["spec"], 1), handle_loop.loop)
+    assert worker.recv()[0] == "run"
+    worker.close()  # the worker's end of the pipe is gone, as when its process exits
+    with pytest.raises(
+        WorkerProcessDied, match=rf"^rollout worker rollout-0-1 \(pid {handle.pid}\) exited with code 3$"
+    ):
+        job.result(10)
+    with pytest.raises(WorkerProcessDied, match="exited with code 3"):
+        handle.send(("cancel", 0))
+    handle.close()  # nothing to ask: the pipe is closed and the process reaped
+    assert handle.conn.closed
+
+
+class LocalError(Exception):
+    def __init__(self, message: str, holds):
+        super().__init__(message)
+        self.holds = holds
+
+
+def test_a_worker_error_crosses_the_pipe_as_itself_or_as_a_runtime_error_naming_it():
+    from agent_rl.distributed.process_group import _portable
+
+    picklable = ValueError("bad action")
+    assert _portable(picklable) is picklable
+    unpicklable = LocalError("the sandbox is gone", threading.Lock())
+    crossed = _portable(unpicklable)
+    assert type(crossed) is RuntimeError and str(crossed) == "LocalError: the sandbox is gone"
