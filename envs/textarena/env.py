@@ -23,6 +23,9 @@ single-player puzzles, and two-player games against a fixed opponent.
   seeded by the episode's seed) or ``first`` (the first legal move); the agent is ``agent_player``.
 * **reward**: the upstream's, given at the step that ends the game (single-player: 1 when solved,
   else the game's partial credit; two-player: 1 win, 0 draw, -1 loss). ``success``: reward 1.
+  ``reward="success"`` gives 1 when solved or won and 0 otherwise (a sparse reward: TowerOfHanoi's
+  partial credit, the share of the disks correctly on the last tower at the turn limit, leaves few
+  groups of episodes with equal rewards); the upstream's value stays in ``info["upstream_reward"]``.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from envs.text_games import GameStart, GameStep, TextGameEnv, require
 from envs.textarena.games import LEGAL_MOVES, STEP_DRAWS_NOTHING, check_game, family
 
 OPPONENTS = ("random", "first")
+REWARDS = ("upstream", "success")
 _UPSTREAM = threading.Lock()  # textarena's modules hold one env's generator at a time (a reset or a step)
 _GAME_ID = -1  # upstream's sender id of game messages
 
@@ -111,6 +115,7 @@ class TextArenaEnv(TextGameEnv):
         max_valid_actions: int = 64,
         max_observation_tokens: int = 768,
         max_action_chars: int = 8192,
+        reward: str = "upstream",
     ):
         super().__init__(
             split=split,
@@ -127,7 +132,9 @@ class TextArenaEnv(TextGameEnv):
             raise ValueError(f"opponent: unknown opponent {opponent!r}; allowed: {', '.join(OPPONENTS)}")
         if agent_player not in range(self.players):
             raise ValueError(f"agent_player must be in 0..{self.players - 1}, got {agent_player}")
-        self.game, self.opponent, self.agent = game, opponent, agent_player
+        if reward not in REWARDS:
+            raise ValueError(f"reward: unknown reward {reward!r}; allowed: {', '.join(REWARDS)}")
+        self.game, self.opponent, self.agent, self.reward = game, opponent, agent_player, reward
         self._legal_moves = LEGAL_MOVES.get(family(game))  # None: the game lists no legal moves
         self._step_draws = family(game) not in STEP_DRAWS_NOTHING  # False: steps need no generator swap
         self._env: Any = None
@@ -172,14 +179,15 @@ class TextArenaEnv(TextGameEnv):
             self._over = over = bool(done)
         if not over:
             return GameStep(reply=self._agent_view(), valid_action=not invalid, valid=self._legal())
-        reward = float((state.rewards or {}).get(self.agent, 0.0))
+        upstream = float((state.rewards or {}).get(self.agent, 0.0))
+        success = upstream >= 1.0
         return GameStep(
             reply=self._agent_view(),
-            reward=reward,
+            reward=float(success) if self.reward == "success" else upstream,
             done=True,
-            success=reward >= 1.0,
+            success=success,
             valid_action=not invalid,
-            info={"reason": str(state.game_info[self.agent].get("reason", ""))},
+            info={"reason": str(state.game_info[self.agent].get("reason", "")), "upstream_reward": upstream},
         )
 
     def _opponent_moves(self) -> None:

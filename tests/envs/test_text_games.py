@@ -319,6 +319,22 @@ def test_ta_invalid_move_is_the_upstream_warning_then_its_penalty():
     assert terminated and reward == 0.0 and info["success"] is False
 
 
+@pytest.mark.parametrize("reward, expected", [("upstream", 1 / 3), ("success", 0.0)])
+def test_ta_hanoi_partial_credit_at_the_turn_limit_or_a_sparse_success_reward(reward, expected):
+    env = gym.make("agent_rl/TextArena-v0", game="TowerOfHanoi-v0", max_turns=40, reward=reward).unwrapped
+    env.reset(seed=0)
+    for move in ["[A C]", "[A B]", "[C B]", "[A C]"]:  # the largest of 3 disks on C, the other two on B
+        env.step(move)
+    terminated, shuffles = False, 0
+    while not terminated:  # the smallest disk back and forth until the upstream's turn limit
+        _, r, terminated, _, info = env.step("[B A]" if shuffles % 2 == 0 else "[A B]")
+        shuffles += 1
+    assert "correctly placed 33% of the disks on Tower C" in info["reason"] and info["success"] is False
+    assert r == pytest.approx(expected) and info["upstream_reward"] == pytest.approx(1 / 3)
+    with pytest.raises(ValueError, match=r"^reward: unknown reward 'dense'; allowed: upstream, success$"):
+        gym.make("agent_rl/TextArena-v0", game="TowerOfHanoi-v0", reward="dense")
+
+
 def test_ta_two_player_game_against_a_seeded_opponent():
     from envs.textarena import policies
 
