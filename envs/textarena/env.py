@@ -24,7 +24,7 @@ single-player puzzles, and two-player games against a fixed opponent.
 * **reward**: the upstream's, given at the step that ends the game (single-player: 1 when solved,
   else the game's partial credit; two-player: 1 win, 0 draw, -1 loss). ``success``: reward 1.
   ``reward="success"`` gives 1 when solved or won and 0 otherwise (a sparse reward: TowerOfHanoi's
-  partial credit, the share of the disks correctly on the last tower at the turn limit, leaves few
+  partial credit, the share of the disks correctly on the last tower when a lost game ends, leaves few
   groups of episodes with equal rewards); the upstream's value stays in ``info["upstream_reward"]``.
 """
 
