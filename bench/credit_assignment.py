@@ -12,7 +12,8 @@ once, by its parent; VinePPO's value continuations are counted):
 - ``twx_coin_rooms``: CoinCollector with 11 rooms behind doors, each room in one line
   (``view=exits``), 30 turns, SFT on the explorer teacher (``TWX_COIN_ROOMS`` below);
 - ``hanoi``: TextArena TowerOfHanoi with 4 disks (15 moves at best), 30 turns, SFT on the noisy
-  recursive solver (``HANOI`` below); pure Python.
+  recursive solver (``HANOI`` below); pure Python;
+- ``hanoi_sparse``: the same with reward 1 solved, 0 otherwise (no partial credit), from hanoi's model.
 
 Held-out success (the share of test episodes solved, reward 1; the same tasks for every run, sampled
 at the rollout temperature; the mean reward beside it as ``eval/reward``, which differs where a game
@@ -161,6 +162,12 @@ SETTINGS: dict[str, Setting] = {
     "hanoi": Setting(
         "textarena_frozenlake.yaml", "agent_rl/TextArena-v0", HANOI, HANOI_SFT, lr=2e-4, sft_steps=300,
         init_model=["--max-position-embeddings", "4096"],
+    ),
+    # the same game with a sparse reward, 1 solved and 0 otherwise (the upstream's partial credit left 6% of
+    # GRPO's groups with equal rewards in the pilot); its SFT model is hanoi's (SFT reads no reward)
+    "hanoi_sparse": Setting(
+        "textarena_frozenlake.yaml", "agent_rl/TextArena-v0", [*HANOI, "env.options.reward=success"], HANOI_SFT,
+        lr=2e-4, sft_steps=300, init_model=["--max-position-embeddings", "4096"],
     ),
 }  # fmt: skip
 
