@@ -94,7 +94,7 @@ class TextArenaEnv(TextGameEnv):
     metadata = {
         "render_modes": [],
         "tools": ("act",),
-        "reward": "the upstream game reward at the end (1 when solved / won; partial credit or -1 otherwise)",
+        "reward": "the upstream game reward at the end (1 when solved / won; partial credit or -1 otherwise; reward=success: 1 or 0)",
     }
     sft_teacher = "envs.textarena.policies:noisy_solver"
     tokenizer_corpus = "envs.textarena.policies:corpus_conversations"  # text for the tiny tokenizer
