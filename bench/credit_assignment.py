@@ -210,8 +210,9 @@ def initial_point(args: argparse.Namespace, out: Path, measure) -> dict:
     run measured it with the same model and episodes, else measured and written there."""
     path = out / "initial.json"
     # "success": what the row's success means (a file from before it was the share solved is measured again)
+    # overrides: the command line's own (a different turn limit or reward is a different evaluation)
     key = {"model": str(Path(args.model).resolve()), "episodes": args.eval_episodes, "setting": args.setting,
-           "success": "pass@1"}  # fmt: skip
+           "success": "pass@1", **({"overrides": args.overrides} if args.overrides else {})}  # fmt: skip
     if path.exists():
         saved = json.loads(path.read_text())
         if saved["key"] == key:

@@ -62,6 +62,27 @@ def test_every_setting_and_method_is_a_valid_config_and_env(tmp_path, tiny_model
     assert rooms.env.options["view"] == "exits" and rooms.rollout.max_turns == 30
 
 
+def test_the_shared_initial_evaluation_is_reused_only_for_the_same_evaluation(tmp_path):
+    """initial.json is read back for the same model, episodes, setting and command-line overrides; a
+    different turn limit (an override) is measured again and replaces it."""
+    from argparse import Namespace
+
+    bench = load_bench()
+    measured = []
+
+    def measure(success):
+        return lambda: measured.append(success) or {"success": success}
+
+    args = Namespace(model=tmp_path, eval_episodes=32, setting="hanoi_sparse", overrides=[])
+    assert bench.initial_point(args, tmp_path, measure(0.5)) == {"success": 0.5}
+    assert bench.initial_point(args, tmp_path, measure(0.9)) == {"success": 0.5}
+    args.overrides = ["env.options.max_turns=20", "rollout.max_turns=20"]
+    assert bench.initial_point(args, tmp_path, measure(0.25)) == {"success": 0.25}
+    assert bench.initial_point(args, tmp_path, measure(0.9)) == {"success": 0.25}
+    assert measured == [0.5, 0.25]
+    assert json.loads((tmp_path / "initial.json").read_text())["key"]["overrides"] == args.overrides
+
+
 def test_a_missing_model_directory_is_one_line(tmp_path):
     cmd = [sys.executable, str(ROOT / "bench" / "credit_assignment.py"), "--model", str(tmp_path / "nope")]
     done = subprocess.run(cmd, capture_output=True, text=True, env=cli_env(), timeout=120)
