@@ -179,9 +179,9 @@ SETTINGS: dict[str, Setting] = {
         lr=2e-4, sft_steps=300, init_model=["--max-position-embeddings", "4096"],
     ),
     # the sparse game with 16 turns: solved only on the shortest path (15 moves) with at most one invalid
-    # move. The turn limit is this family's horizon knob: hanoi's SFT model (bench/results/credit_hanoi_tight)
-    # solved 0.72, 0.44, 0.34 and 0.22 of 32 test games at 30, 20, 17 and 16 turns. Its runs start from
-    # hanoi's model (--model): built here, SFT would see demonstrations cut at 16 turns
+    # move. The turn limit is this family's horizon knob: a model of hanoi's SFT recipe (200 steps;
+    # bench/results/credit_hanoi_tight) solved 0.72, 0.44, 0.34 and 0.22 of 32 test games at 30, 20, 17 and
+    # 16 turns. Its runs start from a hanoi model (--model): built here, SFT would see demonstrations cut at 16 turns
     "hanoi_tight": Setting(
         "textarena_frozenlake.yaml", "agent_rl/TextArena-v0",
         [*HANOI, "env.options.reward=success", "env.options.max_turns=16", "rollout.max_turns=16"], HANOI_SFT,
