@@ -151,6 +151,7 @@ TWX_SFT = ["sft.demos=300", "sft.batch_size=8", "sft.lr=1.0e-3", "sft.eval_every
 # legal moves (``noisy_solver``), which recovers from any position; every turn shows the legal moves
 HANOI = ["env.options.game=TowerOfHanoi-v0-medium", "env.options.max_turns=30", "rollout.max_turns=30",
          "rollout.max_total_tokens=3072"]  # fmt: skip
+HANOI_SPARSE = [*HANOI, "env.options.reward=success"]  # reward 1 solved, 0 otherwise (no partial credit)
 HANOI_SFT = ["sft.demos=300", "sft.batch_size=8", "sft.lr=1.0e-3", "sft.eval_every_steps=100", "sft.eval_episodes=32",
              "sft.patience=5"]  # fmt: skip
 
@@ -175,7 +176,7 @@ SETTINGS: dict[str, Setting] = {
     # the same game with a sparse reward, 1 solved and 0 otherwise (the upstream's partial credit left 6% of
     # GRPO's groups with equal rewards in the pilot); its SFT model is hanoi's (SFT reads no reward)
     "hanoi_sparse": Setting(
-        "textarena_frozenlake.yaml", "agent_rl/TextArena-v0", [*HANOI, "env.options.reward=success"], HANOI_SFT,
+        "textarena_frozenlake.yaml", "agent_rl/TextArena-v0", HANOI_SPARSE, HANOI_SFT,
         lr=2e-4, sft_steps=300, init_model=["--max-position-embeddings", "4096"],
     ),
     # the sparse game with 16 turns: solved only on the shortest path (15 moves) with at most one invalid
@@ -184,7 +185,7 @@ SETTINGS: dict[str, Setting] = {
     # 16 turns. Its runs start from a hanoi model (--model): built here, SFT would see demonstrations cut at 16 turns
     "hanoi_tight": Setting(
         "textarena_frozenlake.yaml", "agent_rl/TextArena-v0",
-        [*HANOI, "env.options.reward=success", "env.options.max_turns=16", "rollout.max_turns=16"], HANOI_SFT,
+        [*HANOI_SPARSE, "env.options.max_turns=16", "rollout.max_turns=16"], HANOI_SFT,
         lr=2e-4, sft_steps=300, init_model=["--max-position-embeddings", "4096"],
     ),
 }  # fmt: skip
