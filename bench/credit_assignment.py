@@ -361,7 +361,8 @@ def run_one(method: str, seed: int, args: argparse.Namespace, out: Path, report=
             rows.append(keep(evaluation(tokens, step, t0, sum(rewards) / len(rewards))))
             metrics["eval/success"], metrics["eval/reward"] = rows[-1]["success"], rows[-1]["reward"]
             rewards.clear()
-            next_eval += args.eval_every_tokens
+            while next_eval <= tokens:  # one evaluation per interval, even when a step crosses two
+                next_eval += args.eval_every_tokens
         trainer.tracker.log(step, metrics)
         report(tokens, {"step": step, "reward": metrics["rollout/reward_mean"], "success": rows[-1]["success"]})
     trainer.tracker.close(final=False)
@@ -371,9 +372,9 @@ def run_one(method: str, seed: int, args: argparse.Namespace, out: Path, report=
 
 
 def flatness_and_gaps(curves: dict[tuple[str, int], list[dict]], methods: list[str]) -> list[str]:
-    """Has GRPO's curve flattened (slope of its seed-mean over the last two thirds of the budget, per
-    10k tokens, by least squares), and each method's gap to GRPO, over the last 3 evaluations and over
-    all evaluations after 0 (the area under the curve), with the standard error of each difference
+    """Has GRPO's curve flattened (slope of its seeds' evaluations over the last two thirds of the budget,
+    per 10k tokens, by least squares), and each method's gap to GRPO, over each run's last 3 evaluations
+    and over all its evaluations after 0, with the standard error of each difference
     across seeds (the seeds are independent runs)."""
     import numpy as np
 
@@ -383,15 +384,15 @@ def flatness_and_gaps(curves: dict[tuple[str, int], list[dict]], methods: list[s
     out = []
     if "grpo" not in methods:
         return out
-    runs = [c for k, c in curves.items() if k[0] == "grpo"]
-    xs = np.mean([[r["tokens"] for r in c] for c in runs], axis=0)
-    ys = np.mean([[r["success"] for r in c] for c in runs], axis=0)
-    late = xs >= xs[-1] / 3
+    # every GRPO seed's evaluations in one fit (seeds may have evaluated at different steps)
+    points = np.array([(r["tokens"], r["success"]) for k, c in curves.items() if k[0] == "grpo" for r in c])
+    xs, ys = points[:, 0], points[:, 1]
+    late = xs >= xs.max() / 3
     if late.sum() >= 4:  # the fit's standard error needs two residual degrees of freedom
         (slope, _), cov = np.polyfit(xs[late] / 10_000, ys[late], 1, cov=True)
         out.append(
-            f"GRPO's slope over the last two thirds of the budget ({late.sum()} evaluations, "
-            f"{xs[late][0]:.0f}-{xs[-1]:.0f} tokens): {slope:+.3f} ± {np.sqrt(cov[0, 0]):.3f} "
+            f"GRPO's slope over the last two thirds of the budget ({late.sum()} evaluations of all seeds, "
+            f"{xs[late].min():.0f}-{xs.max():.0f} tokens): {slope:+.3f} ± {np.sqrt(cov[0, 0]):.3f} "
             "(standard error) success per 10k tokens"
         )
     for name, part in (("the last 3 evaluations", slice(-3, None)), ("all evaluations after 0", slice(1, None))):
@@ -475,20 +476,32 @@ def diagnostics_table(out: Path, runs: list[tuple[str, int]], methods: list[str]
     return lines
 
 
+def common_reach(curves: dict[tuple[str, int], list[dict]]) -> dict[tuple[str, int], list[dict]]:
+    """Every curve up to the tokens all runs reached: its evaluations before the shortest run's last
+    one, and its first at or beyond it. Runs that all sampled their budget keep every evaluation,
+    however many each had (steps of different sizes cross ``--eval-every-tokens`` at different
+    steps); a run cut short by a time limit cuts the others at the same point of the budget."""
+    curves = {k: sorted(c, key=lambda r: r["tokens"]) for k, c in curves.items()}
+    reach = min(c[-1]["tokens"] for c in curves.values())
+    return {
+        k: [r for r in c if r["tokens"] < reach] + [next(r for r in c if r["tokens"] >= reach)]
+        for k, c in curves.items()
+    }
+
+
 def summarize(rows: list[dict], out: Path) -> str:
     """``agent_rl.commands.compare``'s plot and table of held-out success against sampled tokens over the run
     directories (each method's seeds one group), then per method the final success with its 95%
     interval over seeds, the area under the curve, turns to success and wall time, the mean of each
     ``credit/`` diagnostic over the training steps, and GRPO's late slope and the gaps to GRPO over
-    the evaluations every run reached (runs cut short by a time limit are compared at the last
-    evaluation they all have, so every method gets the same token budget)."""
+    the tokens every run reached (``common_reach``: a run cut short by a time limit cuts the others
+    at the same point, so every method gets the same token budget)."""
     from agent_rl.commands.compare import compare
 
     curves: dict[tuple[str, int], list[dict]] = {}
     for r in rows:
         curves.setdefault((r["method"], r["seed"]), []).append(r)
-    common = min(len(c) for c in curves.values())
-    curves = {k: sorted(c, key=lambda r: r["tokens"])[:common] for k, c in curves.items()}
+    curves = common_reach(curves)
     methods = [m for m in METHODS if any(k[0] == m for k in curves)]
     runs = [k for m in methods for k in sorted(curves) if k[0] == m]
     _, report = compare(

@@ -43,6 +43,24 @@ def test_summary_numbers_hand_computed():
     assert bench.turns_to_success(won + lost) == 13.5 and bench.turns_to_success(lost) is None
 
 
+def test_runs_with_more_evaluations_keep_their_last_and_a_cut_run_cuts_the_others():
+    bench = load_bench()
+
+    def curve(*tokens):
+        return [{"tokens": t, "success": t / 10_000} for t in tokens]
+
+    # two complete runs of a 6600-token budget: steps of ~2.3k and ~2.1k tokens cross 2200-token
+    # evaluation marks at different steps, so one has an evaluation more; both keep their final one
+    full = {("grpo", 0): curve(0, 2300, 4600, 6900), ("spo", 0): curve(0, 4200, 6300, 8400)}
+    assert bench.common_reach(full) == full
+    # a run stopped at 4500 tokens: the others up to their first evaluation at or beyond 4500
+    cut = bench.common_reach({**full, ("gigpo", 0): curve(4500, 0, 2200)})
+    assert [[r["tokens"] for r in c] for c in cut.values()] == [[0, 2300, 4600], [0, 4200, 6300], [0, 2200, 4500]]
+    lines = bench.flatness_and_gaps(cut, ["grpo", "spo", "gigpo"])
+    # over all evaluations after 0: spo (0.42 + 0.63) / 2 - grpo (0.23 + 0.46) / 2 = 0.18
+    assert "spo - grpo over all evaluations after 0: +0.180 (standard error nan, 1 vs 1 seeds)" in lines
+
+
 def test_every_setting_and_method_is_a_valid_config_and_env(tmp_path, tiny_model_dir):
     """Each setting's overrides with each method's: the config validates and its env is made (no JVM
     starts before a reset); a typo in a setting fails here, not after its SFT."""
