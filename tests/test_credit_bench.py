@@ -20,7 +20,7 @@ from tests.conftest import cli_env
 
 ROOT = Path(__file__).resolve().parents[1]
 BRANCHING = {"cbpo", "arpo", "vineppo"}
-GRAPH = {"gigpo", "g2po"}
+GRAPH = {"gigpo", "g2po", "gigpo_no_penalty"}
 
 
 def load_bench():
