@@ -35,8 +35,9 @@ gives partial credit) is measured at 0 tokens and every ``--eval-every-tokens``.
   directories (each method's seeds one group, aligned by sampled tokens), the table followed by
   each method's final held-out success with a 95% t interval over seeds, the area under success
   against sampled tokens, the turns of the successful held-out episodes, the wall time of a run,
-  the mean of each ``credit/`` diagnostic over the training steps, GRPO's late slope and each
-  method's gap to GRPO;
+  the mean of each ``credit/`` diagnostic over the training steps, GRPO's late slope, each
+  method's gap to GRPO, and the share of GRPO's sampled tokens that fell in groups without signal
+  with an estimate of what giving them signal is worth (``empty_group_headroom``);
 - ``results.jsonl``: one line per evaluation.
 
     OMP_NUM_THREADS=1 python bench/credit_assignment.py --model SFT_DIR --jobs 2 --seeds 0 1 2 \
@@ -480,6 +481,48 @@ def diagnostics_table(out: Path, runs: list[tuple[str, int]], methods: list[str]
     return lines
 
 
+def empty_group_headroom(out: Path, curves: dict[tuple[str, int], list[dict]]) -> list[str]:
+    """How much of GRPO's sampling fell in groups without signal, and what giving it signal could be
+    worth: each step's ``credit/zero_adv_frac`` (groups whose rewards were all equal) times its
+    sampled tokens, summed over the steps within the run's curve; then those tokens times GRPO's
+    mean rate (final minus initial success over the tokens, per seed). The second number is an
+    estimate under one assumption, written out in the line: that a token in such a group would
+    have taught as much as a token in a group with signal. A method whose only gain over GRPO is
+    signal in those groups (GiGPO's penalty, SPO's tracker, one larger group) is bounded by it."""
+    from agent_rl.run.tracking import read_metrics
+
+    empty, total, rates = [], [], []
+    for (m, s), c in sorted(curves.items()):
+        if m != "grpo" or c[-1]["tokens"] <= 0:
+            continue
+        steps = [r for r in read_metrics(run_dir(out, m, s)) if "credit/zero_adv_frac" in r]
+        if not steps:  # a run directory rebuilt from evaluations alone (the maze comparison's)
+            continue
+        seen = lost = 0.0
+        for row in steps:
+            seen += row.get("rollout/generated_tokens", 0.0)
+            if seen <= c[-1]["tokens"]:
+                lost += row["credit/zero_adv_frac"] * row.get("rollout/generated_tokens", 0.0)
+        empty.append(lost)
+        total.append(c[-1]["tokens"])
+        rates.append((c[-1]["success"] - c[0]["success"]) / c[-1]["tokens"])
+    if not empty:
+        return []
+    n = len(empty)
+    lost, tokens, rate = sum(empty) / n, sum(total) / n, sum(rates) / n
+    share = (
+        f"GRPO's groups with equal rewards (no signal) held {lost / tokens:.0%} of its sampled tokens "
+        f"({lost:.0f} of {tokens:.0f} a run, {n} seeds)"
+    )
+    if rate <= 0:
+        return [f"{share}; GRPO's success did not rise ({rate * 10_000:+.3f} per 10k tokens), so no estimate"]
+    return [
+        f"{share}; at GRPO's mean rate ({rate * 10_000:+.3f} success per 10k tokens), giving them signal "
+        f"is worth about {lost * rate:+.3f} success, if a token there would teach as much as one in a group "
+        "with signal"
+    ]
+
+
 def common_reach(curves: dict[tuple[str, int], list[dict]]) -> dict[tuple[str, int], list[dict]]:
     """Every curve up to the tokens all runs reached: its evaluations before the shortest run's last
     one, and its first at or beyond it. Runs that all sampled their budget keep every evaluation,
@@ -497,7 +540,8 @@ def summarize(rows: list[dict], out: Path) -> str:
     """``agent_rl.commands.compare``'s plot and table of held-out success against sampled tokens over the run
     directories (each method's seeds one group), then per method the final success with its 95%
     interval over seeds, the area under the curve, turns to success and wall time, the mean of each
-    ``credit/`` diagnostic over the training steps, and GRPO's late slope and the gaps to GRPO over
+    ``credit/`` diagnostic over the training steps, GRPO's late slope, its tokens in groups without
+    signal (``empty_group_headroom``) and the gaps to GRPO over
     the tokens every run reached (``common_reach``: a run cut short by a time limit cuts the others
     at the same point, so every method gets the same token budget)."""
     from agent_rl.commands.compare import compare
@@ -519,7 +563,7 @@ def summarize(rows: list[dict], out: Path) -> str:
     diagnostics = diagnostics_table(out, runs, methods)
     if diagnostics:
         parts += ["", *diagnostics]
-    table = "\n".join([*parts, "", *flatness_and_gaps(curves, methods)])
+    table = "\n".join([*parts, "", *flatness_and_gaps(curves, methods), *empty_group_headroom(out, curves)])
     (out / "table.md").write_text(table + "\n")
     return table
 

@@ -61,6 +61,39 @@ def test_runs_with_more_evaluations_keep_their_last_and_a_cut_run_cuts_the_other
     assert "spo - grpo over all evaluations after 0: +0.180 (standard error nan, 1 vs 1 seeds)" in lines
 
 
+def test_grpo_tokens_in_groups_without_signal_and_their_worth_hand_computed(tmp_path):
+    bench = load_bench()
+
+    def write(method, seed, steps):
+        run = bench.run_dir(tmp_path, method, seed)
+        run.mkdir(parents=True)
+        rows = [{"step": 0, "eval/success": 0.1, "rollout/generated_tokens": 0.0}] + [
+            {"step": i, "rollout/generated_tokens": t, "credit/zero_adv_frac": z} for i, (t, z) in enumerate(steps, 1)
+        ]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    # seed 0: its third step lies beyond its curve's last evaluation (2000 tokens): 500 + 250 = 750 tokens
+    # without signal; seed 1: 0 + 500. Rates: (0.3 - 0.1) / 2000 and (0.5 - 0.1) / 2000, mean 1.5e-4 a token.
+    write("grpo", 0, [(1000, 0.5), (1000, 0.25), (1000, 1.0)])
+    write("grpo", 1, [(1000, 0.0), (1000, 0.5)])
+    write("gigpo", 0, [(1000, 1.0), (1000, 1.0)])  # not GRPO: not counted
+    curves = {
+        ("grpo", 0): [{"tokens": 0, "success": 0.1}, {"tokens": 2000, "success": 0.3}],
+        ("grpo", 1): [{"tokens": 0, "success": 0.1}, {"tokens": 2000, "success": 0.5}],
+        ("gigpo", 0): [{"tokens": 0, "success": 0.1}, {"tokens": 2000, "success": 0.9}],
+    }
+    (line,) = bench.empty_group_headroom(tmp_path, curves)
+    # 625 of 2000 tokens (31%); 1.5 success per 10k tokens; 625 * 1.5e-4 = 0.094
+    assert line.startswith(
+        "GRPO's groups with equal rewards (no signal) held 31% of its sampled tokens (625 of 2000 a run, 2 seeds); "
+        "at GRPO's mean rate (+1.500 success per 10k tokens), giving them signal is worth about +0.094 success"
+    )
+    falling = {k: [c[0], {**c[1], "success": 0.0}] for k, c in curves.items()}
+    (line,) = bench.empty_group_headroom(tmp_path, falling)
+    assert line.endswith("GRPO's success did not rise (-0.500 per 10k tokens), so no estimate")
+    assert bench.empty_group_headroom(tmp_path, {("gigpo", 0): curves[("gigpo", 0)]}) == []
+
+
 def test_every_setting_and_method_is_a_valid_config_and_env(tmp_path, tiny_model_dir):
     """Each setting's overrides with each method's: the config validates and its env is made (no JVM
     starts before a reset); a typo in a setting fails here, not after its SFT."""
