@@ -20,6 +20,8 @@ once, by its parent; VinePPO's value continuations are counted):
 ``grpo_g32`` is GRPO with the step's 32 episodes in one group instead of 4 groups of 8 (for a game with
 one start position, where every task is the same problem). ``gigpo_no_penalty`` is GiGPO with its
 invalid-action penalty at 0 (the penalty, 0.1, is GiGPO's only signal in a group where every episode failed).
+``dr_grpo`` is GRPO's group-mean baseline without the division by the group's std, as G2PO's default
+(``mode: mean_norm``) has it: it tells G2PO's normalization from its graph.
 
 Held-out success (the share of test episodes solved, reward 1; the same tasks for every run, sampled
 at the rollout temperature; the mean reward beside it as ``eval/reward``, which differs where a game
@@ -96,6 +98,9 @@ METHODS: dict[str, list[str]] = {
     # (hanoi) every task is the same game, so 4 groups of 8 split episodes of one problem; one group of 32
     # leaves fewer groups whose rewards are all equal
     "grpo_g32": ["algorithm.advantage.name=grpo", "trainer.prompts_per_step=1", "rollout.group_size=32"],
+    # GRPO's baseline without its std division (Dr. GRPO; G2PO's episode term, mode mean_norm, has none either):
+    # separates G2PO's normalization from its graph credit
+    "dr_grpo": ["algorithm.advantage.name=dr_grpo"],
     # GiGPO without its invalid-action penalty (0.1 by default): in a group where every episode failed,
     # the penalty is the only reward its step returns see, so this separates the anchor-state credit from it
     "gigpo_no_penalty": ["algorithm.credit.name=gigpo", "algorithm.credit.invalid_action_penalty=0"],
