@@ -493,7 +493,8 @@ def empty_group_headroom(out: Path, curves: dict[tuple[str, int], list[dict]]) -
     mean rate (final minus initial success over the tokens, per seed). The second number is an
     estimate under one assumption, written out in the line: that a token in such a group would
     have taught as much as a token in a group with signal. A method whose only gain over GRPO is
-    signal in those groups (GiGPO's penalty, SPO's tracker, one larger group) is bounded by it."""
+    signal in those groups (GiGPO's penalty, SPO's tracker, one larger group) wins about that much at
+    most, under that assumption."""
     from agent_rl.run.tracking import read_metrics
 
     empty, total, rates = [], [], []
