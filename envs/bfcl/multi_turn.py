@@ -3,7 +3,9 @@
 An episode is one BFCL task: a conversation of user turns over a fresh set of the task's API
 instances (file system, trading bot, travel booking, vehicle control, messaging, posting, tickets,
 math; ``envs.bfcl.apis``). The task's functions are the agent's tools (``info["tools"]``), written in
-the env's ``tool_format``.
+the env's ``tool_format``. The instances live in the env's worker process (``envs.bfcl.worker``): a
+call past ``call_timeout_s`` ends the episode unsolved and the worker is killed (the next reset
+starts another); a worker that dies on its own raises ``InfraError`` (unscored, never 0).
 
 Turn protocol (also in the system prompt):
 
@@ -52,7 +54,8 @@ import collections
 import json
 from typing import Any, ClassVar
 
-from envs.bfcl.apis import ApiSession, CallError, state_differences
+from agent_rl.core.errors import InfraError
+from envs.bfcl.apis import CallError
 from envs.bfcl.data import (
     MULTI_TURN_CATEGORIES,
     MultiTurnTask,
@@ -65,6 +68,7 @@ from envs.bfcl.data import (
     tool_schema,
 )
 from envs.bfcl.env_base import BfclEnv
+from envs.bfcl.worker import SERVICE_TIMEOUT_S, ApiWorker, WorkerTimeout
 from envs.tool_env import TaskStart, TurnResult
 from tools.base import ToolCall
 from tools.parsers import ParsedAction
@@ -113,6 +117,7 @@ class BfclMultiTurnEnv(BfclEnv):
         self._task: MultiTurnTask | None = None
         self._forced_quit = False
         self._timeout_failure = ""
+        self._apis = ApiWorker()  # this env's API instances live in a worker process (envs.bfcl.worker)
 
     # -- the task -------------------------------------------------------------------------------
     async def new_task(self, seed: int | None, split: str, options: dict[str, Any]) -> TaskStart:
@@ -130,7 +135,7 @@ class BfclMultiTurnEnv(BfclEnv):
                 )
             self._task = pool[seed % len(pool)]
         task = self._task
-        self._model, self._truth = ApiSession(task), ApiSession(task)  # fresh instances, never shared
+        await asyncio.to_thread(self._apis.open, task)  # fresh instances, never shared
         held_out = {name for names in task.missed.values() for name in names}
         self._docs = {d["name"]: d for c in task.classes for d in function_docs(c)}
         self._offered = [name for name in self._docs if name not in held_out]
@@ -171,15 +176,17 @@ class BfclMultiTurnEnv(BfclEnv):
         if call.name not in callable_now:
             offered = ", ".join(self._offered)
             return f"error: unknown function '{call.name}'; available: {offered}", False
-        # in a thread, so a slow call holds no other episode back; every argument that controls work
-        # is bounded (apis.BOUNDS), and one that still runs past call_timeout_s ends the episode
-        # unsolved (its thread may go on changing this episode's instances: they are not judged again)
-        work = asyncio.to_thread(self._model.call, call.name, call.arguments)
+        # in the worker process (and in a thread here, so no other episode waits); every argument that
+        # controls work is bounded (apis.BOUNDS), and a call that still runs past call_timeout_s is
+        # stopped: the worker is killed, the episode ends unsolved, the next reset starts a new one
         try:
-            return await asyncio.wait_for(work, self.call_timeout_s), True
+            result = await asyncio.to_thread(
+                self._apis.call, "model", call.name, call.arguments, timeout_s=self.call_timeout_s
+            )
+            return result, True
         except CallError as e:
             return f"error: {e}", False
-        except TimeoutError:
+        except WorkerTimeout:
             self._forced_quit = True
             self._timeout_failure = f"turn {self._user_turn}: '{call.name}' ran longer than {self.call_timeout_s} s"
             return f"error: '{call.name}' ran longer than {self.call_timeout_s} s; stopped", False
@@ -199,7 +206,7 @@ class BfclMultiTurnEnv(BfclEnv):
     async def take_turn(self, text: str, parsed: ParsedAction) -> TurnResult:
         self._steps += 1
         if self.scoring == "official" and (not parsed.tool_calls or parsed.errors):
-            turn = self._end_user_turn()  # BFCL: a message that decodes to no call is the reply
+            turn = await self._end_user_turn()  # BFCL: a message that decodes to no call is the reply
             turn.valid = parsed.answer is not None and not parsed.errors  # not the env's own protocol
             return turn
         if parsed.tool_calls:
@@ -210,6 +217,8 @@ class BfclMultiTurnEnv(BfclEnv):
                 self._results.append(content)
                 turn.messages.append(self.tool_result(call, content))
                 turn.valid = turn.valid and ok
+                if self._forced_quit:  # stopped past its limit: the calls after it never run
+                    break
             problems = list(parsed.errors)
             if len(parsed.tool_calls) > self.max_calls_per_turn:
                 problems.append(
@@ -219,7 +228,7 @@ class BfclMultiTurnEnv(BfclEnv):
                 turn.messages.append(self.error_message("; ".join(problems)))
                 turn.valid = False
         elif parsed.answer is not None:
-            return self._end_user_turn()
+            return await self._end_user_turn()
         else:
             turn = self.invalid_action(parsed)
         if self._timeout_failure:
@@ -229,9 +238,9 @@ class BfclMultiTurnEnv(BfclEnv):
             turn.info["failure"] = f"turn {self._user_turn}: {self.max_steps_per_turn} actions without a reply"
         return turn
 
-    def _end_user_turn(self) -> TurnResult:
+    async def _end_user_turn(self) -> TurnResult:
         task, index = self._task, self._user_turn
-        failure = self._check_turn(index)
+        failure = await self._check_turn(index)
         n_turns = len(task.turns)
         if failure is not None:
             reward = index / n_turns if self.partial_credit else 0.0
@@ -245,23 +254,31 @@ class BfclMultiTurnEnv(BfclEnv):
             return TurnResult(reward=1.0, done=True, info={"answered": True, "passed": True, "turns_passed": n_turns})
         return TurnResult(self._turn_messages(self._user_turn), info={"answered": True})
 
-    def _check_turn(self, index: int) -> str | None:
+    async def _check_turn(self, index: int) -> str | None:
         """Run the ground truth of turn ``index`` and compare; None when the turn passes, else why not."""
         truth_results = []
         for text in self._task.ground_truth[index]:
             name, args, kwargs = parse_call(text)
             try:
-                truth_results.append(self._truth.call(name, kwargs, args))
+                truth_results.append(
+                    await asyncio.to_thread(self._apis.call, "truth", name, kwargs, args, timeout_s=SERVICE_TIMEOUT_S)
+                )
             except CallError as e:  # the data names a function its classes lack: the task is broken
                 raise RuntimeError(f"{self._task.task_id}: ground truth {text!r}: {e}") from None
+            except WorkerTimeout as e:  # the ground truth's calls take milliseconds: the machine failed
+                raise InfraError(f"{self._task.task_id}: ground truth {text!r}: {e}") from None
         if not self._task.ground_truth[index]:
             return None
         if not self._called:
             return f"turn {index}: no function call, the ground truth has {len(truth_results)}"
-        differences = state_differences(self._model, self._truth)
+        differences = await asyncio.to_thread(self._apis.differences)
         if differences:
             return f"turn {index}: state differs from the ground truth's in {', '.join(differences)}"
         missing = collections.Counter(truth_results) - collections.Counter(self._results)
         if missing:
             return f"turn {index}: {sum(missing.values())} ground-truth result(s) never returned to the agent"
         return None
+
+    async def aclose_resources(self) -> None:
+        await super().aclose_resources()
+        self._apis.close()  # the worker process is killed and reaped

@@ -162,10 +162,10 @@ def test_episodes_never_share_api_state():
     a.reset(options={"task": "multi_turn_base_0"})
     b.reset(options={"task": "multi_turn_base_0"})
     a.step(get_format("hermes").render_calls([ToolCall("mkdir", {"dir_name": "only_in_a"})]))
-    assert a._model.state() != b._model.state()
+    assert a._apis.state("model") != b._apis.state("model")
     b.reset(options={"task": "multi_turn_base_0"})
     a.reset(options={"task": "multi_turn_base_0"})
-    assert a._model.state() == b._model.state()
+    assert a._apis.state("model") == b._apis.state("model")
 
 
 def test_calls_unknown_and_malformed_calls_are_error_observations():
