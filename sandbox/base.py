@@ -250,8 +250,19 @@ def oom_report(wall_s: float) -> dict:
     return failed_report(-9, wall_s, [note], oom_killed=True)
 
 
-def result_from_report(report: Mapping, wall_s: float | None = None) -> ExecResult:
-    """An :class:`ExecResult` from the runner's report (see ``sandbox.executor.child.run_child``)."""
+def memory_note(oom_killed: bool, limits: SandboxLimits | None) -> str:
+    """What a ``memory_exceeded`` result says about the limit it met: the worker's memory cgroup
+    (the kernel's OOM killer, the sum over the call's processes) or the per-process RLIMIT_AS."""
+    if oom_killed:
+        bound = f"the worker's {worker_memory_mb(limits)} MB" if limits is not None else "the worker's memory limit"
+        return f"memory_exceeded: killed by the kernel's OOM killer: the call's processes together passed {bound} (memory cgroup)"
+    bound = f" of {limits.memory_mb} MB" if limits is not None else ""
+    return f"memory_exceeded: an allocation was refused at the per-process address-space limit{bound} (RLIMIT_AS)"
+
+
+def result_from_report(report: Mapping, wall_s: float | None = None, limits: SandboxLimits | None = None) -> ExecResult:
+    """An :class:`ExecResult` from the runner's report (see ``sandbox.executor.child.run_child``);
+    ``limits``, the call's, let a ``memory_exceeded`` note name the limit it met."""
     out, err = report["stdout"], report["stderr"]
     truncated = out["total"] > len(out["head"]) + len(out["tail"]) or err["total"] > len(err["head"]) + len(err["tail"])
     status = classify(
@@ -263,7 +274,10 @@ def result_from_report(report: Mapping, wall_s: float | None = None) -> ExecResu
         memory_limit_hit=report.get("memory_limit_hit", False),
     )
     stderr = cap_output(err["head"], err["tail"], err["total"])
-    for note in report.get("notes", ()):  # a note may quote a file name that is not UTF-8
+    notes = list(report.get("notes", ()))
+    if status == ExecStatus.MEMORY_EXCEEDED:
+        notes.insert(0, memory_note(report["oom_killed"], limits))
+    for note in notes:  # a note may quote a file name that is not UTF-8
         stderr += "\n[sandbox] " + note.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     return ExecResult(
         status=status,

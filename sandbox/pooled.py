@@ -83,4 +83,4 @@ class PooledSandbox(FileBackedSandbox):
         if msg.get("error"):
             return ExecResult.infra(msg["error"], time.monotonic() - t0)
         self._files.apply(msg.get("changed", []), msg.get("deleted", []))
-        return result_from_report(msg)
+        return result_from_report(msg, limits=self.limits)

@@ -130,7 +130,7 @@ class ProcessSandbox(FileBackedSandbox):
             if result.get("error"):
                 return ExecResult.infra(result["error"])
             self._files.apply(result["changed"], result["deleted"])
-            return result_from_report(result)
+            return result_from_report(result, limits=self.limits)
         finally:
             shutil.rmtree(work, ignore_errors=True)  # fd-based: safe against symlinks planted in it
 

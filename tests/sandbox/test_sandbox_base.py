@@ -10,6 +10,7 @@ from sandbox import ExecStatus, FileStore, SandboxLimits
 from sandbox.base import build_argv, build_env, cap_output, check_relpath, classify, oom_report, result_from_report
 from sandbox.executor import bundle, wire
 from sandbox.executor.child import _Capture
+from sandbox.executor.report import failed_report
 from sandbox.process import _frames, _helper_killed_report
 from tests.conftest import ROOT
 
@@ -46,6 +47,23 @@ def test_capture_short_stream_is_whole():
 )
 def test_classify(exit_code, facts, expected):
     assert classify(exit_code, **facts) == expected
+
+
+def test_a_memory_exceeded_result_names_the_limit_it_met():
+    """The worker's memory cgroup (the sum over the call's processes: 256 + 80 scratch + 14 inodes +
+    64 executor = 414 MB) or the per-process RLIMIT_AS (``memory_mb``); no other status gets a note."""
+    limits = SandboxLimits(memory_mb=256, disk_mb=32, max_files=2048)
+    report = failed_report(-9, 0.5, oom_killed=True)
+    assert result_from_report(report, limits=limits).stderr == (
+        "\n[sandbox] memory_exceeded: killed by the kernel's OOM killer: the call's processes together passed "
+        "the worker's 414 MB (memory cgroup)"
+    )
+    refused = dict(failed_report(1, 0.5, stderr=b"MemoryError\n"), memory_limit_hit=True)
+    assert result_from_report(refused, limits=limits).stderr == (
+        "MemoryError\n\n[sandbox] memory_exceeded: an allocation was refused at the per-process address-space "
+        "limit of 256 MB (RLIMIT_AS)"
+    )
+    assert result_from_report(failed_report(-9, 0.5), limits=limits).stderr == ""  # killed: no memory note
 
 
 def test_status_values_are_lowercase_strings():
@@ -167,9 +185,10 @@ def test_failed_reports_read_as_the_programs_failure():
         1.5,
         0.0,
     )
-    assert (
-        oom.stderr
-        == "\n[sandbox] the program exhausted the worker's memory and the executor was killed with it; worker replaced"
+    assert oom.stderr == (
+        "\n[sandbox] memory_exceeded: killed by the kernel's OOM killer: the call's processes together passed "
+        "the worker's memory limit (memory cgroup)"
+        "\n[sandbox] the program exhausted the worker's memory and the executor was killed with it; worker replaced"
     )
     killed = result_from_report(_helper_killed_report(9, 0.25))
     assert (killed.status, killed.exit_code, killed.truncated) == (ExecStatus.KILLED, -9, False)

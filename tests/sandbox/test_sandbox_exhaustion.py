@@ -10,12 +10,13 @@ Never run these on the ``process`` backend.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 
 import pytest
 from sandbox_helpers import HOSTILE, require_bwrap, run
 
-from sandbox import ExecStatus, SandboxLimits, make_sandbox
+from sandbox import ExecStatus, SandboxLimits, cgroups, make_sandbox
 from sandbox.base import scratch_mounts, worker_memory_mb
 
 pytestmark = pytest.mark.usefixtures("host_guard")
@@ -61,6 +62,27 @@ for _ in range(60):
         x[::4096] = b'1' * len(x[::4096])
         time.sleep(60)
 time.sleep(60)
+"""
+
+# Processes of one call, each far under its RLIMIT_AS (memory_mb: 256 MB under HOSTILE), that
+# together pass the worker's memory cgroup (414 MB): no allocation is ever refused, so the cgroup
+# is the binding limit and the kernel's OOM killer ends the largest process of the lowest
+# oom_score_adj: the program itself (1000, as its children; they hold 4 x 50 MB, it grows past
+# 150 MB). Every page is written, so resident (an untouched bytearray would only grow the address
+# space, and RLIMIT_AS would refuse it first, as in the memory bomb).
+MANY_PROCESSES_PAST_THE_CGROUP = """
+import os, time
+ready_r, ready_w = os.pipe()
+for _ in range(4):
+    if os.fork() == 0:
+        held = b"c" * (50 << 20)
+        os.write(ready_w, b"1")
+        time.sleep(60)
+for _ in range(4):
+    os.read(ready_r, 1)
+grown = []
+while True:
+    grown.append(b"p" * (8 << 20))
 """
 
 NO_SPACE = ("No space left on device", "File too large")
@@ -112,6 +134,25 @@ def test_exhaustion_is_the_programs_failure(hostile_sb, program):
         assert any(s in res.stderr for s in stderr_has), res
     limit = HOSTILE.timeout_s if ExecStatus.TIMEOUT in expected else 10.0
     assert took < limit + 3.0, f"took {took:.1f} s: {res}"
+    nxt = run(hostile_sb.exec(code="print(1)"))
+    assert nxt.status == ExecStatus.OK and nxt.stdout == "1\n", nxt
+
+
+def test_processes_that_together_pass_the_workers_memory_cgroup_are_oom_killed(hostile_sb, isolated_backend):
+    """A real OOM kill by the kernel under the worker's memory cgroup (docker's ``mem_limit``,
+    bwrap's per-worker cgroup): ``memory_exceeded``, killed by SIGKILL, and a note naming the
+    limit; no ``MemoryError`` (RLIMIT_AS refused nothing). The worker serves the next call."""
+    if isolated_backend == "bwrap" and "memory" not in cgroups.available():
+        why = "bwrap workers get a memory cgroup only under root on cgroup v1 (sandbox/cgroups.py)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"no memory cgroup for bwrap in CI: {why}", pytrace=False)
+        pytest.skip(why)
+    res = run(hostile_sb.exec(code=MANY_PROCESSES_PAST_THE_CGROUP, timeout_s=20.0))
+    assert (res.status, res.exit_code, res.stdout) == (ExecStatus.MEMORY_EXCEEDED, -9, ""), res
+    assert res.stderr == (
+        "\n[sandbox] memory_exceeded: killed by the kernel's OOM killer: the call's processes together passed "
+        f"the worker's {worker_memory_mb(HOSTILE)} MB (memory cgroup)"
+    ), res
     nxt = run(hostile_sb.exec(code="print(1)"))
     assert nxt.status == ExecStatus.OK and nxt.stdout == "1\n", nxt
 
