@@ -258,7 +258,10 @@ def check_episodes(part: str, run_dir: Path, n: int) -> tuple[list[dict], list[s
             {"task_id": t["task_id"], "kind": kind, "expected": list(want), "got": list(got), "ok": got == want}
         )
         if got != want:
-            problems.append(f"{part} {t['task_id']} ({kind}): expected {want}, got {got} {t['info'].get('error', '')}")
+            error = t["info"].get("error")
+            problems.append(
+                f"{part} {t['task_id']} ({kind}): expected {want}, got {got}" + (f": {error}" if error else "")
+            )
     if len(trajectories) != n:
         problems.insert(0, f"{part}: {len(trajectories)} of {n} episodes came back")
     if len({t["episode_id"] for t in trajectories}) != len(trajectories):
