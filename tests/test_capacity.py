@@ -154,3 +154,16 @@ def test_cgroup_v2_takes_the_least_room_of_the_ancestors(tmp_path):
     assert cgroup_room_mb(tmp_path / "self-cgroup", fs) == 512.0
     _write(fs / "a" / "memory.max", "max")
     assert cgroup_room_mb(tmp_path / "self-cgroup", fs) == 3072.0
+
+
+def test_the_quickstart_is_refused_before_it_builds_anything(tmp_path, monkeypatch):
+    from agent_rl.commands.quickstart import quickstart
+
+    monkeypatch.setattr(capacity, "SANDBOX_EPISODE_MB", {"docker": 10.0, "bwrap": 10.0, "process": 10.0})
+    monkeypatch.setattr(capacity, "available_mb", lambda: 1000.0)
+    with pytest.raises(ValueError) as refused:
+        quickstart(["rollout.concurrency=101"], root=str(tmp_path / "qs"))  # 1010 MB > 1000 MB
+    assert str(refused.value).endswith("at most 100 fit; set rollout.concurrency=100")
+    assert not (tmp_path / "qs").exists()
+    quickstart_64 = load_config(str(ROOT / "configs" / "quickstart.yaml"), [])
+    assert capacity_error(quickstart_64, available=640.0) is None  # its 64 episodes x 10 MB

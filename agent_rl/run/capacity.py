@@ -20,7 +20,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agent_rl.run.envloader import env_class, load_plugins
+from agent_rl.run.envloader import check_env_id, env_class
 
 if TYPE_CHECKING:
     from agent_rl.config import Config  # only a type: the check runs before torch loads
@@ -37,7 +37,7 @@ _UNLIMITED = 1 << 60  # a cgroup v1 limit this large is no limit
 def episode_mb(cfg: Config) -> tuple[float, str, list[str]] | None:
     """MB one episode in flight holds, where its code runs (``" on the docker sandbox"``, or ``""``)
     and notes on the count; None when nothing was measured for the env."""
-    load_plugins(cfg.env.plugins)
+    check_env_id(cfg.env.id, cfg.env.plugins)  # an unknown id: its own one-line error
     cls = env_class(cfg.env.id)
     total = float(getattr(cls, "episode_memory_mb", None) or 0.0)
     where, notes = "", []
