@@ -68,16 +68,14 @@ def rollout_workers(cfg: Config) -> int:
     return 1
 
 
-def capacity_error(
-    cfg: Config, available: float, most_episodes: int | None = None, workers: int | None = None
-) -> str | None:
+def capacity_error(cfg: Config, available: float, most_episodes: int | None = None) -> str | None:
     """The refusal when the run's episodes in flight need more than ``available`` MB, else None.
     ``most_episodes``: a command that never runs more at once (eval: its episodes x k)."""
     per = episode_mb(cfg)
     if per is None:
         return None
     mb, where, notes = per
-    workers = rollout_workers(cfg) if workers is None else workers
+    workers = rollout_workers(cfg)
     n = cfg.rollout.concurrency * workers
     if most_episodes is not None:
         n = min(n, most_episodes)
