@@ -6,9 +6,9 @@ was measured by ``bench/load.py``: the peak memory of an ``agent-rl eval`` run w
 in flight at once (its process tree, its JVMs, its containers), over its episodes. Sandbox envs
 (those whose constructor takes ``sandbox_backend``) are counted with ``SANDBOX_EPISODE_MB`` of
 their backend; an env class may declare its own ``episode_memory_mb`` (the JVM games do: their
-JVM), added to it. A run whose episodes in flight need more than the memory available here (``MemAvailable``, or
-less when its memory cgroup's limit leaves less) is refused before anything loads, in one line
-that names how many fit and the key that sets it.
+JVM), added to it. A run whose episodes in flight need more than the memory available here
+(``MemAvailable``, or less when its memory cgroup's limit leaves less) is refused before anything
+loads, in one line that names how many fit and the key that sets it.
 
 Envs that declare nothing and take no sandbox are not checked: nothing was measured for them.
 """
@@ -116,46 +116,54 @@ def _read_int(path: Path) -> int | None:
     return None if text in ("", "max") else int(text)
 
 
-def _room(limit: int | None, usage: int | None, stat_path: Path, inactive_key: str) -> int | None:
+def _stat(d: Path) -> dict[str, int]:
+    try:
+        return {k: int(v) for k, v in (line.split() for line in (d / "memory.stat").read_text().splitlines())}
+    except OSError:
+        return {}
+
+
+def _room(limit: int | None, usage: int | None, inactive: int) -> int | None:
     """What a cgroup's limit leaves: limit - (usage - inactive file pages, which the kernel reclaims)."""
     if limit is None or usage is None or limit >= _UNLIMITED:
         return None
-    try:
-        stat = dict(line.split() for line in stat_path.read_text().splitlines())
-    except OSError:
-        stat = {}
-    return limit - max(0, usage - int(stat.get(inactive_key, 0)))
+    return limit - max(0, usage - inactive)
+
+
+def _v2_rooms(root: Path, path: str) -> list[int | None]:
+    """What each cgroup from the process's up to ``root`` leaves (any of their limits binds)."""
+    d = root / path.lstrip("/")
+    d, rooms = (d if d.is_dir() else root), []
+    while True:
+        inactive = _stat(d).get("inactive_file", 0)
+        rooms.append(_room(_read_int(d / "memory.max"), _read_int(d / "memory.current"), inactive))
+        if d == root:
+            return rooms
+        d = d.parent
+
+
+def _v1_room(root: Path, path: str) -> int | None:
+    """What the process's v1 memory cgroup leaves; ``hierarchical_memory_limit`` covers its ancestors."""
+    base = root / "memory"
+    d = base / path.lstrip("/") if (base / path.lstrip("/")).is_dir() else base
+    stat = _stat(d)
+    limits = [
+        x for x in (_read_int(d / "memory.limit_in_bytes"), stat.get("hierarchical_memory_limit")) if x is not None
+    ]
+    limit = min(limits) if limits else None
+    return _room(limit, _read_int(d / "memory.usage_in_bytes"), stat.get("total_inactive_file", 0))
 
 
 def cgroup_room_mb(proc_cgroup: str | Path = "/proc/self/cgroup", root: str | Path = "/sys/fs/cgroup") -> float | None:
-    """MB this process's memory cgroup still allows (the least over its ancestors on cgroup v2; v1's
-    ``hierarchical_memory_limit`` covers them), or None without a limit. Inside a container the
+    """MB this process's memory cgroup still allows, or None without a limit. Inside a container the
     process's path may not exist under ``root``: the cgroup mounted at ``root`` is its own then."""
-    root, rooms = Path(root), []
+    rooms: list[int | None] = []
     for line in Path(proc_cgroup).read_text().splitlines():
         hierarchy, controllers, path = line.split(":", 2)
         if hierarchy == "0" and controllers == "":  # cgroup v2
-            d = root / path.lstrip("/")
-            d = d if d.is_dir() else root
-            while True:
-                rooms.append(
-                    _room(
-                        _read_int(d / "memory.max"), _read_int(d / "memory.current"), d / "memory.stat", "inactive_file"
-                    )
-                )
-                if d == root:
-                    break
-                d = d.parent
+            rooms += _v2_rooms(Path(root), path)
         elif "memory" in controllers.split(","):  # cgroup v1
-            base = root / "memory"
-            d = base / path.lstrip("/") if (base / path.lstrip("/")).is_dir() else base
-            limit = _read_int(d / "memory.limit_in_bytes")
-            try:
-                stat = dict(x.split() for x in (d / "memory.stat").read_text().splitlines())
-                limit = min(x for x in (limit, int(stat.get("hierarchical_memory_limit", _UNLIMITED))) if x is not None)
-            except OSError:
-                pass
-            rooms.append(_room(limit, _read_int(d / "memory.usage_in_bytes"), d / "memory.stat", "total_inactive_file"))
+            rooms.append(_v1_room(Path(root), path))
     found = [r for r in rooms if r is not None]
     return min(found) / 2**20 if found else None
 
