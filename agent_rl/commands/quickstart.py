@@ -16,6 +16,7 @@ from rich.table import Table
 
 from agent_rl.commands.sft import sft
 from agent_rl.config import Config, load_config
+from agent_rl.run.capacity import check_capacity
 from agent_rl.run.envloader import init_tiny
 from agent_rl.run.progress import EpisodeProgress
 from agent_rl.run.runtime import Components
@@ -51,6 +52,7 @@ def quickstart(overrides: list[str] | None = None, root: str | None = None, conf
     rootp = Path(root or f"runs/{config.stem}")
     base = [f"run.root={rootp}"]
     cfg = load_config(config, base + list(overrides or []))  # validated before any work
+    check_capacity(cfg)  # its episodes in flight fit in this machine's memory
     model_dir = rootp / "models" / "tiny"
     if not (model_dir / "config.json").exists():
         console.rule("1/4 init-model tiny")

@@ -10,6 +10,8 @@ An env class may declare, as ``module:function`` strings:
   learns (``agent-rl init-model tiny --env ID``).
 - ``task_category``: ``f(task_id) -> str``; ``agent-rl eval`` then also scores each category.
 
+and, as a number, ``episode_memory_mb``: what one episode in flight holds (``agent_rl/run/capacity.py``).
+
 The run's tool-call format (``tool_format``) reaches envs that take it, and scripted policies that
 take a ``tool_format`` keyword (``bind_tool_format``), so demonstrations are in the env's format.
 """

@@ -60,6 +60,11 @@ class ScienceWorldEnv(TextGameEnv):
         "reward": "the upstream score change / 100 each step (1 in all when the task is completed)",
     }
     sft_teacher = "envs.scienceworld.policies:noisy_gold"
+    # MB one episode in flight holds (agent_rl/run/capacity.py): the most one JVM held at -Xmx256m over
+    # the gold paths of all 30 tasks, 361 MB (docs/text-games.md, bench/text_games.py), plus the
+    # process's share per episode that bench/load.py measured beside 32 TextWorld-Express JVMs
+    # (600 MB / 32, bench/results/load/20261207/)
+    episode_memory_mb = 380.0
     intro_prompt = "You are an agent in ScienceWorld, a text simulation of science experiments."
     text_hint = "Reply with exactly one command, e.g. 'look around' or 'open door to kitchen'."
     tool_hint = "Call the act tool with exactly one command, e.g. act(command='open door to kitchen')."

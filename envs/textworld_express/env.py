@@ -93,6 +93,10 @@ class TextWorldExpressEnv(TextGameEnv):
         "reward": "the upstream score change each step (0..1; 1 in all when the task succeeds)",
     }
     sft_teacher = "envs.textworld_express.policies:noisy_gold"
+    # MB one episode in flight holds (its JVM, 76.5 MB at -Xmx256m, and a share of the process): the
+    # peak of `python bench/load.py --jvm 32` over its 32 episodes (bench/results/load/20261207/);
+    # agent_rl/run/capacity.py refuses a run whose episodes in flight need more than the machine has
+    episode_memory_mb = 95.3
     tokenizer_corpus = "envs.textworld_express.policies:corpus_conversations"  # text for the tiny tokenizer
     intro_prompt = "You are playing a TextWorld-Express text game."
     text_hint = "Reply with exactly one command from the valid actions, e.g. 'move north'."

@@ -43,8 +43,13 @@ def load_config_args(args: argparse.Namespace, weights: bool = True, model_path:
     return cfg
 
 
-def preflight(cfg: Config, weights: bool = True, model_path: str | None = None) -> None:
-    """What fails before anything is created: the env can be made, the model and the critic loaded."""
+def preflight(
+    cfg: Config, weights: bool = True, model_path: str | None = None, most_episodes: int | None = None
+) -> None:
+    """What fails before anything is created: the env can be made, the model and the critic loaded,
+    the episodes in flight fit in this machine's memory (``most_episodes``: a command that never
+    runs more at once, e.g. eval's episodes x k)."""
+    from agent_rl.run.capacity import check_capacity
     from agent_rl.run.envloader import env_factory
     from agent_rl.run.preflight import check_model
 
@@ -52,6 +57,7 @@ def preflight(cfg: Config, weights: bool = True, model_path: str | None = None) 
     check_model(model_path or cfg.model.path, weights=weights, env_id=cfg.env.id)
     if cfg.learner.critic is not None and cfg.learner.critic.path is not None:
         check_model(cfg.learner.critic.path, key="learner.critic.path")
+    check_capacity(cfg, most_episodes=most_episodes)
 
 
 def say_loading(command: str, cfg: Config) -> None:

@@ -40,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config_args(args, weights=not scripted)
     from agent_rl.commands.eval import run_eval
 
-    preflight(cfg, weights=cfg.eval.policy is None)  # a scripted policy needs only the tokenizer
+    # a scripted policy needs only the tokenizer; eval never has more than its episodes in flight
+    preflight(cfg, weights=cfg.eval.policy is None, most_episodes=cfg.eval.episodes * cfg.eval.k)
     say_loading("eval", cfg)
     from agent_rl.train.evaluation import too_many_errors
 
