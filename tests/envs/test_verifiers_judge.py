@@ -34,7 +34,6 @@ def _eval(tmp_path, *overrides: str):
     return cli_runner.run(argv, tmp_path, cli_env(), timeout=600)
 
 
-@pytest.mark.slow
 def test_verifiers_judge_named_in_the_options_scores_the_episodes(tmp_path, tiny_model_dir, tiny_tokenizer):
     shown = []
 
