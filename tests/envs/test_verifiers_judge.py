@@ -62,6 +62,64 @@ def test_verifiers_judge_named_in_the_options_scores_the_episodes(tmp_path, tiny
     ]
 
 
+PLUGGED = """import verifiers.v1 as vf
+
+
+class PluggedData(vf.TaskData):
+    answer: str
+
+
+class PluggedTaskConfig(vf.TaskConfig):
+    judges: vf.Judges = [vf.ReferenceJudgeConfig()]
+
+
+class PluggedTask(vf.Task[PluggedData, vf.State, PluggedTaskConfig]):
+    pass
+
+
+class PluggedConfig(vf.TasksetConfig):
+    task: PluggedTaskConfig = PluggedTaskConfig()
+
+
+class PluggedTaskset(vf.Taskset[PluggedTask, PluggedConfig]):
+    def load(self):
+        yield PluggedTask(PluggedData(prompt="Name a fruit that is yellow.", answer="a banana"), self.config.task)
+
+
+__all__ = ["PluggedTaskset"]
+"""
+
+
+def _served(tiny_model_dir, tiny_tokenizer, name: str, policy):
+    state = build_state(str(tiny_model_dir), served_name=name, backend=ScriptedBackend(policy, tiny_tokenizer))
+    return serve_in_thread(create_app(service_over(state), state))
+
+
+def test_verifiers_plugged_judges_get_the_named_endpoint_too(tmp_path, tiny_model_dir, tiny_tokenizer):
+    """verifiers' own reference judge, pre-plugged in the taskset's ``task.judges``, one episode through
+    the program: the policy and the judge are two servers on loopback."""
+    (tmp_path / "verifiers_plugged").mkdir()
+    (tmp_path / "verifiers_plugged" / "__init__.py").write_text(PLUGGED)
+    shown = []
+
+    def judge(messages: list[dict], rng) -> str:
+        shown.append(messages[-1]["content"])
+        return "yes"
+
+    with (
+        _served(tiny_model_dir, tiny_tokenizer, "policy", lambda messages, rng: "A banana.") as policy_url,
+        _served(tiny_model_dir, tiny_tokenizer, "judge-model", judge) as judge_url,
+    ):
+        overrides = judge_overrides("verifiers-plugged", str(tmp_path), judge_url, "judge-model", None)
+        assert [(j["id"], j["base_url"], j["model"]) for j in overrides["task"]["judges"]] == [
+            ("reference", judge_url, "judge-model")
+        ]
+        task = {"taskset": "verifiers-plugged", "path": str(tmp_path), "idx": 0, "harness": "null", "judge": overrides}
+        assert run(policy_url, {"model": "policy", "task": task}) == {"reward": 1.0, "rewards": {"reference": 1.0}}
+    [prompt] = shown  # the judge's one call shows the reference answer and the policy's reply
+    assert "Reference answer:\n```\na banana\n```" in prompt and "Response:\n```\nA banana.\n```" in prompt
+
+
 def test_verifiers_a_judge_needed_and_not_named_refuses_the_run_at_start(tmp_path, tiny_model_dir):
     done = _eval(
         tmp_path, f"model.path={tiny_model_dir}", "env.options.judge_base_url=null", "env.options.judge_model=null"
