@@ -28,10 +28,10 @@ CONFIG = "examples/verifiers_judged/config.yaml"
 QUESTIONS = ["Name a fruit that is yellow.", "Name an animal that lives in the sea."]
 
 
-def _eval(tmp_path, *overrides: str):
+def _eval(tmp_path, *overrides: str, env: dict[str, str] | None = None):
     (tmp_path / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
     argv = [sys.executable, "-m", "agent_rl.cli", "eval", CONFIG, *overrides]
-    return cli_runner.run(argv, tmp_path, cli_env(), timeout=600)
+    return cli_runner.run(argv, tmp_path, cli_env() | (env or {}), timeout=600)
 
 
 def test_verifiers_judge_named_in_the_options_scores_the_episodes(tmp_path, tiny_model_dir, tiny_tokenizer):
@@ -42,11 +42,13 @@ def test_verifiers_judge_named_in_the_options_scores_the_episodes(tmp_path, tiny
         return "yes" if f"Question: {QUESTIONS[0]}\n" in messages[-1]["content"] else "no"
 
     state = build_state(str(tiny_model_dir), served_name="judge-model", backend=ScriptedBackend(judge, tiny_tokenizer))
-    with serve_in_thread(create_app(service_over(state), state)) as url:
+    # the judge's server wants a key: the one in the variable env.options.judge_api_key_var names
+    with serve_in_thread(create_app(service_over(state), state, api_key="judge-key-7")) as url:
         done = _eval(
             tmp_path, f"model.path={tiny_model_dir}", "env.options.num_tasks=2",
-            "eval.policy=examples.verifiers_judged.policies:banana",
-            f"env.options.judge_base_url={url}", "env.options.judge_model=judge-model",
+            "eval.policy=examples.verifiers_judged.policies:banana", f"env.options.judge_base_url={url}",
+            "env.options.judge_model=judge-model", "env.options.judge_api_key_var=TEST_JUDGE_KEY",
+            env={"TEST_JUDGE_KEY": "judge-key-7"},
         )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert "mean@1 0.500" in done.stdout and "(tasks=2, n=2, errors=0)" in done.stdout, done.stdout
@@ -54,8 +56,8 @@ def test_verifiers_judge_named_in_the_options_scores_the_episodes(tmp_path, tiny
     rows = [json.loads(x) for x in (run_dir / "trajectories" / "eval.jsonl").read_text().splitlines()]
     # eval seeds 10000 and 10001: tasks 0 and 1, the same answer, the judge's two verdicts
     assert [(r["task_id"], r["reward"]) for r in rows] == [("verifiers-judged/0", 1.0), ("verifiers-judged/1", 0.0)]
-    # one judge call per episode, at the named endpoint and model (another name would get a 404),
-    # showing the task's question and the policy's answer
+    # one judge call per episode, at the named endpoint, model and key (another name would get a 404, another
+    # key a 401), showing the task's question and the policy's answer
     assert sorted(shown) == [
         f"Question: {q}\nResponse: A banana.\nDoes the response answer the question? Reply yes or no."
         for q in QUESTIONS
