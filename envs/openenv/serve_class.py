@@ -95,13 +95,13 @@ def main() -> None:
     args = parser.parse_args()
     threading.Thread(target=exit_with_parent, args=(os.getppid(),), daemon=True).start()
     check_version(installed_version())
+    env_cls = load(args.env_class, "env_class")  # first: a class that is not there fails before openenv's 3 s import
     try:
         import uvicorn
         from openenv.core.env_server.http_server import create_app
         from openenv.core.env_server.interfaces import Environment
     except ImportError as e:
         fail(f"python: openenv is not importable with {sys.executable}: {e}")
-    env_cls = load(args.env_class, "env_class")
     if not (isinstance(env_cls, type) and issubclass(env_cls, Environment)):
         fail(f"env_class: '{args.env_class}' is not an openenv Environment subclass")
     action_cls, observation_cls = model_classes(env_cls, args.action_class, args.observation_class)

@@ -9,6 +9,10 @@ the harness's uv is the venv's (pinned) and its script's packages were cached wh
 built (``envs/verifiers/warm_uv.py``). ``agent.reward: envs.verifiers.program:reward`` makes the
 episode's reward the taskset's weighted reward (the sum of score x weight over its ``@vf.reward``s).
 
+A taskset whose rubric calls an LLM judge gets the judge's endpoint from the env's options, never the
+policy's (``envs/verifiers/judges.py``): each run merges the task's ``judge`` overrides into the
+taskset's config (``--env.taskset @ judge.json``) and refuses a judge at the capture proxy's own address.
+
 A taskset that raises, a trace with errors or a run that fails ends the episode in one line
 (``VerifiersError``: an agent error, never trained on).
 """
@@ -22,6 +26,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from envs.openenv.venv import ensure_venv
 
@@ -42,22 +47,24 @@ def venv_python() -> Path:
 
 def _command(base_url: str, task: dict[str, Any], out: str) -> list[str]:
     t = task["task"]
+    judge = []
+    if t.get("judge"):  # the judges' endpoint, merged into the taskset's config
+        (Path(out) / "judge.json").write_text(json.dumps(t["judge"]))
+        judge = ["--env.taskset", "@", str(Path(out) / "judge.json")]
     return [
         str(venv_python().parent / "vf-eval"), t["taskset"],
         "--select.include.idx", str(t["idx"]), "-n", "1", "--max-concurrent", "1",
         "--model", task["model"], "--client.base-url", base_url, "--client.api-key-var", "AGENT_RL_PROXY_KEY",
         "--env.agent.runtime.type", "subprocess", "--env.agent.harness.id", t["harness"],
-        "--no-push", "--no-rich", "-o", out,
+        "--no-push", "--no-rich", "-o", out, *judge,
     ]  # fmt: skip
 
 
 def run(base_url: str, task: dict[str, Any]) -> dict[str, Any]:
     """One task of the taskset against the proxy at ``base_url``; its rewards (``{"reward", "rewards"}``)."""
     t = task["task"]
-    bin_dir = str(venv_python().parent)
-    path = os.pathsep.join([str(Path(t["path"]).resolve()) if t["path"] else "", os.environ.get("PYTHONPATH", "")])
-    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONPATH=path)
-    env |= {"AGENT_RL_PROXY_KEY": "unused", "UV_PYTHON_DOWNLOADS": "never"}
+    _check_not_the_policy(t.get("judge") or {}, base_url)
+    env = environ(t["path"]) | {"AGENT_RL_PROXY_KEY": "unused", "UV_PYTHON_DOWNLOADS": "never"}
     with tempfile.TemporaryDirectory(prefix="vf-") as out:
         done = _run_group(_command(base_url, task, out), env, timeout_s=float(t.get("timeout_s", TIMEOUT_S)))
         where = f"verifiers taskset '{t['taskset']}' task {t['idx']}"
@@ -70,6 +77,35 @@ def run(base_url: str, task: dict[str, Any]) -> dict[str, Any]:
     if trace is None or errors:
         raise VerifiersError(f"{where}: {_error_line(errors)}")
     return weighted_reward(trace.get("rewards") or {})
+
+
+def environ(path: str) -> dict[str, str]:
+    """This process's environment with the verifiers venv's ``bin`` first on ``PATH`` and the taskset's
+    directory on ``PYTHONPATH`` (its package is imported from there)."""
+    bin_dir = str(venv_python().parent)
+    pythonpath = os.pathsep.join([str(Path(path).resolve()) if path else "", os.environ.get("PYTHONPATH", "")])
+    return dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONPATH=pythonpath)
+
+
+def _check_not_the_policy(judge: dict[str, Any], base_url: str) -> None:
+    """A judge at the capture proxy's address (scheme, host and port) would be the policy judging itself."""
+    policy = urlsplit(base_url)
+    for url in _urls(judge):
+        if urlsplit(url)[:2] == policy[:2]:
+            raise VerifiersError(
+                f"env.options.judge_base_url: {url} is the policy's own endpoint (the capture proxy at "
+                f"{policy.scheme}://{policy.netloc}); a judge needs its own server"
+            )
+
+
+def _urls(node: Any) -> list[str]:
+    """Every ``base_url`` in the judge overrides."""
+    if isinstance(node, list):
+        return [u for x in node for u in _urls(x)]
+    if not isinstance(node, dict):
+        return []
+    own = [node["base_url"]] if isinstance(node.get("base_url"), str) else []
+    return own + [u for k, v in node.items() if k != "base_url" for u in _urls(v)]
 
 
 def weighted_reward(rewards: dict[str, Any]) -> dict[str, Any]:

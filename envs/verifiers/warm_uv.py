@@ -6,12 +6,14 @@ the cache and fetches nothing.
 """
 
 import asyncio
+import os
 
 from verifiers.v1.harnesses.utils.launch import CHAT_PROGRAM_SOURCE
 from verifiers.v1.runtimes.subprocess import SubprocessConfig, SubprocessRuntime
 
 
 async def main() -> None:
+    os.environ["UV_COMPILE_BYTECODE"] = "1"  # its episodes may never write bytecode (PYTHONDONTWRITEBYTECODE)
     runtime = SubprocessRuntime(SubprocessConfig(), name="agent-rl-warm-uv")
     await runtime.start()
     try:

@@ -19,7 +19,7 @@ from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 
 import envs  # noqa: F401 - registers agent_rl/OpenEnv-v0
 from agent_rl.core.errors import InfraError
-from envs.openenv import serve_class, server
+from envs.openenv import serve_class, server, venv
 from envs.openenv.codecs import ActionError, JsonCodec, observation_text, visible_schema
 from envs.openenv.env import OpenEnvEnv
 from envs.openenv.session import OpenEnvError
@@ -203,6 +203,37 @@ def test_openenv_unknown_class_and_a_server_that_never_comes_up_leave_nothing_ru
         "Environment' did not answer http://127.0.0.1:"
     ) and str(e.value).endswith("/health within 1.5 s; raise it or check that the class starts")
     assert set(_children()) - children_before == set() and set(server._servers) - servers_before == set()
+
+
+def test_openenv_venv_a_build_that_fails_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENT_RL_VENVS", str(tmp_path))
+    bad = tmp_path / "requirements.txt"
+    bad.write_text("not a requirement!!\n")
+    with pytest.raises(ValueError) as e:
+        venv.ensure_venv("openenv", bad)  # uv makes the venv, then cannot read the file
+    assert str(e.value) == (
+        f"cannot build the openenv environment in {tmp_path}/openenv: `uv pip install ...` failed: Couldn't parse "
+        f"requirement in `{bad}` at position 0: Expected one of `@`, `(`, `<`, `=`, `>`, `~`, `!`, `;`, found `a`; "
+        "run `make openenv-venv` to see the whole output"
+    )
+    assert (tmp_path / "openenv" / "bin" / "python").exists() and not (tmp_path / "openenv" / ".installed").exists()
+    # the line of a Python step that raised, and of a uv resolution that found nothing
+    assert venv.failure_line("Traceback (most recent call last):\n  File 'x'\nRuntimeError: no network\n", 1) == (
+        "RuntimeError: no network"
+    )
+    resolution = "error: No solution found when resolving dependencies\n  cause: Because there is no version of x==9\n"
+    assert (
+        venv.failure_line(resolution, 1)
+        == "No solution found when resolving dependencies: Because there is no version of x==9"
+    )
+    assert venv.failure_line("", 3) == "exit code 3"
+    monkeypatch.setattr(venv, "uv_binary", lambda: None)
+    with pytest.raises(ValueError) as e:
+        venv.ensure_venv("openenv", bad)
+    assert str(e.value) == (
+        f"cannot build the openenv environment: no uv beside {sys.executable} or on PATH; pip install "
+        "'uv>=0.13.9,<0.14' (a dependency of agent-rl)"
+    )
 
 
 def test_openenv_unsupported_version_is_one_line(capsys):

@@ -18,6 +18,7 @@ from envs.openenv.server import REQUIREMENTS
 from envs.openenv.venv import ensure_venv, venvs_dir
 from tests import cli_runner
 from tests.conftest import ROOT, cli_env
+from tests.envs.conftest import INIT_TINY
 
 GUIDE = ROOT / "docs" / "ecosystem.md"
 
@@ -39,8 +40,9 @@ def make_venv(name: str, build: Callable[[], object]) -> None:
         build()
 
 
-def _run_lines(lines: list[str], tmp_path) -> list[str]:
-    """``lines`` of the page's block run in ``tmp_path`` in order; what each printed (stdout + stderr)."""
+def _run_lines(lines: list[str], tmp_path, models) -> list[str]:
+    """``lines`` of the page's block run in ``tmp_path`` in order; what each printed (stdout + stderr). The
+    ``agent-rl init-model`` line ran once for all of the page's tests: its ``models``, linked here."""
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     (tmp_path / "runs" / "venvs").mkdir(parents=True)
     (tmp_path / "runs" / "venvs" / "openenv").symlink_to(venvs_dir() / "openenv")
@@ -48,7 +50,10 @@ def _run_lines(lines: list[str], tmp_path) -> list[str]:
     try:
         for line in lines:
             words = shlex.split(line.rstrip("& "))
-            if words == ["make", "openenv-venv"]:
+            if line == INIT_TINY:
+                (tmp_path / "runs" / "models").symlink_to(models, target_is_directory=True)
+                outputs.append("")
+            elif words == ["make", "openenv-venv"]:
                 make_venv("openenv", lambda: ensure_venv("openenv", REQUIREMENTS))
             elif line.endswith("&"):  # the lock's server, openenv's own, in the background
                 server = subprocess.Popen(words, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -83,23 +88,23 @@ def _check_example(name: str, oracle: str, wrong: str, train: str) -> None:
     assert re.search(r"train step 2/2 \| reward 0\.000", train), train[-1500:]
 
 
-SHARED = ("make openenv-venv", "agent-rl init-model tiny --out runs/models/tiny")
+SHARED = ("make openenv-venv", INIT_TINY)
 
 
 @pytest.mark.slow
-def test_openenv_ecosystem_commands_the_lock_served_by_uvicorn(tmp_path):
+def test_openenv_ecosystem_commands_the_lock_served_by_uvicorn(tmp_path, ecosystem_models):
     """The page's commands but the vault's: openenv's server and EnvClient, then the lock by base_url."""
     lines = [line for line in commands() if "openenv_vault" not in line]
     assert len(lines) == 7 and lines[0] == SHARED[0] and lines[3] == SHARED[1]
-    client, _, oracle, wrong, train = _run_lines(lines, tmp_path)
+    client, _, oracle, wrong, train = _run_lines(lines, tmp_path, ecosystem_models)
     assert client.startswith("reward 1.0\n")  # openenv's EnvClient against the lock's server
     _check_example("lock", oracle, wrong, train)
 
 
 @pytest.mark.slow
-def test_openenv_ecosystem_commands_the_vault_served_by_the_env(tmp_path):
+def test_openenv_ecosystem_commands_the_vault_served_by_the_env(tmp_path, ecosystem_models):
     """The page's shared set-up and the vault's commands (its server started by the env, each time)."""
     vault = [line for line in commands() if "openenv_vault" in line]
     assert len(vault) == 3 and len(commands()) == 10
-    _, oracle, wrong, train = _run_lines([*SHARED, *vault], tmp_path)
+    _, oracle, wrong, train = _run_lines([*SHARED, *vault], tmp_path, ecosystem_models)
     _check_example("vault", oracle, wrong, train)

@@ -18,7 +18,7 @@ def test_verifiers_env_lists_the_tasks_and_refuses_to_be_stepped():
     env = gym.make("agent_rl/Verifiers-v0", taskset="verifiers-prices", path="examples/verifiers_prices", num_tasks=8)
     messages, info = env.reset(seed=11)
     task = {"taskset": "verifiers-prices", "path": "examples/verifiers_prices", "idx": 3, "harness": "null"}
-    task["timeout_s"] = 600.0
+    task |= {"timeout_s": 600.0, "judge": {}}  # the taskset declares no judge
     assert info["task"] == task and info["task_id"] == "verifiers-prices/3" and info["tools"] == []
     assert messages == [{"role": "user", "content": "Task 3 of the verifiers taskset verifiers-prices."}]
     assert env.reset(options={"task": task})[1]["task"] == task
@@ -56,14 +56,21 @@ def test_verifiers_a_taskset_that_raises_or_is_missing_is_one_line(tmp_path):
         "class BrokenTaskset(vf.Taskset):\n    def load(self):\n        raise RuntimeError('the data file is missing')\n\n\n"
         "__all__ = ['BrokenTaskset']\n",
     )  # fmt: skip
-    for taskset, line in [
-        ("verifiers-broken", "vf-eval exited 1: RuntimeError: the data file is missing"),
-        ("verifiers-nope", "vf-eval exited 1: taskset 'verifiers-nope' not found (tried to import 'verifiers_nope')."),
-    ]:
-        task = {"model": "policy", "task": {"taskset": taskset, "path": str(tmp_path), "idx": 0, "harness": "null"}}
-        with pytest.raises(VerifiersError) as e:
-            run("http://127.0.0.1:9/v1", task)  # both fail before any model call
-        assert str(e.value).startswith(f"verifiers taskset '{taskset}' task 0: {line}") and "\n" not in str(e.value)
+    task = {
+        "model": "policy",
+        "task": {"taskset": "verifiers-broken", "path": str(tmp_path), "idx": 0, "harness": "null"},
+    }
+    with pytest.raises(VerifiersError) as e:
+        run("http://127.0.0.1:9/v1", task)  # it fails before any model call
+    line = "verifiers taskset 'verifiers-broken' task 0: vf-eval exited 1: RuntimeError: the data file is missing"
+    assert str(e.value).startswith(line) and "\n" not in str(e.value)
+    # a taskset that does not import is refused when the env is made, before any episode
+    with pytest.raises(ValueError) as e:
+        gym.make("agent_rl/Verifiers-v0", taskset="verifiers-nope", path=str(tmp_path))
+    assert str(e.value).startswith(
+        "env.options.taskset: verifiers taskset 'verifiers-nope': ModuleNotFoundError: taskset 'verifiers-nope' not "
+        "found (tried to import 'verifiers_nope')."
+    ) and "\n" not in str(e.value)
 
 
 def test_verifiers_a_run_past_its_time_is_stopped_with_its_children():

@@ -1,0 +1,3 @@
+from verifiers_judged.taskset import JudgedTaskset
+
+__all__ = ["JudgedTaskset"]
