@@ -70,7 +70,8 @@ def ensure_venv(name: str, requirements: Path, *, post_install: list[list[str]] 
             [uv, "pip", "install", *q, "--python", str(python), "--compile-bytecode", "-r", str(requirements)],
         ]
         steps += [[str(python), *cmd] for cmd in post_install]
-        env = dict(os.environ, PATH=f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}")  # as if activated
+        # as if activated; COLUMNS: uv wraps its messages at the terminal's width (pytest's workers set 80)
+        env = dict(os.environ, PATH=f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}", COLUMNS="100000")
         for cmd in steps:
             done = subprocess.run(cmd, capture_output=quiet, text=True, stdin=subprocess.DEVNULL, env=env)
             if done.returncode != 0:
@@ -84,11 +85,17 @@ def ensure_venv(name: str, requirements: Path, *, post_install: list[list[str]] 
 
 
 def failure_line(output: str, code: int) -> str:
-    """One line of why a build step failed: uv's ``error:`` line with its first ``cause:``, else the last line
-    (a Python traceback's exception), else the exit code."""
+    """One line of why a build step failed: uv's ``error:`` (with the lines a narrow terminal wrapped it
+    onto) and the first line of its first ``cause:``, else the last line (a Python traceback's exception),
+    else the exit code."""
     lines = [x.strip() for x in output.splitlines() if x.strip() and "WARNING" not in x]
-    error = next((x.removeprefix("error:").strip() for x in lines if x.startswith("error:")), None)
-    if error is None:
+    start = next((i for i, x in enumerate(lines) if x.startswith("error:")), None)
+    if start is None:
         return lines[-1] if lines else f"exit code {code}"
-    cause = next((x.removeprefix("cause:").strip() for x in lines if x.startswith("cause:")), None)
-    return f"{error}: {cause}" if cause else error
+    error = [lines[start].removeprefix("error:").strip()]
+    for x in lines[start + 1 :]:
+        if x.startswith(("cause:", "hint:", "error:")):
+            break
+        error.append(x)
+    cause = next((x.removeprefix("cause:").strip() for x in lines[start:] if x.startswith("cause:")), None)
+    return f"{' '.join(error)}: {cause}" if cause else " ".join(error)
