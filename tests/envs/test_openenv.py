@@ -228,7 +228,9 @@ def test_openenv_venv_a_build_that_fails_is_one_line(tmp_path, monkeypatch):
     )
     assert venv.failure_line("", 3) == "exit code 3"
     # uv wraps at a narrow terminal's width (xdist's workers set COLUMNS=80): the wrapped lines are joined
-    wrapped = "error: Couldn't parse requirement in\n       `/tmp/r.txt`\n       at position 0\n  cause: bad\n  x\n  ^\n"
+    wrapped = (
+        "error: Couldn't parse requirement in\n       `/tmp/r.txt`\n       at position 0\n  cause: bad\n  x\n  ^\n"
+    )
     assert venv.failure_line(wrapped, 2) == "Couldn't parse requirement in `/tmp/r.txt` at position 0: bad"
     monkeypatch.setattr(venv, "uv_binary", lambda: None)
     with pytest.raises(ValueError) as e:
