@@ -9,7 +9,9 @@ import pytest
 
 pytest.importorskip("bfcl_eval")
 
-from envs.bfcl import agreement, policies
+from bfcl_helpers import replay
+
+from envs.bfcl import agreement
 from envs.bfcl.calls import BfclCallsEnv
 from envs.bfcl.data import (
     CALL_CATEGORIES,
@@ -82,20 +84,9 @@ def test_ints_in_a_list_of_floats_fail_as_in_bfcl(task_id):
 def test_miss_func_runs_a_held_out_function_called_early_as_bfcl_does():
     """multi_turn_miss_func_49's ground truth calls `tail` in turn 1, two turns before it is
     offered: BFCL runs it, so under official scoring the ground truth passes."""
-    play = lambda env: _replay(env, "multi_turn_miss_func_49")
+    play = lambda env: replay(env, "multi_turn_miss_func_49")
     assert play(BfclMultiTurnEnv(split="all")) == 1.0
     assert play(BfclMultiTurnEnv(split="all", scoring="project")) == 0.0
-
-
-def _replay(env, task_id: str) -> float:
-    messages, _ = env.reset(options={"task": task_id})
-    for _ in range(100):
-        action = policies.replay(messages)
-        obs, reward, terminated, truncated, _ = env.step(action)
-        messages = messages + [{"role": "assistant", "content": action}, *obs]
-        if terminated or truncated:
-            return reward
-    raise AssertionError("no end")
 
 
 def test_scoring_is_checked():

@@ -20,6 +20,8 @@ try:
 except RuntimeError as exc:  # pragma: no cover - make setup installs it
     pytest.skip(str(exc), allow_module_level=True)
 
+from bfcl_helpers import replay
+
 from agent_rl.core.errors import InfraError
 from agent_rl.core.types import EpisodeSpec, StopReason
 from agent_rl.rollout.backends.scripted import ScriptedBackend
@@ -46,18 +48,6 @@ def hooks(monkeypatch):
 def gone(pid: int) -> bool:
     """No process ``pid``, not even a zombie (a zombie still exists for psutil)."""
     return not psutil.pid_exists(pid)
-
-
-def replay(env: BfclMultiTurnEnv, task_id: str) -> float:
-    """Reward of the ground truth's replay on ``task_id``."""
-    messages, _ = env.reset(options={"task": task_id})
-    for _ in range(200):
-        action = policies.replay(messages)
-        obs, reward, terminated, truncated, _ = env.step(action)
-        messages = messages + [{"role": "assistant", "content": action}, *obs]
-        if terminated or truncated:
-            return reward
-    raise AssertionError(f"{task_id}: no end")
 
 
 def test_a_call_past_its_limit_is_stopped_and_the_next_episode_gets_a_fresh_worker(hooks):
