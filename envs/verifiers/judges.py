@@ -3,9 +3,9 @@ name (``judge_base_url``, ``judge_model``, ``judge_api_key_var``), never at the 
 
 ``taskset_judges`` asks verifiers' venv which judges the taskset's config declares (``find_judges.py``:
 a ``vf.JudgeConfig`` field, or the plugged ``task.judges``). That costs a ``vf-eval``-sized import (4-9 s
-on a busy 2-core machine), so the answer is kept beside the venv, keyed by the venv's pins, the
-taskset's id and directory, and the size and time of each file of its package there: every command
-of a run, and every run after it, reads it back until the taskset changes. ``judge_overrides`` turns
+on a busy 2-core machine), so the answer is kept beside the venv, one file per taskset and directory, with a key of the venv's
+pins, the taskset's id and directory, and the size and time of each file of its package there: every
+command of a run, and every run after it, reads it back until the taskset changes, and then replaces it. ``judge_overrides`` turns
 it and the options into what each ``vf-eval`` run merges into the taskset's config, or refuses in one
 line a taskset that needs a judge and has none named.
 """
@@ -29,19 +29,30 @@ def taskset_judges(taskset: str, path: str) -> dict[str, Any]:
     taskset that cannot be imported is a ``ValueError`` naming ``env.options.taskset``."""
     python = venv_python()
     root = Path(path).resolve() if path else None
-    cached = python.parent.parent / ".judges" / f"{_key(python, taskset, root)}.json"
-    if cached.is_file():
-        return json.loads(cached.read_text())
+    cached, key = _cache_file(python, taskset, root), _key(python, taskset, root)
+    try:
+        entry = json.loads(cached.read_text())
+        if entry.get("key") == key:
+            return entry["judges"]
+    except (OSError, ValueError, AttributeError, KeyError):
+        pass  # absent, or written by another version: found again below
     cmd = [str(python), str(FIND_JUDGES), taskset]
     done = subprocess.run(cmd, env=environ(path), capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
         lines = [x for x in done.stderr.splitlines() if x.strip()]
         raise ValueError(f"env.options.taskset: verifiers taskset '{taskset}': {lines[-1] if lines else 'no output'}")
+    judges = json.loads(done.stdout)
     cached.parent.mkdir(exist_ok=True)
     partial = cached.with_suffix(f".{os.getpid()}.tmp")
-    partial.write_text(done.stdout)
+    partial.write_text(json.dumps({"key": key, "judges": judges}))
     partial.replace(cached)  # whole or absent, whoever reads it meanwhile
-    return json.loads(done.stdout)
+    return judges
+
+
+def _cache_file(python: Path, taskset: str, root: Path | None) -> Path:
+    """One file per taskset and directory: a changed taskset replaces its entry (no files pile up)."""
+    name = hashlib.sha256(json.dumps([taskset, str(root)]).encode()).hexdigest()[:32]
+    return python.parent.parent / ".judges" / f"{name}.json"
 
 
 def _key(python: Path, taskset: str, root: Path | None) -> str:

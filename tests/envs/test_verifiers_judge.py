@@ -18,7 +18,7 @@ from agent_rl.proxy.app import create_app
 from agent_rl.proxy.serve import service_over
 from agent_rl.rollout.backends.scripted import ScriptedBackend
 from agent_rl.rollout.backends.server import build_state, serve_in_thread
-from envs.verifiers.judges import _key, judge_overrides, taskset_judges
+from envs.verifiers.judges import _cache_file, _key, judge_overrides, taskset_judges
 from envs.verifiers.program import VerifiersError, run, venv_python
 from tests import cli_runner
 from tests.conftest import ROOT, cli_env
@@ -173,12 +173,17 @@ def test_verifiers_a_tasksets_judges_are_read_once_until_it_changes(tmp_path):
     source.write_text("import verifiers.v1 as vf\n")
     key = _key(python, "verifiers-mine", tmp_path)
     assert _key(python, "verifiers-mine", tmp_path) == key and _key(python, "verifiers-other", tmp_path) != key
-    cached = python.parent.parent / ".judges" / f"{key}.json"
+    cached = _cache_file(python, "verifiers-mine", tmp_path)
+    assert _cache_file(python, "verifiers-other", tmp_path) != cached
     cached.parent.mkdir(exist_ok=True)
-    cached.write_text('{"task.judge": {"model": "read from the cache"}}')
+    cached.write_text(json.dumps({"key": key, "judges": {"task.judge": {"model": "read from the cache"}}}))
     try:  # what was found before is read back, without importing the taskset again
         assert taskset_judges("verifiers-mine", str(tmp_path)) == {"task.judge": {"model": "read from the cache"}}
+        source.write_text(PLUGGED)  # a changed package is read again ...
+        assert _key(python, "verifiers-mine", tmp_path) != key
+        found = taskset_judges("verifiers-mine", str(tmp_path))
+        assert list(found) == ["task.judges"]
+        # ... and its answer replaces the entry in the same file: nothing piles up
+        assert json.loads(cached.read_text()) == {"key": _key(python, "verifiers-mine", tmp_path), "judges": found}
     finally:
         cached.unlink()
-    source.write_text("import verifiers.v1 as vf  # changed\n")  # a changed package is read again
-    assert _key(python, "verifiers-mine", tmp_path) != key
