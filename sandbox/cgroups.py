@@ -1,7 +1,8 @@
 """Per-worker cgroups (memory, pids, cpu) for the bubblewrap backend, when we may create them.
 
-Root on cgroup v1 (separate ``memory`` and ``pids`` hierarchies) or on a writable cgroup v2
-subtree. Rlimits remain the fallback: RLIMIT_NPROC under a dedicated uid and RLIMIT_AS per
+Root on cgroup v1 only (separate ``memory``, ``pids`` and ``cpu`` hierarchies): on a cgroup v2 host
+no cgroup is made (that needs our own process moved to a leaf before controllers can be delegated,
+not done), and ``available()`` says so. Rlimits remain the fallback: RLIMIT_NPROC under a dedicated uid and RLIMIT_AS per
 process; a cgroup additionally bounds the *sum* over a call's processes, so a bomb of many
 processes, each under its own RLIMIT_AS, cannot take the host's memory.
 """
