@@ -8,9 +8,11 @@ soak still leaves its data): per process (the server and each run) its RSS, open
 threads and descendant processes, and the docker containers and JVMs the runs own. At the end:
 each series' slope after ``--warmup`` minutes, ``summary.json`` and ``soak.png``.
 
-Flat means, after the warm-up: descriptors, threads, descendants, containers and JVMs within +-2
-(the highest value of the last fifth of the samples against that of the first fifth: descriptors of
-calls in flight come and go between samples), and each process's RSS growing by less than 50 MB/h.
+Flat means, after the warm-up: descriptors (in all, and by kind: files, pipes, unix and TCP sockets,
+other), threads, descendants, containers and JVMs rise by at most 2 (the highest value of the last
+fifth of the samples against that of the first fifth: descriptors of calls in flight come and go
+between samples; a ceiling that falls is not growth), and each process's RSS grows by less than
+50 MB/h.
 
 ``--steps N`` runs N training steps each instead of a time, then checks that nothing outlives the
 runs: no process of ours, no container they owned, no JVM, no file descriptor of this process
@@ -36,7 +38,7 @@ from agent_rl.run.progress import script_progress
 
 ROOT = Path(__file__).resolve().parents[1]
 RSS_MB_PER_H = 50.0  # a process's RSS may grow by less than this after the warm-up
-COUNT_BAND = 2  # descriptors, threads, descendants, containers, JVMs: within +-2 of their first value
+COUNT_BAND = 2  # descriptors, threads, descendants, containers, JVMs: their ceiling rises by at most this
 SMALL = [  # both runs: small steps, so that a step takes seconds on a 2-core CPU
     "rollout.group_size=2",
     "trainer.prompts_per_step=2",
@@ -97,16 +99,57 @@ def descendants(pid: int, table: dict[int, tuple[int, str]]) -> list[int]:
     return out
 
 
-def process_sample(pid: int, table: dict[int, tuple[int, str]]) -> dict[str, float] | None:
-    """RSS (MB), open descriptors, threads and descendant processes of ``pid`` (None: it is gone)."""
+def _socket_inodes() -> dict[str, set[str]]:
+    """The inodes of every unix and TCP socket on this host (``/proc/net``): to tell descriptors apart."""
+    out: dict[str, set[str]] = {"unix": set(), "tcp": set()}
+    for kind, files, column in (("unix", ("unix",), 6), ("tcp", ("tcp", "tcp6"), 9)):
+        for name in files:
+            try:
+                with open(f"/proc/net/{name}") as f:
+                    next(f, None)
+                    out[kind].update(cols[column] for cols in (line.split() for line in f) if len(cols) > column)
+            except OSError:
+                pass
+    return out
+
+
+def fd_kinds(pid: int, sockets: dict[str, set[str]]) -> dict[str, int]:
+    """``pid``'s open descriptors by kind: ``fds_file``, ``fds_pipe``, ``fds_unix`` (the docker daemon's
+    socket, the sandbox's executors), ``fds_tcp`` (HTTP to the server) and ``fds_other``."""
+    kinds = {"fds_file": 0, "fds_pipe": 0, "fds_unix": 0, "fds_tcp": 0, "fds_other": 0}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:["):
+            inode = target[len("socket:[") : -1]
+            kind = "fds_unix" if inode in sockets["unix"] else "fds_tcp" if inode in sockets["tcp"] else "fds_other"
+        elif target.startswith("pipe:["):
+            kind = "fds_pipe"
+        elif target.startswith("/"):
+            kind = "fds_file"
+        else:
+            kind = "fds_other"  # anon_inode:[eventpoll], [eventfd], ...
+        kinds[kind] += 1
+    return kinds
+
+
+def process_sample(
+    pid: int, table: dict[int, tuple[int, str]], sockets: dict[str, set[str]]
+) -> dict[str, float] | None:
+    """RSS (MB), open descriptors (and by kind), threads and descendant processes of ``pid`` (None:
+    it is gone)."""
     try:
         status = _status(pid)
         fds = len(os.listdir(f"/proc/{pid}/fd"))
+        kinds = fd_kinds(pid, sockets)
     except OSError:
         return None
     return {
         "rss_mb": int(status.get("VmRSS", "0 kB").split()[0]) / 1024,
         "fds": fds,
+        **kinds,
         "threads": int(status.get("Threads", "0")),
         "children": len(descendants(pid, table)),
     }
@@ -183,11 +226,11 @@ def start_run(name: str, model: str, url: str, out: Path, steps: int) -> subproc
 
 
 def take_sample(t0: float, procs: dict[str, subprocess.Popen]) -> dict:
-    table = _parents()
+    table, sockets = _parents(), _socket_inodes()
     runs = [p.pid for n, p in procs.items() if n != "serve"]
     return {
         "t_s": round(time.monotonic() - t0, 1),
-        "procs": {name: process_sample(p.pid, table) for name, p in procs.items()},
+        "procs": {name: process_sample(p.pid, table, sockets) for name, p in procs.items()},
         "containers": containers(runs),
         "jvms": jvms(runs, table),
     }
@@ -222,15 +265,17 @@ def slope(points: list[tuple[float, float]]) -> float:
 def verdict(samples: list[dict], warmup_s: float) -> dict[str, dict]:
     """Per series after the warm-up: its slope per hour, ``drift`` (the largest distance from its
     first value), ``rise`` (the highest value of its last fifth minus that of its first fifth) and
-    whether it is flat. Counts are judged by ``rise``: descriptors of calls in flight come and go
-    between samples, a leak lifts the ceiling; RSS by its slope."""
+    whether it is flat. Counts are judged by ``rise``, which may be at most +2: descriptors of calls in
+    flight come and go between samples (``fds_tcp``: a step's HTTP calls to the server), a leak lifts
+    the ceiling, and a ceiling that falls (a pool that closed idle connections) is not growth; RSS by
+    its slope."""
     out = {}
     for key, pts in series(samples, warmup_s).items():
         per_h = slope(pts)
         drift = max(abs(v - pts[0][1]) for _, v in pts)
         fifth = max(1, len(pts) // 5)
         rise = max(v for _, v in pts[-fifth:]) - max(v for _, v in pts[:fifth])
-        flat = per_h < RSS_MB_PER_H if key.endswith("rss_mb") else abs(rise) <= COUNT_BAND
+        flat = per_h < RSS_MB_PER_H if key.endswith("rss_mb") else rise <= COUNT_BAND
         out[key] = {
             "per_hour": round(per_h, 3),
             "drift": round(drift, 3),
