@@ -115,7 +115,8 @@ def _socket_inodes() -> dict[str, set[str]]:
 
 def fd_kinds(pid: int, sockets: dict[str, set[str]]) -> dict[str, int]:
     """``pid``'s open descriptors by kind: ``fds_file``, ``fds_pipe``, ``fds_unix`` (the docker daemon's
-    socket, the sandbox's executors), ``fds_tcp`` (HTTP to the server) and ``fds_other``."""
+    socket, the sandbox's executors), ``fds_tcp`` (HTTP to the server) and ``fds_other`` (one closed
+    between the listing and its readlink counts as none)."""
     kinds = {"fds_file": 0, "fds_pipe": 0, "fds_unix": 0, "fds_tcp": 0, "fds_other": 0}
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
@@ -142,13 +143,12 @@ def process_sample(
     it is gone)."""
     try:
         status = _status(pid)
-        fds = len(os.listdir(f"/proc/{pid}/fd"))
         kinds = fd_kinds(pid, sockets)
     except OSError:
         return None
     return {
         "rss_mb": int(status.get("VmRSS", "0 kB").split()[0]) / 1024,
-        "fds": fds,
+        "fds": sum(kinds.values()),
         **kinds,
         "threads": int(status.get("Threads", "0")),
         "children": len(descendants(pid, table)),
