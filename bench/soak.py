@@ -414,7 +414,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report", default=None, help="only report the samples.jsonl of this directory (a stopped soak)")
     args = p.parse_args(argv)
     if args.report is not None:
-        samples = [json.loads(line) for line in (Path(args.report) / "samples.jsonl").read_text().splitlines()]
+        found = Path(args.report) / "samples.jsonl"
+        if not found.is_file():
+            p.error(f"--report {args.report}: no samples.jsonl there; name the directory a soak wrote (its --out)")
+        samples = [json.loads(line) for line in found.read_text().splitlines()]
         return 0 if report(samples, args.warmup * 60, Path(args.report)) else 1
     out = Path(args.out or ROOT / "bench" / "results" / "soak" / time.strftime("%Y%m%d-%H%M%S"))
     out.mkdir(parents=True, exist_ok=True)

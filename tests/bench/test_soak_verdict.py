@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT))
-from bench.soak import verdict  # noqa: E402
+from bench.soak import main, verdict  # noqa: E402
 
 
 def _samples(rss, fds, every_s=360.0):
@@ -47,3 +49,13 @@ def test_descriptors_in_flight_do_not_grow_a_leak_does_and_a_fall_is_not_growth(
     # the band: a ceiling 2 higher is flat, 3 is not
     assert verdict(_samples(rss, [30, 30, 30, 30, 30, 30, 30, 30, 32, 30]), 0.0)["run.fds"]["flat"] is True
     assert verdict(_samples(rss, [30, 30, 30, 30, 30, 30, 30, 30, 33, 30]), 0.0)["run.fds"]["flat"] is False
+
+
+def test_report_of_a_directory_without_samples_is_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--report", str(tmp_path)])
+    assert e.value.code == 2
+    last = capsys.readouterr().err.splitlines()[-1]  # "<prog>: error: ...", prog as argparse names it
+    assert last.endswith(
+        f": error: --report {tmp_path}: no samples.jsonl there; name the directory a soak wrote (its --out)"
+    ), last
