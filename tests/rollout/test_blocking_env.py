@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from typing import ClassVar
 
 from rollout_helpers import AsyncEchoEnv
@@ -15,22 +14,33 @@ from agent_rl.rollout.engine import RolloutEngine
 from agent_rl.rollout.render import ChatRenderer
 
 EVENTS: list[str] = []
+SLOW_BLOCKING = threading.Event()
+FAST_DONE = threading.Event()
+WAIT_S = 30.0  # far longer than either episode needs; reached only if one episode stalls the other
 
 
 class BlockingEchoEnv(AsyncEchoEnv):
-    """``AsyncEchoEnv`` whose ``astep`` blocks the thread it runs on for ``options["block_s"]`` (its reward code)."""
+    """``AsyncEchoEnv`` whose ``astep`` blocks the thread it runs on (its reward code).
+
+    The two episodes wait on each other: the slow one blocks until the fast one has finished, and the fast
+    one finishes only after the slow one is blocking. That can end only if the engine steps them
+    concurrently; if one blocked the other, each wait would run out, and the events would say so. The
+    order the scheduler happens to give them does not matter."""
 
     loop_safe = False  # what an env that does not declare itself safe gets
 
     async def astep(self, action: str):
-        name, block = self.options["name"], self.options.get("block_s", 0.0)
-        if block:
-            EVENTS.append(f"{name}: blocking")
-            time.sleep(block)  # noqa: ASYNC251 - the point: a synchronous call inside a coroutine
-            EVENTS.append(f"{name}: unblocked")
+        name = self.options["name"]
         out = self._act(action)
-        if out[2]:
-            EVENTS.append(f"{name}: done")
+        if name == "slow":
+            EVENTS.append("slow: blocking")
+            SLOW_BLOCKING.set()
+            woken = FAST_DONE.wait(WAIT_S)  # noqa: ASYNC251 - the point: a synchronous wait inside a coroutine
+            EVENTS.append("slow: unblocked" if woken else "slow: timed out")
+        elif out[2]:
+            seen = SLOW_BLOCKING.wait(WAIT_S)  # noqa: ASYNC251
+            EVENTS.append("fast: done" if seen else "fast: timed out")
+            FAST_DONE.set()
         return out
 
 
@@ -49,18 +59,20 @@ def engine_for(tok, env) -> RolloutEngine:
 
 def test_a_blocking_env_does_not_stall_the_other_episodes(tiny_tokenizer):
     EVENTS.clear()
+    SLOW_BLOCKING.clear()
+    FAST_DONE.clear()
     engine = engine_for(tiny_tokenizer, BlockingEchoEnv)
     specs = [
-        EpisodeSpec(seed=0, group_id="g0", options={"name": "slow", "turns": 1, "block_s": 2.0}),
+        EpisodeSpec(seed=0, group_id="g0", options={"name": "slow", "turns": 1}),
         EpisodeSpec(seed=1, group_id="g1", options={"name": "fast", "turns": 4}),
     ]
     trajectories = engine.run_sync(specs)
     engine.close()
     assert [t.stop_reason for t in trajectories] == [StopReason.DONE, StopReason.DONE]
     assert len(trajectories[1].turns_N) == 4
-    # the fast episode generated and stepped its 4 turns while the slow env was blocked:
-    # its wall time is the max of the two, not the sum
-    assert EVENTS.index("slow: blocking") < EVENTS.index("fast: done") < EVENTS.index("slow: unblocked"), EVENTS
+    # the fast episode stepped its last turn while the slow env's thread was blocked, and the slow one
+    # was woken by it, not by the timeout
+    assert EVENTS == ["slow: blocking", "fast: done", "slow: unblocked"], EVENTS
 
 
 def test_a_loop_safe_env_runs_on_the_engine_loop(tiny_tokenizer):
