@@ -180,6 +180,42 @@ def test_the_preregistered_decision_hand_computed(tmp_path):
     assert "| frozenlake | gigpo - grpo | 3 vs 3 | +0.433" in decision.report({"frozenlake": out})
 
 
+def test_the_decision_waits_for_the_planned_size(tmp_path, monkeypatch):
+    """Below the planned seeds a comparison is interim; Holm's family is the seven, adjusted only when all are in."""
+    decision = importlib.import_module("bench.credit_assignment.decision")
+
+    def runs(out, method, successes):  # one evaluation after step 0 and one training step per seed
+        for seed, success in enumerate(successes):
+            run = out / "runs" / f"{method}-s{seed}"
+            run.mkdir(parents=True)
+            rows = [{"step": 1, "rollout/reward_mean": success}, {"step": 1, "eval/success": success}]
+            (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    outs = {setting: tmp_path / f"credit_prereg_{setting}" for setting in ("frozenlake", "hanoi")}
+    runs(outs["frozenlake"], "grpo", [0.1, 0.2, 0.3])
+    runs(outs["frozenlake"], "gigpo", [0.5, 0.7, 0.6])
+    runs(outs["frozenlake"], "g2po", [0.2, 0.3, 0.4])
+    report = decision.report({"frozenlake": outs["frozenlake"]})
+    assert report.splitlines()[4].endswith("| +0.400 | interim |")  # 3 of the planned 12 seeds: no decision
+    assert "interim, unadjusted (1 of 7 present" in report and "Holm 0." not in report
+
+    monkeypatch.setattr(decision, "PLANNED_SEEDS", 3)
+    primary, [g2po] = decision.decide({"frozenlake": outs["frozenlake"]})
+    assert primary.decision() == "helps" and g2po.p_adjusted is None  # the primary stands alone; the family waits
+    assert decision.report({"frozenlake": outs["frozenlake"]}).splitlines()[4].endswith("| +0.400 | helps |")
+
+    for method in ("gigpo_g32", "grpo_g32"):
+        runs(outs["frozenlake"], method, [0.1, 0.2, 0.3])
+    for method, successes in [("grpo", [0.1, 0.2, 0.3]), ("gigpo", [0.2, 0.3, 0.5]), ("g2po", [0.1, 0.3, 0.3])]:
+        runs(outs["hanoi"], method, successes)
+    for method in ("gigpo_g32", "grpo_g32"):
+        runs(outs["hanoi"], method, [0.2, 0.2, 0.4])
+    primary, secondary = decision.decide(outs)
+    assert [(c.setting, c.method, c.baseline) for c in secondary] == decision.SECONDARY
+    assert [c.p_adjusted for c in secondary] == decision.holm([c.p for c in secondary])
+    assert "Secondary comparisons (Holm over the 7):" in decision.report(outs)
+
+
 def test_a_missing_model_directory_is_one_line(tmp_path):
     cmd = [sys.executable, "-m", "bench.credit_assignment", "--model", str(tmp_path / "nope")]
     done = subprocess.run(cmd, capture_output=True, text=True, env=cli_env(), timeout=120, cwd=ROOT)

@@ -12,7 +12,10 @@
   training reward's difference has the same sign; ``hurts`` for the mirror case; otherwise ``no difference
   shown`` (at this size: not evidence of no effect).
 
-The comparisons and the rule are fixed here, before the runs, as the plan names them.
+The comparisons and the rule are fixed here, before the runs, as the plan names them. A decision is made
+only at the planned size: a comparison with fewer than ``PLANNED_SEEDS`` finished seeds a side reads
+``interim``, and the secondary comparisons are decided only once all seven are at that size (Holm's
+family is the seven, not those present).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ALPHA = 0.05
+PLANNED_SEEDS = 12  # both plans' seeds 0-11
 # (setting directory's suffix, method, baseline): the primary comparison first, then the secondary family
 PRIMARY = ("frozenlake", "gigpo", "grpo")
 SECONDARY = [
@@ -54,6 +58,10 @@ class Comparison:
     p: float  # Welch's two-sided p value
     reward_diff: float  # the same difference of the mean training reward
     p_adjusted: float | None = None  # Holm's, for a secondary comparison
+
+    @property
+    def complete(self) -> bool:
+        return min(self.n) >= PLANNED_SEEDS
 
     def decision(self) -> str:
         p = self.p if self.p_adjusted is None else self.p_adjusted
@@ -123,18 +131,23 @@ def compare(outs: dict[str, Path], setting: str, method: str, baseline: str) -> 
 
 
 def decide(outs: dict[str, Path]) -> tuple[Comparison | None, list[Comparison]]:
-    """The primary comparison and the secondary ones present (Holm-adjusted over those present)."""
+    """The primary comparison and the secondary ones present. Holm's adjustment is applied only when the
+    whole secondary family is present at its planned size; before that the secondary p values stand
+    unadjusted and every secondary comparison is interim."""
     primary = compare(outs, *PRIMARY)
     secondary = [c for c in (compare(outs, *s) for s in SECONDARY) if c is not None]
+    if len(secondary) < len(SECONDARY) or not all(c.complete for c in secondary):
+        return primary, secondary
     adjusted = holm([c.p for c in secondary])
     return primary, [Comparison(**{**c.__dict__, "p_adjusted": q}) for c, q in zip(secondary, adjusted, strict=True)]
 
 
-def line(c: Comparison) -> str:
+def line(c: Comparison, secondary: bool = False) -> str:
     p = f"p {c.p:.3f}" + (f", Holm {c.p_adjusted:.3f}" if c.p_adjusted is not None else "")
+    decided = c.complete and (not secondary or c.p_adjusted is not None)
     return (
         f"| {c.setting} | {c.method} - {c.baseline} | {c.n[0]} vs {c.n[1]} | {c.diff:+.3f} "
-        f"[{c.ci[0]:+.3f}, {c.ci[1]:+.3f}] | {p} | {c.reward_diff:+.3f} | {c.decision()} |"
+        f"[{c.ci[0]:+.3f}, {c.ci[1]:+.3f}] | {p} | {c.reward_diff:+.3f} | {c.decision() if decided else 'interim'} |"
     )
 
 
@@ -146,8 +159,17 @@ def report(outs: dict[str, Path]) -> str:
     ]
     lines = ["Primary comparison (alone, alpha 0.05):", "", *head]
     lines.append(line(primary) if primary else f"| {PRIMARY[0]} | {PRIMARY[1]} - {PRIMARY[2]} | no finished runs |")
-    lines += ["", f"Secondary comparisons (Holm over the {len(secondary)} with finished runs):", "", *head]
-    lines += [line(c) for c in secondary]
+    if secondary and secondary[0].p_adjusted is not None:
+        lines += ["", f"Secondary comparisons (Holm over the {len(SECONDARY)}):", "", *head]
+    else:
+        lines += [
+            "",
+            f"Secondary comparisons: interim, unadjusted ({len(secondary)} of {len(SECONDARY)} present; Holm's"
+            f" correction and the decisions wait for all {len(SECONDARY)} at {PLANNED_SEEDS} seeds a side):",
+            "",
+            *head,
+        ]
+    lines += [line(c, secondary=True) for c in secondary]
     return "\n".join(lines)
 
 
