@@ -216,6 +216,71 @@ def test_the_decision_waits_for_the_planned_size(tmp_path, monkeypatch):
     assert "Secondary comparisons (Holm over the 7):" in decision.report(outs)
 
 
+def _metrics(run: Path, rows: list[dict]) -> None:
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_the_evaluation_rows_of_run_directories_hand_computed(tmp_path):
+    """A comparison that committed only its run directories: each evaluation's tokens are the running sum of
+    the sampled tokens, its training reward the mean over the steps since the evaluation before."""
+    summary = importlib.import_module("bench.credit_assignment.summary")
+    _metrics(
+        tmp_path / "runs" / "gigpo_g32-s3",
+        [
+            {"step": 0, "eval/success": 0.1, "eval/reward": 0.15, "rollout/generated_tokens": 0},
+            {"step": 1, "rollout/reward_mean": 0.25, "rollout/generated_tokens": 300},
+            {
+                "step": 2,
+                "rollout/reward_mean": 0.5,
+                "rollout/generated_tokens": 400,
+                "eval/success": 0.2,
+                "eval/reward": 0.3,
+            },
+            {
+                "step": 3,
+                "rollout/reward_mean": 0.75,
+                "rollout/generated_tokens": 500,
+                "eval/success": 0.4,
+                "eval/reward": 0.4,
+            },
+        ],
+    )
+    (tmp_path / "runs" / "notes").mkdir()  # not a METHOD-sSEED directory
+    rows = summary.rows_from_run_dirs(tmp_path)
+    assert [
+        (r["method"], r["seed"], r["step"], r["tokens"], r["success"], r["reward"], r["train_reward"]) for r in rows
+    ] == [
+        ("gigpo_g32", 3, 0, 0, 0.1, 0.15, None),
+        ("gigpo_g32", 3, 2, 700, 0.2, 0.3, 0.375),  # (0.25 + 0.5) / 2
+        ("gigpo_g32", 3, 3, 1200, 0.4, 0.4, 0.75),
+    ]
+
+
+def test_summarize_only_from_run_directories_alone(tmp_path):
+    """``--summarize-only`` on a directory with run directories and no results files writes the table and plot."""
+    for method, seed, success in [("grpo", 0, 0.2), ("grpo", 1, 0.4), ("gigpo", 0, 0.6)]:
+        _metrics(
+            tmp_path / "runs" / f"{method}-s{seed}",
+            [
+                {"step": 0, "eval/success": 0.1, "rollout/generated_tokens": 0},
+                {"step": 1, "rollout/reward_mean": success, "rollout/generated_tokens": 100, "eval/success": success},
+            ],
+        )
+    cmd = [sys.executable, "-m", "bench.credit_assignment", "--setting", "prereg_frozenlake", "--summarize-only",
+           "--out", str(tmp_path)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, env=cli_env(), timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    table = (tmp_path / "table.md").read_text()
+    assert "| grpo | 2 | 0.300 [-0.971, 1.571] |" in table  # mean of 0.2 and 0.4, t(1) interval: 0.1 * 12.706
+    assert "| gigpo | 1 | 0.600 |" in table
+    assert (tmp_path / "success_vs_tokens.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    done = subprocess.run([*cmd[:-1], str(empty)], capture_output=True, text=True, env=cli_env(), timeout=300, cwd=ROOT)
+    assert done.returncode == 2 and "no results-*.jsonl, results.jsonl or runs/*/metrics.jsonl" in done.stderr
+
+
 def test_a_missing_model_directory_is_one_line(tmp_path):
     cmd = [sys.executable, "-m", "bench.credit_assignment", "--model", str(tmp_path / "nope")]
     done = subprocess.run(cmd, capture_output=True, text=True, env=cli_env(), timeout=120, cwd=ROOT)

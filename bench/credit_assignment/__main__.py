@@ -11,7 +11,7 @@ from agent_rl.run.progress import script_progress
 from bench.credit_assignment.methods import METHODS
 from bench.credit_assignment.running import ROOT, build_model, report, run_dir, run_one, run_parallel
 from bench.credit_assignment.settings import SETTINGS
-from bench.credit_assignment.summary import run_dirs_from_results, summarize
+from bench.credit_assignment.summary import rows_from_run_dirs, run_dirs_from_results, summarize
 
 
 def main() -> None:
@@ -39,7 +39,7 @@ def main() -> None:
     p.add_argument(
         "--summarize-only",
         action="store_true",
-        help="redraw the plot and table from the run directories (made from results.jsonl when an older bench kept none)",
+        help="redraw the plot and table from results-*.jsonl, results.jsonl, or else the run directories alone",
     )
     p.add_argument(
         "--device", default="cpu", help="model.device of every run (cuda: the hf backend and learner on a GPU)"
@@ -86,8 +86,10 @@ def main() -> None:
             run_parallel(runs, args, progress)
     files = sorted(args.out.glob("results-*.jsonl")) or [results]  # per run; or only the merged file of an older run
     rows = [json.loads(line) for f in files if f.exists() for line in f.read_text().splitlines() if line.strip()]
+    if not rows and args.summarize_only:  # a comparison that committed only its run directories
+        rows = rows_from_run_dirs(args.out)
     if not rows:
-        p.error(f"--out {args.out}: no results-*.jsonl or results.jsonl to summarize")
+        p.error(f"--out {args.out}: no results-*.jsonl, results.jsonl or runs/*/metrics.jsonl to summarize")
     results.write_text("".join(json.dumps(r) + "\n" for r in rows))
     if args.summarize_only:
         args.model = args.model or "SFT_DIR"

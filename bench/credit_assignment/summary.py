@@ -36,6 +36,35 @@ def run_dirs_from_results(rows: list[dict], out: Path, args: argparse.Namespace)
         (path / "metrics.jsonl").write_text("".join(lines))
 
 
+def rows_from_run_dirs(out: Path) -> list[dict]:
+    """The evaluation rows of the run directories ``out/runs/METHOD-sSEED/metrics.jsonl``, for a comparison
+    that kept its run directories but not its ``results-*.jsonl`` (the pre-registered ones commit only the
+    run directories): ``tokens`` the running sum of ``rollout/generated_tokens`` up to the evaluation,
+    ``success`` and ``reward`` its ``eval/success`` and ``eval/reward``, ``train_reward`` the mean
+    ``rollout/reward_mean`` of the steps since the previous evaluation (None at step 0). Turns to success
+    and wall time are not in ``metrics.jsonl``: None."""
+    from agent_rl.run.tracking import read_metrics
+
+    rows = []
+    for path in sorted((out / "runs").glob("*-s*")):
+        method, _, seed = path.name.rpartition("-s")
+        if not seed.isdigit() or not (path / "metrics.jsonl").exists():
+            continue
+        tokens, rewards = 0, []
+        for m in sorted(read_metrics(path), key=lambda m: m["step"]):
+            tokens += int(m.get("rollout/generated_tokens", 0))
+            if "rollout/reward_mean" in m:
+                rewards.append(m["rollout/reward_mean"])
+            if "eval/success" in m:
+                rows.append(
+                    {"method": method, "seed": int(seed), "tokens": tokens, "step": m["step"],
+                     "success": m["eval/success"], "reward": m.get("eval/reward"), "turns_success": None,
+                     "train_reward": sum(rewards) / len(rewards) if rewards else None, "seconds": None}
+                )  # fmt: skip
+                rewards = []
+    return rows
+
+
 def flatness_and_gaps(curves: dict[tuple[str, int], list[dict]], methods: list[str]) -> list[str]:
     """Has GRPO's curve flattened (slope of its seeds' evaluations over the last two thirds of the budget,
     per 10k tokens, by least squares), and each method's gap to GRPO, over each run's last 3 evaluations
