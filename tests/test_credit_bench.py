@@ -281,6 +281,29 @@ def test_summarize_only_from_run_directories_alone(tmp_path):
     assert done.returncode == 2 and "no results-*.jsonl, results.jsonl or runs/*/metrics.jsonl" in done.stderr
 
 
+def test_the_prereg_frozenlake_readme_commands(tmp_path):
+    """bench/results/credit_prereg_frozenlake/README.md's commands, as written, on a copy of the committed run
+    directories: the decision prints the table the README shows, the summary writes the committed table."""
+    import shutil
+
+    from tests.test_docs_commands import _run, documented_commands
+
+    results = "bench/results/credit_prereg_frozenlake"
+    decide, summarize = documented_commands(f"{results}/README.md")
+    assert decide.startswith("python -m bench.credit_assignment.decision ")
+    assert summarize.startswith("python -m bench.credit_assignment ") and "--summarize-only" in summarize
+    shutil.copytree(
+        ROOT / results, tmp_path / results, ignore=shutil.ignore_patterns("*.png", "model", "results.jsonl")
+    )
+    (tmp_path / results / "table.md").unlink()
+    readme = (ROOT / results / "README.md").read_text()
+    decided = _run(decide, tmp_path).stdout
+    assert decided.strip() and decided.strip() in readme  # the README's table is the command's output
+    _run(summarize, tmp_path)
+    assert (tmp_path / results / "table.md").read_text() == (ROOT / results / "table.md").read_text()
+    assert (tmp_path / results / "success_vs_tokens.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_a_missing_model_directory_is_one_line(tmp_path):
     cmd = [sys.executable, "-m", "bench.credit_assignment", "--model", str(tmp_path / "nope")]
     done = subprocess.run(cmd, capture_output=True, text=True, env=cli_env(), timeout=120, cwd=ROOT)
