@@ -34,6 +34,8 @@ def test_summary_numbers_hand_computed():
     # mean 0.6, sd 0.141421, t(1 df) 12.706: half width 12.706 * 0.141421 / sqrt(2) = 1.2706
     assert bench.mean_ci([0.5, 0.7]) == "0.600 [-0.671, 1.871]"
     assert bench.mean_ci([0.25]) == "0.250"
+    # 12 seeds (11 df): t 2.2010, not the normal 1.96; sd of 0.1 x 6 and 0.3 x 6 is 0.104447: half 0.0664
+    assert bench.mean_ci([0.1] * 6 + [0.3] * 6) == "0.200 [0.134, 0.266]"
     # trapezoids over tokens 0, 10, 30: (10 * 0.3 + 20 * 0.4) / 30 = 0.3667
     curve = [{"tokens": 0, "success": 0.2}, {"tokens": 10, "success": 0.4}, {"tokens": 30, "success": 0.4}]
     assert bench.area(curve) == (10 * 0.3 + 20 * 0.4) / 30
@@ -178,6 +180,11 @@ def test_the_preregistered_decision_hand_computed(tmp_path):
     assert decision.Comparison(**{**primary.__dict__, "reward_diff": -0.1}).decision() == "no difference shown"
     assert decision.Comparison(**{**primary.__dict__, "p_adjusted": 0.06}).decision() == "no difference shown"
     assert "| frozenlake | gigpo - grpo | 3 vs 3 | +0.433" in decision.report({"frozenlake": out})
+    # per method: GRPO's measures 0.15, 0.2, 0.2 (mean 0.18333, sd 0.028868, t(2 df) 4.3027: half 0.07171);
+    # its training rewards 0.1 each (no spread)
+    assert "| frozenlake | grpo | 3 | 0.183 [0.112, 0.255] | 0.100 [0.100, 0.100] |" in decision.report(
+        {"frozenlake": out}
+    )
 
 
 def test_the_decision_waits_for_the_planned_size(tmp_path, monkeypatch):
@@ -300,7 +307,10 @@ def test_the_prereg_frozenlake_readme_commands(tmp_path):
     decided = _run(decide, tmp_path).stdout
     assert decided.strip() and decided.strip() in readme  # the README's table is the command's output
     _run(summarize, tmp_path)
-    assert (tmp_path / results / "table.md").read_text() == (ROOT / results / "table.md").read_text()
+    table = (tmp_path / results / "table.md").read_text()
+    assert table == (ROOT / results / "table.md").read_text()
+    per_method = [row for row in table.splitlines() if row.split(" | ")[1:2] == ["12"]]  # | method | 12 | ...
+    assert len(per_method) == 5 and all(row in readme for row in per_method)  # the README's table, as written
     assert (tmp_path / results / "success_vs_tokens.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

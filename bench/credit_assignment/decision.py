@@ -12,6 +12,8 @@
   training reward's difference has the same sign; ``hurts`` for the mirror case; otherwise ``no difference
   shown`` (at this size: not evidence of no effect).
 
+Then, descriptive, each method's measure and training reward over its seeds with Student's t 95% intervals.
+
 The comparisons and the rule are fixed here, before the runs, as the plan names them. A decision is made
 only at the planned size: a comparison with fewer than ``PLANNED_SEEDS`` finished seeds a side reads
 ``interim``, and the secondary comparisons are decided only once all seven are at that size (Holm's
@@ -151,6 +153,25 @@ def line(c: Comparison, secondary: bool = False) -> str:
     )
 
 
+def method_lines(outs: dict[str, Path]) -> list[str]:
+    """Each method's measure and training reward over its finished seeds, per setting (descriptive)."""
+    from bench.credit_assignment.methods import METHODS
+    from bench.credit_assignment.summary import mean_ci
+
+    lines = [
+        "| setting | method | seeds | measure [95% CI] | training reward [95% CI] |",
+        "|---|---|---|---|---|",
+    ]
+    for setting, out in outs.items():
+        for method in METHODS:
+            if found := measures(out, method):
+                lines.append(
+                    f"| {setting} | {method} | {len(found)} | {mean_ci([m.success for m in found])} "
+                    f"| {mean_ci([m.train_reward for m in found])} |"
+                )
+    return lines
+
+
 def report(outs: dict[str, Path]) -> str:
     primary, secondary = decide(outs)
     head = [
@@ -170,7 +191,8 @@ def report(outs: dict[str, Path]) -> str:
             *head,
         ]
     lines += [line(c, secondary=True) for c in secondary]
-    return "\n".join(lines)
+    lines += ["", "Per method (the measure and the training reward of each seed, t intervals over the seeds):", ""]
+    return "\n".join(lines + method_lines(outs))
 
 
 def main() -> None:

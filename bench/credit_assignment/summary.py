@@ -106,17 +106,16 @@ def flatness_and_gaps(curves: dict[tuple[str, int], list[dict]], methods: list[s
 
 
 # two-sided 95% quantile of Student's t for 1..10 degrees of freedom (beyond: 1.96)
-T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228]
-
-
 def mean_ci(values: list[float]) -> str:
-    """``mean [lo, hi]``: a t interval over the seeds (one seed: the mean alone)."""
+    """``mean [lo, hi]``: Student's t 95% interval over the seeds (one seed: the mean alone)."""
+    from scipy import stats
+
     n = len(values)
     mean = sum(values) / n
     if n < 2:
         return f"{mean:.3f}"
     sd = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
-    half = (T975[n - 2] if n - 1 <= len(T975) else 1.96) * sd / n**0.5
+    half = float(stats.t.ppf(0.975, n - 1)) * sd / n**0.5
     return f"{mean:.3f} [{mean - half:.3f}, {mean + half:.3f}]"
 
 
