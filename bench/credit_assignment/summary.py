@@ -105,7 +105,6 @@ def flatness_and_gaps(curves: dict[tuple[str, int], list[dict]], methods: list[s
     return out
 
 
-# two-sided 95% quantile of Student's t for 1..10 degrees of freedom (beyond: 1.96)
 def mean_ci(values: list[float]) -> str:
     """``mean [lo, hi]``: Student's t 95% interval over the seeds (one seed: the mean alone)."""
     from scipy import stats
