@@ -62,7 +62,7 @@ class DcpoSmoothConfig(ComponentConfig):
     state=RewardHistory,
     status="paper",
     evidence="DCPO's smooth advantage standardization (Yang et al. 2025) as the docstring states "
-    "it; hand-computed in tests/algorithms/test_advantages.py",
+    "it; hand-computed in tests/algorithms/test_advantages_reshaping.py",
 )
 def dcpo_smooth(x: AdvantageInputs, cfg: DcpoSmoothConfig) -> AdvantageOutput:
     """DCPO Smooth Advantage Standardization (Yang et al. 2025, Dynamic Clipping Policy Optimization).

@@ -31,7 +31,7 @@ class TailRlConfig(ComponentConfig):
     config=TailRlConfig,
     status="interpretation",
     evidence="arXiv 2609.02987 read through two summaries and a third-party visualiser, not the "
-    "paper's text; worked examples hand-computed in tests/algorithms/test_advantages.py",
+    "paper's text; worked examples hand-computed in tests/algorithms/test_advantages_reshaping.py",
 )
 def tailrl(x: AdvantageInputs, cfg: TailRlConfig) -> AdvantageOutput:
     """TailRL tail-likelihood advantage (arXiv 2609.02987): maximize E_t log P(R > t), t ~ U[0, 1].
@@ -71,7 +71,7 @@ class Da3poConfig(ComponentConfig):
     config=Da3poConfig,
     status="interpretation",
     evidence="arXiv 2608.27982 read through summaries only; the hardness threshold tau is ours (not "
-    "given); tests/algorithms/test_advantages.py",
+    "given); tests/algorithms/test_advantages_reshaping.py",
 )
 def da3po(x: AdvantageInputs, cfg: Da3poConfig) -> AdvantageOutput:
     """DA3PO Difficulty-aware Advantage Amplification (arXiv 2608.27982), on top of GRPO/DAPO.
@@ -101,7 +101,7 @@ class MmpoConfig(ComponentConfig):
     config=MmpoConfig,
     status="interpretation",
     evidence="arXiv 2608.02149 read through a detailed summary only; 'no std division' is our "
-    "assumption; tests/algorithms/test_advantages.py",
+    "assumption; tests/algorithms/test_advantages_reshaping.py",
 )
 def mmpo(x: AdvantageInputs, cfg: MmpoConfig) -> AdvantageOutput:
     """MMPO Multi-Moment Policy Optimization (arXiv 2608.02149), plug-in estimator.

@@ -61,7 +61,7 @@ def _select_extreme(values_BT: torch.Tensor, where_BT: torch.Tensor, fraction: f
     status="interpretation",
     evidence="formula of Rethinking Sample Polarity in RLVR (2025) as the docstring gives it; the "
     "batch-wide pool of the token fractions is our reading; hand-computed in "
-    "tests/algorithms/test_advantages.py",
+    "tests/algorithms/test_advantages_reshaping.py",
 )
 def a3po(x: AdvantageInputs, cfg: A3poConfig) -> AdvantageOutput:
     """A3PO asymmetric token advantages (Rethinking Sample Polarity in RLVR, 2025), on GRPO/DAPO.
@@ -105,7 +105,7 @@ def _stage_buckets(mask_BT: torch.Tensor, num_buckets: int) -> torch.Tensor:
     needs={"entropy", "ref_logprobs", "old_logprobs"},
     status="interpretation",
     evidence="ERPO's token-level advantage (2026); num_buckets 4 and eta 0.2 are ours (config "
-    "fields marked 'our choice'); tests/algorithms/test_advantages.py",
+    "fields marked 'our choice'); tests/algorithms/test_advantages_reshaping.py",
 )
 def erpo(x: AdvantageInputs, cfg: ErpoConfig) -> AdvantageOutput:
     """ERPO entropy-regulated token-level advantage (Token-Level Entropy-Regulated PO, 2026).
@@ -168,7 +168,7 @@ def future_kl_multiplier(
     needs={"old_logprobs", "rollout_logprobs"},
     status="interpretation",
     evidence="FIPO's future-KL multiplier (2026); the discount gamma 0.995 is ours ('our choice' in "
-    "the config); tests/algorithms/test_advantages.py",
+    "the config); tests/algorithms/test_advantages_reshaping.py",
 )
 def fipo(x: AdvantageInputs, cfg: FipoConfig) -> AdvantageOutput:
     """FIPO Future-KL Influenced Policy Optimization (2026): future-drift multiplier on the advantage.
@@ -203,7 +203,7 @@ class OpsaConfig(ComponentConfig):
     needs={"entropy"},
     status="interpretation",
     evidence="built from OPSA's abstract (seed 003): the scaling of the negative advantage is ours; "
-    "tests/algorithms/test_advantages.py",
+    "tests/algorithms/test_advantages_reshaping.py",
 )
 def opsa(x: AdvantageInputs, cfg: OpsaConfig) -> AdvantageOutput:
     """OPSA On-Policy Self-Adaptation (2026): entropy-adaptive negative advantages, no teacher, no reward.
@@ -233,7 +233,7 @@ class ScGrpoConfig(ComponentConfig):
     needs={"teacher_logprobs", "old_logprobs"},
     status="paper",
     evidence="SC-GRPO (Learning from Own Solutions, 2026) A_it = f(D_it) A_i as the docstring "
-    "states it; hand-computed in tests/algorithms/test_advantages.py",
+    "states it; hand-computed in tests/algorithms/test_advantages_reshaping.py",
 )
 def sc_grpo(x: AdvantageInputs, cfg: ScGrpoConfig) -> AdvantageOutput:
     """SC-GRPO self-conditioned credit (Learning from Own Solutions, 2026): A_it = f(D_it) * A_i.
