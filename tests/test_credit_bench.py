@@ -61,6 +61,20 @@ def test_runs_with_more_evaluations_keep_their_last_and_a_cut_run_cuts_the_other
     # over all evaluations after 0: spo (0.42 + 0.63) / 2 - grpo (0.23 + 0.46) / 2 = 0.18
     assert "spo - grpo over all evaluations after 0: +0.180 (standard error nan, 1 vs 1 seeds)" in lines
 
+    # a study in progress whose newest run has only its 0-token evaluation: every curve is cut to it, and
+    # there is no slope and no gap to print (a fit through one token count used to end the run's summary
+    # in numpy's LinAlgError, after the run's own rows were written)
+    started = bench.common_reach({**full, ("grpo", 1): curve(0), ("grpo", 2): curve(0, 2300)})
+    assert [len(c) for c in started.values()] == [1, 1, 1, 1]
+    assert bench.flatness_and_gaps(started, ["grpo", "spo"]) == [
+        "GRPO's slope and the gaps to it: none yet (a run has no evaluation after 0 tokens, so every curve is cut there)"
+    ]
+    # four GRPO evaluations late in the budget, all at one token count: no slope, the gaps still
+    same = {("grpo", s): curve(0, 4600) for s in range(4)} | {("spo", 0): curve(0, 4600)}
+    lines = bench.flatness_and_gaps(same, ["grpo", "spo"])
+    assert not any(line.startswith("GRPO's slope") for line in lines)
+    assert "spo - grpo over all evaluations after 0: +0.000 (standard error nan, 1 vs 4 seeds)" in lines
+
 
 def test_grpo_tokens_in_groups_without_signal_and_their_worth_hand_computed(tmp_path):
     bench = load_bench()

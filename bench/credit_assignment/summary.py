@@ -78,11 +78,16 @@ def flatness_and_gaps(curves: dict[tuple[str, int], list[dict]], methods: list[s
     out = []
     if "grpo" not in methods:
         return out
+    if all(len(c) < 2 for c in curves.values()):  # common_reach cut every curve at 0: a run has only just begun
+        return [
+            "GRPO's slope and the gaps to it: none yet (a run has no evaluation after 0 tokens, so every curve is cut there)"
+        ]
     # every GRPO seed's evaluations in one fit (seeds may have evaluated at different steps)
     points = np.array([(r["tokens"], r["success"]) for k, c in curves.items() if k[0] == "grpo" for r in c])
     xs, ys = points[:, 0], points[:, 1]
     late = xs >= xs.max() / 3
-    if late.sum() >= 4:  # the fit's standard error needs two residual degrees of freedom
+    # the fit's standard error needs two residual degrees of freedom, and a slope two token counts
+    if late.sum() >= 4 and len(np.unique(xs[late])) >= 2:
         (slope, _), cov = np.polyfit(xs[late] / 10_000, ys[late], 1, cov=True)
         out.append(
             f"GRPO's slope over the last two thirds of the budget ({late.sum()} evaluations of all seeds, "
