@@ -1,76 +1,33 @@
-"""Fuzzed capture proxy (``agent-rl proxy``, ``agent_rl/proxy``): random JSON bodies, random bytes,
-and random values of every real field of ``/v1/chat/completions`` (messages, tool calls sent back,
-tools, sampling options) and of ``/v1/responses`` (input items, output items sent back,
-``previous_response_id``, tools, options) get a 4xx with OpenAI's error body (or a 200), never a 5xx. One proxy over
-the tiny model (hf backend, 3 new tokens a call) on loopback for the whole module."""
+"""Fuzzed capture proxy (``agent-rl proxy``, ``agent_rl/proxy``), every path and ``/v1/chat/completions``:
+random JSON bodies, random bytes, random Authorization headers, and random values of every real field of a
+chat request (messages, tool calls sent back, tools, sampling options) get a 4xx with OpenAI's error body
+(or a 200), never a 5xx. ``/v1/responses``'s fields are ``test_fuzz_responses.py``'s. One proxy over the
+tiny model (hf backend, 3 new tokens a call) on loopback for the whole module (``conftest.py``)."""
 
 from __future__ import annotations
 
-import json
-import math
-
-import httpx
-import pytest
-from fuzz_helpers import MARKERS, SURROGATES, fuzz_settings, json_values
+from fuzz_helpers import fuzz_settings, json_values
 from hypothesis import example, given
 from hypothesis import strategies as st
+from proxy_fuzzing import (
+    API_KEY,
+    EDGE_FLOATS,
+    EDGE_INTS,
+    EPISODE,
+    MODEL_NAMES,
+    PATHS,
+    POST_PATHS,
+    SEEDS,
+    TOOL_CHOICES,
+    arguments_text,
+    check,
+    draw_body,
+    plain,
+    post_json,
+    texts,
+)
 
 from agent_rl.proxy.protocol import ChatRequest
-from agent_rl.proxy.responses import ResponsesRequest
-
-API_KEY = "fuzz-key"
-EPISODE = "fuzz-episode"
-
-
-@pytest.fixture(scope="module")
-def proxy(tiny_model_dir):
-    """An httpx client of one proxy over the tiny model, with an open episode at /e/fuzz-episode/v1."""
-    from agent_rl.proxy.app import create_app
-    from agent_rl.proxy.serve import service_over
-    from agent_rl.rollout.backends.server import build_state, serve_in_thread
-
-    state = build_state(str(tiny_model_dir))
-    service = service_over(state, max_new_tokens=3, max_total_tokens=512)
-    service.open_session(EPISODE)
-    headers = {"authorization": f"Bearer {API_KEY}"}
-    with (
-        serve_in_thread(create_app(service, state, api_key=API_KEY)) as url,
-        httpx.Client(base_url=url.removesuffix("/v1"), timeout=120, headers=headers) as client,
-    ):
-        yield client
-
-
-def check(response: httpx.Response) -> None:
-    assert response.status_code < 500, (response.status_code, response.text[:500])
-    if response.headers.get("content-type", "").startswith("text/event-stream"):
-        last = response.text.rstrip("\n").rsplit("\n\n", 1)[-1]
-        assert last == "data: [DONE]" or last.startswith(("event: response.completed", "event: response.incomplete")), (
-            last
-        )
-        return
-    body = response.json()  # every answer is JSON, errors included
-    if response.status_code >= 400:
-        assert isinstance(body, dict) and body["error"]["message"], body  # OpenAI's error body
-
-
-def post_json(client, path: str, body) -> httpx.Response:
-    return client.post(path, content=json.dumps(body, allow_nan=True), headers={"content-type": "application/json"})
-
-
-PATHS = [
-    "/v1/chat/completions",
-    f"/e/{EPISODE}/v1/chat/completions",
-    "/e/nope/v1/chat/completions",
-    "/v1/models",
-    f"/e/{EPISODE}/v1/models",
-    "/v1/sessions",
-    "/health",
-    "/v1/responses",
-    "/nope",
-    f"/e/{EPISODE}/v1/responses",
-    "/e/nope/v1/responses",
-]
-POST_PATHS = [*PATHS[:3], PATHS[7], *PATHS[9:]]
 
 
 @fuzz_settings(40)
@@ -90,19 +47,6 @@ def test_random_json_bodies(proxy, path, body):
 )
 def test_random_bytes(proxy, path, body, content_type):
     check(proxy.post(path, content=body, headers={"content-type": content_type}))
-
-
-# the text a message carries: the tool-call formats' own markers, lone surrogates, arbitrary unicode
-plain = st.text(max_size=12) | st.sampled_from([m for m in MARKERS if m != "\ud800"])
-texts = plain | SURROGATES
-EDGE_INTS = st.sampled_from([0, 1, -1, 16, 17, 512, 2**31, 2**63 - 1, 2**63, 2**64, 2**70, -(2**63) - 1, 10**12])
-EDGE_FLOATS = st.sampled_from([0.0, -0.0, 1e-300, 0.5, 1.0, 2.0, 2.5, 1e308, math.inf, -math.inf, math.nan])
-arguments_text = (
-    st.builds(json.dumps, st.dictionaries(st.sampled_from(["code", "x", ""]), json_values, max_size=2))
-    | st.builds(lambda v: json.dumps(v, allow_nan=True), json_values)
-    | texts
-    | st.just("[" * 5000)
-)
 
 
 def tool_calls(typed: bool):
@@ -164,8 +108,8 @@ def tools(typed: bool):
 
 
 FIELD_VALUES = {
-    "model": st.sampled_from(["policy", "policy", "nope", ""]),
-    "tool_choice": st.sampled_from(["auto", "none", "required", {"type": "function", "function": {"name": "python"}}]),
+    "model": MODEL_NAMES,
+    "tool_choice": TOOL_CHOICES,
     "n": st.integers(-1, 3) | EDGE_INTS,
     "temperature": EDGE_FLOATS,
     "top_p": EDGE_FLOATS,
@@ -173,7 +117,7 @@ FIELD_VALUES = {
     "max_completion_tokens": st.integers(-1, 4) | EDGE_INTS,
     "stream": st.booleans(),
     "stream_options": st.fixed_dictionaries({"include_usage": st.booleans()}),
-    "seed": st.none() | st.integers(-5, 5) | EDGE_INTS,
+    "seed": SEEDS,
     "logprobs": st.booleans(),
     "top_logprobs": st.integers(-1, 21) | EDGE_INTS,
     "stop": st.none() | texts | st.lists(texts, max_size=2),
@@ -198,23 +142,6 @@ def chat_bodies(draw) -> dict:
     return draw_body(
         draw, ChatRequest, values, typed, ("model", "messages"), ("stop", "max_completion_tokens", "response_format")
     )
-
-
-def draw_body(draw, request, values: dict, typed: bool, always: tuple[str, ...], untyped_only: tuple[str, ...]) -> dict:
-    """A body of ``request``'s fields: ``always`` present, each other one in three; a ``typed`` body
-    draws from ``values`` only and leaves out ``untyped_only``, else any value may be of any type
-    and an unknown field may be added."""
-    body = {}
-    for name in request.model_fields:
-        if name not in always and draw(st.integers(0, 2)) != 0:
-            continue
-        if typed and (name not in values or name in untyped_only):
-            continue
-        field = values.get(name, st.booleans() | st.none() | st.text(max_size=5))
-        body[name] = draw(field | json_values) if not typed and draw(st.integers(0, 7)) == 0 else draw(field)
-    if not typed and draw(st.integers(0, 9)) == 0:
-        body[draw(st.text(max_size=6))] = draw(json_values)
-    return body
 
 
 @fuzz_settings(80)
@@ -370,198 +297,3 @@ def test_random_authorization(proxy, auth, path):
         del request.headers["authorization"]
     response = proxy.send(request)
     check(response)
-
-
-# ---- /v1/responses
-
-
-@st.composite
-def input_items(draw, typed: bool):
-    """``input``: a string, or items (messages, function calls, their outputs); ``typed``: each
-    well-formed, else any type and any value anywhere (reasoning items, images, junk)."""
-    if draw(st.integers(0, 4)) == 0:
-        return draw(plain if typed else texts)
-    kinds = ["message", "function_call", "function_call_output"] + (
-        [] if typed else ["reasoning", "item_reference", "", None]
-    )
-    parts = st.lists(
-        st.fixed_dictionaries(
-            {
-                "type": st.sampled_from(
-                    ["input_text", "output_text"] if typed else ["input_text", "input_image", "refusal"]
-                ),
-                "text": plain if typed else texts,
-            }
-        ),
-        max_size=2,
-    )
-    out = []
-    for _ in range(draw(st.integers(1 if typed else 0, 4))):
-        kind = draw(st.sampled_from(kinds))
-        call_id = draw(st.sampled_from(["call_1", "call_2"]) | (plain if typed else texts))
-        if kind == "message" or kind is None:
-            item = {
-                "role": draw(
-                    st.sampled_from(["user", "system", "developer", "assistant"] + ([] if typed else ["tool", ""]))
-                ),
-                "content": draw((plain if typed else texts) | parts),
-            }
-            if kind is not None:
-                item["type"] = kind
-        elif kind == "function_call":
-            args = st.builds(json.dumps, st.fixed_dictionaries({"code": plain})) if typed else arguments_text
-            item = {
-                "type": kind,
-                "call_id": call_id,
-                "name": draw(st.sampled_from(["python", "", "nope"]) | texts),
-                "arguments": draw(args),
-            }
-        elif kind == "function_call_output":
-            item = {"type": kind, "call_id": call_id, "output": draw((plain if typed else texts) | parts)}
-        else:
-            item = {"type": kind, "id": draw(plain)}
-        if not typed and draw(st.integers(0, 5)) == 0:
-            item = draw(json_values)
-        out.append(item)
-    if typed and out and (out[-1].get("role") == "assistant" or out[-1].get("type") == "function_call"):
-        out.append({"role": "user", "content": draw(plain)})
-    return out
-
-
-def response_tools(typed: bool):
-    spec = st.fixed_dictionaries(
-        {
-            "type": st.just("function") if typed else st.sampled_from(["function", "web_search", "custom"]),
-            "name": st.sampled_from(["python", "", "a b"]) | (plain if typed else texts),
-            "parameters": st.none()
-            | st.just({"type": "object", "properties": {"code": {"type": "string"}}})
-            | json_values,
-            "strict": st.booleans(),
-        }
-    )
-    return st.lists(spec if typed else spec | json_values, max_size=2)
-
-
-RESPONSE_VALUES = {
-    "model": FIELD_VALUES["model"],
-    "instructions": st.none() | plain | SURROGATES,
-    "previous_response_id": st.none() | st.sampled_from(["resp_nope", ""]) | texts,
-    "tool_choice": FIELD_VALUES["tool_choice"],
-    "temperature": EDGE_FLOATS,
-    "top_p": EDGE_FLOATS,
-    "max_output_tokens": st.integers(-1, 4) | EDGE_INTS,
-    "stream": st.booleans(),
-    "include": st.lists(
-        st.sampled_from(["message.output_text.logprobs", "reasoning.encrypted_content", "nope"]), max_size=2
-    ),
-    "top_logprobs": st.integers(-1, 21) | EDGE_INTS,
-    "seed": FIELD_VALUES["seed"],
-    "text": st.sampled_from(
-        [{"format": {"type": "text"}}, {"format": {"type": "json_object"}}, {"verbosity": "low"}, {"format": "text"}]
-    ),
-    "reasoning": st.sampled_from([{"effort": None}, {"effort": "none"}, {"effort": "high"}, {}]),
-    "truncation": st.sampled_from(["auto", "disabled", "middle"]),
-}
-
-
-@st.composite
-def response_bodies(draw) -> dict:
-    """Every field of ``ResponsesRequest``, as ``chat_bodies`` draws those of a chat request."""
-    typed = draw(st.booleans())
-    values = {**RESPONSE_VALUES, "input": input_items(typed), "tools": response_tools(typed)}
-    if typed:
-        values.update(
-            max_output_tokens=st.integers(1, 4) | EDGE_INTS.filter(lambda v: v > 0),
-            temperature=st.floats(0, 2),
-            model=st.sampled_from(["policy"] * 4 + ["nope"]),
-            instructions=st.none() | plain,
-            top_p=st.floats(0.01, 1),
-            top_logprobs=st.integers(0, 20),
-            previous_response_id=st.none(),
-        )
-    return draw_body(draw, ResponsesRequest, values, typed, ("model", "input"), ("text", "reasoning", "truncation"))
-
-
-@fuzz_settings(60)
-@given(body=response_bodies(), episode=st.booleans())
-@example(body={"model": "policy", "input": [{"role": "user", "content": "\ud800"}]}, episode=False)
-@example(
-    body={
-        "model": "policy",
-        "input": "hi",
-        "include": ["message.output_text.logprobs"],
-        "top_logprobs": 20,
-        "temperature": 0.0,
-        "stream": True,
-    },
-    episode=True,
-)
-@example(
-    body={"model": "policy", "input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]}, episode=False
-)  # an output, no call
-@example(
-    body={
-        "model": "policy",
-        "input": [
-            {"role": "user", "content": "x"},
-            {"type": "function_call", "call_id": "c", "name": "python", "arguments": "[" * 5000},
-            {"type": "function_call_output", "call_id": "c", "output": "1"},
-        ],
-    },
-    episode=True,
-)
-@example(body={"model": "policy", "instructions": "", "input": []}, episode=False)
-@example(body={"model": "policy", "input": "x" * 5000}, episode=True)  # past the context
-@example(
-    body={"model": "policy", "input": "", "tools": [{"type": "function", "name": "python", "parameters": None}]},
-    episode=False,
-)
-def test_responses_fields(proxy, body, episode):
-    check(post_json(proxy, f"/e/{EPISODE}/v1/responses" if episode else "/v1/responses", body))
-
-
-@fuzz_settings(25)
-@given(
-    edit=st.sampled_from(["text", "call_id", "name", "arguments", "drop_calls", "drop_message", "none"]),
-    value=texts | arguments_text,
-    output=texts | json_values,
-    call_id=st.none() | texts,
-    chain=st.booleans(),
-)
-def test_sent_back_output_items(proxy, edit, value, output, call_id, chain):
-    """A program sends back the proxy's own output items (or chains by ``previous_response_id``),
-    edited or not, with any function output: spliced, a new segment, or a 4xx, never a 5xx."""
-    path = f"/e/{EPISODE}/v1/responses"
-    tool = {
-        "type": "function",
-        "name": "python",
-        "parameters": {"type": "object", "properties": {"code": {"type": "string"}}},
-    }
-    first = {"model": "policy", "instructions": "Use python.", "input": "What is 2 + 2?", "tools": [tool], "seed": 1}
-    response = post_json(proxy, path, first)
-    check(response)
-    body = response.json()
-    items = [dict(o) for o in body["output"]]
-    calls = [o for o in items if o["type"] == "function_call"] or [
-        {"type": "function_call", "call_id": "call_x", "name": "python", "arguments": "{}"}
-    ]
-    if edit == "text":
-        for o in items:
-            if o["type"] == "message":
-                o["content"] = [{"type": "output_text", "text": value}]
-    elif edit in ("call_id", "name", "arguments"):
-        calls[0][edit] = value
-    elif edit == "drop_calls":
-        items = [o for o in items if o["type"] != "function_call"]
-    elif edit == "drop_message":
-        items = [o for o in items if o["type"] != "message"]
-    answer = {
-        "type": "function_call_output",
-        "call_id": calls[0]["call_id"] if call_id is None else call_id,
-        "output": output,
-    }
-    if chain:
-        nxt = {**first, "previous_response_id": body["id"], "input": [answer]}
-    else:
-        nxt = {**first, "input": [{"role": "user", "content": "What is 2 + 2?"}, *items, answer]}
-    check(post_json(proxy, path, nxt))
