@@ -47,8 +47,8 @@ def tiny_tokenizer(tiny_model_dir):
 @pytest.fixture(scope="session")
 def vllm_server(tiny_model_dir):
     """`vllm serve` of the tiny model (docs/vllm.md's command), one for the vLLM group's tests (one
-    worker: XDIST_GROUPS): tests/rollout/backends/test_vllm_backend.py's TinyServer."""
-    from tests.rollout.backends.test_vllm_backend import TinyServer
+    worker: XDIST_GROUPS): tests/rollout/backends/vllm_support.py's TinyServer."""
+    from tests.rollout.backends.vllm_support import TinyServer
 
     server = TinyServer(tiny_model_dir)
     yield server
@@ -138,6 +138,7 @@ XDIST_GROUPS = {
     "tests/learner/test_lora_vllm.py": "vllm",
     "tests/rollout/backends/test_family_backends.py": "vllm",
     "tests/rollout/backends/test_vllm_backend.py": "vllm",
+    "tests/rollout/backends/test_vllm_serve.py": "vllm",
 }
 
 

@@ -43,7 +43,7 @@ DOC_TESTS = {
     "docs/sandbox.md": "tests/test_docs_commands.py",
     "docs/swe.md": "tests/envs/test_swe_doc.py",
     "docs/text-games.md": "tests/test_text_games_doc.py",
-    "docs/vllm.md": "tests/rollout/backends/test_vllm_backend.py",
+    "docs/vllm.md": "tests/rollout/backends/test_vllm_serve.py",
 }
 
 
