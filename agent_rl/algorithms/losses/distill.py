@@ -46,6 +46,11 @@ class DistillTermConfig(ComponentConfig):
     )
     tail: bool = Field(True, description="estimator=topk: one bucket for the mass outside the top-K (else renormalize)")
 
+    @property
+    def teacher_topk(self) -> int:
+        """K of the teacher's top-K logprobs the estimator reads: ``topk`` under estimator=topk, else 0."""
+        return self.topk if self.estimator == "topk" else 0
+
 
 class SelfDistillConfig(DistillTermConfig):
     rl_coef: float = Field(0.0, ge=0.0, description="add rl_coef * ppo_clip on advantages_BT (SDPO + GRPO); 0: off")
@@ -68,17 +73,17 @@ class OpsdConfig(SelfDistillConfig):
 
 def ema_teacher(cfg: DistillTermConfig) -> TeacherSpec:
     """The teacher of sdpo / opsd: an EMA of the policy with the configured decay."""
-    return TeacherSpec(ema_decay=cfg.teacher_ema_decay, topk=cfg.topk if cfg.estimator == "topk" else 0)
+    return TeacherSpec(ema_decay=cfg.teacher_ema_decay, topk=cfg.teacher_topk)
 
 
 def topk_needs(cfg: DistillTermConfig) -> set[str]:
     """estimator=topk reads the teacher's top-K logprobs (and the policy's at those ids)."""
-    return {"teacher_topk"} if cfg.estimator == "topk" else set()
+    return {"teacher_topk"} if cfg.teacher_topk else set()
 
 
 def distill_term(x: LossInputs, cfg: DistillTermConfig, entry: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The distillation loss per token and the detached per-token KL estimate it reports."""
-    if cfg.estimator == "topk":
+    if cfg.teacher_topk:
         student_BTK = require(x, "topk_logprobs_BTK", entry)
         if "teacher_topk" not in x.extras:
             raise ValueError(
