@@ -302,20 +302,25 @@ def test_summarize_only_from_run_directories_alone(tmp_path):
     assert done.returncode == 2 and "no results-*.jsonl, results.jsonl or runs/*/metrics.jsonl" in done.stderr
 
 
-def test_the_prereg_frozenlake_readme_commands(tmp_path):
-    """bench/results/credit_prereg_frozenlake/README.md's commands, as written, on a copy of the committed run
-    directories: the decision prints the table the README shows, the summary writes the committed table."""
+@pytest.mark.parametrize("setting", ["frozenlake", "hanoi"])
+def test_the_prereg_readme_commands(tmp_path, setting):
+    """bench/results/credit_prereg_SETTING/README.md's commands, as written, on a copy of both settings'
+    committed run directories (the decision reads both): the decision prints the table the README shows,
+    the summary writes the committed table."""
     import shutil
 
     from tests.test_docs_commands import _run, documented_commands
 
-    results = "bench/results/credit_prereg_frozenlake"
+    results = f"bench/results/credit_prereg_{setting}"
     decide, summarize = documented_commands(f"{results}/README.md")
     assert decide.startswith("python -m bench.credit_assignment.decision ")
     assert summarize.startswith("python -m bench.credit_assignment ") and "--summarize-only" in summarize
-    shutil.copytree(
-        ROOT / results, tmp_path / results, ignore=shutil.ignore_patterns("*.png", "model", "results.jsonl")
-    )
+    for each in ("frozenlake", "hanoi"):
+        shutil.copytree(
+            ROOT / f"bench/results/credit_prereg_{each}",
+            tmp_path / f"bench/results/credit_prereg_{each}",
+            ignore=shutil.ignore_patterns("*.png", "model", "results.jsonl"),
+        )
     (tmp_path / results / "table.md").unlink()
     readme = (ROOT / results / "README.md").read_text()
     decided = _run(decide, tmp_path).stdout

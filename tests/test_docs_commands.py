@@ -30,6 +30,7 @@ DOC_TESTS = {
     "README.md": "tests/test_docs_commands.py",
     "bench/results/credit_assignment/README.md": "tests/test_compare.py",
     "bench/results/credit_prereg_frozenlake/README.md": "tests/test_credit_bench.py",
+    "bench/results/credit_prereg_hanoi/README.md": "tests/test_credit_bench.py",
     "bench/results/load/20261207/README.md": "tests/bench/test_load.py",
     "docs/adding-an-environment.md": "tests/test_adding_an_environment.py",
     "docs/agent-programs.md": "tests/proxy/test_agent_programs_doc.py",
