@@ -14,6 +14,8 @@ student never sampled.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -48,8 +50,8 @@ class DistillTermConfig(ComponentConfig):
 
     @property
     def teacher_topk(self) -> int:
-        """K of the teacher's top-K logprobs the estimator reads: ``topk`` under estimator=topk, else 0."""
-        return self.topk if self.estimator == "topk" else 0
+        """K of the teacher's top-K logprobs the estimator reads: ``topk`` when it reads them, else 0."""
+        return self.topk if ESTIMATORS[self.estimator].reads_teacher_topk else 0
 
 
 class SelfDistillConfig(DistillTermConfig):
@@ -81,16 +83,19 @@ def topk_needs(cfg: DistillTermConfig) -> set[str]:
     return {"teacher_topk"} if cfg.teacher_topk else set()
 
 
-def distill_term(x: LossInputs, cfg: DistillTermConfig, entry: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """The distillation loss per token and the detached per-token KL estimate it reports."""
-    if cfg.teacher_topk:
-        student_BTK = require(x, "topk_logprobs_BTK", entry)
-        if "teacher_topk" not in x.extras:
-            raise ValueError(
-                f"'{entry}' with estimator=topk needs extras['teacher_topk'], which the caller did not provide"
-            )
-        kl_BT = topk_divergence(student_BTK, x.extras["teacher_topk"], cfg.divergence, cfg.tail, x.topk_mask_BTK)
-        return cfg.coef * kl_BT, kl_BT.detach()
+def _topk_term(x: LossInputs, cfg: DistillTermConfig, entry: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """KL over the teacher's top-K ids (``distill_topk.py``): the loss is the divergence itself."""
+    student_BTK = require(x, "topk_logprobs_BTK", entry)
+    if "teacher_topk" not in x.extras:
+        raise ValueError(
+            f"'{entry}' with estimator=topk needs extras['teacher_topk'], which the caller did not provide"
+        )
+    kl_BT = topk_divergence(student_BTK, x.extras["teacher_topk"], cfg.divergence, cfg.tail, x.topk_mask_BTK)
+    return cfg.coef * kl_BT, kl_BT.detach()
+
+
+def _sampled_token_term(x: LossInputs, cfg: DistillTermConfig, entry: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE on A_t = log q(y_t) - log pi(y_t), optionally clipped."""
     teacher_BT = require(x, "teacher_logprobs_BT", entry).detach()
     with torch.no_grad():
         adv_BT = teacher_BT - x.logprobs_BT.detach()
@@ -98,6 +103,26 @@ def distill_term(x: LossInputs, cfg: DistillTermConfig, entry: str) -> tuple[tor
             adv_BT = adv_BT.clamp(-cfg.adv_clip, cfg.adv_clip)
     # sampled-token estimate of the reverse KL(student || teacher): -adv
     return -cfg.coef * adv_BT * x.logprobs_BT, -adv_BT
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """One ``estimator`` choice: its per-token loss and KL estimate, and whether it reads the teacher's top-K."""
+
+    term: Callable[[LossInputs, DistillTermConfig, str], tuple[torch.Tensor, torch.Tensor]]
+    reads_teacher_topk: bool
+
+
+# the keys are DistillTermConfig.estimator's choices
+ESTIMATORS: dict[str, Estimator] = {
+    "sampled_token": Estimator(_sampled_token_term, reads_teacher_topk=False),
+    "topk": Estimator(_topk_term, reads_teacher_topk=True),
+}
+
+
+def distill_term(x: LossInputs, cfg: DistillTermConfig, entry: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distillation loss per token and the detached per-token KL estimate it reports."""
+    return ESTIMATORS[cfg.estimator].term(x, cfg, entry)
 
 
 def _self_distill(x: LossInputs, cfg: SelfDistillConfig, entry: str) -> LossOutput:
